@@ -1,0 +1,106 @@
+package schema
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ParseDuration parses a Go duration string such as "10s" or "1h30m". Bare
+// numbers are refused: "10" is ambiguous between seconds and nanoseconds.
+func ParseDuration(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 0, fmt.Errorf(`a duration must not be empty; write for example "10s"`)
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil && s != "0" {
+		return 0, fmt.Errorf(`%q has no unit; write for example "%ss" (units: ms, s, m, h)`, s, s)
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, fmt.Errorf(`%q is not a duration; write for example "10s", "5m" or "1h30m" (units: ms, s, m, h)`, s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q is negative; durations must be zero or more", s)
+	}
+	return d, nil
+}
+
+// signals are the names accepted for signal attributes. Only signals that
+// exist on every Unix Go supports are listed, so the table builds everywhere.
+var signals = map[string]syscall.Signal{
+	"SIGABRT":   syscall.SIGABRT,
+	"SIGALRM":   syscall.SIGALRM,
+	"SIGBUS":    syscall.SIGBUS,
+	"SIGCHLD":   syscall.SIGCHLD,
+	"SIGCONT":   syscall.SIGCONT,
+	"SIGFPE":    syscall.SIGFPE,
+	"SIGHUP":    syscall.SIGHUP,
+	"SIGILL":    syscall.SIGILL,
+	"SIGINT":    syscall.SIGINT,
+	"SIGIO":     syscall.SIGIO,
+	"SIGKILL":   syscall.SIGKILL,
+	"SIGPIPE":   syscall.SIGPIPE,
+	"SIGPROF":   syscall.SIGPROF,
+	"SIGQUIT":   syscall.SIGQUIT,
+	"SIGSEGV":   syscall.SIGSEGV,
+	"SIGSTOP":   syscall.SIGSTOP,
+	"SIGSYS":    syscall.SIGSYS,
+	"SIGTERM":   syscall.SIGTERM,
+	"SIGTRAP":   syscall.SIGTRAP,
+	"SIGTSTP":   syscall.SIGTSTP,
+	"SIGTTIN":   syscall.SIGTTIN,
+	"SIGTTOU":   syscall.SIGTTOU,
+	"SIGURG":    syscall.SIGURG,
+	"SIGUSR1":   syscall.SIGUSR1,
+	"SIGUSR2":   syscall.SIGUSR2,
+	"SIGVTALRM": syscall.SIGVTALRM,
+	"SIGWINCH":  syscall.SIGWINCH,
+	"SIGXCPU":   syscall.SIGXCPU,
+	"SIGXFSZ":   syscall.SIGXFSZ,
+}
+
+// ParseSignal parses a signal name with or without the SIG prefix, in any case.
+func ParseSignal(s string) (syscall.Signal, error) {
+	name := strings.ToUpper(strings.TrimSpace(s))
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	if sig, ok := signals[name]; ok {
+		return sig, nil
+	}
+	if _, err := strconv.Atoi(strings.TrimPrefix(name, "SIG")); err == nil {
+		return 0, fmt.Errorf("%q: give signals by name, such as \"SIGTERM\" or \"HUP\", not by number", s)
+	}
+	return 0, fmt.Errorf("%q is not a signal mariposa knows.%s", s, didYouMean(name, sortedKeys(signals)))
+}
+
+// SignalName is the canonical name of sig ("SIGHUP"), or its number.
+func SignalName(sig syscall.Signal) string {
+	for name, s := range signals {
+		if s == sig {
+			return name
+		}
+	}
+	return strconv.Itoa(int(sig))
+}
+
+// ParsePerms parses file permissions written as an octal string ("0640" or "640").
+func ParsePerms(s string) (os.FileMode, error) {
+	t := strings.TrimSpace(s)
+	t = strings.TrimPrefix(strings.TrimPrefix(t, "0o"), "0O")
+	if t == "" {
+		return 0, fmt.Errorf(`permissions must not be empty; write an octal string such as "0640"`)
+	}
+	n, err := strconv.ParseUint(t, 8, 32)
+	if err != nil {
+		return 0, fmt.Errorf(`%q is not an octal mode; write for example "0640" or "0755"`, s)
+	}
+	if n > 0o777 {
+		return 0, fmt.Errorf(`%q is out of range; only permission bits (0000 to 0777) are allowed`, s)
+	}
+	return os.FileMode(n), nil
+}

@@ -1,0 +1,137 @@
+package schema
+
+import (
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// validate runs the checks that span services and files.
+func (l *loader) validate() {
+	names := map[string]*serviceDecl{}
+	ids := map[string]hcl.Range{}
+	dests := map[string]hcl.Range{}
+	keys := map[string]hcl.Range{}
+	for _, d := range l.decls {
+		svc := d.svc
+		if prev, dup := names[svc.Name]; dup {
+			l.errorf(d.block.DefRange, "Duplicate service name",
+				"A service named %q is already declared at %s; service names are unique across all loaded files.",
+				svc.Name, prev.block.DefRange)
+		} else {
+			names[svc.Name] = d
+		}
+		if d.id != nil {
+			if prev, dup := ids[svc.ID]; dup {
+				l.errorf(*d.id, "Duplicate service ID", "The service ID %q is already used at %s.", svc.ID, prev)
+			} else {
+				ids[svc.ID] = *d.id
+			}
+		}
+		for _, t := range svc.Templates {
+			rng := d.tmpls[t]
+			if prev, dup := dests[t.Destination]; dup {
+				l.errorf(rng, "Duplicate template destination",
+					"Another template already writes %s (at %s); each file has one writer.", t.Destination, prev)
+			} else {
+				dests[t.Destination] = rng
+			}
+		}
+		if svc.Leader != nil && d.lead != nil {
+			if prev, dup := keys[svc.Leader.Key]; dup {
+				l.errorf(*d.lead, "Duplicate leader key",
+					"The leader key %q is already used by the leader block at %s; two services sharing a lock would elect one leader between them. Set key on one of them.",
+					svc.Leader.Key, prev)
+			} else {
+				keys[svc.Leader.Key] = *d.lead
+			}
+		}
+	}
+	l.findCycles(names)
+}
+
+// findCycles reports each dependency cycle among loaded services once, at
+// the depends_on block that closes it.
+func (l *loader) findCycles(names map[string]*serviceDecl) {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := map[string]int{}
+	var stack []string
+	reported := map[string]bool{}
+	var visit func(d *serviceDecl)
+	visit = func(d *serviceDecl) {
+		name := d.svc.Name
+		color[name] = grey
+		stack = append(stack, name)
+		for _, dep := range d.svc.Depends {
+			next, ok := names[dep.Service]
+			if !ok {
+				continue
+			}
+			switch color[dep.Service] {
+			case white:
+				visit(next)
+			case grey:
+				start := 0
+				for i, n := range stack {
+					if n == dep.Service {
+						start = i
+					}
+				}
+				cycle := append(append([]string{}, stack[start:]...), dep.Service)
+				key := canonicalCycle(cycle)
+				if reported[key] {
+					continue
+				}
+				reported[key] = true
+				l.errorf(d.deps[dep], "Dependency cycle",
+					"The services %s wait for each other, so none of them could ever start. Remove one of these depends_on blocks.",
+					strings.Join(cycle, " -> "))
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[name] = black
+	}
+	for _, d := range l.decls {
+		if names[d.svc.Name] == d && color[d.svc.Name] == white {
+			visit(d)
+		}
+	}
+}
+
+// canonicalCycle names a cycle independently of where it was entered.
+func canonicalCycle(cycle []string) string {
+	ring := cycle[:len(cycle)-1]
+	best := 0
+	for i := range ring {
+		if ring[i] < ring[best] {
+			best = i
+		}
+	}
+	rot := append(append([]string{}, ring[best:]...), ring[:best]...)
+	return strings.Join(rot, "\x00")
+}
+
+// sortDiags orders diagnostics by file (load order) and position, keeping
+// those without a position first.
+func (l *loader) sortDiags() {
+	fileIdx := map[string]int{}
+	for i, name := range l.order {
+		fileIdx[name] = i
+	}
+	sort.SliceStable(l.diags, func(a, b int) bool {
+		da, db := l.diags[a].Subject, l.diags[b].Subject
+		switch {
+		case da == nil || db == nil:
+			return da == nil && db != nil
+		case da.Filename != db.Filename:
+			return fileIdx[da.Filename] < fileIdx[db.Filename]
+		default:
+			return da.Start.Byte < db.Start.Byte
+		}
+	})
+}
