@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2/ext/tryfunc"
 	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
 	"github.com/zclconf/go-cty/cty/function"
 	"github.com/zclconf/go-cty/cty/function/stdlib"
 )
@@ -25,7 +26,7 @@ func stdFunctions() map[string]function.Function {
 		"ceil":            stdlib.CeilFunc,
 		"chomp":           stdlib.ChompFunc,
 		"chunklist":       stdlib.ChunklistFunc,
-		"coalesce":        stdlib.CoalesceFunc,
+		"coalesce":        coalesceFunc,
 		"coalescelist":    stdlib.CoalesceListFunc,
 		"compact":         stdlib.CompactFunc,
 		"concat":          stdlib.ConcatFunc,
@@ -44,7 +45,7 @@ func stdFunctions() map[string]function.Function {
 		"jsondecode":      stdlib.JSONDecodeFunc,
 		"jsonencode":      stdlib.JSONEncodeFunc,
 		"keys":            stdlib.KeysFunc,
-		"length":          stdlib.LengthFunc,
+		"length":          lengthFunc,
 		"log":             stdlib.LogFunc,
 		"lookup":          stdlib.LookupFunc,
 		"lower":           stdlib.LowerFunc,
@@ -88,6 +89,74 @@ func stdFunctions() map[string]function.Function {
 		"zipmap":          stdlib.ZipmapFunc,
 	}
 }
+
+// lengthFunc is Terraform's length: of a string (in characters) as well as
+// of a collection, which cty's LengthFunc alone does not cover.
+var lengthFunc = function.New(&function.Spec{
+	Description: "Returns the number of elements of a collection or characters of a string.",
+	Params: []function.Parameter{{
+		Name:             "value",
+		Type:             cty.DynamicPseudoType,
+		AllowDynamicType: true,
+		AllowUnknown:     true,
+		AllowMarked:      true,
+	}},
+	Type: func(args []cty.Value) (cty.Type, error) {
+		ty := args[0].Type()
+		if ty == cty.String || ty == cty.DynamicPseudoType || ty.IsCollectionType() || ty.IsTupleType() || ty.IsObjectType() {
+			return cty.Number, nil
+		}
+		return cty.NilType, fmt.Errorf("argument must be a string, a collection or a structural type")
+	},
+	Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+		v := args[0]
+		if v.Type() == cty.String {
+			return stdlib.Strlen(v)
+		}
+		if v.Type().IsObjectType() {
+			if !v.IsKnown() {
+				return cty.UnknownVal(cty.Number), nil
+			}
+			return cty.NumberIntVal(int64(len(v.Type().AttributeTypes()))), nil
+		}
+		if v.Type() == cty.DynamicPseudoType {
+			return cty.UnknownVal(cty.Number), nil
+		}
+		return stdlib.Length(v)
+	},
+})
+
+// coalesceFunc is Terraform's coalesce: the first argument that is neither
+// null nor an empty string (cty's own only skips nulls).
+var coalesceFunc = function.New(&function.Spec{
+	Description: "Returns the first argument that is not null and not an empty string.",
+	VarParam: &function.Parameter{
+		Name:             "vals",
+		Type:             cty.DynamicPseudoType,
+		AllowUnknown:     true,
+		AllowDynamicType: true,
+		AllowNull:        true,
+	},
+	Type: func(args []cty.Value) (cty.Type, error) {
+		return stdlib.CoalesceFunc.ReturnTypeForValues(args)
+	},
+	Impl: func(args []cty.Value, retType cty.Type) (cty.Value, error) {
+		for _, arg := range args {
+			if !arg.IsKnown() {
+				return cty.UnknownVal(retType), nil
+			}
+			v, err := convert.Convert(arg, retType)
+			if err != nil {
+				return cty.NilVal, err
+			}
+			if v.IsNull() || (v.Type() == cty.String && v.AsString() == "") {
+				continue
+			}
+			return v, nil
+		}
+		return cty.NilVal, fmt.Errorf("no non-null, non-empty-string arguments")
+	},
+})
 
 // fileFunctions returns the full function table for expressions of a file in
 // dir: the standard set plus env() over environ and file() confined to dir.

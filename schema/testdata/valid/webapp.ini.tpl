@@ -1,0 +1,2 @@
+[database]
+{{ range service "primary.mysql" }}address = {{ .Address }}:{{ .Port }}{{ end }}
