@@ -119,7 +119,7 @@ func load(srcs []source, opts LoadOptions) (*Config, *Diagnostics) {
 			}
 			if prev, dup := l.varByName[v.name]; dup {
 				l.errorf(block.DefRange, "Duplicate variable",
-					"A variable named %q is already declared at %s; variable names are unique across all loaded files.", v.name, prev.declRange)
+					"A variable named %q is already declared at %s; variable names are unique across all loaded files.", v.name, at(prev.declRange))
 				continue
 			}
 			l.varByName[v.name] = v
@@ -201,7 +201,7 @@ func (l *loader) decodeGroup(e *evaluator, block *hcl.Block, p *parsed) {
 	l.checkName("group", name, block.LabelRanges[0])
 	if prev, dup := l.groups[name]; dup {
 		l.errorf(block.DefRange, "Duplicate group name",
-			"A group named %q is already declared at %s; group names are unique across all loaded files.", name, prev)
+			"A group named %q is already declared at %s; group names are unique across all loaded files.", name, at(prev))
 	} else {
 		l.groups[name] = block.DefRange
 	}
@@ -330,7 +330,7 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 	single := func(b *hcl.Block, slot **hcl.Block) {
 		if *slot != nil {
 			l.errorf(b.DefRange, "Duplicate "+b.Type+" block",
-				"Service %q already has a %s block at %s; there can be only one.", name, b.Type, (*slot).DefRange)
+				"Service %q already has a %s block at %s; there can be only one.", name, b.Type, at((*slot).DefRange))
 			return
 		}
 		*slot = b
@@ -344,7 +344,7 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 			c := l.decodeCheck(e, b)
 			if prev, dup := checkNames[c.Name]; dup {
 				l.errorf(b.LabelRanges[0], "Duplicate check name",
-					"Service %q already has a check named %q at %s; check names are unique within a service.", name, c.Name, prev)
+					"Service %q already has a check named %q at %s; check names are unique within a service.", name, c.Name, at(prev))
 				continue
 			}
 			checkNames[c.Name] = b.DefRange
@@ -353,13 +353,13 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 			d := l.decodeDependency(e, b)
 			if prev, dup := depNames[d.Name]; dup {
 				l.errorf(b.LabelRanges[0], "Duplicate dependency",
-					"Service %q already has a depends_on %q block at %s.", name, d.Name, prev)
+					"Service %q already has a depends_on %q block at %s.", name, d.Name, at(prev))
 				continue
 			}
 			depNames[d.Name] = b.DefRange
 			if prev, dup := prefixes[d.EnvPrefix]; dup && d.EnvPrefix != "" {
 				l.errorf(b.DefRange, "Duplicate dependency env prefix",
-					"The dependency %q would set the same %s_* variables as the one at %s; set env_prefix on one of them.", d.Name, d.EnvPrefix, prev)
+					"The dependency %q would set the same %s_* variables as the one at %s; set env_prefix on one of them.", d.Name, d.EnvPrefix, at(prev))
 			}
 			prefixes[d.EnvPrefix] = b.DefRange
 			svc.Depends = append(svc.Depends, d)

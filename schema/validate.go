@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
@@ -18,13 +19,13 @@ func (l *loader) validate() {
 		if prev, dup := names[svc.Name]; dup {
 			l.errorf(d.block.DefRange, "Duplicate service name",
 				"A service named %q is already declared at %s; service names are unique across all loaded files.",
-				svc.Name, prev.block.DefRange)
+				svc.Name, at(prev.block.DefRange))
 		} else {
 			names[svc.Name] = d
 		}
 		if d.id != nil {
 			if prev, dup := ids[svc.ID]; dup {
-				l.errorf(*d.id, "Duplicate service ID", "The service ID %q is already used at %s.", svc.ID, prev)
+				l.errorf(*d.id, "Duplicate service ID", "The service ID %q is already used at %s.", svc.ID, at(prev))
 			} else {
 				ids[svc.ID] = *d.id
 			}
@@ -33,7 +34,7 @@ func (l *loader) validate() {
 			rng := d.tmpls[t]
 			if prev, dup := dests[t.Destination]; dup {
 				l.errorf(rng, "Duplicate template destination",
-					"Another template already writes %s (at %s); each file has one writer.", t.Destination, prev)
+					"Another template already writes %s (at %s); each file has one writer.", t.Destination, at(prev))
 			} else {
 				dests[t.Destination] = rng
 			}
@@ -42,7 +43,7 @@ func (l *loader) validate() {
 			if prev, dup := keys[svc.Leader.Key]; dup {
 				l.errorf(*d.lead, "Duplicate leader key",
 					"The leader key %q is already used by the leader block at %s; two services sharing a lock would elect one leader between them. Set key on one of them.",
-					svc.Leader.Key, prev)
+					svc.Leader.Key, at(prev))
 			} else {
 				keys[svc.Leader.Key] = *d.lead
 			}
@@ -134,4 +135,9 @@ func (l *loader) sortDiags() {
 			return da.Start.Byte < db.Start.Byte
 		}
 	})
+}
+
+// at renders a position the way Diagnostics.Error does: "file:line:col".
+func at(r hcl.Range) string {
+	return fmt.Sprintf("%s:%d:%d", r.Filename, r.Start.Line, r.Start.Column)
 }

@@ -22,6 +22,9 @@ type variable struct {
 	hasType     bool
 	def         cty.Value // cty.NilVal when there is no default
 	description string
+	// broken is set when the default failed to decode (already reported), so
+	// a missing value is not reported a second time.
+	broken bool
 }
 
 func (l *loader) decodeVariable(block *hcl.Block, src *parsed) *variable {
@@ -48,11 +51,15 @@ func (l *loader) decodeVariable(block *hcl.Block, src *parsed) *variable {
 		if refs := attr.Expr.Variables(); len(refs) > 0 {
 			l.errorf(refs[0].SourceRange(), "Variables not allowed",
 				"The default of variable %q must be a constant value; it can use functions such as env() but no references.", v.name)
-		} else if val, ok := e.value(attr); ok {
+			v.broken = true
+		} else if val, ok := e.value(attr); !ok {
+			v.broken = len(e.diags) > 0
+		} else {
 			cv, err := convert.Convert(val, v.typ)
 			if err != nil {
 				l.errorf(attr.Expr.Range(), "Invalid default value",
 					"The default of variable %q does not match its type %s: %s.", v.name, typeexpr.TypeString(v.typ), err)
+				v.broken = true
 			} else {
 				v.def = cv
 			}
@@ -95,6 +102,9 @@ func (l *loader) resolveVariables(opts LoadOptions) {
 		}
 		if v.def != cty.NilVal {
 			vals[v.name] = v.def
+			continue
+		}
+		if v.broken {
 			continue
 		}
 		l.errorf(v.declRange, "Missing variable value",

@@ -1,0 +1,63 @@
+# Unknown and misplaced names, with did-you-mean, and reserved names.
+service "web" {        # ERROR: Missing required argument
+  comand  = ["python3"] # ERROR: Unsupported argument
+  enviroment = {}       # ERROR: Unsupported argument
+  count   = 3           # ERROR: Not supported yet
+
+  chek "http" {         # ERROR: Unsupported block type
+    http = "http://127.0.0.1/"
+  }
+
+  restart {
+    polcy = "always"    # ERROR: Unsupported argument
+  }
+
+  constraint {          # ERROR: Not supported yet
+    attribute = "meta.rack"
+  }
+
+  update {              # ERROR: Not supported yet
+    max_parallel = 1
+  }
+  affinity {}           # ERROR: Not supported yet
+
+  stop {}
+  stop {}               # ERROR: Duplicate stop block
+
+  leader {
+    mode = "standby"
+    term = 3            # ERROR: Unsupported argument
+  }
+}
+
+servce "typo" {}        # ERROR: Unsupported block type
+
+service {               # ERROR: Missing name for service
+  command = ["x"]
+}
+
+service "a" "b" {       # ERROR: Extraneous label for service
+  command = ["x"]
+}
+
+service "mariposa" {    # ERROR: Reserved service name
+  command = ["x"]
+}
+
+service "bad.name" {    # ERROR: Invalid service name
+  command = ["x"]
+}
+
+group "empty" {         # ERROR: Empty group
+  count = 2             # ERROR: Not supported yet
+}
+
+group "g" {
+  service "in-group" {
+    command = ["x"]
+    restart {
+      on_exhausted = "reschedule" # ERROR: Not supported yet
+    }
+  }
+  task "t" {}           # ERROR: Unsupported block type
+}

@@ -1,0 +1,4 @@
+service "broken" {
+  command = ["x"
+  port = 1 # ERROR: Missing item separator
+}
