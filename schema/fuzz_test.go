@@ -1,0 +1,97 @@
+package schema
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fuzzSeeds are malformed inputs on top of every fixture file.
+func fuzzSeeds() []string {
+	deep := strings.Repeat("[", 10000) + strings.Repeat("]", 10000)
+	deepObj := strings.Repeat("{a=", 5000) + "1" + strings.Repeat("}", 5000)
+	return []string{
+		"",
+		"service",
+		`service "a" {`,
+		`service "a" { command = ["x"`,
+		"service \"a\" {\n  command = <<EOT\nnever ends\n",
+		"service \"a\" {\n  command = [<<-EOT\n  x\n  EOT\n  ]\n}\n",
+		"service \"a\x00\" { command = [\"\x00\"] }",
+		"service \"\xff\xfe\" { command = [\"\xc3\x28\"] }",
+		"\xEF\xBB\xBFservice \"a\" {\r\n  command = [\"x\"]\r\n}\r\n",
+		"service \"a\" {\r\n  command = [\"x\"]\r\n  port = 1\r\n}",
+		`service "a" { command = ["` + strings.Repeat("x", 100000) + `"] }`,
+		"x = " + deep,
+		"service \"a\" { command = " + deep + " }",
+		"service \"a\" { env = " + deepObj + " }",
+		strings.Repeat("service \"a\" {\n", 2000),
+		`service "a" { command = ["x"] port = 1 }`,
+		`service "a" { command = ["${`,
+		`service "a" { command = [for x in [1] : x] }`,
+		`service "a" { command = [upper(var.x)] }`,
+		`variable "x" { type = list(map(object({a=string}))) }`,
+		`variable "x" { default = [null] } service "a" { command = var.x }`,
+		`service "a" { command = ["x"] port = 1e999999 }`,
+		`service "a" { command = ["x"] port = -1e999999 }`,
+		`service "a" { command = ["x"] tags = range(1e9) }`,
+		`service "a" { command = ["x"] check "c" { ttl = 10 } }`,
+		`service "a" { command = ["x"] template { wait = { min = null } destination = "x" contents = "" } }`,
+		`service "a" { command = ["x"] meta = { for i in range(100) : "k${i}" => i } }`,
+		`service "a" { command = ["x"] env = { a = [1] } }`,
+		`service "a" { command = ["x"] version = file("fuzz.hcl") }`,
+		`service "a" { command = ["x"] version = file("..") }`,
+		`service "a" { command = ["x"] version = try(jsondecode("{"), "x") }`,
+		`service "a" { command = [tostring(null)] }`,
+		`service "a" { command = [sensitive("x")] }`,
+		`group "g" { group "h" {} service "a" { command = ["x"] depends_on "a" {} } }`,
+	}
+}
+
+func addFixtureSeeds(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*/*.hcl")
+	more, _ := filepath.Glob("testdata/*/*/*.hcl")
+	for _, p := range append(files, more...) {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, s := range fuzzSeeds() {
+		f.Add([]byte(s))
+	}
+}
+
+// FuzzLoad feeds arbitrary bytes to the loader (without Load's recover, so
+// a panic fails) and checks its contract: errors mean no config, and every
+// diagnostic can be printed.
+func FuzzLoad(f *testing.F) {
+	addFixtureSeeds(f)
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		src := source{name: filepath.Join(dir, "fuzz.hcl"), abs: filepath.Join(dir, "fuzz.hcl"), data: data}
+		cfg, diags := load([]source{src}, LoadOptions{Environ: []string{"A=1"}, Vars: map[string]string{"x": "1"}})
+		if diags == nil {
+			t.Fatal("nil diagnostics")
+		}
+		if diags.HasErrors() && cfg != nil {
+			t.Fatal("config returned with errors")
+		}
+		if !diags.HasErrors() && cfg == nil {
+			t.Fatal("no config and no errors")
+		}
+		_ = diags.Error()
+		if _, err := diags.MarshalJSON(); err != nil {
+			t.Fatal(err)
+		}
+		if err := diags.WriteText(discard{}, 80, true); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
