@@ -213,9 +213,11 @@ func (l *loader) decodeRestart(e *evaluator, block *hcl.Block, hasChecks bool) R
 	delayOK := true
 	if attr, ok := attrs["delay"]; ok {
 		if d, ok := e.Duration(attr); ok {
-			if d <= 0 {
+			if d < 0 {
+				// 0 is allowed: restart at once, with attempts/window still
+				// bounding a crash loop.
 				l.errorf(attr.Expr.Range(), "Invalid duration",
-					`The restart delay must be greater than zero: it doubles after each failure, and restarting at once in a loop burns the machine. Try "1s".`)
+					`The restart delay cannot be negative. Use "0s" to restart at once (attempts and window still bound a crash loop), or a delay such as "1s".`)
 				delayOK = false
 			} else {
 				r.Delay = d

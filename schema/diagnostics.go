@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -104,7 +105,31 @@ func (d *Diagnostics) WriteText(w io.Writer, width uint, color bool) error {
 	if d == nil || len(d.diags) == 0 {
 		return nil
 	}
-	return hcl.NewDiagnosticTextWriter(w, d.files, width, color).WriteDiagnostics(d.diags)
+	// HCL's writer shows the source line but no column; a header of the
+	// form "Error: file:line:col: summary" gives editors and people both.
+	var buf bytes.Buffer
+	wr := hcl.NewDiagnosticTextWriter(&buf, d.files, width, color)
+	for _, diag := range d.diags {
+		buf.Reset()
+		if err := wr.WriteDiagnostic(diag); err != nil {
+			return err
+		}
+		text := buf.String()
+		if diag.Subject != nil {
+			sev := "Error"
+			if diag.Severity == hcl.DiagWarning {
+				sev = "Warning"
+			}
+			if i := strings.IndexByte(text, '\n'); i >= 0 {
+				text = fmt.Sprintf("%s: %s:%d:%d: %s%s", sev, diag.Subject.Filename,
+					diag.Subject.Start.Line, diag.Subject.Start.Column, diag.Summary, text[i:])
+			}
+		}
+		if _, err := io.WriteString(w, text); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MarshalJSON encodes the diagnostics as a JSON array of Diagnostic.

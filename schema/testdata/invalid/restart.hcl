@@ -18,7 +18,7 @@ service "b" {
 service "c" {
   command = ["x"]
   restart {
-    delay  = "0s"               # ERROR: Invalid duration
+    delay  = "-1s"              # ERROR: Invalid duration
     window = "0s"               # ERROR: Invalid duration
   }
   restart {}                    # ERROR: Duplicate restart block
