@@ -10,10 +10,9 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
-	"github.com/hashicorp/hcl/v2/hclwrite"
 	"github.com/mitchellh/cli"
+
+	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // FmtCommand rewrites service files in the canonical HCL style.
@@ -128,9 +127,9 @@ func (c *FmtCommand) fmtFile(name string, check, diff bool) (ok, changed bool) {
 		c.UI.Error(err.Error())
 		return false, false
 	}
-	out, diags := FormatHCL(src, name)
+	out, diags := schema.Format(src, name)
 	if diags.HasErrors() {
-		c.printDiags(diags, name, src)
+		c.printDiags(diags)
 		return false, false
 	}
 	if bytes.Equal(src, out) {
@@ -160,9 +159,9 @@ func (c *FmtCommand) fmtStdin(check, diff bool) (ok, changed bool) {
 		c.UI.Error(err.Error())
 		return false, false
 	}
-	out, diags := FormatHCL(src, "<stdin>")
+	out, diags := schema.Format(src, "<stdin>")
 	if diags.HasErrors() {
-		c.printDiags(diags, "<stdin>", src)
+		c.printDiags(diags)
 		return false, false
 	}
 	changed = !bytes.Equal(src, out)
@@ -182,35 +181,10 @@ func (c *FmtCommand) fmtStdin(check, diff bool) (ok, changed bool) {
 	return true, changed
 }
 
-func (c *FmtCommand) printDiags(diags hcl.Diagnostics, name string, src []byte) {
+func (c *FmtCommand) printDiags(diags *schema.Diagnostics) {
 	var buf bytes.Buffer
-	files := map[string]*hcl.File{name: {Bytes: src}}
-	_ = hcl.NewDiagnosticTextWriter(&buf, files, 0, false).WriteDiagnostics(diags)
+	_ = diags.WriteText(&buf, 0, false)
 	c.UI.Error(strings.TrimRight(buf.String(), "\n"))
-}
-
-// utf8BOM is dropped: the canonical form has none.
-var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
-
-// FormatHCL returns src in canonical form, or the syntax errors that
-// prevent formatting it. The result is a fixed point: formatting it again
-// returns it unchanged.
-func FormatHCL(src []byte, filename string) ([]byte, hcl.Diagnostics) {
-	src = bytes.TrimPrefix(src, utf8BOM)
-	if _, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos); diags.HasErrors() {
-		return nil, diags
-	}
-	out := hclwrite.Format(src)
-	// hclwrite.Format is a token-level pass; repeat until nothing changes
-	// so that fmt is idempotent even where one pass is not.
-	for i := 0; i < 8; i++ {
-		next := hclwrite.Format(out)
-		if bytes.Equal(next, out) {
-			break
-		}
-		out = next
-	}
-	return out, nil
 }
 
 // writeFileAtomic replaces name (the file a symlink points to, if it is one)

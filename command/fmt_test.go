@@ -165,16 +165,3 @@ func TestFmtUsage(t *testing.T) {
 		t.Errorf("missing file: exit %d", code)
 	}
 }
-
-func TestFormatHCLIdempotent(t *testing.T) {
-	for _, src := range []string{uglyHCL, prettyHCL, "a = 1\r\nb  =  2\r\n", "x = <<EOT\n  keep   this\nEOT\n", ""} {
-		once, diags := FormatHCL([]byte(src), "t.hcl")
-		if diags.HasErrors() {
-			t.Fatalf("%q: %v", src, diags)
-		}
-		twice, _ := FormatHCL(once, "t.hcl")
-		if string(once) != string(twice) {
-			t.Errorf("not idempotent for %q:\n%q\n%q", src, once, twice)
-		}
-	}
-}

@@ -61,9 +61,9 @@ func TestValidateInvalid(t *testing.T) {
 	}
 	errOut := ui.ErrorWriter.String()
 	for _, want := range []string{
-		"Error: Empty command",
-		"Error: Port out of range",
-		"Error: Unsupported argument",
+		"Error: " + p + ":2:13: Empty command",
+		"Error: " + p + ":3:13: Port out of range",
+		"Error: " + p + ":5:5: Unsupported argument",
 		`Did you mean "policy"?`,
 		"on " + p + " line 3",  // the position ...
 		"3:   port    = 70000", // ... and the source line

@@ -89,6 +89,8 @@ func load(srcs []source, opts LoadOptions) (*Config, *Diagnostics) {
 		l.diags = append(l.diags, diags...)
 		if f != nil {
 			l.files[src.name] = f
+		} else {
+			l.files[src.name] = &hcl.File{Bytes: src.data}
 		}
 		l.order = append(l.order, src.name)
 		abs := src.abs

@@ -120,6 +120,14 @@ func (d *Diagnostics) WriteText(w io.Writer, width uint, color bool) error {
 			if diag.Severity == hcl.DiagWarning {
 				sev = "Warning"
 			}
+			if color {
+				// Keep HCL's colouring of the severity.
+				code := "\x1b[31m"
+				if diag.Severity == hcl.DiagWarning {
+					code = "\x1b[33m"
+				}
+				sev = code + sev + "\x1b[0m"
+			}
 			if i := strings.IndexByte(text, '\n'); i >= 0 {
 				text = fmt.Sprintf("%s: %s:%d:%d: %s%s", sev, diag.Subject.Filename,
 					diag.Subject.Start.Line, diag.Subject.Start.Column, diag.Summary, text[i:])

@@ -1,7 +1,6 @@
 package schema
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 // LoadOptions are the inputs of a load besides the files themselves.
@@ -125,11 +123,7 @@ func readPaths(paths []string) ([]source, hcl.Diagnostics) {
 	return srcs, diags
 }
 
-// utf8BOM is stripped: editors on some systems write it and HCL rejects it.
-var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
-
 // parseFile parses one source in HCL native syntax.
 func parseFile(src source) (*hcl.File, hcl.Diagnostics) {
-	data := bytes.TrimPrefix(src.data, utf8BOM)
-	return hclsyntax.ParseConfig(data, src.name, hcl.InitialPos)
+	return parseHCL(src.data, src.name)
 }
