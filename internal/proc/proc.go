@@ -1,0 +1,202 @@
+// Package proc starts and signals child processes the way a supervisor must:
+// each child leads its own process group, gets SIGKILL if mariposa dies
+// (PR_SET_PDEATHSIG, from one locked OS thread that never exits), and its
+// output is forwarded line by line without ever blocking it.
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Spec describes a process to start.
+type Spec struct {
+	Argv []string
+	Dir  string
+	Env  []string
+	// Output receives the child's stdout and stderr lines; nil discards.
+	Output *Sink
+	// Name tags the lines in Output.
+	Name string
+}
+
+// Exit is how a process ended.
+type Exit struct {
+	Code   int            // exit status; -1 when killed by a signal
+	Signal syscall.Signal // the signal that killed it, or 0
+	Err    error          // a wait error, rare
+	At     time.Time
+}
+
+// Success reports a clean exit 0.
+func (e Exit) Success() bool { return e.Err == nil && e.Signal == 0 && e.Code == 0 }
+
+func (e Exit) String() string {
+	switch {
+	case e.Err != nil:
+		return "wait error: " + e.Err.Error()
+	case e.Signal != 0:
+		return "killed by " + SignalName(e.Signal)
+	default:
+		return fmt.Sprintf("exit %d", e.Code)
+	}
+}
+
+// Process is a started child.
+type Process struct {
+	Pid     int
+	Started time.Time
+
+	done chan struct{}
+	exit Exit
+}
+
+// Done is closed when the process has exited and been reaped.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Exit is valid after Done is closed.
+func (p *Process) Exit() Exit { <-p.done; return p.exit }
+
+// Signal sends sig to the child's whole process group.
+func (p *Process) Signal(sig syscall.Signal) error {
+	err := syscall.Kill(-p.Pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
+
+// Stop sends sig to the group, waits up to timeout for the child to exit,
+// then SIGKILLs the group. Leftover group members (grandchildren that ignored
+// sig) are killed in any case, so nothing outlives the stop.
+func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) Exit {
+	_ = p.Signal(sig)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.done:
+	case <-t.C:
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	return p.Exit()
+}
+
+type startReq struct {
+	cmd  *exec.Cmd
+	errc chan error
+	// reaped receives the wait status when a reaper is active.
+	reaped chan syscall.WaitStatus
+}
+
+var (
+	spawnOnce sync.Once
+	spawnc    chan *startReq
+)
+
+// spawner forks every child from one OS thread that stays locked for the
+// life of the process: Linux delivers the parent-death signal when the
+// *thread* that forked exits, and Go retires threads freely otherwise.
+func spawner() {
+	spawnc = make(chan *startReq)
+	go func() {
+		runtime.LockOSThread()
+		for r := range spawnc {
+			r.errc <- startOne(r)
+		}
+	}()
+}
+
+func startOne(r *startReq) error {
+	rp := activeReaper()
+	if rp == nil {
+		return r.cmd.Start()
+	}
+	// Hold the reaper across fork and registration so it cannot reap the
+	// child before its status has somewhere to go.
+	rp.mu.Lock()
+	defer rp.mu.Unlock()
+	if err := r.cmd.Start(); err != nil {
+		return err
+	}
+	r.reaped = rp.register(r.cmd.Process.Pid)
+	return nil
+}
+
+// Start starts the process described by spec.
+func Start(spec Spec) (*Process, error) {
+	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
+		return nil, errors.New("empty command")
+	}
+	spawnOnce.Do(spawner)
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Dir
+	cmd.Env = spec.Env
+	if cmd.Env == nil {
+		cmd.Env = []string{}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// Our own pipes instead of exec's copying goroutines: the readers below
+	// never block the child, whatever the log sink does.
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	req := &startReq{cmd: cmd, errc: make(chan error, 1)}
+	spawnc <- req
+	err = <-req.errc
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		return nil, err
+	}
+	p := &Process{Pid: cmd.Process.Pid, Started: time.Now(), done: make(chan struct{})}
+	go spec.Output.forward(spec.Name, "stdout", outR)
+	go spec.Output.forward(spec.Name, "stderr", errR)
+	go func() {
+		st, werr := waitPid(cmd.Process, req.reaped)
+		p.exit = exitFrom(st, werr)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+func waitPid(pr *os.Process, reaped chan syscall.WaitStatus) (syscall.WaitStatus, error) {
+	if reaped != nil {
+		return <-reaped, nil
+	}
+	ps, err := pr.Wait()
+	if err != nil {
+		return 0, err
+	}
+	ws, _ := ps.Sys().(syscall.WaitStatus)
+	return ws, nil
+}
+
+func exitFrom(ws syscall.WaitStatus, err error) Exit {
+	e := Exit{At: time.Now(), Err: err}
+	if err != nil {
+		e.Code = -1
+		return e
+	}
+	if ws.Signaled() {
+		e.Code, e.Signal = -1, ws.Signal()
+	} else {
+		e.Code = ws.ExitStatus()
+	}
+	return e
+}

@@ -1,0 +1,94 @@
+package proc
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+)
+
+// Line is one line of a child's output.
+type Line struct {
+	Name   string // the service
+	Stream string // stdout | stderr
+	Text   string
+}
+
+// maxLine bounds one forwarded line; longer lines arrive in pieces.
+const maxLine = 64 << 10
+
+// Sink carries output lines from every child to one writer through a bounded
+// queue. When the writer falls behind, lines are dropped and counted rather
+// than letting a child block on a full pipe.
+type Sink struct {
+	ch      chan Line
+	write   func(Line)
+	dropped atomic.Int64
+	// Dropped lines are reported through this, with the count since the
+	// last report.
+	report func(n int64)
+	done   chan struct{}
+	once   sync.Once
+}
+
+// NewSink starts a sink with room for size queued lines.
+func NewSink(size int, write func(Line), reportDropped func(n int64)) *Sink {
+	s := &Sink{ch: make(chan Line, size), write: write, report: reportDropped, done: make(chan struct{})}
+	go s.run()
+	return s
+}
+
+func (s *Sink) run() {
+	defer close(s.done)
+	for l := range s.ch {
+		s.write(l)
+		if n := s.dropped.Swap(0); n > 0 && s.report != nil {
+			s.report(n)
+		}
+	}
+}
+
+// Dropped is the number of lines dropped and not yet reported.
+func (s *Sink) Dropped() int64 { return s.dropped.Load() }
+
+// Close stops the sink after the queued lines are written.
+func (s *Sink) Close() {
+	s.once.Do(func() { close(s.ch) })
+	<-s.done
+}
+
+func (s *Sink) push(l Line) {
+	defer func() {
+		// A send on a closed sink (shutdown race) drops the line.
+		if recover() != nil {
+			s.dropped.Add(1)
+		}
+	}()
+	select {
+	case s.ch <- l:
+	default:
+		s.dropped.Add(1)
+	}
+}
+
+// forward reads r line by line until EOF. It never waits on the sink.
+func (s *Sink) forward(name, stream string, r *os.File) {
+	defer r.Close()
+	if s == nil {
+		_, _ = io.Copy(io.Discard, r)
+		return
+	}
+	br := bufio.NewReaderSize(r, maxLine)
+	for {
+		b, err := br.ReadSlice('\n')
+		if len(b) > 0 {
+			b = bytes.TrimRight(b, "\r\n")
+			s.push(Line{Name: name, Stream: stream, Text: string(b)})
+		}
+		if err != nil && err != bufio.ErrBufferFull {
+			return
+		}
+	}
+}
