@@ -1,0 +1,123 @@
+// Package checks turns service definitions into Consul registrations, keeps
+// them registered, reports the supervisor check, and watches check state with
+// blocking queries.
+package checks
+
+import (
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+const (
+	// SupervisorCheckName is the check name every service gets.
+	SupervisorCheckName = "mariposa"
+	// ManagedByKey/ManagedByValue mark every registration mariposa owns.
+	ManagedByKey   = "managed-by"
+	ManagedByValue = "mariposa"
+)
+
+// ServiceID is the Consul service ID: the id attribute, else "<name>-<node>".
+func ServiceID(svc *schema.Service, node string) string {
+	if svc.ID != "" {
+		return svc.ID
+	}
+	return svc.Name + "-" + node
+}
+
+// CheckID is "<service-id>:<check-name>".
+func CheckID(serviceID, check string) string { return serviceID + ":" + check }
+
+// SupervisorCheckID is "<service-id>:mariposa".
+func SupervisorCheckID(serviceID string) string { return CheckID(serviceID, SupervisorCheckName) }
+
+// ArgsCheckTTL is the TTL of the check through which an args check reports:
+// long enough that a slow run does not expire it, short enough that a dead
+// mariposa shows.
+func ArgsCheckTTL(c *schema.Check) time.Duration { return 2*c.Interval + c.Timeout }
+
+// RegOptions adjust a registration beyond the service file.
+type RegOptions struct {
+	// SupervisorTTL is the TTL of the supervisor check.
+	SupervisorTTL time.Duration
+	// Status is the supervisor check's status at registration
+	// (api.HealthPassing or api.HealthCritical).
+	Status string
+	// ExtraTags are added to the service's tags (e.g. the leader tag).
+	ExtraTags []string
+}
+
+// Registration builds the agent registration for svc on node: the service,
+// its checks and the supervisor TTL check, so one call registers them all.
+func Registration(svc *schema.Service, node string, o RegOptions) *api.AgentServiceRegistration {
+	id := ServiceID(svc, node)
+	meta := map[string]string{}
+	for k, v := range svc.Meta {
+		meta[k] = v
+	}
+	meta[ManagedByKey] = ManagedByValue
+	if svc.Version != "" {
+		meta["version"] = svc.Version
+	}
+	tags := append(append([]string{}, svc.Tags...), o.ExtraTags...)
+	status := o.Status
+	if status == "" {
+		status = api.HealthCritical
+	}
+	reg := &api.AgentServiceRegistration{
+		ID:      id,
+		Name:    svc.Name,
+		Tags:    tags,
+		Port:    svc.Port,
+		Address: svc.Address,
+		Meta:    meta,
+	}
+	for _, c := range svc.Checks {
+		reg.Checks = append(reg.Checks, agentCheck(id, c))
+	}
+	reg.Checks = append(reg.Checks, &api.AgentServiceCheck{
+		CheckID: SupervisorCheckID(id),
+		Name:    "mariposa supervisor",
+		Notes:   "Set by mariposa: passing while the process runs, critical with the reason otherwise.",
+		TTL:     o.SupervisorTTL.String(),
+		Status:  status,
+	})
+	return reg
+}
+
+func agentCheck(serviceID string, c *schema.Check) *api.AgentServiceCheck {
+	ac := &api.AgentServiceCheck{
+		CheckID:                CheckID(serviceID, c.Name),
+		Name:                   c.Name,
+		SuccessBeforePassing:   c.SuccessBeforePassing,
+		FailuresBeforeCritical: c.FailuresBeforeCritical,
+	}
+	if c.DeregisterCriticalAfter > 0 {
+		ac.DeregisterCriticalServiceAfter = c.DeregisterCriticalAfter.String()
+	}
+	dur := func(d time.Duration) string {
+		if d <= 0 {
+			return ""
+		}
+		return d.String()
+	}
+	switch c.Kind {
+	case schema.CheckHTTP:
+		ac.HTTP, ac.Interval, ac.Timeout = c.Target, dur(c.Interval), dur(c.Timeout)
+	case schema.CheckTCP:
+		ac.TCP, ac.Interval, ac.Timeout = c.Target, dur(c.Interval), dur(c.Timeout)
+	case schema.CheckGRPC:
+		ac.GRPC, ac.Interval, ac.Timeout = c.Target, dur(c.Interval), dur(c.Timeout)
+	case schema.CheckTTL:
+		ac.TTL = dur(c.TTL)
+	case schema.CheckArgs:
+		// mariposa runs the command and reports through TTL, so the agent
+		// needs no enable_script_checks.
+		ac.TTL = dur(ArgsCheckTTL(c))
+		ac.Notes = "Run by mariposa: " + strings.Join(c.Args, " ")
+	}
+	return ac
+}

@@ -1,0 +1,347 @@
+package checks
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Status is a supervisor check's state.
+type Status struct {
+	Health string // api.HealthPassing | api.HealthWarning | api.HealthCritical
+	Output string
+}
+
+type entry struct {
+	reg        *api.AgentServiceRegistration
+	registered bool
+	status     Status
+	pushed     Status // what Consul last got for the supervisor check
+	dirty      bool   // status not yet pushed
+	pushedAt   time.Time
+	every      time.Duration     // heartbeat
+	ttls       map[string]Status // other TTL checks mariposa reports (args checks)
+	ttlDirty   map[string]bool
+}
+
+// Registry keeps this node's mariposa services registered with the local
+// agent and their supervisor checks current. One goroutine (Run) talks to
+// Consul; the methods only record intent, so a slow or absent agent never
+// blocks a supervisor.
+type Registry struct {
+	agent   *api.Agent
+	catalog *api.Catalog
+	node    string
+	addr    string
+	log     hclog.Logger
+	// Heartbeat is how often an unchanged status is pushed again (below the
+	// supervisor check's TTL).
+	heartbeat time.Duration
+
+	mu      sync.Mutex
+	entries map[string]*entry
+	kick    chan struct{}
+	// resync asks Run to compare the agent's services with ours.
+	resync bool
+}
+
+// NewRegistry returns a registry for the agent of node (at address addr)
+// that heartbeats every heartbeat.
+func NewRegistry(client *api.Client, node, addr string, log hclog.Logger, heartbeat time.Duration) *Registry {
+	return &Registry{agent: client.Agent(), catalog: client.Catalog(), node: node, addr: addr,
+		log: log.Named("registry"), heartbeat: heartbeat,
+		entries: map[string]*entry{}, kick: make(chan struct{}, 1)}
+}
+
+func (r *Registry) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Register asks for reg to be registered (again, if it changed). The last
+// check of reg is the TTL check that SetStatus reports.
+func (r *Registry) Register(reg *api.AgentServiceRegistration, st Status) {
+	r.RegisterHeartbeat(reg, st, r.heartbeat)
+}
+
+// RegisterHeartbeat is Register with its own heartbeat period.
+func (r *Registry) RegisterHeartbeat(reg *api.AgentServiceRegistration, st Status, every time.Duration) {
+	r.mu.Lock()
+	r.entries[reg.ID] = &entry{reg: reg, status: st, dirty: true, every: every,
+		ttls: map[string]Status{}, ttlDirty: map[string]bool{}}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// SetStatus records the supervisor check's status; Run pushes the newest.
+func (r *Registry) SetStatus(serviceID string, st Status) {
+	r.mu.Lock()
+	if e, ok := r.entries[serviceID]; ok && e.status != st {
+		e.status, e.dirty = st, true
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// SetCheck records the status of another TTL check of the service (an args
+// check run by mariposa).
+func (r *Registry) SetCheck(serviceID, checkID string, st Status) {
+	r.mu.Lock()
+	if e, ok := r.entries[serviceID]; ok && e.ttls[checkID] != st {
+		e.ttls[checkID], e.ttlDirty[checkID] = st, true
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// Resync makes Run check that the agent still has every registration (after
+// an agent restart that lost its state, say).
+func (r *Registry) Resync() {
+	r.mu.Lock()
+	r.resync = true
+	r.mu.Unlock()
+	r.poke()
+}
+
+// Deregister removes the service now, waiting at most until ctx ends. The
+// service is forgotten even when the agent cannot be reached.
+func (r *Registry) Deregister(ctx context.Context, serviceID string) error {
+	r.mu.Lock()
+	delete(r.entries, serviceID)
+	r.mu.Unlock()
+	var err error
+	for {
+		if err = r.agent.ServiceDeregisterOpts(serviceID, (&api.QueryOptions{}).WithContext(ctx)); err == nil || isNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Run pushes registrations and statuses until ctx ends.
+func (r *Registry) Run(ctx context.Context) {
+	// A fine tick; each entry is refreshed on its own period.
+	tick := time.NewTicker(min(r.heartbeat, 250*time.Millisecond))
+	defer tick.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		case <-tick.C:
+			r.markStale()
+		case <-retry.C:
+		}
+		if err := r.sync(ctx); err != nil {
+			failures++
+			// Capped so registrations are back soon after the agent is.
+			d := min(50*time.Millisecond<<min(failures, 5), time.Second)
+			if failures == 1 || failures%30 == 0 {
+				r.log.Warn("cannot reach the Consul agent; will retry", "error", err, "retry_in", d)
+			}
+			retry.Reset(d)
+		} else {
+			if failures > 0 {
+				r.log.Info("Consul agent reachable again")
+			}
+			failures = 0
+		}
+	}
+}
+
+func (r *Registry) markStale() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	for _, e := range r.entries {
+		if !e.pushedAt.After(now.Add(-e.every)) {
+			e.dirty = true
+			for id := range e.ttls {
+				e.ttlDirty[id] = true
+			}
+		}
+	}
+}
+
+// sync does the work for every entry that needs it; the first error stops
+// the round and Run retries.
+func (r *Registry) sync(ctx context.Context) error {
+	r.mu.Lock()
+	resync := r.resync
+	r.resync = false
+	r.mu.Unlock()
+	if resync {
+		have, err := r.agent.ServicesWithFilterOpts("", (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			r.mu.Lock()
+			r.resync = true
+			r.mu.Unlock()
+			return err
+		}
+		r.mu.Lock()
+		for id, e := range r.entries {
+			if _, ok := have[id]; !ok && e.registered {
+				r.log.Info("service missing from the agent; registering again", "service_id", id)
+				e.registered = false
+			}
+		}
+		r.mu.Unlock()
+	}
+	for _, id := range r.ids() {
+		r.mu.Lock()
+		e, ok := r.entries[id]
+		if !ok {
+			r.mu.Unlock()
+			continue
+		}
+		reg, registered, st, dirty := e.reg, e.registered, e.status, e.dirty
+		r.mu.Unlock()
+
+		if !registered {
+			// The supervisor check carries its current status from the start.
+			reg.Checks[len(reg.Checks)-1].Status = st.Health
+			err := r.agent.ServiceRegisterOpts(reg, api.ServiceRegisterOpts{ReplaceExistingChecks: true}.WithContext(ctx))
+			if err != nil {
+				return err
+			}
+			r.log.Debug("registered", "service_id", id)
+			r.mu.Lock()
+			if e2 := r.entries[id]; e2 == e {
+				e.registered = true
+				e.pushed = Status{Health: st.Health}
+				for cid := range e.ttls {
+					e.ttlDirty[cid] = true
+				}
+			}
+			r.mu.Unlock()
+			dirty = true
+		}
+		if dirty {
+			r.mu.Lock()
+			prev := e.pushed
+			r.mu.Unlock()
+			if err := r.update(ctx, id, SupervisorCheckID(id), st); err != nil {
+				return err
+			}
+			if prev.Health == st.Health && prev.Output != st.Output {
+				if err := r.publishOutput(ctx, reg, st); err != nil {
+					return err
+				}
+			}
+			r.mu.Lock()
+			if e.status == st {
+				e.dirty = false
+			}
+			e.pushed = st
+			e.pushedAt = time.Now()
+			r.mu.Unlock()
+		}
+		r.mu.Lock()
+		var pending []string
+		for cid, d := range e.ttlDirty {
+			if d {
+				pending = append(pending, cid)
+			}
+		}
+		r.mu.Unlock()
+		for _, cid := range pending {
+			r.mu.Lock()
+			cst := e.ttls[cid]
+			r.mu.Unlock()
+			if err := r.update(ctx, id, cid, cst); err != nil {
+				return err
+			}
+			r.mu.Lock()
+			if e.ttls[cid] == cst {
+				e.ttlDirty[cid] = false
+			}
+			r.mu.Unlock()
+		}
+	}
+	return nil
+}
+
+func (r *Registry) update(ctx context.Context, serviceID, checkID string, st Status) error {
+	err := r.agent.UpdateTTLOpts(checkID, truncate(st.Output, 4000), st.Health, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil && isNotFound(err) {
+		// The agent lost the check (restarted without state): register again.
+		r.mu.Lock()
+		if e, ok := r.entries[serviceID]; ok {
+			e.registered = false
+		}
+		r.mu.Unlock()
+		r.poke()
+		return nil
+	}
+	return err
+}
+
+// publishOutput writes the supervisor check's output to the catalog. The
+// agent syncs a status change at once but holds an output-only change for up
+// to check_update_interval (5m by default), and "restarting in 2s" turning
+// into "failed: 10 restarts in 5m" must not wait that long. The agent's own
+// copy already has the same output (UpdateTTL), so anti-entropy agrees with
+// this write. SkipNodeUpdate keeps the node untouched, so service:write is
+// all the ACL this needs.
+func (r *Registry) publishOutput(ctx context.Context, reg *api.AgentServiceRegistration, st Status) error {
+	sup := reg.Checks[len(reg.Checks)-1]
+	_, err := r.catalog.Register(&api.CatalogRegistration{
+		Node:           r.node,
+		Address:        r.addr,
+		SkipNodeUpdate: true,
+		Check: &api.AgentCheck{
+			Node: r.node, CheckID: sup.CheckID, Name: sup.Name, Notes: sup.Notes, Type: "ttl",
+			Status: st.Health, Output: truncate(st.Output, 4000), ServiceID: reg.ID, ServiceName: reg.Name,
+		},
+	}, (&api.WriteOptions{}).WithContext(ctx))
+	return err
+}
+
+func (r *Registry) ids() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]string, 0, len(r.entries))
+	for id := range r.entries {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// Registered reports whether serviceID is currently registered.
+func (r *Registry) Registered(serviceID string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[serviceID]
+	return ok && e.registered
+}
+
+func isNotFound(err error) bool {
+	var se api.StatusError
+	if errors.As(err, &se) && se.Code == 404 {
+		return true
+	}
+	s := err.Error()
+	return strings.Contains(s, "404") || strings.Contains(s, "Unknown check") ||
+		strings.Contains(s, "Unknown service") || strings.Contains(s, "does not have associated TTL")
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
+}

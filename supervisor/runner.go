@@ -1,0 +1,354 @@
+package supervisor
+
+import (
+	"context"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// Options configure a Runner.
+type Options struct {
+	Client *api.Client
+	Logger hclog.Logger
+	// Sink receives the children's output; nil discards it.
+	Sink *proc.Sink
+	// LivenessTTL is the TTL of mariposa's own liveness check (default 3s).
+	LivenessTTL time.Duration
+	// SupervisorTTL is the TTL of each service's supervisor check (default
+	// 30s); it is refreshed at a third of that.
+	SupervisorTTL time.Duration
+	// Environ is the base environment of children (default os.Environ()).
+	Environ []string
+}
+
+// Runner supervises every service of one configuration on this node.
+type Runner struct {
+	cfg  *schema.Config
+	opts Options
+	log  hclog.Logger
+
+	mu        sync.Mutex
+	instances map[string]*Instance
+	order     []string // service names in start order
+	node      string
+	ready     chan struct{}
+	killOnce  sync.Once
+	killc     chan struct{}
+}
+
+// New returns a runner for cfg.
+func New(cfg *schema.Config, o Options) *Runner {
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
+	}
+	if o.LivenessTTL == 0 {
+		o.LivenessTTL = 3 * time.Second
+	}
+	if o.SupervisorTTL == 0 {
+		o.SupervisorTTL = 30 * time.Second
+	}
+	if o.Environ == nil {
+		o.Environ = os.Environ()
+	}
+	return &Runner{cfg: cfg, opts: o, log: o.Logger, instances: map[string]*Instance{},
+		ready: make(chan struct{}), killc: make(chan struct{})}
+}
+
+// Ready is closed once every instance has been started.
+func (r *Runner) Ready() <-chan struct{} { return r.ready }
+
+// Node is the node name services are registered under (valid after Ready).
+func (r *Runner) Node() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.node
+}
+
+// Instance returns the named service's instance, or nil.
+func (r *Runner) Instance(name string) *Instance {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.instances[name]
+}
+
+// Snapshots lists every instance's state in start order.
+func (r *Runner) Snapshots() []Snapshot {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []Snapshot
+	for _, n := range r.order {
+		out = append(out, r.instances[n].Snapshot())
+	}
+	return out
+}
+
+// Signal forwards sig to every running child's process group.
+func (r *Runner) Signal(sig syscall.Signal) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, in := range r.instances {
+		in.Signal(sig)
+	}
+}
+
+// Kill turns a graceful stop into an immediate one: no drain, no grace,
+// SIGKILL to every process group.
+func (r *Runner) Kill() {
+	r.killOnce.Do(func() {
+		close(r.killc)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, in := range r.instances {
+			in.Kill()
+		}
+	})
+}
+
+// Run starts everything and supervises until ctx ends, then stops every
+// service in reverse dependency order, deregisters, and returns.
+func (r *Runner) Run(ctx context.Context) error {
+	node, addr := r.agentIdentity(ctx)
+	r.mu.Lock()
+	r.node = node
+	r.mu.Unlock()
+	log := r.log.With("node", node)
+
+	bg, stopBG := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { stopBG(); wg.Wait() }()
+	goBG := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
+
+	reg := checks.NewRegistry(r.opts.Client, node, addr, log, r.opts.SupervisorTTL/3)
+	goBG(func() { reg.Run(bg) })
+
+	// mariposa's own liveness: mariposa.service.consul lists live supervisors.
+	selfID := "mariposa-" + node
+	reg.RegisterHeartbeat(&api.AgentServiceRegistration{
+		ID: selfID, Name: "mariposa", Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue},
+		Checks: api.AgentServiceChecks{{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
+			TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}},
+	}, checks.Status{Health: api.HealthPassing, Output: "alive"}, r.opts.LivenessTTL/3)
+
+	order := startOrder(r.cfg)
+	base := childBaseEnv(r.opts.Environ)
+	for _, name := range order {
+		svc := r.cfg.Service(name)
+		id := checks.ServiceID(svc, node)
+		in := newInstance(svc, id, childEnv(base, svc, id, node, addr), log, reg, r.opts.Sink)
+		reg.Register(checks.Registration(svc, node, checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL}),
+			checks.Status{Health: api.HealthCritical, Output: "starting"})
+		r.mu.Lock()
+		r.instances[name] = in
+		r.order = append(r.order, name)
+		r.mu.Unlock()
+	}
+
+	w := &checks.Watcher{Client: r.opts.Client, Node: node, Log: log.Named("health"),
+		OnChange: func(h checks.NodeHealth) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, in := range r.instances {
+				in.deliverHealth(h)
+			}
+			for _, in := range r.instances {
+				if _, ok := h.Services[in.id]; !ok && reg.Registered(in.id) {
+					reg.Resync()
+					break
+				}
+			}
+		},
+		OnReconnect: reg.Resync,
+	}
+	goBG(func() { w.Run(bg) })
+
+	for _, name := range order {
+		in := r.Instance(name)
+		go in.run()
+	}
+	close(r.ready)
+	log.Info("supervising", "services", len(order))
+
+	<-ctx.Done()
+	log.Info("stopping")
+	r.stopAll(order)
+	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	select {
+	case <-r.killc:
+		cancel()
+	default:
+	}
+	if err := reg.Deregister(dctx, selfID); err != nil {
+		log.Warn("could not deregister mariposa itself", "error", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+// stopAll stops dependents before what they depend on: services that nothing
+// loaded depends on go first, all at once, and so on down.
+func (r *Runner) stopAll(order []string) {
+	levels := stopLevels(r.cfg, order)
+	for _, level := range levels {
+		var wg sync.WaitGroup
+		for _, name := range level {
+			in := r.Instance(name)
+			wg.Add(1)
+			go func() { defer wg.Done(); in.Stop() }()
+		}
+		wg.Wait()
+	}
+}
+
+// agentIdentity asks the local agent for its node name and address. While no
+// agent answers (for up to 2s) it falls back to the hostname, as Consul's
+// own default node name is.
+func (r *Runner) agentIdentity(ctx context.Context) (node, addr string) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		self, err := r.opts.Client.Agent().Self()
+		if err == nil {
+			if cfg, ok := self["Config"]; ok {
+				node, _ = cfg["NodeName"].(string)
+			}
+			if m, ok := self["Member"]; ok {
+				addr, _ = m["Addr"].(string)
+			}
+			if node != "" {
+				return node, addr
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			h, _ := os.Hostname()
+			r.log.Warn("no Consul agent answered; using the hostname as node name", "node", h, "error", err)
+			return h, ""
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// startOrder sorts services so that each comes after the loaded services it
+// depends on (validation already rejected cycles), keeping file order
+// otherwise.
+func startOrder(cfg *schema.Config) []string {
+	var order []string
+	done := map[string]bool{}
+	var visit func(s *schema.Service, depth int)
+	visit = func(s *schema.Service, depth int) {
+		if done[s.Name] || depth > len(cfg.Services) {
+			return
+		}
+		for _, d := range s.Depends {
+			if dep := cfg.Service(d.Service); dep != nil && dep != s {
+				visit(dep, depth+1)
+			}
+		}
+		if !done[s.Name] {
+			done[s.Name] = true
+			order = append(order, s.Name)
+		}
+	}
+	for _, s := range cfg.Services {
+		visit(s, 0)
+	}
+	return order
+}
+
+// stopLevels groups services for stopping: a service stops only after every
+// loaded service that depends on it has stopped.
+func stopLevels(cfg *schema.Config, order []string) [][]string {
+	level := map[string]int{}
+	// In reverse start order every dependent is placed before its
+	// dependencies, so one pass suffices.
+	maxLevel := 0
+	for i := len(order) - 1; i >= 0; i-- {
+		name := order[i]
+		l := 0
+		for _, other := range cfg.Services {
+			for _, d := range other.Depends {
+				if d.Service == name && other.Name != name {
+					if lv, ok := level[other.Name]; ok && lv+1 > l {
+						l = lv + 1
+					}
+				}
+			}
+		}
+		level[name] = l
+		maxLevel = max(maxLevel, l)
+	}
+	levels := make([][]string, maxLevel+1)
+	for _, name := range order {
+		levels[level[name]] = append(levels[level[name]], name)
+	}
+	for _, l := range levels {
+		sort.Strings(l)
+	}
+	return levels
+}
+
+// childBaseEnv is mariposa's environment without Consul credentials.
+func childBaseEnv(environ []string) []string {
+	var out []string
+	for _, kv := range environ {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == "CONSUL_HTTP_TOKEN" || k == "CONSUL_HTTP_TOKEN_FILE" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// childEnv adds the service's env and the MARIPOSA_* variables. Later
+// entries win, so ours override inherited ones.
+func childEnv(base []string, svc *schema.Service, id, node, agentAddr string) []string {
+	env := append([]string{}, base...)
+	keys := make([]string, 0, len(svc.Env))
+	for k := range svc.Env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+svc.Env[k])
+	}
+	addr := svc.Address
+	if addr == "" {
+		addr = agentAddr
+	}
+	env = append(env,
+		"MARIPOSA_SERVICE="+svc.Name,
+		"MARIPOSA_SERVICE_ID="+id,
+		"MARIPOSA_NODE="+node,
+		"MARIPOSA_PORT="+strconv.Itoa(svc.Port),
+		"MARIPOSA_ADDRESS="+addr,
+	)
+	return dedupeEnv(env)
+}
+
+// dedupeEnv keeps the last value of each key, in first-seen order.
+func dedupeEnv(env []string) []string {
+	idx := map[string]int{}
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if i, ok := idx[k]; ok {
+			out[i] = kv
+			continue
+		}
+		idx[k] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
