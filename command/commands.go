@@ -1,0 +1,16 @@
+// Package command holds mariposa's CLI commands, one file per command.
+package command
+
+import (
+	"github.com/mitchellh/cli"
+)
+
+// Commands returns the factories for every mariposa command.
+func Commands(ui cli.Ui) map[string]cli.CommandFactory {
+	return map[string]cli.CommandFactory{
+		"run":      func() (cli.Command, error) { return &RunCommand{UI: ui}, nil },
+		"validate": func() (cli.Command, error) { return &ValidateCommand{UI: ui}, nil },
+		"fmt":      func() (cli.Command, error) { return &FmtCommand{UI: ui}, nil },
+		"version":  func() (cli.Command, error) { return &VersionCommand{UI: ui}, nil },
+	}
+}

@@ -1,0 +1,236 @@
+package command
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+	"github.com/mitchellh/cli"
+
+	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/schema"
+	"github.com/mariposa-sh/mariposa/supervisor"
+)
+
+// RunCommand runs services in the foreground.
+type RunCommand struct {
+	UI cli.Ui
+
+	// Signals, when set, replaces the process's signal delivery (tests).
+	Signals chan os.Signal
+	// Stderr receives the log (default os.Stderr).
+	Stderr interface{ Write([]byte) (int, error) }
+}
+
+func (c *RunCommand) Synopsis() string { return "Runs and supervises services from HCL files" }
+
+func (c *RunCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: mariposa run [options] PATH...
+
+  Registers each service in the HCL files (a directory means every *.hcl in
+  it) with the local Consul agent, starts its process and supervises it until
+  SIGINT or SIGTERM. A second SIGINT kills every process group at once.
+  SIGUSR1 and SIGUSR2 are forwarded to the children.
+
+Options:
+
+  -consul-addr=ADDR    Consul HTTP API address (default $CONSUL_HTTP_ADDR or
+                       127.0.0.1:8500).
+  -token=TOKEN         ACL token (default $CONSUL_HTTP_TOKEN or
+                       $CONSUL_HTTP_TOKEN_FILE). Never passed to children.
+  -ca-file, -client-cert, -client-key, -tls-server-name
+                       TLS to the agent (defaults from CONSUL_CACERT,
+                       CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY,
+                       CONSUL_TLS_SERVER_NAME).
+  -var NAME=VALUE      Set a variable; repeatable. MARIPOSA_VAR_NAME works too.
+  -log-level=LEVEL     trace, debug, info (default), warn, error.
+  -log-json            Log JSON lines.
+  -liveness-ttl=3s     TTL of mariposa's own liveness check.
+  -dev                 If no Consul agent answers, start a local dev agent
+                       (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
+                       of "make consul", or PATH) and stop it on exit.
+`)
+}
+
+type varFlags map[string]string
+
+func (v varFlags) String() string { return "" }
+func (v varFlags) Set(s string) error {
+	k, val, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("-var wants NAME=VALUE, got %q", s)
+	}
+	v[k] = val
+	return nil
+}
+
+func (c *RunCommand) Run(args []string) int {
+	vars := varFlags{}
+	var (
+		addr, token, caFile, cert, key, sni, level string
+		logJSON, dev                               bool
+		liveness                                   time.Duration
+	)
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Usage = func() { c.UI.Error(c.Help()) }
+	fs.StringVar(&addr, "consul-addr", "", "")
+	fs.StringVar(&token, "token", "", "")
+	fs.StringVar(&caFile, "ca-file", "", "")
+	fs.StringVar(&cert, "client-cert", "", "")
+	fs.StringVar(&key, "client-key", "", "")
+	fs.StringVar(&sni, "tls-server-name", "", "")
+	fs.Var(vars, "var", "")
+	fs.StringVar(&level, "log-level", "info", "")
+	fs.BoolVar(&logJSON, "log-json", false, "")
+	fs.BoolVar(&dev, "dev", false, "")
+	fs.DurationVar(&liveness, "liveness-ttl", 3*time.Second, "")
+	if err := fs.Parse(args); err != nil {
+		return 1
+	}
+	paths := fs.Args()
+	if len(paths) == 0 {
+		c.UI.Error("mariposa run: no service files given\n\n" + c.Help())
+		return 1
+	}
+	if hclog.LevelFromString(level) == hclog.NoLevel {
+		c.UI.Error(fmt.Sprintf("mariposa run: unknown -log-level %q (trace, debug, info, warn, error)", level))
+		return 1
+	}
+
+	cfg, diags := schema.Load(paths, schema.LoadOptions{Vars: vars})
+	if diags.HasErrors() {
+		var b strings.Builder
+		_ = diags.WriteText(&b, 100, false)
+		c.UI.Error(strings.TrimRight(b.String(), "\n"))
+		return 1
+	}
+
+	stderr := c.Stderr
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: "mariposa", Level: hclog.LevelFromString(level),
+		JSONFormat: logJSON, Output: stderr, TimeFormat: "2006-01-02T15:04:05.000Z0700"})
+	if diags.Len() > 0 {
+		var b strings.Builder
+		_ = diags.WriteText(&b, 100, false)
+		log.Warn("configuration warnings\n" + b.String())
+	}
+
+	// As PID 1 (in a container) we inherit every orphan: reap them.
+	if os.Getpid() == 1 {
+		proc.EnableReaper()
+		log.Info("running as PID 1: reaping orphaned processes")
+	}
+
+	sigs := c.Signals
+	if sigs == nil {
+		sigs = make(chan os.Signal, 8)
+		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
+		defer signal.Stop(sigs)
+	}
+
+	ccfg := api.DefaultConfig()
+	if addr != "" {
+		ccfg.Address = addr
+	}
+	if token != "" {
+		ccfg.Token = token
+	}
+	if caFile != "" {
+		ccfg.TLSConfig.CAFile = caFile
+	}
+	if cert != "" {
+		ccfg.TLSConfig.CertFile = cert
+	}
+	if key != "" {
+		ccfg.TLSConfig.KeyFile = key
+	}
+	if sni != "" {
+		ccfg.TLSConfig.Address = sni
+	}
+	client, err := api.NewClient(ccfg)
+	if err != nil {
+		c.UI.Error("mariposa run: consul client: " + err.Error())
+		return 1
+	}
+
+	var devAgent *devConsul
+	if dev && !agentAnswers(client) {
+		devAgent, err = startDevConsul(ccfg.Address, log)
+		if err != nil {
+			c.UI.Error("mariposa run -dev: " + err.Error())
+			return 1
+		}
+		defer devAgent.stop()
+	}
+
+	sink := proc.NewSink(4096, childWriter(log), func(n int64) {
+		log.Warn("log sink fell behind; dropped child output lines", "dropped", n)
+	})
+	defer sink.Close()
+
+	r := supervisor.New(cfg, supervisor.Options{Client: client, Logger: log, Sink: sink, LivenessTTL: liveness})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+
+	stopping := false
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				log.Error("supervisor failed", "error", err)
+				return 1
+			}
+			return 0
+		case s := <-sigs:
+			switch s {
+			case syscall.SIGINT, syscall.SIGTERM:
+				if stopping {
+					log.Warn("second signal: killing every process now", "signal", s)
+					r.Kill()
+					continue
+				}
+				stopping = true
+				log.Info("stopping; send the signal again to kill at once", "signal", s)
+				cancel()
+			case syscall.SIGHUP:
+				log.Warn("SIGHUP: reloading is not implemented yet; configuration unchanged")
+			case syscall.SIGUSR1, syscall.SIGUSR2:
+				r.Signal(s.(syscall.Signal))
+			}
+		}
+	}
+}
+
+// childWriter logs child output lines, one named logger per service.
+func childWriter(log hclog.Logger) func(proc.Line) {
+	var mu sync.Mutex
+	named := map[string]hclog.Logger{}
+	return func(l proc.Line) {
+		mu.Lock()
+		lg, ok := named[l.Name]
+		if !ok {
+			lg = log.Named(l.Name)
+			named[l.Name] = lg
+		}
+		mu.Unlock()
+		lg.Info(l.Text, "stream", l.Stream)
+	}
+}
+
+func agentAnswers(c *api.Client) bool {
+	_, err := c.Status().Leader()
+	return err == nil
+}
