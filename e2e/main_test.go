@@ -1,0 +1,177 @@
+// Package e2e runs the mariposa binary against real Consul agents and
+// asserts what a user would see: the catalog, health, DNS, processes, files.
+package e2e
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+var (
+	mariposaBin string
+	childBin    string
+)
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "mariposa-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	mariposaBin = filepath.Join(dir, "mariposa")
+	childBin = filepath.Join(dir, "testchild")
+	for out, pkg := range map[string]string{mariposaBin: "..", childBin: "../internal/testchild"} {
+		args := []string{"build", "-o", out}
+		if raceEnabled {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", pkg, err)
+			os.Exit(1)
+		}
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// lockedBuffer collects mariposa's output for assertions and failure logs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// mariposa is one running `mariposa run`.
+type mariposa struct {
+	cmd  *exec.Cmd
+	out  *lockedBuffer
+	done chan struct{}
+	err  error
+}
+
+// writeHCL writes the service file into a fresh directory and returns its
+// path.
+func writeHCL(t *testing.T, text string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "services.hcl")
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startMariposa runs `mariposa run` against agent with the given files.
+func startMariposa(t *testing.T, agent *consultest.Agent, env []string, args ...string) *mariposa {
+	t.Helper()
+	full := append([]string{"run", "-consul-addr", agent.HTTPAddr(), "-log-level", "debug"}, args...)
+	cmd := exec.Command(mariposaBin, full...)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(), env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	m := &mariposa{cmd: cmd, out: out, done: make(chan struct{})}
+	go func() { m.err = cmd.Wait(); close(m.done) }()
+	t.Cleanup(func() {
+		if !m.exited() {
+			_ = cmd.Process.Kill()
+			<-m.done
+		}
+		if t.Failed() {
+			t.Logf("mariposa output:\n%s", out.String())
+		}
+	})
+	return m
+}
+
+func (m *mariposa) exited() bool {
+	select {
+	case <-m.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends sig and waits for mariposa to exit, returning its exit code.
+func (m *mariposa) stop(t *testing.T, sig syscall.Signal, timeout time.Duration) int {
+	t.Helper()
+	_ = m.cmd.Process.Signal(sig)
+	select {
+	case <-m.done:
+	case <-time.After(timeout):
+		t.Fatalf("mariposa did not exit within %s of %s", timeout, sig)
+	}
+	return m.cmd.ProcessState.ExitCode()
+}
+
+// waitFor fails the test unless cond holds before the deadline; describe
+// says what was last seen.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	var last string
+	if !consultest.WaitFor(timeout, func() bool {
+		ok, seen := cond()
+		last = seen
+		return ok
+	}) {
+		t.Fatalf("timed out after %s waiting for %s; last seen: %s", timeout, what, last)
+	}
+}
+
+// serviceEntries returns the health entries of a service (any status).
+func serviceEntries(c *api.Client, name string) []*api.ServiceEntry {
+	es, _, err := c.Health().Service(name, "", false, nil)
+	if err != nil {
+		return nil
+	}
+	return es
+}
+
+func checkByID(e *api.ServiceEntry, id string) *api.HealthCheck {
+	for _, c := range e.Checks {
+		if c.CheckID == id {
+			return c
+		}
+	}
+	return nil
+}
+
+// supervisorPID parses "running (pid N)" from the supervisor check output.
+func supervisorPID(out string) int {
+	var pid int
+	if i := strings.Index(out, "(pid "); i >= 0 {
+		fmt.Sscanf(out[i:], "(pid %d)", &pid)
+	}
+	return pid
+}
+
+func freePort(t *testing.T) int { return consultest.FreePorts(t, 1)[0] }
