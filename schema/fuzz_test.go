@@ -22,7 +22,7 @@ func fuzzSeeds() []string {
 		"service \"\xff\xfe\" { command = [\"\xc3\x28\"] }",
 		"\xEF\xBB\xBFservice \"a\" {\r\n  command = [\"x\"]\r\n}\r\n",
 		"service \"a\" {\r\n  command = [\"x\"]\r\n  port = 1\r\n}",
-		`service "a" { command = ["` + strings.Repeat("x", 100000) + `"] }`,
+		`service "a" { command = ["` + strings.Repeat("x", 20000) + `"] }`,
 		"x = " + deep,
 		"service \"a\" { command = " + deep + " }",
 		"service \"a\" { env = " + deepObj + " }",
