@@ -408,6 +408,10 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 	if t.ChangeMode == "signal" && t.Signal == 0 {
 		t.Signal = signals["SIGHUP"]
 	}
+	if attr, aok := attrs["signal"]; aok && hasMode && t.ChangeMode != "signal" {
+		l.warnf(attr.NameRange, "Signal not used",
+			`The template's signal is only sent with change_mode = "signal"; change_mode is %q.`, t.ChangeMode)
+	}
 	if attr, aok := attrs["command"]; aok {
 		if cmd, cok := e.StringList(attr, commandHint); cok {
 			if len(cmd) == 0 || cmd[0] == "" {
@@ -488,9 +492,12 @@ func (l *loader) decodeLeader(e *evaluator, block *hcl.Block, service string) *L
 	content, diags := block.Body.Content(leaderSchema)
 	l.diags = append(l.diags, diags...)
 	attrs := content.Attributes
+	modeOK := true
 	if attr, ok := attrs["mode"]; ok {
 		if s, ok := e.Enum(attr, "Invalid leader mode", leaderModes); ok {
 			ld.Mode = s
+		} else {
+			modeOK = false
 		}
 	}
 	for _, name := range []string{"tag", "follower_tag"} {
@@ -560,6 +567,18 @@ func (l *loader) decodeLeader(e *evaluator, block *hcl.Block, service string) *L
 	}
 	if ld.ChangeMode == "signal" && ld.Signal == 0 {
 		ld.Signal = signals["SIGHUP"]
+	}
+	if attr, ok := attrs["signal"]; ok && ld.ChangeMode != "signal" {
+		l.warnf(attr.NameRange, "Signal not used",
+			`The leader's signal is only sent with change_mode = "signal"; change_mode is %q.`, ld.ChangeMode)
+	}
+	if ld.Mode == "standby" && modeOK {
+		for _, name := range []string{"tag", "follower_tag", "change_mode"} {
+			if attr, ok := attrs[name]; ok {
+				l.warnf(attr.NameRange, "Not used in standby mode",
+					`%s only applies with mode = "tag": in standby mode only the leader runs and is registered.`, name)
+			}
+		}
 	}
 	return ld
 }

@@ -1,0 +1,70 @@
+package schema
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestWarnings(t *testing.T) {
+	tests := []struct {
+		name string
+		src  string
+		want []string // warning summaries, in order
+	}{
+		{"on_unhealthy without checks", `service "a" {
+  command = ["a"]
+  restart { on_unhealthy = true }
+}`, []string{"No checks to act on"}},
+		{"template signal without signal mode", `service "a" {
+  command = ["a"]
+  template {
+    contents    = "x"
+    destination = "x"
+    change_mode = "noop"
+    signal      = "HUP"
+  }
+}`, []string{"Signal not used"}},
+		{"leader options in standby mode", `service "a" {
+  command = ["a"]
+  leader {
+    tag         = "boss"
+    change_mode = "signal"
+  }
+}`, []string{"Not used in standby mode", "Not used in standby mode"}},
+		{"leader signal without signal mode", `service "a" {
+  command = ["a"]
+  leader {
+    mode   = "tag"
+    signal = "USR1"
+  }
+}`, []string{"Signal not used"}},
+		{"no warnings", `service "a" {
+  command = ["a"]
+  check "c" {
+    ttl = "10s"
+  }
+  restart { on_unhealthy = true }
+}`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg, diags := loadSrc(t, t.TempDir(), tt.src, LoadOptions{Environ: []string{}})
+			if diags.HasErrors() || cfg == nil {
+				t.Fatalf("errors: %s", diags.Error())
+			}
+			var got []string
+			for _, d := range diags.All() {
+				if d.Severity != "warning" || d.Range == nil {
+					t.Errorf("unexpected %+v", d)
+				}
+				got = append(got, d.Summary)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("warnings = %q, want %q", got, tt.want)
+			}
+			if diags.WarningCount() != len(tt.want) || diags.ErrorCount() != 0 {
+				t.Errorf("counts: %d warnings, %d errors", diags.WarningCount(), diags.ErrorCount())
+			}
+		})
+	}
+}
