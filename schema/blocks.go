@@ -17,7 +17,7 @@ const maxCount = math.MaxInt32
 
 func (l *loader) decodeCheck(e *evaluator, block *hcl.Block) *Check {
 	c := &Check{Name: block.Labels[0], Interval: 10 * time.Second, Timeout: 5 * time.Second}
-	content, diags := block.Body.Content(checkSchema)
+	content, diags := bodyContent(block.Body, checkSchema)
 	l.diags = append(l.diags, diags...)
 	attrs := content.Attributes
 
@@ -170,7 +170,7 @@ func (l *loader) decodeRestart(e *evaluator, block *hcl.Block, hasChecks bool) R
 	if block == nil {
 		return r
 	}
-	content, diags := block.Body.Content(restartSchema)
+	content, diags := bodyContent(block.Body, restartSchema)
 	l.diags = append(l.diags, diags...)
 	attrs := content.Attributes
 	if attr, ok := attrs["policy"]; ok {
@@ -259,7 +259,7 @@ func (l *loader) decodeRestart(e *evaluator, block *hcl.Block, hasChecks bool) R
 func (l *loader) decodeDependency(e *evaluator, block *hcl.Block) *Dependency {
 	label := block.Labels[0]
 	d := &Dependency{Name: label, Service: label, OnLost: "ignore", EnvPrefix: defaultEnvPrefix(label)}
-	content, diags := block.Body.Content(dependsSchema)
+	content, diags := bodyContent(block.Body, dependsSchema)
 	l.diags = append(l.diags, diags...)
 	attrs := content.Attributes
 	if attr, ok := attrs["service"]; ok {
@@ -328,7 +328,7 @@ func defaultEnvPrefix(label string) string {
 
 func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p *parsed) (*Template, hcl.Range) {
 	t := &Template{Perms: 0o644, ChangeMode: "restart"}
-	content, diags := block.Body.Content(templateSchema)
+	content, diags := bodyContent(block.Body, templateSchema)
 	l.diags = append(l.diags, diags...)
 	attrs := content.Attributes
 	ok := !diags.HasErrors()
@@ -489,7 +489,7 @@ func (l *loader) decodeLeader(e *evaluator, block *hcl.Block, service string) *L
 		LockDelay:   time.Second,
 		ChangeMode:  "restart",
 	}
-	content, diags := block.Body.Content(leaderSchema)
+	content, diags := bodyContent(block.Body, leaderSchema)
 	l.diags = append(l.diags, diags...)
 	attrs := content.Attributes
 	modeOK := true

@@ -106,7 +106,7 @@ func load(srcs []source, opts LoadOptions) (*Config, *Diagnostics) {
 		return nil, l.result()
 	}
 	for _, p := range ps {
-		content, diags := p.file.Body.Content(rootSchema)
+		content, diags := bodyContent(p.file.Body, rootSchema)
 		l.diags = append(l.diags, diags...)
 		p.content = content
 	}
@@ -207,7 +207,7 @@ func (l *loader) decodeGroup(e *evaluator, block *hcl.Block, p *parsed) {
 	} else {
 		l.groups[name] = block.DefRange
 	}
-	content, diags := block.Body.Content(groupSchema)
+	content, diags := bodyContent(block.Body, groupSchema)
 	l.diags = append(l.diags, diags...)
 	g := &Group{Name: name}
 	for _, attr := range content.Attributes {
@@ -249,7 +249,7 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		l.errorf(block.LabelRanges[0], "Reserved service name",
 			`Every mariposa registers itself in Consul as the service "mariposa"; choose another name.`)
 	}
-	content, diags := block.Body.Content(serviceSchema)
+	content, diags := bodyContent(block.Body, serviceSchema)
 	l.diags = append(l.diags, diags...)
 	attrs := content.Attributes
 
@@ -427,7 +427,7 @@ func (l *loader) decodeStop(e *evaluator, block *hcl.Block) Stop {
 	if block == nil {
 		return s
 	}
-	content, diags := block.Body.Content(stopSchema)
+	content, diags := bodyContent(block.Body, stopSchema)
 	l.diags = append(l.diags, diags...)
 	if attr, ok := content.Attributes["signal"]; ok {
 		if sig, ok := e.Signal(attr); ok {

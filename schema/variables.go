@@ -34,7 +34,7 @@ func (l *loader) decodeVariable(block *hcl.Block, src *parsed) *variable {
 			"%q is not a valid variable name: use letters, digits, underscores and dashes, starting with a letter.", v.name)
 		return nil
 	}
-	content, diags := block.Body.Content(variableSchema)
+	content, diags := bodyContent(block.Body, variableSchema)
 	l.diags = append(l.diags, diags...)
 	e := l.evaluatorFor(src, nil)
 	if attr, ok := content.Attributes["description"]; ok {
