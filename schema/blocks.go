@@ -71,14 +71,7 @@ func (l *loader) decodeCheck(e *evaluator, block *hcl.Block) *Check {
 				}
 			}
 		case CheckArgs:
-			if args, ok := e.StringList(attr, ""); ok {
-				if len(args) == 0 || args[0] == "" {
-					l.errorf(attr.Expr.Range(), "Empty command",
-						`The args check needs a program to run, such as ["/usr/local/bin/check-web"].`)
-				} else {
-					c.Args = args
-				}
-			}
+			c.Args, _ = e.Argv(attr, "The args check needs a program to run.")
 		case CheckTTL:
 			if d, ok := e.Duration(attr); ok {
 				if d <= 0 {
@@ -413,13 +406,7 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 			`The template's signal is only sent with change_mode = "signal"; change_mode is %q.`, t.ChangeMode)
 	}
 	if attr, aok := attrs["command"]; aok {
-		if cmd, cok := e.StringList(attr, commandHint); cok {
-			if len(cmd) == 0 || cmd[0] == "" {
-				l.errorf(attr.Expr.Range(), "Empty command", "The template's change command needs a program to run.%s", commandHint)
-			} else {
-				t.Command = cmd
-			}
-		}
+		t.Command, _ = e.Argv(attr, "The template's change command needs a program to run.")
 	} else if t.ChangeMode == "command" {
 		l.errorf(modeAttr.Expr.Range(), "Missing change command",
 			`change_mode = "command" runs the template's command after each change; set command = ["program", "arg"].`)

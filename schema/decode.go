@@ -254,14 +254,7 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 	attrs := content.Attributes
 
 	if attr, ok := attrs["command"]; ok {
-		if cmd, ok := e.StringList(attr, commandHint); ok {
-			if len(cmd) == 0 || cmd[0] == "" {
-				l.errorf(attr.Expr.Range(), "Empty command",
-					"Service %q needs a command to run: a list whose first element is the program.%s", name, commandHint)
-			} else {
-				svc.Command = cmd
-			}
-		}
+		svc.Command, _ = e.Argv(attr, fmt.Sprintf("Service %q needs a command to run: a list whose first element is the program.", name))
 	}
 	if attr, ok := attrs["id"]; ok {
 		if id, ok := e.String(attr); ok {

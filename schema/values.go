@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -153,6 +154,27 @@ func (e *evaluator) StringList(attr *hcl.Attribute, hint string) ([]string, bool
 		out = append(out, ev.AsString())
 	}
 	return out, true
+}
+
+// Argv decodes a command line: a non-empty list of strings whose first
+// element (the program) is not empty, without NUL bytes, which exec cannot
+// pass. what says whose command it is, for the "Empty command" detail.
+func (e *evaluator) Argv(attr *hcl.Attribute, what string) ([]string, bool) {
+	argv, ok := e.StringList(attr, commandHint)
+	if !ok {
+		return nil, false
+	}
+	if len(argv) == 0 || argv[0] == "" {
+		e.errorf(attr.Expr.Range(), "Empty command", "%s%s", what, commandHint)
+		return nil, false
+	}
+	for _, a := range argv {
+		if strings.ContainsRune(a, 0) {
+			e.errorf(attr.Expr.Range(), "Invalid command", "Argument %q contains a NUL byte, which no process can receive.", a)
+			return nil, false
+		}
+	}
+	return argv, true
 }
 
 // StringMap decodes a map (or object) of strings.

@@ -44,3 +44,10 @@ service "null-elements" {
   command = ["a", null]   # ERROR: Invalid list element
   env     = { A = null }  # ERROR: Invalid map element
 }
+
+service "nul-byte" {
+  command = ["/bin/echo", "a\u0000b"] # ERROR: Invalid command
+  check "script" {
+    args = ["check", "\u0000"]        # ERROR: Invalid command
+  }
+}
