@@ -1,0 +1,165 @@
+package proc
+
+import (
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func collect() (*Sink, func() []Line) {
+	var mu sync.Mutex
+	var lines []Line
+	s := NewSink(1024, func(l Line) { mu.Lock(); lines = append(lines, l); mu.Unlock() }, nil)
+	return s, func() []Line { mu.Lock(); defer mu.Unlock(); return append([]Line{}, lines...) }
+}
+
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in time")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestExitStatusAndOutput(t *testing.T) {
+	sink, lines := collect()
+	defer sink.Close()
+	p, err := Start(Spec{Argv: []string{"sh", "-c", "echo out; echo err >&2; printf 'no newline'; exit 3"}, Output: sink, Name: "svc"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := p.Exit()
+	if e.Code != 3 || e.Signal != 0 || e.Success() || e.String() != "exit 3" {
+		t.Fatalf("exit = %+v (%s)", e, e)
+	}
+	waitUntil(t, 5*time.Second, func() bool { return len(lines()) == 3 })
+	got := map[string]string{}
+	for _, l := range lines() {
+		if l.Name != "svc" {
+			t.Errorf("line name %q", l.Name)
+		}
+		got[l.Text] = l.Stream
+	}
+	if got["out"] != "stdout" || got["err"] != "stderr" || got["no newline"] != "stdout" {
+		t.Fatalf("lines = %v", got)
+	}
+}
+
+func TestKilledBySignal(t *testing.T) {
+	p, err := Start(Spec{Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pgid, _ := syscall.Getpgid(p.Pid); pgid != p.Pid {
+		t.Fatalf("child pgid %d, want its own pid %d", pgid, p.Pid)
+	}
+	_ = p.Signal(syscall.SIGKILL)
+	if e := p.Exit(); e.Signal != syscall.SIGKILL || e.String() != "killed by SIGKILL" {
+		t.Fatalf("exit = %s", e)
+	}
+}
+
+func TestStartFailure(t *testing.T) {
+	if _, err := Start(Spec{Argv: []string{"/nonexistent/program"}}); err == nil {
+		t.Fatal("no error starting a missing program")
+	}
+	if _, err := Start(Spec{}); err == nil {
+		t.Fatal("no error for an empty command")
+	}
+}
+
+// Stop takes the whole group down: grandchildren too, including ones that
+// ignore the stop signal.
+func TestStopKillsTheGroup(t *testing.T) {
+	sink, lines := collect()
+	defer sink.Close()
+	p, err := Start(Spec{Argv: []string{"sh", "-c", `trap "" TERM; (trap "" TERM; yes | tail >/dev/null) & sleep 3600 & echo $!; wait`}, Output: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, func() bool { return len(lines()) == 1 })
+	groupAlive := func() bool { return syscall.Kill(-p.Pid, 0) == nil }
+	if !groupAlive() {
+		t.Fatal("group not running")
+	}
+	start := time.Now()
+	e := p.Stop(syscall.SIGTERM, 300*time.Millisecond)
+	if e.Signal != syscall.SIGKILL {
+		t.Errorf("a shell that ignores TERM should die by SIGKILL, got %s", e)
+	}
+	if time.Since(start) < 300*time.Millisecond {
+		t.Errorf("SIGKILL came before the timeout")
+	}
+	waitUntil(t, 5*time.Second, func() bool { return !groupAlive() })
+}
+
+// A sink whose writer is stuck never blocks the child: lines are dropped
+// and counted, and the child runs to completion.
+func TestBlockedSinkDoesNotBlockChild(t *testing.T) {
+	release := make(chan struct{})
+	var reported sync.WaitGroup
+	reported.Add(1)
+	var once sync.Once
+	var dropped int64
+	s := NewSink(4, func(Line) { <-release }, func(n int64) { dropped = n; once.Do(reported.Done) })
+	p, err := Start(Spec{Argv: []string{"sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line $i; i=$((i+1)); done"}, Output: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatal("child blocked by a stuck log sink")
+	}
+	if !p.Exit().Success() {
+		t.Fatalf("exit %s", p.Exit())
+	}
+	waitUntil(t, 5*time.Second, func() bool { return s.Dropped() > 0 })
+	close(release)
+	reported.Wait()
+	if dropped == 0 {
+		t.Fatal("drops not reported")
+	}
+	s.Close()
+}
+
+func TestLongLinesArriveInPieces(t *testing.T) {
+	sink, lines := collect()
+	defer sink.Close()
+	p, err := Start(Spec{Argv: []string{"sh", "-c", "head -c 200000 /dev/zero | tr '\\0' x; echo"}, Output: sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Exit()
+	waitUntil(t, 5*time.Second, func() bool {
+		n := 0
+		for _, l := range lines() {
+			n += len(l.Text)
+		}
+		return n == 200000
+	})
+	for _, l := range lines() {
+		if len(l.Text) > maxLine || strings.Trim(l.Text, "x") != "" {
+			t.Fatalf("bad piece of %d bytes", len(l.Text))
+		}
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	for in, want := range map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "term": syscall.SIGTERM, "HUP": syscall.SIGHUP, " sigusr1 ": syscall.SIGUSR1} {
+		if got, ok := ParseSignal(in); !ok || got != want {
+			t.Errorf("ParseSignal(%q) = %v, %v", in, got, ok)
+		}
+	}
+	if _, ok := ParseSignal("SIGNOPE"); ok {
+		t.Error("SIGNOPE parsed")
+	}
+	if SignalName(syscall.SIGKILL) != "SIGKILL" {
+		t.Error(SignalName(syscall.SIGKILL))
+	}
+}
