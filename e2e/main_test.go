@@ -77,7 +77,7 @@ type mariposa struct {
 
 // writeHCL writes the service file into a fresh directory and returns its
 // path.
-func writeHCL(t *testing.T, text string) string {
+func writeHCL(t testing.TB, text string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "services.hcl")
 	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
@@ -87,7 +87,7 @@ func writeHCL(t *testing.T, text string) string {
 }
 
 // startMariposa runs `mariposa run` against agent with the given files.
-func startMariposa(t *testing.T, agent *consultest.Agent, env []string, args ...string) *mariposa {
+func startMariposa(t testing.TB, agent *consultest.Agent, env []string, args ...string) *mariposa {
 	t.Helper()
 	full := append([]string{"run", "-consul-addr", agent.HTTPAddr(), "-log-level", "debug"}, args...)
 	cmd := exec.Command(mariposaBin, full...)
@@ -122,7 +122,7 @@ func (m *mariposa) exited() bool {
 }
 
 // stop sends sig and waits for mariposa to exit, returning its exit code.
-func (m *mariposa) stop(t *testing.T, sig syscall.Signal, timeout time.Duration) int {
+func (m *mariposa) stop(t testing.TB, sig syscall.Signal, timeout time.Duration) int {
 	t.Helper()
 	_ = m.cmd.Process.Signal(sig)
 	select {
@@ -135,7 +135,7 @@ func (m *mariposa) stop(t *testing.T, sig syscall.Signal, timeout time.Duration)
 
 // waitFor fails the test unless cond holds before the deadline; describe
 // says what was last seen.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	var last string
 	if !consultest.WaitFor(timeout, func() bool {
@@ -174,4 +174,4 @@ func supervisorPID(out string) int {
 	return pid
 }
 
-func freePort(t *testing.T) int { return consultest.FreePorts(t, 1)[0] }
+func freePort(t testing.TB) int { return consultest.FreePorts(t, 1)[0] }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -19,7 +21,7 @@ func main() {
 		httpAddr   = flag.String("http", "", "serve HTTP on this address (503 while -unhealthy-file exists)")
 		unhealthy  = flag.String("unhealthy-file", "", "answer 503 while this file exists")
 		envFile    = flag.String("env-file", "", "write the environment here at start")
-		stampFile  = flag.String("stamp-file", "", "append 'start|stop PID UNIXNANO' lines here")
+		stampFile  = flag.String("stamp-file", "", "append 'start|stop PID MONOTONIC_NS' lines here (CLOCK_MONOTONIC, shared with the harness)")
 		exitAfter  = flag.Duration("exit-after", 0, "exit after this long")
 		exitCode   = flag.Int("exit-code", 0, "with -exit-after: the exit status")
 		ignoreTerm = flag.Bool("ignore-term", false, "ignore SIGTERM")
@@ -33,7 +35,7 @@ func main() {
 		}
 		f, err := os.OpenFile(*stampFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err == nil {
-			fmt.Fprintf(f, "%s %d %d\n", what, os.Getpid(), time.Now().UnixNano())
+			fmt.Fprintf(f, "%s %d %d\n", what, os.Getpid(), monotonicNanos())
 			f.Close()
 		}
 	}
@@ -91,4 +93,12 @@ func main() {
 			}
 		}
 	}
+}
+
+// monotonicNanos reads CLOCK_MONOTONIC, the clock the benchmark harness uses
+// too, so start and exit times compare across processes.
+func monotonicNanos() int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano()
 }
