@@ -102,6 +102,10 @@ func TestWebsiteExamples(t *testing.T) {
 		case !ex.invalid && diags.Len() > 0:
 			t.Errorf("%s: example has diagnostics:\n%s", where, diags.Error())
 		}
+		// Examples are what users copy: they are in canonical format.
+		if out, fd := Format([]byte(ex.src), "example.hcl"); !fd.HasErrors() && string(out) != ex.src {
+			t.Errorf("%s: example is not formatted; mariposa fmt gives:\n%s", where, out)
+		}
 	}
 }
 
