@@ -136,7 +136,11 @@ func (l *loader) parseRawVar(v *variable, raw, from string) (cty.Value, bool) {
 		}
 		return val, true
 	}
-	expr, diags := hclsyntax.ParseExpression([]byte(raw), from, hcl.InitialPos)
+	diags := checkNesting([]byte(raw), from)
+	var expr hclsyntax.Expression
+	if !diags.HasErrors() {
+		expr, diags = hclsyntax.ParseExpression([]byte(raw), from, hcl.InitialPos)
+	}
 	if !diags.HasErrors() {
 		var val cty.Value
 		val, diags = expr.Value(nil)

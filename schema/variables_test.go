@@ -108,6 +108,8 @@ func TestVariableValues(t *testing.T) {
 			vars: map[string]string{"x": `["a", "b"]`}, want: []string{"a", "b"}},
 		{name: "typed list rejects garbage", decl: `variable "x" { type = list(string) }`, use: `var.x`,
 			vars: map[string]string{"x": `[a`}, errs: []string{"Invalid variable value"}},
+		{name: "typed list too deep", decl: `variable "x" { type = list(any) }`, use: `[]`,
+			vars: map[string]string{"x": strings.Repeat("[", 200000)}, errs: []string{"Invalid variable value"}, detail: "nest more than"},
 		{name: "typed map default", decl: `variable "x" {
   type    = map(string)
   default = { a = "1" }
