@@ -20,14 +20,15 @@ func BenchmarkRestartAfterExit(b *testing.B) {
 	stamps := filepath.Join(b.TempDir(), "stamps")
 	hcl := writeHCL(b, fmt.Sprintf(`
 service "flaky" {
-  command = [%q, "-stamp-file", %q, "-exit-after", "30ms", "-exit-code", "1"]
+  command = [%q]
+  env     = { STAMP_FILE = %q, STAMP_SLEEP_MS = "30", STAMP_EXIT = "1" }
   restart {
     policy   = "always"
     delay    = "0s"
     attempts = 0
   }
 }
-`, childBin, stamps))
+`, stampBin, stamps))
 	for i := 0; i < b.N; i++ {
 		m := startMariposa(b, agent, nil, "-log-level", "warn", hcl)
 		var got []stamp
@@ -49,7 +50,7 @@ service "flaky" {
 				}
 			}
 		}
-		lat.report(b, "process exit -> restarted (delay 0)")
+		lat.report(b, "process exit -> restarted (delay 0, "+stampKind+" child)")
 	}
 }
 

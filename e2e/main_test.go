@@ -22,6 +22,8 @@ import (
 var (
 	mariposaBin string
 	childBin    string
+	stampBin    string
+	stampKind   = "Go"
 )
 
 func TestMain(m *testing.M) {
@@ -32,7 +34,8 @@ func TestMain(m *testing.M) {
 	}
 	mariposaBin = filepath.Join(dir, "mariposa")
 	childBin = filepath.Join(dir, "testchild")
-	for out, pkg := range map[string]string{mariposaBin: "..", childBin: "../internal/testchild"} {
+	stampBin = filepath.Join(dir, "stampchild")
+	for out, pkg := range map[string]string{mariposaBin: "..", childBin: "../internal/testchild", stampBin: "../internal/stampchild"} {
 		args := []string{"build", "-o", out}
 		if raceEnabled {
 			args = append(args, "-race")
@@ -42,6 +45,16 @@ func TestMain(m *testing.M) {
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building", pkg, err)
 			os.Exit(1)
+		}
+	}
+	// The benchmarks' tiny child: the C one where a compiler exists.
+	if cc, err := exec.LookPath("cc"); err == nil {
+		cmd := exec.Command(cc, "-O2", "-o", stampBin, "testdata/stampchild.c")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building the C stamp child failed; using the Go one:", err)
+		} else {
+			stampKind = "C"
 		}
 	}
 	code := m.Run()
