@@ -185,6 +185,30 @@ func (c *RunCommand) Run(args []string) int {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 
+	// Reloads run one at a time, off the signal loop: stopping a changed
+	// service can take its stop timeout.
+	reloadc := make(chan struct{}, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-reloadc:
+			}
+			log.Info("SIGHUP: reloading", "paths", paths)
+			ncfg, ndiags := schema.Load(paths, schema.LoadOptions{Vars: vars})
+			if ndiags.HasErrors() {
+				var b strings.Builder
+				_ = ndiags.WriteText(&b, 100, false)
+				log.Error("reload failed: the files have errors; the running configuration is unchanged\n" + b.String())
+				continue
+			}
+			if _, err := r.Reload(ctx, ncfg); err != nil {
+				log.Warn("reload interrupted", "error", err)
+			}
+		}
+	}()
+
 	stopping := false
 	for {
 		select {
@@ -206,7 +230,13 @@ func (c *RunCommand) Run(args []string) int {
 				log.Info("stopping; send the signal again to kill at once", "signal", s)
 				cancel()
 			case syscall.SIGHUP:
-				log.Warn("SIGHUP: reloading is not implemented yet; configuration unchanged")
+				if stopping {
+					continue
+				}
+				select {
+				case reloadc <- struct{}{}:
+				default: // a reload is pending already; it will read the files anew
+				}
 			case syscall.SIGUSR1, syscall.SIGUSR2:
 				r.Signal(s.(syscall.Signal))
 			}

@@ -11,29 +11,30 @@ import (
 
 // checkTrack is what an instance remembers of one of its checks.
 type checkTrack struct {
-	Name          string
-	Status        string
-	ModifyIndex   uint64
-	CriticalSince time.Time     // first seen critical in the current streak
-	StaleAfter    time.Duration // how long a pre-start status may linger
+	Name      string
+	Status    string
+	FirstSeen time.Time // when this check (re)appeared in the catalog
+	// CriticalSince is when the current critical streak was first seen.
+	CriticalSince time.Time
+	// Transitioned: the streak began with a change observed from a
+	// non-critical status, so it is the result of a probe and not the
+	// critical status Consul gives a check when it is (re-)registered.
+	Transitioned bool
+	// StaleAfter is how long the check may need to report for the first
+	// time (interval + timeout, or the TTL).
+	StaleAfter time.Duration
 }
 
-// runInfo is the part of the current run health decisions need.
-type runInfo struct {
-	Started time.Time
-	// Index is the health index seen when the process started: a status
-	// modified after it is news about this run.
-	Index uint64
-}
-
-// unhealthyCheck says whether a check warrants a restart now. A check counts
-// only after the grace period, once it has been critical for unhealthy_for,
-// and only if its status is about this run (modified since the start, or the
-// check had time to run since then): a restart never fires on the stale
-// status the previous process left behind. When nothing fires yet, recheck
-// says when to look again without new data (0: not needed).
-func unhealthyCheck(tracks map[string]*checkTrack, run runInfo, r schema.Restart, now time.Time) (name string, recheck time.Duration) {
-	readyAt := run.Started.Add(r.Grace)
+// unhealthyCheck says whether a check warrants a restart now. A critical
+// check counts after the grace period, once it has stayed critical for
+// unhealthy_for, and only if it says something about this run: either it
+// turned critical after the start, or it has had time to report since the
+// start (and since it was registered, since Consul registers checks
+// critical). So a restart never fires on the status the previous process
+// left behind, nor on a check re-registered after an agent restart. When
+// nothing fires yet, recheck says when to look again (0: no need).
+func unhealthyCheck(tracks map[string]*checkTrack, started time.Time, r schema.Restart, now time.Time) (name string, recheck time.Duration) {
+	readyAt := started.Add(r.Grace)
 	for _, c := range tracks {
 		if c.Status != api.HealthCritical {
 			continue
@@ -43,10 +44,13 @@ func unhealthyCheck(tracks map[string]*checkTrack, run runInfo, r schema.Restart
 			at = readyAt
 		}
 		at = at.Add(r.UnhealthyFor)
-		if c.ModifyIndex <= run.Index {
-			// Status from before this run: wait until the check has run.
-			if stale := readyAt.Add(c.StaleAfter); stale.After(at) {
-				at = stale
+		if !(c.Transitioned && c.CriticalSince.After(started)) {
+			from := started
+			if c.FirstSeen.After(from) {
+				from = c.FirstSeen
+			}
+			if fresh := from.Add(c.StaleAfter); fresh.After(at) {
+				at = fresh
 			}
 		}
 		if !now.Before(at) {
@@ -70,9 +74,6 @@ func unhealthyCheck(tracks map[string]*checkTrack, run runInfo, r schema.Restart
 func updateTracks(tracks map[string]*checkTrack, svc *schema.Service, serviceID string, states []checks.CheckState, now time.Time) {
 	seen := map[string]bool{}
 	for _, st := range states {
-		if st.CheckID == checks.SupervisorCheckID(serviceID) {
-			continue
-		}
 		var def *schema.Check
 		for _, c := range svc.Checks {
 			if checks.CheckID(serviceID, c.Name) == st.CheckID {
@@ -85,13 +86,15 @@ func updateTracks(tracks map[string]*checkTrack, svc *schema.Service, serviceID 
 		seen[st.CheckID] = true
 		t, ok := tracks[st.CheckID]
 		if !ok {
-			t = &checkTrack{Name: def.Name, StaleAfter: staleAfter(def)}
+			t = &checkTrack{Name: def.Name, StaleAfter: staleAfter(def), FirstSeen: now}
 			tracks[st.CheckID] = t
+			if st.Status == api.HealthCritical {
+				t.CriticalSince = now
+			}
+		} else if st.Status == api.HealthCritical && t.Status != api.HealthCritical {
+			t.CriticalSince, t.Transitioned = now, true
 		}
-		if st.Status == api.HealthCritical && t.Status != api.HealthCritical {
-			t.CriticalSince = now
-		}
-		t.Status, t.ModifyIndex = st.Status, st.ModifyIndex
+		t.Status = st.Status
 	}
 	for id := range tracks {
 		if !seen[id] {
@@ -100,8 +103,8 @@ func updateTracks(tracks map[string]*checkTrack, svc *schema.Service, serviceID 
 	}
 }
 
-// staleAfter is how long after a start a check needs before its status must
-// have been refreshed.
+// staleAfter is how long after a start or a registration a check may take
+// to report its first result.
 func staleAfter(c *schema.Check) time.Duration {
 	switch c.Kind {
 	case schema.CheckTTL:

@@ -129,14 +129,13 @@ func (in *Instance) run() {
 	tracker := NewRestartTracker(in.svc.Restart)
 	tracks := map[string]*checkTrack{}
 	var (
-		p         *proc.Process
-		exited    <-chan struct{}
-		run       runInfo
-		lastIndex uint64
-		restarts  int
-		lastEnd   string
-		timer     = time.NewTimer(time.Hour)
-		timerFor  string // "start" | "health" | ""
+		p        *proc.Process
+		exited   <-chan struct{}
+		started  time.Time
+		restarts int
+		lastEnd  string
+		timer    = time.NewTimer(time.Hour)
+		timerFor string // "start" | "health" | ""
 	)
 	timer.Stop()
 	arm := func(d time.Duration, what string) {
@@ -159,7 +158,7 @@ func (in *Instance) run() {
 			return
 		}
 		p, exited = np, np.Done()
-		run = runInfo{Started: np.Started, Index: lastIndex}
+		started = np.Started
 		in.mu.Lock()
 		in.cur = np
 		in.snap.Restarts = restarts
@@ -200,7 +199,7 @@ func (in *Instance) run() {
 		if p == nil || !in.svc.Restart.OnUnhealthy || in.svc.Restart.Policy == schema.RestartNever {
 			return
 		}
-		name, recheck := unhealthyCheck(tracks, run, in.svc.Restart, in.now())
+		name, recheck := unhealthyCheck(tracks, started, in.svc.Restart, in.now())
 		if name == "" {
 			if recheck > 0 {
 				arm(recheck, "health")
@@ -211,7 +210,19 @@ func (in *Instance) run() {
 		old := p
 		in.setState(StateStarting, 0, api.HealthCritical, fmt.Sprintf("check %q critical; restarting", name))
 		in.stopProcess(old, false)
-		after(Outcome{Cause: CauseUnhealthy, Check: name, Exit: old.Exit(), Started: run.Started})
+		after(Outcome{Cause: CauseUnhealthy, Check: name, Exit: old.Exit(), Started: started})
+	}
+
+	// args checks run for as long as the service is registered.
+	scriptCtx, stopScripts := context.WithCancel(context.Background())
+	var scripts sync.WaitGroup
+	for _, c := range in.svc.Checks {
+		if c.Kind != schema.CheckArgs {
+			continue
+		}
+		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log}
+		scripts.Add(1)
+		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
 
 	start()
@@ -219,16 +230,17 @@ func (in *Instance) run() {
 		select {
 		case <-in.stopc:
 			timer.Stop()
+			stopScripts()
 			in.shutdown(p)
+			scripts.Wait()
 			return
 		case <-exited:
 			e := p.Exit()
 			// Whatever the child left in its group goes with it.
 			_ = p.Signal(syscall.SIGKILL)
 			in.log.Info("process exited", "pid", p.Pid, "status", e.String())
-			after(Outcome{Cause: CauseExit, Exit: e, Started: run.Started})
+			after(Outcome{Cause: CauseExit, Exit: e, Started: started})
 		case h := <-in.health:
-			lastIndex = h.Index
 			updateTracks(tracks, in.svc, in.id, h.Services[in.id], in.now())
 			evalHealth()
 		case <-timer.C:

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"os"
+	"reflect"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +48,22 @@ type Runner struct {
 	ready     chan struct{}
 	killOnce  sync.Once
 	killc     chan struct{}
+	reloadc   chan reloadReq
+
+	// Set by Run before any instance starts.
+	reg     *checks.Registry
+	addr    string
+	baseEnv []string
+}
+
+type reloadReq struct {
+	cfg  *schema.Config
+	done chan ReloadResult
+}
+
+// ReloadResult says what a reload did.
+type ReloadResult struct {
+	Started, Restarted, Stopped, Unchanged []string
 }
 
 // New returns a runner for cfg.
@@ -63,7 +81,7 @@ func New(cfg *schema.Config, o Options) *Runner {
 		o.Environ = os.Environ()
 	}
 	return &Runner{cfg: cfg, opts: o, log: o.Logger, instances: map[string]*Instance{},
-		ready: make(chan struct{}), killc: make(chan struct{})}
+		ready: make(chan struct{}), killc: make(chan struct{}), reloadc: make(chan reloadReq)}
 }
 
 // Ready is closed once every instance has been started.
@@ -141,18 +159,10 @@ func (r *Runner) Run(ctx context.Context) error {
 			TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}},
 	}, checks.Status{Health: api.HealthPassing, Output: "alive"}, r.opts.LivenessTTL/3)
 
+	r.reg, r.addr, r.baseEnv = reg, addr, childBaseEnv(r.opts.Environ)
 	order := startOrder(r.cfg)
-	base := childBaseEnv(r.opts.Environ)
 	for _, name := range order {
-		svc := r.cfg.Service(name)
-		id := checks.ServiceID(svc, node)
-		in := newInstance(svc, id, childEnv(base, svc, id, node, addr), log, reg, r.opts.Sink)
-		reg.Register(checks.Registration(svc, node, checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL}),
-			checks.Status{Health: api.HealthCritical, Output: "starting"})
-		r.mu.Lock()
-		r.instances[name] = in
-		r.order = append(r.order, name)
-		r.mu.Unlock()
+		r.addInstance(r.cfg.Service(name))
 	}
 
 	w := &checks.Watcher{Client: r.opts.Client, Node: node, Log: log.Named("health"),
@@ -174,15 +184,25 @@ func (r *Runner) Run(ctx context.Context) error {
 	goBG(func() { w.Run(bg) })
 
 	for _, name := range order {
-		in := r.Instance(name)
-		go in.run()
+		go r.Instance(name).run()
 	}
 	close(r.ready)
 	log.Info("supervising", "services", len(order))
 
-	<-ctx.Done()
+	for {
+		select {
+		case req := <-r.reloadc:
+			req.done <- r.apply(req.cfg)
+			continue
+		case <-ctx.Done():
+		}
+		break
+	}
 	log.Info("stopping")
-	r.stopAll(order)
+	r.mu.Lock()
+	order = append([]string{}, r.order...)
+	r.mu.Unlock()
+	r.stopAll(r.cfg, order)
 	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	select {
@@ -197,14 +217,95 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// stopAll stops dependents before what they depend on: services that nothing
-// loaded depends on go first, all at once, and so on down.
-func (r *Runner) stopAll(order []string) {
-	levels := stopLevels(r.cfg, order)
+// addInstance creates (but does not start) the instance of svc and asks for
+// its registration.
+func (r *Runner) addInstance(svc *schema.Service) *Instance {
+	id := checks.ServiceID(svc, r.node)
+	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), r.log.With("node", r.node), r.reg, r.opts.Sink)
+	r.reg.Register(checks.Registration(svc, r.node, checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL}),
+		checks.Status{Health: api.HealthCritical, Output: "starting"})
+	r.mu.Lock()
+	r.instances[svc.Name] = in
+	r.order = append(r.order, svc.Name)
+	r.mu.Unlock()
+	return in
+}
+
+// Reload applies a new configuration: services that are gone stop and
+// deregister, changed ones restart, new ones start, and unchanged ones keep
+// running untouched. It returns after the changes are made.
+func (r *Runner) Reload(ctx context.Context, cfg *schema.Config) (ReloadResult, error) {
+	select {
+	case <-r.ready:
+	case <-ctx.Done():
+		return ReloadResult{}, ctx.Err()
+	}
+	req := reloadReq{cfg: cfg, done: make(chan ReloadResult, 1)}
+	select {
+	case r.reloadc <- req:
+	case <-ctx.Done():
+		return ReloadResult{}, ctx.Err()
+	}
+	return <-req.done, nil
+}
+
+func (r *Runner) apply(cfg *schema.Config) ReloadResult {
+	var res ReloadResult
+	old := r.cfg
+	var stop, restart []string
+	for _, name := range r.order {
+		ns := cfg.Service(name)
+		switch {
+		case ns == nil:
+			stop = append(stop, name)
+		case !reflect.DeepEqual(ns, old.Service(name)):
+			restart = append(restart, name)
+		default:
+			res.Unchanged = append(res.Unchanged, name)
+		}
+	}
+	r.stopAll(old, append(append([]string{}, stop...), restart...))
+	r.mu.Lock()
+	for _, name := range append(append([]string{}, stop...), restart...) {
+		delete(r.instances, name)
+	}
+	r.order = nil
+	for _, name := range startOrder(cfg) {
+		if _, ok := r.instances[name]; ok {
+			r.order = append(r.order, name)
+		}
+	}
+	r.cfg = cfg
+	r.mu.Unlock()
+	for _, name := range startOrder(cfg) {
+		if r.Instance(name) != nil {
+			continue
+		}
+		in := r.addInstance(cfg.Service(name))
+		go in.run()
+		if slices.Contains(restart, name) {
+			res.Restarted = append(res.Restarted, name)
+		} else {
+			res.Started = append(res.Started, name)
+		}
+	}
+	res.Stopped = stop
+	r.log.Info("reloaded", "started", res.Started, "restarted", res.Restarted, "stopped", res.Stopped, "unchanged", len(res.Unchanged))
+	return res
+}
+
+// stopAll stops the named services, dependents before what they depend on:
+// services that nothing loaded depends on go first, all at once, and so on
+// down.
+func (r *Runner) stopAll(cfg *schema.Config, order []string) {
+	levels := stopLevels(cfg, order)
 	for _, level := range levels {
 		var wg sync.WaitGroup
 		for _, name := range level {
 			in := r.Instance(name)
+			if in == nil {
+				continue
+			}
 			wg.Add(1)
 			go func() { defer wg.Done(); in.Stop() }()
 		}

@@ -116,6 +116,17 @@ func NewDev(t testing.TB, opts ...Options) *Agent {
 	return a
 }
 
+// NewDevUnstarted allocates a dev agent's ports and files without starting
+// it: for tests of what happens before Consul is up. Start it with Start.
+func NewDevUnstarted(t testing.TB, opts ...Options) *Agent {
+	t.Helper()
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	return newAgent(t, o, true, false)
+}
+
 func newAgent(t testing.TB, o Options, dev, server bool) *Agent {
 	t.Helper()
 	bin := RequireBinary(t)

@@ -53,9 +53,14 @@ type Process struct {
 	Pid     int
 	Started time.Time
 
-	done chan struct{}
-	exit Exit
+	done    chan struct{}
+	exit    Exit
+	outDone chan struct{}
 }
+
+// OutputDone is closed when both output streams reached EOF: every writer
+// (the child and anything that inherited its stdout/stderr) has gone.
+func (p *Process) OutputDone() <-chan struct{} { return p.outDone }
 
 // Done is closed when the process has exited and been reaped.
 func (p *Process) Done() <-chan struct{} { return p.done }
@@ -164,9 +169,12 @@ func Start(spec Spec) (*Process, error) {
 		errR.Close()
 		return nil, err
 	}
-	p := &Process{Pid: cmd.Process.Pid, Started: time.Now(), done: make(chan struct{})}
-	go spec.Output.forward(spec.Name, "stdout", outR)
-	go spec.Output.forward(spec.Name, "stderr", errR)
+	p := &Process{Pid: cmd.Process.Pid, Started: time.Now(), done: make(chan struct{}), outDone: make(chan struct{})}
+	var fw sync.WaitGroup
+	fw.Add(2)
+	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stdout", outR) }()
+	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stderr", errR) }()
+	go func() { fw.Wait(); close(p.outDone) }()
 	go func() {
 		st, werr := waitPid(cmd.Process, req.reaped)
 		p.exit = exitFrom(st, werr)

@@ -30,7 +30,9 @@ type Sink struct {
 	// last report.
 	report func(n int64)
 	done   chan struct{}
-	once   sync.Once
+	// mu orders pushes against Close: no send on a closed channel.
+	mu     sync.RWMutex
+	closed bool
 }
 
 // NewSink starts a sink with room for size queued lines.
@@ -53,19 +55,25 @@ func (s *Sink) run() {
 // Dropped is the number of lines dropped and not yet reported.
 func (s *Sink) Dropped() int64 { return s.dropped.Load() }
 
-// Close stops the sink after the queued lines are written.
+// Close stops the sink after the queued lines are written. Lines pushed
+// after Close are dropped.
 func (s *Sink) Close() {
-	s.once.Do(func() { close(s.ch) })
+	s.mu.Lock()
+	if !s.closed {
+		s.closed = true
+		close(s.ch)
+	}
+	s.mu.Unlock()
 	<-s.done
 }
 
 func (s *Sink) push(l Line) {
-	defer func() {
-		// A send on a closed sink (shutdown race) drops the line.
-		if recover() != nil {
-			s.dropped.Add(1)
-		}
-	}()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		s.dropped.Add(1)
+		return
+	}
 	select {
 	case s.ch <- l:
 	default:

@@ -1,0 +1,104 @@
+package checks
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// maxScriptOutput bounds what an args check reports, as Consul bounds its
+// own script checks' output.
+const maxScriptOutput = 4096
+
+// ScriptCheck runs an args check every interval and reports the result
+// through the check's TTL: exit 0 passing, 1 warning, anything else (or a
+// timeout) critical. The agent needs no enable_script_checks.
+type ScriptCheck struct {
+	ServiceID string
+	Check     *schema.Check
+	Env       []string
+	Dir       string
+	Registry  *Registry
+	Log       hclog.Logger
+}
+
+// Run runs the check until ctx ends, the first time at once.
+func (s *ScriptCheck) Run(ctx context.Context) {
+	id := CheckID(s.ServiceID, s.Check.Name)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		st := RunScript(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout)
+		s.Registry.SetCheck(s.ServiceID, id, st)
+		t.Reset(s.Check.Interval)
+	}
+}
+
+// RunScript runs argv once in its own process group and maps the result to
+// a check status. A timeout kills the whole group.
+func RunScript(ctx context.Context, argv, env []string, dir string, timeout time.Duration) Status {
+	var mu sync.Mutex
+	var out strings.Builder
+	sink := proc.NewSink(256, func(l proc.Line) {
+		mu.Lock()
+		defer mu.Unlock()
+		if out.Len() < maxScriptOutput {
+			out.WriteString(l.Text)
+			out.WriteByte('\n')
+		}
+	}, nil)
+	p, err := proc.Start(proc.Spec{Argv: argv, Env: env, Dir: dir, Output: sink})
+	if err != nil {
+		sink.Close()
+		return Status{Health: api.HealthCritical, Output: "check could not start: " + err.Error()}
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	timedOut := false
+	select {
+	case <-p.Done():
+	case <-timer.C:
+		timedOut = true
+	case <-ctx.Done():
+	}
+	// Whatever is left of the group goes, on timeout and otherwise.
+	_ = p.Signal(syscall.SIGKILL)
+	e := p.Exit()
+	// Let the last lines arrive; a descendant that left the group and kept
+	// the pipe open cannot hold the check up for long.
+	select {
+	case <-p.OutputDone():
+	case <-time.After(time.Second):
+	}
+	sink.Close()
+	mu.Lock()
+	text := strings.TrimRight(out.String(), "\n")
+	mu.Unlock()
+	if len(text) > maxScriptOutput {
+		text = text[:maxScriptOutput]
+	}
+	switch {
+	case timedOut:
+		return Status{Health: api.HealthCritical, Output: fmt.Sprintf("timed out after %s; killed the check's process group\n%s", timeout, text)}
+	case e.Success():
+		return Status{Health: api.HealthPassing, Output: text}
+	case e.Signal == 0 && e.Code == 1:
+		return Status{Health: api.HealthWarning, Output: text}
+	default:
+		return Status{Health: api.HealthCritical, Output: strings.TrimSpace(e.String() + "\n" + text)}
+	}
+}
