@@ -1,0 +1,63 @@
+package render
+
+import (
+	"log"
+	"strings"
+	"time"
+
+	dep "github.com/hashicorp/consul-template/dependency"
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+)
+
+// newClientSet builds consul-template's client set from the same settings the
+// rest of mariposa uses. consul-template cannot adopt an existing *api.Client,
+// so the settings are carried over field by field.
+func newClientSet(cfg *api.Config) (*dep.ClientSet, error) {
+	if cfg == nil {
+		cfg = api.DefaultConfig()
+	}
+	in := &dep.CreateConsulClientInput{
+		Address:   cfg.Address,
+		Namespace: cfg.Namespace,
+		Token:     cfg.Token,
+		TokenFile: cfg.TokenFile,
+
+		SSLEnabled: strings.EqualFold(cfg.Scheme, "https"),
+		SSLVerify:  !cfg.TLSConfig.InsecureSkipVerify,
+		SSLCert:    cfg.TLSConfig.CertFile,
+		SSLKey:     cfg.TLSConfig.KeyFile,
+		SSLCACert:  cfg.TLSConfig.CAFile,
+		SSLCAPath:  cfg.TLSConfig.CAPath,
+		ServerName: cfg.TLSConfig.Address,
+
+		// consul-template's defaults: every blocking query holds a
+		// connection, so keep enough idle ones to avoid re-dialling.
+		TransportDialKeepAlive:       30 * time.Second,
+		TransportDialTimeout:         10 * time.Second,
+		TransportIdleConnTimeout:     90 * time.Second,
+		TransportMaxIdleConnsPerHost: 256,
+		TransportTLSHandshakeTimeout: 10 * time.Second,
+	}
+	if cfg.HttpAuth != nil {
+		in.AuthEnabled = true
+		in.AuthUsername = cfg.HttpAuth.Username
+		in.AuthPassword = cfg.HttpAuth.Password
+	}
+	if strings.HasPrefix(cfg.Address, "https://") {
+		in.SSLEnabled = true
+	}
+	cs := dep.NewClientSet()
+	if err := cs.CreateConsulClient(in); err != nil {
+		return nil, err
+	}
+	return cs, nil
+}
+
+// RouteStdLog sends the standard library logger, which consul-template's
+// packages write to with "[TRACE]"-style prefixes, through l at the level
+// each line names, so its trace chatter is filtered like the rest of the log.
+// NewManager calls it; it affects the whole process.
+func RouteStdLog(l hclog.Logger) {
+	log.SetOutput(l.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true, InferLevelsWithTimestamp: true}))
+}

@@ -1,0 +1,267 @@
+// Package render feeds services with Consul data: it gates their start on
+// dependencies (depends_on) and renders their templates, with consul-template's
+// own template functions, dependency queries and blocking-query views.
+//
+// One Manager serves every service of a mariposa process. It runs one
+// blocking query per distinct piece of data (a key, a prefix, a service with a
+// tag and health filter, ...), however many templates and dependencies use it,
+// and wakes only the templates and dependency gates that read it.
+package render
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	dep "github.com/hashicorp/consul-template/dependency"
+	ctemplate "github.com/hashicorp/consul-template/template"
+	"github.com/hashicorp/consul-template/watch"
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// Options tune a Manager. The zero value is what mariposa uses.
+type Options struct {
+	// BlockWait bounds each blocking query; default 5m.
+	BlockWait time.Duration
+	// MaxStale lets a query be answered by any server when its data is at
+	// most this old; default 2s (consul-template's default). Negative: always
+	// ask the leader.
+	MaxStale time.Duration
+	// MaxOutput caps the size of one rendered template; default 1 MiB.
+	MaxOutput int
+	// MaxRetryDelay caps the backoff between failed queries; default 1s.
+	MaxRetryDelay time.Duration
+}
+
+func (o *Options) defaults() {
+	if o.BlockWait == 0 {
+		o.BlockWait = 5 * time.Minute
+	}
+	if o.MaxStale == 0 {
+		o.MaxStale = 2 * time.Second
+	} else if o.MaxStale < 0 {
+		o.MaxStale = 0
+	}
+	if o.MaxOutput == 0 {
+		o.MaxOutput = 1 << 20
+	}
+	if o.MaxRetryDelay == 0 {
+		o.MaxRetryDelay = time.Second
+	}
+}
+
+// subscriber is told when the data of a dependency it reads has changed.
+type subscriber interface {
+	dataChanged()
+}
+
+// watched is one distinct dependency and who reads it.
+type watched struct {
+	d    dep.Dependency
+	subs map[subscriber]struct{}
+}
+
+// Manager owns the shared data watcher of one mariposa process.
+type Manager struct {
+	log     hclog.Logger
+	opts    Options
+	clients *dep.ClientSet
+	watcher *watch.Watcher
+	brain   *ctemplate.Brain
+	initErr error
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // service goroutines
+
+	mu       sync.Mutex
+	deps     map[string]*watched
+	services map[*schema.Service]*ServiceData
+	errors   int // consecutive query errors, for log throttling
+}
+
+// NewManager prepares a manager for the agent that cfg points at (the same
+// settings as mariposa's own client: address, token, TLS). Nothing is queried
+// until a service asks for data. It routes the standard logger through log
+// (see RouteStdLog).
+func NewManager(cfg *api.Config, log hclog.Logger, opts ...Options) *Manager {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	o.defaults()
+	log = log.Named("render")
+	RouteStdLog(log.Named("consul-template"))
+	m := &Manager{
+		log:      log,
+		opts:     o,
+		brain:    ctemplate.NewBrain(),
+		deps:     map[string]*watched{},
+		services: map[*schema.Service]*ServiceData{},
+	}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	m.clients, m.initErr = newClientSet(cfg)
+	if m.initErr != nil {
+		m.clients = dep.NewClientSet()
+	}
+	retry := func(n int) (bool, time.Duration) {
+		// Capped exponential backoff with jitter; the view resets n after
+		// any successful answer, so a returning agent is seen within MaxRetryDelay.
+		d := min(50*time.Millisecond<<min(n, 6), m.opts.MaxRetryDelay)
+		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+		m.queryFailed()
+		return true, d
+	}
+	m.watcher = watch.NewWatcher(&watch.NewWatcherInput{
+		Clients:            m.clients,
+		MaxStale:           o.MaxStale,
+		BlockQueryWaitTime: o.BlockWait,
+		RetryFuncConsul:    retry,
+		RetryFuncDefault:   retry,
+	})
+	return m
+}
+
+// Run dispatches query results until ctx ends, then stops every query and
+// every service's goroutines. Call it once.
+func (m *Manager) Run(ctx context.Context) {
+	defer func() {
+		m.cancel()
+		m.watcher.Stop()
+		m.wg.Wait()
+	}()
+	if m.initErr != nil {
+		m.log.Error("cannot build the Consul client for templates and dependencies", "error", m.initErr)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case v := <-m.watcher.DataCh():
+			m.deliver(v.Dependency(), v.Data())
+		case err := <-m.watcher.ServerErrCh():
+			// Also counted by the retry function; only log transitions.
+			m.mu.Lock()
+			n := m.errors
+			m.mu.Unlock()
+			if n == 1 || n%100 == 0 {
+				m.log.Warn("Consul query failed; retrying", "error", err, "failures", n)
+			}
+		case err := <-m.watcher.ErrCh():
+			// Views retry forever, so this is not expected.
+			m.log.Error("Consul query stopped", "error", err)
+		}
+	}
+}
+
+func (m *Manager) queryFailed() {
+	m.mu.Lock()
+	m.errors++
+	m.mu.Unlock()
+}
+
+// deliver stores new data and wakes its readers.
+func (m *Manager) deliver(d dep.Dependency, data any) {
+	m.mu.Lock()
+	if m.errors > 0 {
+		m.log.Info("Consul queries answer again", "after_failures", m.errors)
+		m.errors = 0
+	}
+	w := m.deps[d.String()]
+	if w == nil || w.d != d {
+		// Its last reader went away while the answer was in flight (w is
+		// nil), or this is a stopped view of an earlier watch of the same
+		// data, whose answer may be older than the current view's.
+		m.mu.Unlock()
+		return
+	}
+	m.brain.Remember(d, data)
+	subs := make([]subscriber, 0, len(w.subs))
+	for s := range w.subs {
+		subs = append(subs, s)
+	}
+	m.mu.Unlock()
+	for _, s := range subs {
+		s.dataChanged()
+	}
+}
+
+// watch starts (or shares) the query for d on behalf of s.
+func (m *Manager) watch(s subscriber, d dep.Dependency) {
+	key := d.String()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ctx.Err() != nil {
+		return
+	}
+	w := m.deps[key]
+	if w == nil {
+		w = &watched{d: d, subs: map[subscriber]struct{}{}}
+		m.deps[key] = w
+		if _, err := m.watcher.Add(d); err != nil {
+			m.log.Error("cannot watch", "dependency", key, "error", err)
+		}
+	}
+	w.subs[s] = struct{}{}
+}
+
+// unwatch drops s's interest in d; the last reader stops the query.
+func (m *Manager) unwatch(s subscriber, key string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := m.deps[key]
+	if w == nil {
+		return
+	}
+	delete(w.subs, s)
+	if len(w.subs) == 0 {
+		delete(m.deps, key)
+		m.watcher.Remove(w.d)
+		m.brain.Forget(w.d)
+	}
+}
+
+// recall returns the last data of d, if any arrived.
+func (m *Manager) recall(d dep.Dependency) (any, bool) {
+	return m.brain.Recall(d)
+}
+
+// Watching returns how many distinct queries run: one per distinct
+// dependency, however many services read it.
+func (m *Manager) Watching() int {
+	return m.watcher.Size()
+}
+
+// Service starts gating and rendering for svc and returns its handle. Calling
+// it again with the same *schema.Service returns the same handle.
+func (m *Manager) Service(svc *schema.Service) *ServiceData {
+	m.mu.Lock()
+	if sd := m.services[svc]; sd != nil {
+		m.mu.Unlock()
+		return sd
+	}
+	sd := newServiceData(m, svc)
+	m.services[svc] = sd
+	m.mu.Unlock()
+	sd.start()
+	return sd
+}
+
+// Remove stops svc's templates and dependency gates and releases the queries
+// nothing else reads. Files already rendered stay.
+func (m *Manager) Remove(svc *schema.Service) {
+	m.mu.Lock()
+	sd := m.services[svc]
+	delete(m.services, svc)
+	m.mu.Unlock()
+	if sd != nil {
+		sd.stop()
+	}
+}

@@ -1,0 +1,162 @@
+package render
+
+import (
+	"context"
+	"sync"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// ServiceData is one service's view of Consul data: its dependency gates and
+// its templates. Its methods are safe for concurrent use.
+type ServiceData struct {
+	m       *Manager
+	svc     *schema.Service
+	changed chan struct{}
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    sync.WaitGroup
+
+	mu      sync.Mutex
+	gates   []*gate
+	runners []*runner
+	events  []TemplateEvent
+	badDeps []string // dependencies that cannot be queried
+}
+
+// ServiceState is a snapshot of a service's data.
+type ServiceState struct {
+	// DepsSatisfied: every depends_on condition holds now.
+	DepsSatisfied bool
+	// Waiting says what the service waits for, as the supervisor check
+	// shows it: the first unmet dependency, else the first template that has
+	// not rendered yet (its missing data, or its error). "" when ready.
+	Waiting string
+	// Deps are the dependencies in declaration order (for on_lost).
+	Deps []DepState
+	// DepEnv is <PREFIX>_ADDR, _ADDRS, _HOST, _PORT of every dependency.
+	DepEnv []string
+	// TemplatesReady: every template rendered at least once.
+	TemplatesReady bool
+	// TemplateEnv are the KEY=VALUE lines of env = true templates, in
+	// template order.
+	TemplateEnv []string
+	// Events are the renders that changed a file since the previous State
+	// call (first renders are not events: nothing runs yet). State hands
+	// each event out once.
+	Events []TemplateEvent
+	// Errors are the current render errors; each template that has one
+	// keeps its last good file.
+	Errors []string
+}
+
+// Ready reports whether the process may start.
+func (s ServiceState) Ready() bool { return s.DepsSatisfied && s.TemplatesReady }
+
+func newServiceData(m *Manager, svc *schema.Service) *ServiceData {
+	sd := &ServiceData{m: m, svc: svc, changed: make(chan struct{}, 1)}
+	sd.ctx, sd.cancel = context.WithCancel(m.ctx)
+	for _, d := range svc.Depends {
+		g, err := newGate(sd, d)
+		if err != nil {
+			sd.badDeps = append(sd.badDeps, err.Error())
+			continue
+		}
+		sd.gates = append(sd.gates, g)
+	}
+	sb := &sandbox{root: serviceDir(svc), env: svc.Env, maxFile: m.opts.MaxOutput}
+	for _, t := range svc.Templates {
+		sd.runners = append(sd.runners, newRunner(sd, t, sb))
+	}
+	return sd
+}
+
+// serviceDir is where a service's templates may read files: its dir, or the
+// directory of its file when dir is unset (as destinations resolve).
+func serviceDir(svc *schema.Service) string {
+	if svc.Dir != "" {
+		return svc.Dir
+	}
+	return svc.SourceDir
+}
+
+func (sd *ServiceData) start() {
+	for _, g := range sd.gates {
+		sd.m.watch(g, g.query)
+		// The data may already be known from another reader.
+		if _, ok := sd.m.recall(g.query); ok {
+			g.dataChanged()
+		}
+	}
+	for _, r := range sd.runners {
+		sd.done.Add(1)
+		sd.m.wg.Add(1)
+		go func() {
+			defer sd.m.wg.Done()
+			defer sd.done.Done()
+			r.run(sd.ctx)
+		}()
+	}
+	sd.notify()
+}
+
+func (sd *ServiceData) stop() {
+	sd.cancel()
+	sd.done.Wait()
+	for _, g := range sd.gates {
+		sd.m.unwatch(g, g.query.String())
+	}
+}
+
+func (sd *ServiceData) notify() {
+	select {
+	case sd.changed <- struct{}{}:
+	default:
+	}
+}
+
+// Changed receives (coalesced) whenever State may have changed.
+func (sd *ServiceData) Changed() <-chan struct{} { return sd.changed }
+
+// State returns the current snapshot and hands out the pending events.
+func (sd *ServiceData) State() ServiceState {
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	st := ServiceState{DepsSatisfied: len(sd.badDeps) == 0, TemplatesReady: true}
+	if len(sd.badDeps) > 0 {
+		st.Waiting = "waiting: " + sd.badDeps[0]
+	}
+	for _, g := range sd.gates {
+		ds := g.state
+		st.Deps = append(st.Deps, ds)
+		st.DepEnv = append(st.DepEnv, g.env(ds)...)
+		if !ds.Satisfied {
+			st.DepsSatisfied = false
+			if st.Waiting == "" {
+				st.Waiting = ds.Waiting
+			}
+		}
+	}
+	for _, r := range sd.runners {
+		if r.err != "" {
+			st.Errors = append(st.Errors, r.err)
+		}
+		if !r.rendered {
+			st.TemplatesReady = false
+			if st.Waiting == "" {
+				if r.waiting != "" {
+					st.Waiting = r.waiting
+				} else if r.err != "" {
+					st.Waiting = "waiting: " + r.err
+				} else {
+					st.Waiting = "waiting: template " + r.name + " is rendering"
+				}
+			}
+		}
+		if r.t.Env {
+			st.TemplateEnv = append(st.TemplateEnv, r.env...)
+		}
+	}
+	st.Events, sd.events = sd.events, nil
+	return st
+}

@@ -1,0 +1,330 @@
+package render
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul-template/config"
+	dep "github.com/hashicorp/consul-template/dependency"
+	ctemplate "github.com/hashicorp/consul-template/template"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// TemplateEvent says a render changed a file. The file is on disk, complete,
+// before the event is visible.
+type TemplateEvent struct {
+	Template    *schema.Template
+	Destination string
+}
+
+// runner renders one template: on every change of the data it read, and
+// with quiescence after its first render when `wait` is set.
+type runner struct {
+	sd   *ServiceData
+	t    *schema.Template
+	name string // destination as the user wrote it, for messages
+	ct   *ctemplate.Template
+	kick chan struct{}
+
+	used map[string]dep.Dependency // only the run goroutine touches it
+
+	// Guarded by sd.mu.
+	rendered bool
+	waiting  string
+	err      string
+	env      []string
+	renders  int // files written, for tests
+}
+
+func newRunner(sd *ServiceData, t *schema.Template, sb *sandbox) *runner {
+	r := &runner{sd: sd, t: t, kick: make(chan struct{}, 1), used: map[string]dep.Dependency{}}
+	r.name = t.Destination
+	if rel, err := filepath.Rel(sb.root, t.Destination); err == nil && !strings.HasPrefix(rel, "..") {
+		r.name = rel
+	}
+	in := &ctemplate.NewTemplateInput{
+		Source:      t.Source,
+		Contents:    t.Contents,
+		Destination: t.Destination,
+		ExtFuncMap:  sb.funcs(),
+		ReaderFunc:  config.Reader(os.ReadFile),
+	}
+	ct, err := ctemplate.NewTemplate(in)
+	if err == nil {
+		err = checkSource(ct.Contents())
+	}
+	if err != nil {
+		r.err = fmt.Sprintf("template %s: %v", r.name, err)
+		return r
+	}
+	r.ct = ct
+	return r
+}
+
+func (r *runner) dataChanged() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *runner) run(ctx context.Context) {
+	defer func() {
+		for k := range r.used {
+			r.sd.m.unwatch(r, k)
+		}
+	}()
+	if r.ct == nil {
+		return // the template cannot be read or parsed; its error stays
+	}
+	wmin, wmax := r.t.WaitMin, r.t.WaitMax
+	if wmin > 0 && wmax == 0 {
+		wmax = 4 * wmin // consul-template's rule
+	}
+	if wmax < wmin {
+		wmax = wmin
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var pending bool
+	var deadline time.Time
+
+	r.render()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+			r.sd.mu.Lock()
+			quiet := r.rendered && wmin > 0
+			r.sd.mu.Unlock()
+			if !quiet {
+				r.render()
+				continue
+			}
+			// Quiescence, as consul-template: render once the data has
+			// been still for min, but no later than max after the first change.
+			now := time.Now()
+			if !pending {
+				pending, deadline = true, now.Add(wmax)
+				timer.Reset(wmin)
+			} else if now.Add(wmin).Before(deadline) {
+				timer.Reset(wmin)
+			} else {
+				timer.Reset(max(0, deadline.Sub(now)))
+			}
+		case <-timer.C:
+			pending = false
+			r.render()
+		}
+	}
+}
+
+// render executes the template, follows the data it used, and writes the
+// file when all data is there and the output changed.
+func (r *runner) render() {
+	m := r.sd.m
+	var res *ctemplate.ExecuteResult
+	var err error
+	// A pass may reveal new dependencies (a key named by a list's entry);
+	// whose data may already be known from other readers: go again then.
+	for range 100 {
+		res, err = r.ct.Execute(&ctemplate.ExecuteInput{Brain: m.brain})
+		if err != nil {
+			break
+		}
+		if !r.follow(res.Used.List()) {
+			break
+		}
+	}
+	var (
+		waiting, errMsg string
+		out             []byte
+		env             []string
+	)
+	switch {
+	case err != nil:
+		errMsg = fmt.Sprintf("template %s: %v", r.name, err)
+	case res.Missing.Len() > 0:
+		waiting = fmt.Sprintf("waiting: template %s needs %s", r.name, describeAll(res.Missing.List()))
+	case len(res.Output) > m.opts.MaxOutput:
+		errMsg = fmt.Sprintf("template %s: output is %d bytes, over the %s limit", r.name, len(res.Output), size(m.opts.MaxOutput))
+	default:
+		out = res.Output
+		if r.t.Env {
+			env, err = parseEnv(out)
+			if err != nil {
+				errMsg = fmt.Sprintf("template %s: %v", r.name, err)
+				out = nil
+			}
+		}
+	}
+	changed := false
+	if out != nil {
+		changed, err = writeFile(r.t.Destination, out, r.t.Perms)
+		if err != nil {
+			errMsg = fmt.Sprintf("template %s: write: %v", r.name, err)
+		}
+	}
+
+	r.sd.mu.Lock()
+	before, prevErr := r.rendered, r.err
+	notify := r.waiting != waiting || r.err != errMsg
+	r.waiting, r.err = waiting, errMsg
+	if errMsg == "" && out != nil {
+		r.rendered = true
+		notify = notify || !before || !equalStrings(r.env, env)
+		r.env = env
+		if changed {
+			r.renders++
+			if before {
+				r.sd.events = append(r.sd.events, TemplateEvent{Template: r.t, Destination: r.t.Destination})
+				notify = true
+			}
+		}
+	}
+	r.sd.mu.Unlock()
+	if errMsg != "" && errMsg != prevErr {
+		m.log.Warn("template not rendered; the last good file stays", "service", r.sd.svc.Name, "error", errMsg)
+	}
+	if changed {
+		m.log.Debug("rendered", "service", r.sd.svc.Name, "destination", r.t.Destination)
+	}
+	if notify {
+		r.sd.notify()
+	}
+}
+
+// follow watches what the last pass used and stops watching what it no
+// longer uses. It reports whether a newly followed dependency already has
+// data, so that another pass would see more.
+func (r *runner) follow(used []dep.Dependency) (again bool) {
+	m := r.sd.m
+	now := make(map[string]dep.Dependency, len(used))
+	for _, d := range used {
+		if d.Type() != dep.TypeConsul {
+			continue
+		}
+		k := d.String()
+		now[k] = d
+		if _, ok := r.used[k]; !ok {
+			m.watch(r, d)
+			if _, ok := m.recall(d); ok {
+				again = true
+			}
+		}
+	}
+	for k := range r.used {
+		if _, ok := now[k]; !ok {
+			m.unwatch(r, k)
+		}
+	}
+	r.used = now
+	return again
+}
+
+// describeAll names missing data for people: `key "app/config"`.
+func describeAll(ds []dep.Dependency) string {
+	names := make([]string, 0, len(ds))
+	seen := map[string]bool{}
+	for _, d := range ds {
+		n := describe(d)
+		if !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	if len(names) > 3 {
+		return strings.Join(names[:3], ", ") + fmt.Sprintf(" and %d more", len(names)-3)
+	}
+	if len(names) > 1 {
+		return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+	}
+	return strings.Join(names, "")
+}
+
+func describe(d dep.Dependency) string {
+	s := d.String()
+	kind, arg, hasArg := strings.Cut(s, "(")
+	arg = strings.TrimSuffix(arg, ")")
+	switch kind {
+	case "kv.block", "kv.get":
+		return fmt.Sprintf("key %q", arg)
+	case "kv.list", "kv.keys":
+		return fmt.Sprintf("keys under %q", arg)
+	case "health.service", "catalog.service":
+		name, _, _ := strings.Cut(arg, "|")
+		return fmt.Sprintf("service %q", name)
+	case "health.connect":
+		name, _, _ := strings.Cut(arg, "|")
+		return fmt.Sprintf("connect service %q", name)
+	case "catalog.services":
+		return "the service list"
+	case "catalog.nodes":
+		return "the node list"
+	case "catalog.node":
+		if !hasArg {
+			return "this node"
+		}
+		return fmt.Sprintf("node %q", arg)
+	case "catalog.datacenters":
+		return "the datacenter list"
+	}
+	return s
+}
+
+// parseEnv reads KEY=VALUE lines; blank lines and # comments are skipped,
+// and one pair of quotes around a value is removed.
+func parseEnv(b []byte) ([]string, error) {
+	var env []string
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSuffix(line, "\r")
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(t, "=")
+		k = strings.TrimSpace(strings.TrimPrefix(k, "export "))
+		v = strings.TrimSpace(v)
+		if !ok || !validEnvName(k) {
+			return nil, fmt.Errorf("env line %d is not KEY=VALUE: %q", i+1, t)
+		}
+		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
+			v = v[1 : len(v)-1]
+		}
+		env = append(env, k+"="+v)
+	}
+	return env, nil
+}
+
+func validEnvName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i, c := range k {
+		if !(c == '_' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+func equalStrings(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
