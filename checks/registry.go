@@ -156,7 +156,9 @@ func (r *Registry) Run(ctx context.Context) {
 			retry.Reset(d)
 		} else {
 			if failures > 0 {
-				r.log.Info("Consul agent reachable again")
+				// The agent may have come back without our registrations.
+				r.log.Info("Consul agent reachable again; checking registrations")
+				r.Resync()
 			}
 			failures = 0
 		}

@@ -21,6 +21,10 @@ type CheckState struct {
 type NodeHealth struct {
 	Index    uint64
 	Services map[string][]CheckState
+	// Reset: this view follows a gap (failed queries, or an index that went
+	// backwards: the agent or servers restarted), so earlier views say
+	// nothing about how checks got to their current status.
+	Reset bool
 }
 
 // Watcher follows the health of every service on one node with a single
@@ -55,6 +59,10 @@ func (w *Watcher) Run(ctx context.Context) {
 				return
 			}
 			failures++
+			// After a failure the agent may have restarted with a lower raft
+			// index; a query at the old index would block for its whole
+			// wait. Start over with one that answers at once.
+			index = 0
 			if failures == 1 || failures%60 == 0 {
 				w.Log.Warn("health query failed; retrying", "error", err)
 			}
@@ -67,13 +75,14 @@ func (w *Watcher) Run(ctx context.Context) {
 			}
 			continue
 		}
+		reset := failures > 0
 		if failures > 0 && w.OnReconnect != nil {
 			w.OnReconnect()
 		}
 		failures = 0
 		// An index that goes backwards (a restarted dev agent) starts over.
 		if meta.LastIndex < index {
-			index = 0
+			index, reset = 0, true
 		} else {
 			index = meta.LastIndex
 		}
@@ -86,9 +95,9 @@ func (w *Watcher) Run(ctx context.Context) {
 				CheckID: hc.CheckID, Name: hc.Name, Status: hc.Status, Output: hc.Output, ModifyIndex: hc.ModifyIndex,
 			})
 		}
-		if !sameHealth(last, cur) {
+		if reset || !sameHealth(last, cur) {
 			last = cur
-			w.OnChange(NodeHealth{Index: index, Services: cur})
+			w.OnChange(NodeHealth{Index: index, Services: cur, Reset: reset})
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
@@ -62,4 +64,71 @@ func countStarts(s []stamp) int {
 		}
 	}
 	return n
+}
+
+// BenchmarkRestartAfterCheckCritical: a TTL check is set critical through
+// the agent, and mariposa, following health with a blocking query, restarts
+// the process (grace and unhealthy_for 0). Latency is from just before the
+// harness marks the check critical to the new child's first instruction.
+func BenchmarkRestartAfterCheckCritical(b *testing.B) {
+	const trials = 50
+	agent := consultest.NewDev(b)
+	c := agent.Client(b)
+	stamps := filepath.Join(b.TempDir(), "stamps")
+	hcl := writeHCL(b, fmt.Sprintf(`
+service "ttl" {
+  command = [%q]
+  env     = { STAMP_FILE = %q, STAMP_SLEEP_MS = "-1" }
+  check "alive" {
+    ttl = "1h"
+  }
+  restart {
+    grace         = "0s"
+    unhealthy_for = "0s"
+    delay         = "0s"
+    attempts      = 0
+  }
+  stop {
+    timeout = "1s"
+  }
+}
+`, stampBin, stamps))
+	checkID := "ttl-" + agent.Name + ":alive"
+	for i := 0; i < b.N; i++ {
+		m := startMariposa(b, agent, nil, "-log-level", "warn", hcl)
+		var lat latencies
+		for trial := 0; trial <= trials; trial++ {
+			var starts int
+			waitFor(b, 30*time.Second, "a child", func() (bool, string) {
+				starts = countStarts(readStamps(stamps))
+				return starts == trial+1, fmt.Sprint(starts)
+			})
+			if trial == trials {
+				break
+			}
+			// The application reports healthy; mariposa sees it pass.
+			if err := c.Agent().PassTTL(checkID, "ok"); err != nil {
+				b.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			t0 := monotonic()
+			if err := c.Agent().FailTTL(checkID, "broken"); err != nil {
+				b.Fatal(err)
+			}
+			waitFor(b, 30*time.Second, "the restart", func() (bool, string) {
+				return countStarts(readStamps(stamps)) == trial+2, "not yet"
+			})
+			s := readStamps(stamps)
+			lat = append(lat, s[len(s)-1].at-t0)
+		}
+		m.stop(b, syscall.SIGTERM, 20*time.Second)
+		lat.report(b, "check critical -> restarted (grace 0, unhealthy_for 0, "+stampKind+" child)")
+	}
+}
+
+// monotonic reads CLOCK_MONOTONIC, the clock the stamping children use.
+func monotonic() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
 }

@@ -241,6 +241,11 @@ func (in *Instance) run() {
 			in.log.Info("process exited", "pid", p.Pid, "status", e.String())
 			after(Outcome{Cause: CauseExit, Exit: e, Started: started})
 		case h := <-in.health:
+			if h.Reset {
+				// After a gap, a check seen critical now may just have been
+				// re-registered: treat every check as newly seen.
+				clear(tracks)
+			}
 			updateTracks(tracks, in.svc, in.id, h.Services[in.id], in.now())
 			evalHealth()
 		case <-timer.C:

@@ -56,6 +56,7 @@ type Agent struct {
 	Ports   Ports
 	DataDir string
 	LogPath string
+	ACL     bool
 
 	bin     string
 	args    []string
@@ -77,6 +78,9 @@ func (a *Agent) Client(t testing.TB) *api.Client {
 	cfg := api.DefaultNonPooledConfig()
 	cfg.Address = a.HTTPAddr()
 	cfg.Token = ""
+	if a.ACL {
+		cfg.Token = ManagementToken
+	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
 		t.Fatalf("consul client: %v", err)
@@ -100,7 +104,13 @@ type Options struct {
 	Name string
 	// ExtraConfig is merged into the agent's JSON config (e.g. "acl").
 	ExtraConfig map[string]any
+	// ACL enables ACLs with default policy deny; ManagementToken is then
+	// the initial management (and agent) token, used by Client.
+	ACL bool
 }
+
+// ManagementToken is the management token of agents started with ACL.
+const ManagementToken = "11111111-2222-3333-4444-555555555555"
 
 // NewDev starts a dev agent (server, in-memory) and waits until it has a
 // leader and its node is in the catalog. It is killed at test cleanup.
@@ -159,6 +169,12 @@ func newAgent(t testing.TB, o Options, dev, server bool) *Agent {
 	if !dev {
 		cfg["data_dir"] = filepath.Join(dir, "data")
 	}
+	if o.ACL {
+		cfg["acl"] = map[string]any{
+			"enabled": true, "default_policy": "deny", "down_policy": "extend-cache",
+			"tokens": map[string]any{"initial_management": ManagementToken, "agent": ManagementToken},
+		}
+	}
 	for k, v := range o.ExtraConfig {
 		cfg[k] = v
 	}
@@ -172,7 +188,7 @@ func newAgent(t testing.TB, o Options, dev, server bool) *Agent {
 		args = append(args, "-dev")
 	}
 	a := &Agent{Name: name, Dev: dev, Server: server || dev, Ports: ports, DataDir: dir,
-		LogPath: filepath.Join(dir, "consul.log"), bin: bin, args: args}
+		LogPath: filepath.Join(dir, "consul.log"), bin: bin, args: args, ACL: o.ACL}
 	t.Cleanup(func() {
 		a.Kill()
 		if t.Failed() {

@@ -1,0 +1,101 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// MariposaPolicy is the least-privilege ACL policy documented in
+// website/acl.md; the test below proves it is enough.
+const mariposaPolicy = `
+service_prefix "" {
+  policy = "write"
+}
+node_prefix "" {
+  policy = "read"
+}
+agent_prefix "" {
+  policy = "read"
+}
+key_prefix "mariposa/" {
+  policy = "write"
+}
+session_prefix "" {
+  policy = "write"
+}
+`
+
+// With ACLs enforced (default deny) and the documented least-privilege
+// token, everything works end to end, and the token appears in no log, even
+// at trace level, and in no child's environment.
+func TestACLLeastPrivilege(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t, consultest.Options{ACL: true})
+	root := agent.Client(t)
+	pol, _, err := root.ACL().PolicyCreate(&api.ACLPolicy{Name: "mariposa", Rules: mariposaPolicy}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := root.ACL().TokenCreate(&api.ACLToken{Description: "mariposa", Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The policy must match website/acl.md.
+	doc, err := os.ReadFile("../website/acl.md")
+	if err != nil || !strings.Contains(string(doc), strings.TrimSpace(mariposaPolicy)) {
+		t.Fatalf("website/acl.md does not show the tested policy (%v)", err)
+	}
+
+	dir := t.TempDir()
+	envFile := filepath.Join(dir, "env")
+	port := freePort(t)
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "secure" {
+  command = [%q, "-http", "127.0.0.1:%d", "-env-file", %q]
+  port    = %d
+  check "http" {
+    http     = "http://127.0.0.1:%d/"
+    interval = "500ms"
+  }
+}
+`, childBin, port, envFile, port, port))
+	m := startMariposa(t, agent, []string{"CONSUL_HTTP_TOKEN=" + tok.SecretID}, "-log-level", "trace", hcl)
+	pid := waitRunning(t, root, "secure", agent.Name)
+	waitFor(t, 20*time.Second, "http check passing", func() (bool, string) {
+		es := serviceEntries(root, "secure")
+		return len(es) == 1 && es[0].Checks.AggregatedStatus() == api.HealthPassing, "not yet"
+	})
+	if len(serviceEntries(root, "mariposa")) != 1 {
+		t.Error("mariposa could not register itself")
+	}
+	// A restart: statuses and the supervisor output still get through.
+	_ = syscall.Kill(pid, syscall.SIGKILL)
+	waitRunning(t, root, "secure", agent.Name, pid)
+
+	env := readEnv(t, envFile)
+	if _, ok := env["CONSUL_HTTP_TOKEN"]; ok {
+		t.Error("the token reached the child")
+	}
+	if code := m.stop(t, syscall.SIGTERM, 20*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if len(serviceEntries(root, "secure")) != 0 || len(serviceEntries(root, "mariposa")) != 0 {
+		t.Error("not deregistered")
+	}
+	out := m.out.String()
+	if strings.Contains(out, tok.SecretID) {
+		t.Error("the token appears in the log")
+	}
+	if strings.Contains(out, "Permission denied") || strings.Contains(out, "ACL not found") {
+		t.Errorf("permission errors with the documented policy:\n%s", out)
+	}
+}
