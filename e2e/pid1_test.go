@@ -148,4 +148,3 @@ func zombieChildren(pid int) []int {
 	}
 	return out
 }
-
