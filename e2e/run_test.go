@@ -48,6 +48,10 @@ service "web" {
 	if err := os.WriteFile(tokenFile, []byte("sentinel-token-from-file"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A service mariposa does not own, on the same agent: left alone.
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "foreign-1", Name: "foreign"}); err != nil {
+		t.Fatal(err)
+	}
 	m := startMariposa(t, agent, []string{"CONSUL_HTTP_TOKEN=sentinel-token-do-not-pass", "CONSUL_HTTP_TOKEN_FILE=" + tokenFile}, hcl)
 
 	id := "web-" + agent.Name
@@ -150,8 +154,8 @@ service "web" {
 		t.Errorf("mariposa still in the catalog after stop")
 	}
 	svcs, _ := c.Agent().Services()
-	if len(svcs) != 0 {
-		t.Errorf("agent still has services: %v", svcs)
+	if len(svcs) != 1 || svcs["foreign-1"] == nil {
+		t.Errorf("agent services after stop: %v; want only the foreign one", svcs)
 	}
 	if consultest.ProcessAlive(secondPID) {
 		t.Errorf("child %d alive after mariposa stopped", secondPID)
