@@ -10,13 +10,11 @@ package render
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	dep "github.com/hashicorp/consul-template/dependency"
 	ctemplate "github.com/hashicorp/consul-template/template"
-	"github.com/hashicorp/consul-template/watch"
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
@@ -59,18 +57,17 @@ type subscriber interface {
 	dataChanged()
 }
 
-// watched is one distinct dependency and who reads it.
+// watched is one distinct dependency, its query and who reads it.
 type watched struct {
-	d    dep.Dependency
+	view *view
 	subs map[subscriber]struct{}
 }
 
-// Manager owns the shared data watcher of one mariposa process.
+// Manager owns the shared data queries of one mariposa process.
 type Manager struct {
 	log     hclog.Logger
 	opts    Options
 	clients *dep.ClientSet
-	watcher *watch.Watcher
 	brain   *ctemplate.Brain
 	initErr error
 
@@ -81,7 +78,7 @@ type Manager struct {
 	mu       sync.Mutex
 	deps     map[string]*watched
 	services map[*schema.Service]*ServiceData
-	errors   int // consecutive query errors, for log throttling
+	failing  int // queries failing now, for logging transitions
 }
 
 // NewManager prepares a manager for the agent that cfg points at (the same
@@ -111,78 +108,67 @@ func NewManager(cfg *api.Config, log hclog.Logger, opts ...Options) *Manager {
 	if m.initErr != nil {
 		m.clients = dep.NewClientSet()
 	}
-	retry := func(n int) (bool, time.Duration) {
-		// Capped exponential backoff with jitter; the view resets n after
-		// any successful answer, so a returning agent is seen within MaxRetryDelay.
-		d := min(50*time.Millisecond<<min(n, 6), m.opts.MaxRetryDelay)
-		d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
-		m.queryFailed()
-		return true, d
-	}
-	m.watcher = watch.NewWatcher(&watch.NewWatcherInput{
-		Clients:            m.clients,
-		MaxStale:           o.MaxStale,
-		BlockQueryWaitTime: o.BlockWait,
-		RetryFuncConsul:    retry,
-		RetryFuncDefault:   retry,
-	})
 	return m
 }
 
-// Run dispatches query results until ctx ends, then stops every query and
-// every service's goroutines. Call it once.
+// Run serves until ctx ends, then stops every query and every service's
+// goroutines. Queries and renders run from Service on; Run only bounds
+// their life.
 func (m *Manager) Run(ctx context.Context) {
-	defer func() {
-		m.cancel()
-		m.watcher.Stop()
-		m.wg.Wait()
-	}()
 	if m.initErr != nil {
 		m.log.Error("cannot build the Consul client for templates and dependencies", "error", m.initErr)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case v := <-m.watcher.DataCh():
-			m.deliver(v.Dependency(), v.Data())
-		case err := <-m.watcher.ServerErrCh():
-			// Also counted by the retry function; only log transitions.
-			m.mu.Lock()
-			n := m.errors
-			m.mu.Unlock()
-			if n == 1 || n%100 == 0 {
-				m.log.Warn("Consul query failed; retrying", "error", err, "failures", n)
-			}
-		case err := <-m.watcher.ErrCh():
-			// Views retry forever, so this is not expected.
-			m.log.Error("Consul query stopped", "error", err)
-		}
-	}
-}
-
-func (m *Manager) queryFailed() {
+	<-ctx.Done()
 	m.mu.Lock()
-	m.errors++
+	m.cancel()
+	for k, w := range m.deps {
+		w.view.halt()
+		delete(m.deps, k)
+	}
 	m.mu.Unlock()
+	m.wg.Wait()
+	m.clients.Stop()
+	// In-flight blocking queries cannot be interrupted (consul-template's
+	// Fetch takes no context); they end with their wait. Do not wait for them.
 }
 
-// deliver stores new data and wakes its readers.
-func (m *Manager) deliver(d dep.Dependency, data any) {
-	m.mu.Lock()
-	if m.errors > 0 {
-		m.log.Info("Consul queries answer again", "after_failures", m.errors)
-		m.errors = 0
+func (m *Manager) queryFailed(d dep.Dependency, err error, failures int) {
+	if failures == 1 {
+		m.mu.Lock()
+		m.failing++
+		n := m.failing
+		m.mu.Unlock()
+		if n == 1 {
+			m.log.Warn("Consul query failed; retrying", "query", d.String(), "error", err)
+		} else {
+			m.log.Debug("Consul query failed; retrying", "query", d.String(), "error", err)
+		}
+	} else if failures%100 == 0 {
+		m.log.Warn("Consul query still failing", "query", d.String(), "error", err, "attempts", failures)
 	}
-	w := m.deps[d.String()]
-	if w == nil || w.d != d {
-		// Its last reader went away while the answer was in flight (w is
-		// nil), or this is a stopped view of an earlier watch of the same
-		// data, whose answer may be older than the current view's.
+}
+
+func (m *Manager) queryRecovered(d dep.Dependency, failures int) {
+	m.mu.Lock()
+	m.failing--
+	n := m.failing
+	m.mu.Unlock()
+	if n == 0 {
+		m.log.Info("Consul queries answer again", "query", d.String(), "after_attempts", failures)
+	}
+}
+
+// deliver stores new data and wakes its readers, inline on the view's
+// goroutine (the readers' work is a non-blocking send or a few counts).
+func (m *Manager) deliver(v *view, data any) {
+	m.mu.Lock()
+	w := m.deps[v.d.String()]
+	if w == nil || w.view != v {
+		// Its last reader left while the answer was in flight.
 		m.mu.Unlock()
 		return
 	}
-	m.brain.Remember(d, data)
+	m.brain.Remember(v.d, data)
 	subs := make([]subscriber, 0, len(w.subs))
 	for s := range w.subs {
 		subs = append(subs, s)
@@ -203,11 +189,10 @@ func (m *Manager) watch(s subscriber, d dep.Dependency) {
 	}
 	w := m.deps[key]
 	if w == nil {
-		w = &watched{d: d, subs: map[subscriber]struct{}{}}
+		v := &view{m: m, d: d, stop: make(chan struct{})}
+		w = &watched{view: v, subs: map[subscriber]struct{}{}}
 		m.deps[key] = w
-		if _, err := m.watcher.Add(d); err != nil {
-			m.log.Error("cannot watch", "dependency", key, "error", err)
-		}
+		go v.run()
 	}
 	w.subs[s] = struct{}{}
 }
@@ -223,8 +208,8 @@ func (m *Manager) unwatch(s subscriber, key string) {
 	delete(w.subs, s)
 	if len(w.subs) == 0 {
 		delete(m.deps, key)
-		m.watcher.Remove(w.d)
-		m.brain.Forget(w.d)
+		w.view.halt()
+		m.brain.Forget(w.view.d)
 	}
 }
 
@@ -236,7 +221,9 @@ func (m *Manager) recall(d dep.Dependency) (any, bool) {
 // Watching returns how many distinct queries run: one per distinct
 // dependency, however many services read it.
 func (m *Manager) Watching() int {
-	return m.watcher.Size()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.deps)
 }
 
 // Service starts gating and rendering for svc and returns its handle. Calling
