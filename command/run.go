@@ -138,6 +138,10 @@ func (c *RunCommand) Run(args []string) int {
 		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 		defer signal.Stop(sigs)
 	}
+	// Children start with default dispositions, whatever we inherited.
+	if reset := proc.ResetIgnoredSignals(); len(reset) > 0 {
+		log.Debug("reset inherited ignored signals to their defaults", "signals", fmt.Sprint(reset))
+	}
 
 	ccfg := api.DefaultConfig()
 	if addr != "" {
