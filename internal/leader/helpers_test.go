@@ -101,7 +101,7 @@ func (l *liveness) register() error {
 // fakeClock is time.Now plus an offset a test can jump.
 type fakeClock struct{ off atomic.Int64 }
 
-func (c *fakeClock) Now() time.Time      { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *fakeClock) Now() time.Time       { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *fakeClock) Jump(d time.Duration) { c.off.Add(int64(d)) }
 
 // proxy forwards TCP to an agent's HTTP port; Cut turns it into a black hole
