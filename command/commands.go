@@ -11,6 +11,7 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"run":      func() (cli.Command, error) { return &RunCommand{UI: ui}, nil },
 		"validate": func() (cli.Command, error) { return &ValidateCommand{UI: ui}, nil },
 		"fmt":      func() (cli.Command, error) { return &FmtCommand{UI: ui}, nil },
+		"status":   func() (cli.Command, error) { return &StatusCommand{UI: ui}, nil },
 		"version":  func() (cli.Command, error) { return &VersionCommand{UI: ui}, nil },
 	}
 }
