@@ -49,7 +49,7 @@ func newSandbox(t *testing.T) (*sandbox, string) {
 	return &sandbox{root: root, env: map[string]string{"GREETING": "hello"}, maxFile: 1 << 20}, base
 }
 
-func mustWrite(t *testing.T, p, s string) {
+func mustWrite(t testing.TB, p, s string) {
 	t.Helper()
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
