@@ -220,3 +220,26 @@ func TestParseEnv(t *testing.T) {
 		}
 	}
 }
+
+// TestHelperExamples keeps the helper examples of website/templates.md honest.
+func TestHelperExamples(t *testing.T) {
+	sb, _ := newSandbox(t)
+	cases := map[string]string{
+		`{{ range loop 3 }}{{ . }}{{ end }}`:                                        "012",
+		`{{ add 1 2 }}`:                                                             "3",
+		`{{ "foo.bar" | regexReplaceAll "foo([.a-z]+)" "$1" }}`:                     ".bar",
+		`{{ "foo.bar" | replaceAll "." "_" }}`:                                      "foo_bar",
+		`{{ scratch.Set "k" 1 }}{{ scratch.Get "k" }}`:                              "1",
+		`{{ "foo\nbar\n" | split "\n" }}`:                                           "[foo bar]",
+		`{{ $items := split "," "a,b,c" }}{{ $items | join "," }}`:                  "a,b,c",
+		`{{ "hello" | sprig_upper | sprig_repeat 2 }}`:                              "HELLOHELLO",
+		`{{ "Alice Smith" | toUpper }} {{ "Alice Smith" | toLower }}`:               "ALICE SMITH alice smith",
+		`{{ if "a,b" | split "," | contains "b" }}yes{{ end }}`:                     "yes",
+		`{{ with $d := "{\"name\":\"Alice\"}" | parseJSON }}{{ $d.name }}{{ end }}`: "Alice",
+	}
+	for text, want := range cases {
+		if got, err := execute(t, sb, nil, text); err != nil || got != want {
+			t.Errorf("%s = %q, %v; want %q", text, got, err, want)
+		}
+	}
+}
