@@ -183,7 +183,7 @@ func (c *RunCommand) Run(args []string) int {
 	})
 	defer sink.Close()
 
-	r := supervisor.New(cfg, supervisor.Options{Client: client, Logger: log, Sink: sink, LivenessTTL: liveness})
+	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)

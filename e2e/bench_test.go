@@ -3,10 +3,12 @@ package e2e
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"golang.org/x/sys/unix"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
@@ -131,4 +133,55 @@ func monotonic() time.Duration {
 	var ts unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
 	return time.Duration(ts.Nano())
+}
+
+// BenchmarkDependencyToStart: a dependency becomes passing and the
+// dependent, gated on it, starts. Latency is from just before the harness
+// marks the dependency passing to the dependent's first instruction.
+func BenchmarkDependencyToStart(b *testing.B) {
+	const trials = 40
+	agent := consultest.NewDev(b)
+	c := agent.Client(b)
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "db1", Name: "db", Port: 5432,
+		Check: &api.AgentServiceCheck{CheckID: "db1:ttl", TTL: "1h"}}); err != nil {
+		b.Fatal(err)
+	}
+	stamps := filepath.Join(b.TempDir(), "stamps")
+	hcl := writeHCL(b, fmt.Sprintf(`
+service "dependent" {
+  command = [%q]
+  env     = { STAMP_FILE = %q, STAMP_SLEEP_MS = "-1" }
+  depends_on "db" {
+    on_lost = "stop"
+  }
+  stop {
+    timeout = "1s"
+  }
+}
+`, stampBin, stamps))
+	for i := 0; i < b.N; i++ {
+		_ = c.Agent().FailTTL("db1:ttl", "down")
+		m := startMariposa(b, agent, nil, "-log-level", "warn", hcl)
+		var lat latencies
+		for trial := 0; trial < trials; trial++ {
+			waitFor(b, 30*time.Second, "waiting", func() (bool, string) {
+				sc := supervisorCheck(c, "dependent", agent.Name)
+				return sc != nil && strings.HasPrefix(sc.Output, "waiting:"), fmt.Sprint(sc)
+			})
+			t0 := monotonic()
+			if err := c.Agent().PassTTL("db1:ttl", "up"); err != nil {
+				b.Fatal(err)
+			}
+			waitFor(b, 30*time.Second, "the dependent", func() (bool, string) {
+				return countStarts(readStamps(stamps)) == trial+1, "not yet"
+			})
+			s := readStamps(stamps)
+			lat = append(lat, s[len(s)-1].at-t0)
+			if err := c.Agent().FailTTL("db1:ttl", "down"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		m.stop(b, syscall.SIGTERM, 20*time.Second)
+		lat.report(b, "dependency passing -> dependent started ("+stampKind+" child)")
+	}
 }

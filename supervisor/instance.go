@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -21,6 +23,7 @@ type State string
 
 const (
 	StateStarting  State = "starting"
+	StateWaiting   State = "waiting"
 	StateRunning   State = "running"
 	StateBackoff   State = "backoff"
 	StateFailed    State = "failed"
@@ -48,6 +51,7 @@ type Instance struct {
 	log  hclog.Logger
 	reg  *checks.Registry
 	sink *proc.Sink
+	data *render.ServiceData // dependencies and templates; nil if none
 	now  func() time.Time
 
 	health  chan checks.NodeHealth // latest-value mailbox
@@ -61,9 +65,9 @@ type Instance struct {
 	cur  *proc.Process
 }
 
-func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger, reg *checks.Registry, sink *proc.Sink) *Instance {
+func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger, reg *checks.Registry, sink *proc.Sink, data *render.ServiceData) *Instance {
 	return &Instance{
-		svc: svc, id: id, env: env, log: log.Named(svc.Name).With("service_id", id), reg: reg, sink: sink,
+		svc: svc, id: id, env: env, log: log.Named(svc.Name).With("service_id", id), reg: reg, sink: sink, data: data,
 		now:    time.Now,
 		health: make(chan checks.NodeHealth, 1),
 		stopc:  make(chan struct{}), killc: make(chan struct{}), done: make(chan struct{}),
@@ -89,7 +93,7 @@ func (in *Instance) Signal(sig syscall.Signal) {
 }
 
 // deliverHealth hands the newest node health to the instance, replacing any
-// value it has not read yet.
+// value it has not read yet. A reset is never lost to a later view.
 func (in *Instance) deliverHealth(h checks.NodeHealth) {
 	for {
 		select {
@@ -98,7 +102,8 @@ func (in *Instance) deliverHealth(h checks.NodeHealth) {
 		default:
 		}
 		select {
-		case <-in.health:
+		case old := <-in.health:
+			h.Reset = h.Reset || old.Reset
 		default:
 		}
 	}
@@ -124,94 +129,51 @@ func (in *Instance) setState(st State, pid int, health, output string) {
 	in.reg.SetStatus(in.id, checks.Status{Health: health, Output: output})
 }
 
+// timer is a stoppable one-shot timer whose channel is nil while disarmed,
+// so a select on it blocks.
+type timer struct{ t *time.Timer }
+
+func (t *timer) arm(d time.Duration) {
+	t.disarm()
+	t.t = time.NewTimer(d)
+}
+
+func (t *timer) disarm() {
+	if t.t != nil {
+		t.t.Stop()
+		t.t = nil
+	}
+}
+
+func (t *timer) c() <-chan time.Time {
+	if t.t == nil {
+		return nil
+	}
+	return t.t.C
+}
+
+// runLoop is the state of one instance's goroutine.
+type runLoop struct {
+	in       *Instance
+	tracker  *RestartTracker
+	tracks   map[string]*checkTrack
+	p        *proc.Process
+	started  time.Time
+	restarts int
+	lastEnd  string
+
+	// Gating on dependencies and templates.
+	waitingSince time.Time    // zero unless waiting
+	depsAtStart  []bool       // which dependencies held when the process started
+	lostPending  map[int]bool // on_lost = restart: restart once dependency i is back
+
+	startT, healthT, depT timer
+}
+
 func (in *Instance) run() {
 	defer close(in.done)
-	tracker := NewRestartTracker(in.svc.Restart)
-	tracks := map[string]*checkTrack{}
-	var (
-		p        *proc.Process
-		exited   <-chan struct{}
-		started  time.Time
-		restarts int
-		lastEnd  string
-		timer    = time.NewTimer(time.Hour)
-		timerFor string // "start" | "health" | ""
-	)
-	timer.Stop()
-	arm := func(d time.Duration, what string) {
-		timer.Stop()
-		select {
-		case <-timer.C:
-		default:
-		}
-		timer.Reset(d)
-		timerFor = what
-	}
-
-	var after func(o Outcome)
-	start := func() {
-		timerFor = ""
-		np, err := proc.Start(proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name})
-		if err != nil {
-			in.log.Error("start failed", "error", err)
-			after(Outcome{Cause: CauseExit, Exit: proc.Exit{Code: -1, Err: fmt.Errorf("start failed: %w", err)}, Started: in.now()})
-			return
-		}
-		p, exited = np, np.Done()
-		started = np.Started
-		in.mu.Lock()
-		in.cur = np
-		in.snap.Restarts = restarts
-		in.mu.Unlock()
-		out := fmt.Sprintf("running (pid %d)", np.Pid)
-		if restarts > 0 {
-			out += fmt.Sprintf("; restarted %d times, last after %s", restarts, lastEnd)
-		}
-		in.log.Info("started", "pid", np.Pid)
-		in.setState(StateRunning, np.Pid, api.HealthPassing, out)
-	}
-	after = func(o Outcome) {
-		p, exited = nil, nil
-		in.mu.Lock()
-		in.cur = nil
-		in.mu.Unlock()
-		d := tracker.Decide(o, in.now(), rand.Float64())
-		switch d.Action {
-		case ActionRestart:
-			restarts++
-			lastEnd = o.String()
-			in.log.Info("restarting", "after", o.String(), "delay", d.Delay, "attempt", d.Attempt)
-			if d.Delay == 0 {
-				start()
-				return
-			}
-			in.setState(StateBackoff, 0, api.HealthCritical, d.Reason)
-			arm(d.Delay, "start")
-		case ActionFail:
-			in.log.Error("giving up", "reason", d.Reason)
-			in.setState(StateFailed, 0, api.HealthCritical, d.Reason)
-		case ActionDone:
-			in.log.Info("not restarting", "reason", d.Reason)
-			in.setState(StateCompleted, 0, api.HealthCritical, d.Reason)
-		}
-	}
-	evalHealth := func() {
-		if p == nil || !in.svc.Restart.OnUnhealthy || in.svc.Restart.Policy == schema.RestartNever {
-			return
-		}
-		name, recheck := unhealthyCheck(tracks, started, in.svc.Restart, in.now())
-		if name == "" {
-			if recheck > 0 {
-				arm(recheck, "health")
-			}
-			return
-		}
-		in.log.Warn("check critical; restarting", "check", name, "pid", p.Pid)
-		old := p
-		in.setState(StateStarting, 0, api.HealthCritical, fmt.Sprintf("check %q critical; restarting", name))
-		in.stopProcess(old, false)
-		after(Outcome{Cause: CauseUnhealthy, Check: name, Exit: old.Exit(), Started: started})
-	}
+	l := &runLoop{in: in, tracker: NewRestartTracker(in.svc.Restart), tracks: map[string]*checkTrack{},
+		lostPending: map[int]bool{}}
 
 	// args checks run for as long as the service is registered.
 	scriptCtx, stopScripts := context.WithCancel(context.Background())
@@ -224,39 +186,277 @@ func (in *Instance) run() {
 		scripts.Add(1)
 		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
+	var dataChanged <-chan struct{}
+	if in.data != nil {
+		dataChanged = in.data.Changed()
+	}
 
-	start()
+	l.tryStart()
 	for {
+		var exited <-chan struct{}
+		if l.p != nil {
+			exited = l.p.Done()
+		}
 		select {
 		case <-in.stopc:
-			timer.Stop()
+			l.startT.disarm()
+			l.healthT.disarm()
+			l.depT.disarm()
 			stopScripts()
-			in.shutdown(p)
+			in.shutdown(l.p)
 			scripts.Wait()
 			return
 		case <-exited:
+			p := l.p
 			e := p.Exit()
 			// Whatever the child left in its group goes with it.
 			_ = p.Signal(syscall.SIGKILL)
 			in.log.Info("process exited", "pid", p.Pid, "status", e.String())
-			after(Outcome{Cause: CauseExit, Exit: e, Started: started})
+			l.after(Outcome{Cause: CauseExit, Exit: e, Started: l.started})
 		case h := <-in.health:
 			if h.Reset {
 				// After a gap, a check seen critical now may just have been
 				// re-registered: treat every check as newly seen.
-				clear(tracks)
+				clear(l.tracks)
 			}
-			updateTracks(tracks, in.svc, in.id, h.Services[in.id], in.now())
-			evalHealth()
-		case <-timer.C:
-			switch timerFor {
-			case "start":
-				start()
-			case "health":
-				evalHealth()
+			updateTracks(l.tracks, in.svc, in.id, h.Services[in.id], in.now())
+			l.evalHealth()
+		case <-dataChanged:
+			l.dataChanged()
+		case <-l.startT.c():
+			l.startT.disarm()
+			l.tryStart()
+		case <-l.depT.c():
+			l.depT.disarm()
+			l.tryStart()
+		case <-l.healthT.c():
+			l.healthT.disarm()
+			l.evalHealth()
+		}
+	}
+}
+
+// tryStart starts the process if its dependencies and templates are ready,
+// else waits for them (and fails once a dependency's timeout has passed).
+func (l *runLoop) tryStart() {
+	in := l.in
+	env := in.env
+	if in.data != nil {
+		st := in.data.State()
+		if !st.Ready() {
+			now := in.now()
+			if l.waitingSince.IsZero() {
+				l.waitingSince = now
+			}
+			if reason, next := depTimeout(st, l.waitingSince, now); reason != "" {
+				in.log.Error("giving up waiting", "reason", reason)
+				l.waitingSince = time.Time{}
+				in.setState(StateFailed, 0, api.HealthCritical, reason)
+				return
+			} else if next > 0 {
+				l.depT.arm(next)
+			}
+			if in.Snapshot().Output != st.Waiting {
+				in.log.Info("waiting", "for", st.Waiting)
+			}
+			in.setState(StateWaiting, 0, api.HealthCritical, st.Waiting)
+			return
+		}
+		l.waitingSince = time.Time{}
+		l.depT.disarm()
+		env = dedupeEnv(append(append(append([]string{}, in.env...), st.DepEnv...), st.TemplateEnv...))
+		l.depsAtStart = l.depsAtStart[:0]
+		for _, d := range st.Deps {
+			l.depsAtStart = append(l.depsAtStart, d.Satisfied)
+		}
+		clear(l.lostPending)
+	}
+	np, err := proc.Start(proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name})
+	if err != nil {
+		in.log.Error("start failed", "error", err)
+		l.after(Outcome{Cause: CauseExit, Exit: proc.Exit{Code: -1, Err: fmt.Errorf("start failed: %w", err)}, Started: in.now()})
+		return
+	}
+	l.p, l.started = np, np.Started
+	in.mu.Lock()
+	in.cur = np
+	in.snap.Restarts = l.restarts
+	in.mu.Unlock()
+	out := fmt.Sprintf("running (pid %d)", np.Pid)
+	if l.restarts > 0 {
+		out += fmt.Sprintf("; restarted %d times, last after %s", l.restarts, l.lastEnd)
+	}
+	in.log.Info("started", "pid", np.Pid)
+	in.setState(StateRunning, np.Pid, api.HealthPassing, out)
+}
+
+// depTimeout says whether an unmet dependency has waited past its timeout,
+// and otherwise when the next timeout would pass.
+func depTimeout(st render.ServiceState, since, now time.Time) (reason string, next time.Duration) {
+	for _, d := range st.Deps {
+		if d.Satisfied || d.Dep.Timeout <= 0 {
+			continue
+		}
+		at := since.Add(d.Dep.Timeout)
+		if !now.Before(at) {
+			return fmt.Sprintf("failed: gave up after %s %s", shortDuration(d.Dep.Timeout), d.Waiting), 0
+		}
+		if n := at.Sub(now); next == 0 || n < next {
+			next = n
+		}
+	}
+	return "", next
+}
+
+// after decides what follows the end of a run.
+func (l *runLoop) after(o Outcome) {
+	in := l.in
+	l.p = nil
+	l.healthT.disarm()
+	in.mu.Lock()
+	in.cur = nil
+	in.mu.Unlock()
+	d := l.tracker.Decide(o, in.now(), rand.Float64())
+	switch d.Action {
+	case ActionRestart:
+		l.restarts++
+		l.lastEnd = o.String()
+		in.log.Info("restarting", "after", o.String(), "delay", d.Delay, "attempt", d.Attempt)
+		if d.Delay == 0 {
+			l.tryStart()
+			return
+		}
+		in.setState(StateBackoff, 0, api.HealthCritical, d.Reason)
+		l.startT.arm(d.Delay)
+	case ActionFail:
+		in.log.Error("giving up", "reason", d.Reason)
+		in.setState(StateFailed, 0, api.HealthCritical, d.Reason)
+	case ActionDone:
+		in.log.Info("not restarting", "reason", d.Reason)
+		in.setState(StateCompleted, 0, api.HealthCritical, d.Reason)
+	}
+}
+
+// restartNow stops the process and starts it again at once, outside the
+// restart policy: a configuration change, not a failure.
+func (l *runLoop) restartNow(why string) {
+	in := l.in
+	if l.p == nil {
+		return
+	}
+	in.log.Info("restarting", "why", why, "pid", l.p.Pid)
+	in.setState(StateStarting, 0, api.HealthCritical, why+"; restarting")
+	in.stopProcess(l.p, false)
+	l.p = nil
+	in.mu.Lock()
+	in.cur = nil
+	in.mu.Unlock()
+	l.healthT.disarm()
+	l.restarts++
+	l.lastEnd = why
+	l.tryStart()
+}
+
+func (l *runLoop) evalHealth() {
+	in := l.in
+	if l.p == nil || !in.svc.Restart.OnUnhealthy || in.svc.Restart.Policy == schema.RestartNever {
+		return
+	}
+	name, recheck := unhealthyCheck(l.tracks, l.started, in.svc.Restart, in.now())
+	if name == "" {
+		if recheck > 0 {
+			l.healthT.arm(recheck)
+		}
+		return
+	}
+	in.log.Warn("check critical; restarting", "check", name, "pid", l.p.Pid)
+	old := l.p
+	in.setState(StateStarting, 0, api.HealthCritical, fmt.Sprintf("check %q critical; restarting", name))
+	in.stopProcess(old, false)
+	l.after(Outcome{Cause: CauseUnhealthy, Check: name, Exit: old.Exit(), Started: l.started})
+}
+
+// dataChanged applies what changed in the service's Consul data: a start
+// that was waiting, template change_mode actions, and on_lost.
+func (l *runLoop) dataChanged() {
+	in := l.in
+	if l.p == nil {
+		// Not running: only a wait can move on. (Events of renders while
+		// nothing runs need no action; the next start reads the files.)
+		if in.Snapshot().State == StateWaiting {
+			l.tryStart()
+		}
+		return
+	}
+	st := in.data.State()
+	restart := ""
+	var signals []syscall.Signal
+	for _, ev := range st.Events {
+		t := ev.Template
+		in.log.Info("template rendered", "destination", ev.Destination, "change_mode", t.ChangeMode)
+		switch {
+		case t.Env || t.ChangeMode == "restart" || t.ChangeMode == "":
+			restart = "template " + ev.Destination + " changed"
+		case t.ChangeMode == "signal":
+			if !slices.Contains(signals, t.Signal) {
+				signals = append(signals, t.Signal)
+			}
+		case t.ChangeMode == "command":
+			in.runChangeCommand(t)
+		}
+	}
+	// on_lost, against what held when the process started.
+	for i, d := range st.Deps {
+		if i >= len(l.depsAtStart) {
+			break
+		}
+		switch d.Dep.OnLost {
+		case "stop":
+			if l.depsAtStart[i] && !d.Satisfied {
+				in.log.Warn("dependency lost; stopping until it is back", "dependency", d.Dep.Name)
+				in.stopProcess(l.p, false)
+				l.p = nil
+				in.mu.Lock()
+				in.cur = nil
+				in.mu.Unlock()
+				l.healthT.disarm()
+				l.tryStart() // waits, showing what for
+				return
+			}
+		case "restart":
+			if l.depsAtStart[i] && !d.Satisfied {
+				l.lostPending[i] = true
+			} else if l.lostPending[i] && d.Satisfied {
+				restart = "dependency " + d.Dep.Name + " came back"
 			}
 		}
 	}
+	if restart != "" {
+		l.restartNow(restart)
+		return
+	}
+	for _, sig := range signals {
+		in.log.Info("signalling after a template change", "signal", proc.SignalName(sig), "pid", l.p.Pid)
+		_ = l.p.Signal(sig)
+	}
+}
+
+// runChangeCommand runs a template's change command in the background, with
+// the service's environment and directory, and logs how it ended.
+func (in *Instance) runChangeCommand(t *schema.Template) {
+	p, err := proc.Start(proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change"})
+	if err != nil {
+		in.log.Error("template change command failed to start", "destination", t.Destination, "error", err)
+		return
+	}
+	go func() {
+		e := p.Exit()
+		if e.Success() {
+			in.log.Info("template change command done", "destination", t.Destination)
+		} else {
+			in.log.Warn("template change command failed", "destination", t.Destination, "status", e.String())
+		}
+	}()
 }
 
 // shutdown deregisters, drains, and stops the process (stop signal, then

@@ -17,13 +17,18 @@ import (
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // Options configure a Runner.
 type Options struct {
 	Client *api.Client
-	Logger hclog.Logger
+	// ConsulConfig is the configuration Client was made from; templates and
+	// dependencies use it for their own connections. Default: Consul's
+	// defaults (the environment).
+	ConsulConfig *api.Config
+	Logger       hclog.Logger
 	// Sink receives the children's output; nil discards it.
 	Sink *proc.Sink
 	// LivenessTTL is the TTL of mariposa's own liveness check (default 3s).
@@ -52,6 +57,7 @@ type Runner struct {
 
 	// Set by Run before any instance starts.
 	reg     *checks.Registry
+	data    *render.Manager // nil until a service needs Consul data
 	addr    string
 	baseEnv []string
 }
@@ -151,6 +157,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	reg := checks.NewRegistry(r.opts.Client, node, addr, log, r.opts.SupervisorTTL/3)
 	goBG(func() { reg.Run(bg) })
 
+	// Templates and dependencies share one set of blocking queries.
+	ccfg := r.opts.ConsulConfig
+	if ccfg == nil {
+		ccfg = api.DefaultConfig()
+	}
+	r.data = render.NewManager(ccfg, log)
+	goBG(func() { r.data.Run(bg) })
+
 	// mariposa's own liveness: mariposa.service.consul lists live supervisors.
 	selfID := "mariposa-" + node
 	reg.RegisterHeartbeat(&api.AgentServiceRegistration{
@@ -221,7 +235,11 @@ func (r *Runner) Run(ctx context.Context) error {
 // its registration.
 func (r *Runner) addInstance(svc *schema.Service) *Instance {
 	id := checks.ServiceID(svc, r.node)
-	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), r.log.With("node", r.node), r.reg, r.opts.Sink)
+	var data *render.ServiceData
+	if len(svc.Depends) > 0 || len(svc.Templates) > 0 {
+		data = r.data.Service(svc)
+	}
+	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), r.log.With("node", r.node), r.reg, r.opts.Sink, data)
 	r.reg.Register(checks.Registration(svc, r.node, checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL}),
 		checks.Status{Health: api.HealthCritical, Output: "starting"})
 	r.mu.Lock()
@@ -265,6 +283,9 @@ func (r *Runner) apply(cfg *schema.Config) ReloadResult {
 		}
 	}
 	r.stopAll(old, append(append([]string{}, stop...), restart...))
+	for _, name := range append(append([]string{}, stop...), restart...) {
+		r.data.Remove(old.Service(name))
+	}
 	r.mu.Lock()
 	for _, name := range append(append([]string{}, stop...), restart...) {
 		delete(r.instances, name)
