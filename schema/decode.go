@@ -67,6 +67,7 @@ func (l *loader) warnf(subject hcl.Range, summary, format string, args ...any) {
 
 func (l *loader) result() *Diagnostics {
 	l.sortDiags()
+	l.capDiags()
 	return &Diagnostics{diags: l.diags, files: l.files}
 }
 

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -106,5 +107,28 @@ func TestWriteText(t *testing.T) {
 	}
 	if js, _ := nilDiags.MarshalJSON(); string(js) != "[]" {
 		t.Errorf("nil JSON = %s", js)
+	}
+}
+
+func TestDiagnosticCaps(t *testing.T) {
+	// An unclosed quote turns the rest into thousands of syntax errors.
+	src := "service \"a> {\n" + strings.Repeat("service \"a\" {\n", 2000)
+	_, diags := load([]source{{name: "t.hcl", abs: "/nonexistent/t.hcl", data: []byte(src)}}, LoadOptions{Environ: []string{}})
+	all := diags.All()
+	if len(all) != maxSyntaxErrors+1 || all[len(all)-1].Summary != "Too many syntax errors" || !diags.HasErrors() {
+		t.Errorf("got %d diagnostics, last %+v", len(all), all[len(all)-1])
+	}
+
+	// Many services, each with an error.
+	src = ""
+	for i := 0; i < 300; i++ {
+		src += "service \"s" + strconv.Itoa(i) + "\" {\n  command = []\n}\n"
+	}
+	_, diags = load([]source{{name: "t.hcl", abs: "/nonexistent/t.hcl", data: []byte(src)}}, LoadOptions{Environ: []string{}})
+	all = diags.All()
+	last := all[len(all)-1]
+	if len(all) != maxDiagnostics || last.Summary != "Too many problems" || last.Severity != "error" ||
+		!strings.Contains(last.Detail, "101 more errors") || last.Range == nil || last.Range.Start.Line != 200*3-1 {
+		t.Errorf("got %d diagnostics, last %+v %+v", len(all), last, last.Range)
 	}
 }

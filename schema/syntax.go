@@ -24,7 +24,28 @@ func parseHCL(src []byte, filename string) (*hcl.File, hcl.Diagnostics) {
 	if diags := checkNesting(src, filename); diags.HasErrors() {
 		return nil, diags
 	}
-	return hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	f, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	return f, capSyntaxErrors(diags)
+}
+
+// maxSyntaxErrors bounds the syntax errors reported per file: after the
+// first few, HCL's error recovery mostly reports consequences of them (an
+// unclosed quote can yield thousands), and printing each one rescans the
+// file.
+const maxSyntaxErrors = 10
+
+func capSyntaxErrors(diags hcl.Diagnostics) hcl.Diagnostics {
+	if len(diags) <= maxSyntaxErrors {
+		return diags
+	}
+	more := diags[maxSyntaxErrors]
+	return append(diags[:maxSyntaxErrors:maxSyntaxErrors], &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Too many syntax errors",
+		Detail: fmt.Sprintf("%d more syntax errors in this file are not shown; they usually follow from the ones above. Fix those first.",
+			len(diags)-maxSyntaxErrors),
+		Subject: more.Subject,
+	})
 }
 
 // checkNesting lexes src (linear time) and reports the first token nested

@@ -141,3 +141,35 @@ func (l *loader) sortDiags() {
 func at(r hcl.Range) string {
 	return fmt.Sprintf("%s:%d:%d", r.Filename, r.Start.Line, r.Start.Column)
 }
+
+// maxDiagnostics bounds what one load reports. Real configurations stay far
+// below it; a generated or corrupted file could otherwise produce so many
+// that printing them (each rescans its file for the source line) takes
+// minutes.
+const maxDiagnostics = 200
+
+func (l *loader) capDiags() {
+	if len(l.diags) <= maxDiagnostics {
+		return
+	}
+	rest := l.diags[maxDiagnostics-1:]
+	errs, warns := 0, 0
+	for _, d := range rest {
+		if d.Severity == hcl.DiagError {
+			errs++
+		} else {
+			warns++
+		}
+	}
+	sev := hcl.DiagWarning
+	if errs > 0 {
+		sev = hcl.DiagError
+	}
+	l.diags = append(l.diags[:maxDiagnostics-1:maxDiagnostics-1], &hcl.Diagnostic{
+		Severity: sev,
+		Summary:  "Too many problems",
+		Detail: fmt.Sprintf("%d more errors and %d more warnings are not shown; fix the ones above and validate again.",
+			errs, warns),
+		Subject: rest[0].Subject,
+	})
+}
