@@ -232,10 +232,10 @@ var faults = []fault{
 
 // TestFaultLoop injects random faults into whichever elector leads, across
 // a real cluster (3 servers, 2 clients), and checks that no two terms ever
-// overlap. MARIPOSA_LEADER_FAULTS sets the number of faults (default 21, each
-// kind three times on average), MARIPOSA_LEADER_SEED the seed.
+// overlap. MARIPOSA_LEADER_FAULTS sets the number of faults (default 14, each
+// kind twice on average), MARIPOSA_LEADER_SEED the seed.
 func TestFaultLoop(t *testing.T) {
-	n := envInt(t, "MARIPOSA_LEADER_FAULTS", 21)
+	n := envInt(t, "MARIPOSA_LEADER_FAULTS", 14)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("MARIPOSA_LEADER_SEED"); s != "" {
 		seed = uint64(envInt(t, "MARIPOSA_LEADER_SEED", 0))
