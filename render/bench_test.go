@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -141,23 +142,31 @@ func (t *tool) trial(b *testing.B, c *api.Client, i int, seq int) {
 	t.lat = append(t.lat, time.Since(start))
 }
 
-// startOurs renders the tool's templates with a Manager.
-func startOurs(b *testing.B, addr string, t *tool) {
-	m := startManager(b, addr)
+// startOurs renders the tool's templates with a Manager until stop (or the
+// benchmark's end).
+func startOurs(b *testing.B, addr string, t *tool, opts ...Options) (stop func()) {
+	m := NewManager(&api.Config{Address: addr}, testLogger(), opts...)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Run(ctx); close(done) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	b.Cleanup(stop)
 	svc := &schema.Service{Name: "bench", Dir: t.dir, SourceDir: t.dir}
 	for i := range t.keys {
 		svc.Templates = append(svc.Templates, &schema.Template{Contents: t.text(i), Destination: t.files[i], Perms: 0o644})
 	}
 	f := follow(m.Service(svc))
 	f.until(b, "first render", func(s ServiceState) bool { return s.TemplatesReady })
+	return stop
 }
 
-// startConsulTemplate runs consul-template on the tool's templates; false
-// when it is not installed.
-func startConsulTemplate(b *testing.B, addr string, t *tool) bool {
+// startConsulTemplate runs consul-template on the tool's templates until
+// stop (or the benchmark's end); ok is false when it is not installed.
+func startConsulTemplate(b *testing.B, addr string, t *tool) (stop func(), ok bool) {
 	bin := consulTemplateBinary(b, true)
 	if bin == "" {
-		return false
+		return func() {}, false
 	}
 	args := []string{"-consul-addr", addr, "-log-level", "err"}
 	for i := range t.keys {
@@ -171,13 +180,15 @@ func startConsulTemplate(b *testing.B, addr string, t *tool) bool {
 	if err := cmd.Start(); err != nil {
 		cancel()
 		b.Logf("cannot start consul-template: %v", err)
-		return false
+		return func() {}, false
 	}
-	b.Cleanup(func() { cancel(); _ = cmd.Wait() })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); _ = cmd.Wait() }) }
+	b.Cleanup(stop)
 	for i := range t.files {
 		t.watch.waitContent(b, t.files[i], "value=init")
 	}
-	return true
+	return stop, true
 }
 
 func quantile(ds []time.Duration, q float64) time.Duration {
@@ -205,7 +216,7 @@ func benchKV(b *testing.B, n int) {
 		}
 	}
 	startOurs(b, a.HTTPAddr(), ours)
-	haveCT := startConsulTemplate(b, a.HTTPAddr(), theirs)
+	_, haveCT := startConsulTemplate(b, a.HTTPAddr(), theirs)
 	if !haveCT {
 		b.Logf("consul-template %s cannot be installed (offline?): measuring mariposa only", consulTemplateVersion)
 	}
@@ -251,3 +262,114 @@ func BenchmarkKVWriteToFile(b *testing.B) { benchKV(b, 1) }
 
 // BenchmarkKVWriteToFile100: KV write -> file, 100 templates, 1 key changes.
 func BenchmarkKVWriteToFile100(b *testing.B) { benchKV(b, 100) }
+
+// trialAll writes a new value to every key and times until every file holds
+// its value.
+func (t *tool) trialAll(b *testing.B, c *api.Client, seq int) {
+	t.watch.drain()
+	start := time.Now()
+	// Two transactions (at most 64 operations each), as a deploy tool would.
+	for lo := 0; lo < len(t.keys); lo += 50 {
+		var ops api.KVTxnOps
+		for i := lo; i < min(lo+50, len(t.keys)); i++ {
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: t.keys[i], Value: []byte(fmt.Sprintf("%s-%d-%d", t.name, seq, i))})
+		}
+		if ok, resp, _, err := c.KV().Txn(ops, nil); err != nil || !ok {
+			b.Fatalf("txn: %v %v", err, resp)
+		}
+	}
+	for i := range t.files {
+		t.watch.waitContent(b, t.files[i], fmt.Sprintf("value=%s-%d-%d", t.name, seq, i))
+	}
+	t.lat = append(t.lat, time.Since(start))
+}
+
+func summary(ds []time.Duration) string {
+	return fmt.Sprintf("min %.1f, p50 %.1f, p90 %.1f, max %.1f ms", ms(quantile(ds, 0)), ms(quantile(ds, 0.5)), ms(quantile(ds, 0.9)), ms(quantile(ds, 1)))
+}
+
+// BenchmarkKVWriteAll100: 100 keys change -> last of 100 files written.
+func BenchmarkKVWriteAll100(b *testing.B) {
+	const n, trials = 100, 20
+	a := consultest.NewDev(b, consultest.Options{ExtraConfig: map[string]any{
+		"limits": map[string]any{"http_max_conns_per_client": 1000},
+	}})
+	c := a.Client(b)
+	ours, theirs := newTool(b, "ours", n), newTool(b, "ct", n)
+	for _, t := range []*tool{ours, theirs} {
+		for _, k := range t.keys {
+			put(b, c, k, "init")
+		}
+	}
+	startOurs(b, a.HTTPAddr(), ours)
+	_, haveCT := startConsulTemplate(b, a.HTTPAddr(), theirs)
+	b.ResetTimer()
+	for range b.N {
+		ours.lat, theirs.lat = nil, nil
+		for seq := range trials {
+			time.Sleep(300 * time.Millisecond)
+			ours.trialAll(b, c, seq)
+			if haveCT {
+				time.Sleep(300 * time.Millisecond)
+				theirs.trialAll(b, c, seq)
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(quantile(ours.lat, 0.5)), "p50-ms")
+	line := fmt.Sprintf("100 keys change -> last of 100 files: mariposa %s (%d trials)", summary(ours.lat), len(ours.lat))
+	if haveCT {
+		b.ReportMetric(ms(quantile(theirs.lat, 0.5)), "ct-p50-ms")
+		r := float64(quantile(ours.lat, 0.5)) / float64(quantile(theirs.lat, 0.5))
+		b.ReportMetric(r, "ratio-p50")
+		line += fmt.Sprintf("; consul-template %s %s; ratio p50 %.2f", consulTemplateVersion, summary(theirs.lat), r)
+	}
+	b.Log(line)
+	fmt.Println(line)
+}
+
+// BenchmarkFirstRender100: start -> all 100 files rendered (data in place).
+func BenchmarkFirstRender100(b *testing.B) {
+	const n, trials = 100, 10
+	// Stopped managers' in-flight queries end only with their wait (10s
+	// here): allow for them.
+	a := consultest.NewDev(b, consultest.Options{ExtraConfig: map[string]any{
+		"limits": map[string]any{"http_max_conns_per_client": 5000},
+	}})
+	c := a.Client(b)
+	keys := newTool(b, "first", n)
+	for _, k := range keys.keys {
+		put(b, c, k, "init")
+	}
+	var ours, theirs []time.Duration
+	haveCT := consulTemplateBinary(b, true) != ""
+	b.ResetTimer()
+	for range b.N {
+		for range trials {
+			// Fresh managers each time: nothing cached.
+			o := newTool(b, "first", n)
+			start := time.Now()
+			stop := startOurs(b, a.HTTPAddr(), o, Options{BlockWait: 10 * time.Second})
+			ours = append(ours, time.Since(start))
+			stop()
+			if haveCT {
+				t := newTool(b, "first", n)
+				start = time.Now()
+				stop, _ := startConsulTemplate(b, a.HTTPAddr(), t)
+				theirs = append(theirs, time.Since(start))
+				stop()
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(ms(quantile(ours, 0.5)), "p50-ms")
+	line := fmt.Sprintf("first render of 100 templates: mariposa %s (%d trials)", summary(ours), len(ours))
+	if haveCT {
+		b.ReportMetric(ms(quantile(theirs, 0.5)), "ct-p50-ms")
+		r := float64(quantile(ours, 0.5)) / float64(quantile(theirs, 0.5))
+		b.ReportMetric(r, "ratio-p50")
+		line += fmt.Sprintf("; consul-template %s %s (includes its process start); ratio p50 %.2f", consulTemplateVersion, summary(theirs), r)
+	}
+	b.Log(line)
+	fmt.Println(line)
+}
