@@ -48,7 +48,16 @@ type RegOptions struct {
 	Status string
 	// ExtraTags are added to the service's tags (e.g. the leader tag).
 	ExtraTags []string
+	// ExtraMeta is added to the service's meta (e.g. "leader").
+	ExtraMeta map[string]string
+	// LivenessServiceID is mariposa's own service on this node; each
+	// service gets an alias check of it, so the services of a supervisor
+	// that died turn critical within its liveness TTL.
+	LivenessServiceID string
 }
+
+// AliveCheckName is the name of the alias check on mariposa's liveness.
+const AliveCheckName = "mariposa-alive"
 
 // Registration builds the agent registration for svc on node: the service,
 // its checks and the supervisor TTL check, so one call registers them all.
@@ -56,6 +65,9 @@ func Registration(svc *schema.Service, node string, o RegOptions) *api.AgentServ
 	id := ServiceID(svc, node)
 	meta := map[string]string{}
 	for k, v := range svc.Meta {
+		meta[k] = v
+	}
+	for k, v := range o.ExtraMeta {
 		meta[k] = v
 	}
 	meta[ManagedByKey] = ManagedByValue
@@ -78,6 +90,15 @@ func Registration(svc *schema.Service, node string, o RegOptions) *api.AgentServ
 	for _, c := range svc.Checks {
 		reg.Checks = append(reg.Checks, agentCheck(id, c))
 	}
+	if o.LivenessServiceID != "" {
+		reg.Checks = append(reg.Checks, &api.AgentServiceCheck{
+			CheckID:      CheckID(id, AliveCheckName),
+			Name:         "mariposa alive",
+			Notes:        "Mirrors the health of the mariposa supervising this service.",
+			AliasService: o.LivenessServiceID,
+		})
+	}
+	// The supervisor check comes last: the registry reports through it.
 	reg.Checks = append(reg.Checks, &api.AgentServiceCheck{
 		CheckID: SupervisorCheckID(id),
 		Name:    "mariposa supervisor",

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/leader"
 	"github.com/mariposa-sh/mariposa/internal/proc"
 	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
@@ -28,6 +30,7 @@ const (
 	StateBackoff   State = "backoff"
 	StateFailed    State = "failed"
 	StateCompleted State = "completed"
+	StateStandby   State = "standby"
 	StateStopping  State = "stopping"
 	StateStopped   State = "stopped"
 )
@@ -54,20 +57,29 @@ type Instance struct {
 	data *render.ServiceData // dependencies and templates; nil if none
 	now  func() time.Time
 
+	// register (re-)registers the service; role is "", "leader" or
+	// "follower" and picks the tags and meta of a leader service.
+	register func(role string)
+	// elector contends for the leader lock; nil without a leader block.
+	elector *leader.Elector
+
 	health  chan checks.NodeHealth // latest-value mailbox
 	stopc   chan struct{}
 	killc   chan struct{}
 	killOne sync.Once
 	done    chan struct{}
 
-	mu   sync.Mutex
-	snap Snapshot
-	cur  *proc.Process
+	mu     sync.Mutex
+	snap   Snapshot
+	status checks.Status // the supervisor check's current status
+	cur    *proc.Process
 }
 
-func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger, reg *checks.Registry, sink *proc.Sink, data *render.ServiceData) *Instance {
+func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger, reg *checks.Registry, sink *proc.Sink,
+	data *render.ServiceData, register func(role string), elector *leader.Elector) *Instance {
 	return &Instance{
 		svc: svc, id: id, env: env, log: log.Named(svc.Name).With("service_id", id), reg: reg, sink: sink, data: data,
+		register: register, elector: elector,
 		now:    time.Now,
 		health: make(chan checks.NodeHealth, 1),
 		stopc:  make(chan struct{}), killc: make(chan struct{}), done: make(chan struct{}),
@@ -125,8 +137,19 @@ func (in *Instance) Kill() { in.killOne.Do(func() { close(in.killc) }) }
 func (in *Instance) setState(st State, pid int, health, output string) {
 	in.mu.Lock()
 	in.snap.State, in.snap.PID, in.snap.Output = st, pid, output
+	in.status = checks.Status{Health: health, Output: output}
 	in.mu.Unlock()
 	in.reg.SetStatus(in.id, checks.Status{Health: health, Output: output})
+}
+
+// currentStatus is what a (re-)registration starts the supervisor check at.
+func (in *Instance) currentStatus() checks.Status {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.status.Health == "" {
+		return checks.Status{Health: api.HealthCritical, Output: "starting"}
+	}
+	return in.status
 }
 
 // timer is a stoppable one-shot timer whose channel is nil while disarmed,
@@ -168,6 +191,26 @@ type runLoop struct {
 	lostPending  map[int]bool // on_lost = restart: restart once dependency i is back
 
 	startT, healthT, depT timer
+
+	// Leadership.
+	term      *leader.Term
+	termDone  chan struct{} // closed to let the elector's onTerm return
+	termc     chan termMsg
+	leaderEnv []string
+	// stopElecting stops contending (shutdown, or a leader whose restarts
+	// are exhausted gives the lock up).
+	stopElecting func()
+	gaveUp       bool
+}
+
+// termMsg hands a new term from the elector's goroutine to the loop.
+type termMsg struct {
+	t    *leader.Term
+	done chan struct{}
+}
+
+func (l *runLoop) standby() bool {
+	return l.in.svc.Leader != nil && l.in.svc.Leader.Mode == "standby"
 }
 
 func (in *Instance) run() {
@@ -191,11 +234,50 @@ func (in *Instance) run() {
 		dataChanged = in.data.Changed()
 	}
 
-	l.tryStart()
+	// Leadership: the elector runs in its own goroutine and hands each term
+	// to this loop, waiting until the loop has stopped the leader-only work.
+	electCtx, stopElecting := context.WithCancel(context.Background())
+	l.stopElecting = stopElecting
+	electorDone := make(chan struct{})
+	if in.elector != nil {
+		l.termc = make(chan termMsg)
+		l.leaderEnv = leaderEnv(in.svc.Leader, nil)
+		go func() {
+			defer close(electorDone)
+			in.elector.Run(electCtx, func(t *leader.Term) {
+				m := termMsg{t: t, done: make(chan struct{})}
+				select {
+				case l.termc <- m:
+					<-m.done
+				case <-electCtx.Done():
+				}
+			})
+		}()
+	} else {
+		close(electorDone)
+	}
+
+	if l.standby() {
+		// Not registered, not running, until elected.
+		in.mu.Lock()
+		in.snap.State, in.snap.Output = StateStandby, "standby: waiting for leadership"
+		in.mu.Unlock()
+		in.log.Info("standby: contending for leadership", "key", in.svc.Leader.Key)
+	} else {
+		role := ""
+		if in.svc.Leader != nil {
+			role = "follower"
+		}
+		in.register(role)
+		l.tryStart()
+	}
 	for {
-		var exited <-chan struct{}
+		var exited, lost <-chan struct{}
 		if l.p != nil {
 			exited = l.p.Done()
+		}
+		if l.term != nil {
+			lost = l.term.Lost()
 		}
 		select {
 		case <-in.stopc:
@@ -203,9 +285,29 @@ func (in *Instance) run() {
 			l.healthT.disarm()
 			l.depT.disarm()
 			stopScripts()
-			in.shutdown(l.p)
+			// Stop contending first, so that giving the term back below
+			// releases the lock instead of starting another round.
+			stopElecting()
+			var expired <-chan struct{}
+			if l.term != nil {
+				expired = l.term.Expired()
+			}
+			if l.p != nil || !l.standby() || l.term != nil {
+				in.shutdown(l.p, expired)
+			}
+			if l.termDone != nil {
+				close(l.termDone)
+			}
+			<-electorDone // lock released, session destroyed
 			scripts.Wait()
+			in.mu.Lock()
+			in.snap.State, in.snap.PID, in.snap.Output = StateStopped, 0, "stopped"
+			in.mu.Unlock()
 			return
+		case m := <-l.termc:
+			l.gainTerm(m)
+		case <-lost:
+			l.loseTerm()
 		case <-exited:
 			p := l.p
 			e := p.Exit()
@@ -241,6 +343,9 @@ func (in *Instance) run() {
 func (l *runLoop) tryStart() {
 	in := l.in
 	env := in.env
+	if l.leaderEnv != nil {
+		env = dedupeEnv(append(append([]string{}, in.env...), l.leaderEnv...))
+	}
 	if in.data != nil {
 		st := in.data.State()
 		if !st.Ready() {
@@ -264,7 +369,7 @@ func (l *runLoop) tryStart() {
 		}
 		l.waitingSince = time.Time{}
 		l.depT.disarm()
-		env = dedupeEnv(append(append(append([]string{}, in.env...), st.DepEnv...), st.TemplateEnv...))
+		env = dedupeEnv(append(append(append(append([]string{}, in.env...), l.leaderEnv...), st.DepEnv...), st.TemplateEnv...))
 		l.depsAtStart = l.depsAtStart[:0]
 		for _, d := range st.Deps {
 			l.depsAtStart = append(l.depsAtStart, d.Satisfied)
@@ -283,6 +388,13 @@ func (l *runLoop) tryStart() {
 	in.snap.Restarts = l.restarts
 	in.mu.Unlock()
 	out := fmt.Sprintf("running (pid %d)", np.Pid)
+	if in.svc.Leader != nil {
+		if l.term != nil {
+			out += " as leader"
+		} else {
+			out += " as follower"
+		}
+	}
 	if l.restarts > 0 {
 		out += fmt.Sprintf("; restarted %d times, last after %s", l.restarts, l.lastEnd)
 	}
@@ -331,6 +443,12 @@ func (l *runLoop) after(o Outcome) {
 	case ActionFail:
 		in.log.Error("giving up", "reason", d.Reason)
 		in.setState(StateFailed, 0, api.HealthCritical, d.Reason)
+		if l.term != nil && l.standby() {
+			// A leader that cannot run hands the lock to a standby.
+			in.log.Warn("giving up leadership")
+			l.gaveUp = true
+			l.stopElecting()
+		}
 	case ActionDone:
 		in.log.Info("not restarting", "reason", d.Reason)
 		in.setState(StateCompleted, 0, api.HealthCritical, d.Reason)
@@ -346,7 +464,7 @@ func (l *runLoop) restartNow(why string) {
 	}
 	in.log.Info("restarting", "why", why, "pid", l.p.Pid)
 	in.setState(StateStarting, 0, api.HealthCritical, why+"; restarting")
-	in.stopProcess(l.p, false)
+	in.stopProcess(l.p, false, l.expired())
 	l.p = nil
 	in.mu.Lock()
 	in.cur = nil
@@ -372,7 +490,7 @@ func (l *runLoop) evalHealth() {
 	in.log.Warn("check critical; restarting", "check", name, "pid", l.p.Pid)
 	old := l.p
 	in.setState(StateStarting, 0, api.HealthCritical, fmt.Sprintf("check %q critical; restarting", name))
-	in.stopProcess(old, false)
+	in.stopProcess(old, false, l.expired())
 	l.after(Outcome{Cause: CauseUnhealthy, Check: name, Exit: old.Exit(), Started: l.started})
 }
 
@@ -414,7 +532,7 @@ func (l *runLoop) dataChanged() {
 		case "stop":
 			if l.depsAtStart[i] && !d.Satisfied {
 				in.log.Warn("dependency lost; stopping until it is back", "dependency", d.Dep.Name)
-				in.stopProcess(l.p, false)
+				in.stopProcess(l.p, false, l.expired())
 				l.p = nil
 				in.mu.Lock()
 				in.cur = nil
@@ -461,7 +579,7 @@ func (in *Instance) runChangeCommand(t *schema.Template) {
 
 // shutdown deregisters, drains, and stops the process (stop signal, then
 // SIGKILL to the whole group after the timeout).
-func (in *Instance) shutdown(p *proc.Process) {
+func (in *Instance) shutdown(p *proc.Process, expired <-chan struct{}) {
 	pid := 0
 	if p != nil {
 		pid = p.Pid
@@ -487,10 +605,11 @@ func (in *Instance) shutdown(p *proc.Process) {
 		case <-time.After(in.svc.Stop.Drain):
 		case <-in.killc:
 		case <-p.Done():
+		case <-expired:
 		}
 	}
 	if p != nil {
-		e := in.stopProcess(p, true)
+		e := in.stopProcess(p, true, expired)
 		in.log.Info("stopped", "pid", pid, "status", e.String())
 	}
 	in.mu.Lock()
@@ -500,8 +619,9 @@ func (in *Instance) shutdown(p *proc.Process) {
 }
 
 // stopProcess sends the stop signal to the group and SIGKILLs it after the
-// timeout, or at once when killc closes (honourKill).
-func (in *Instance) stopProcess(p *proc.Process, honourKill bool) proc.Exit {
+// timeout, or at once when killc closes (honourKill) or expired closes (the
+// leader lock may be anyone's soon).
+func (in *Instance) stopProcess(p *proc.Process, honourKill bool, expired <-chan struct{}) proc.Exit {
 	sig, timeout := in.svc.Stop.Signal, in.svc.Stop.Timeout
 	if sig == 0 {
 		sig = syscall.SIGTERM
@@ -518,7 +638,142 @@ func (in *Instance) stopProcess(p *proc.Process, honourKill bool) proc.Exit {
 	case <-t.C:
 		in.log.Warn("stop timeout; killing the process group", "pid", p.Pid, "timeout", timeout)
 	case <-killc:
+	case <-expired:
+		in.log.Warn("leadership expired while stopping; killing the process group", "pid", p.Pid)
 	}
 	_ = p.Signal(syscall.SIGKILL)
 	return p.Exit()
+}
+
+// expired is the current term's Expired channel, or nil.
+func (l *runLoop) expired() <-chan struct{} {
+	if l.term == nil {
+		return nil
+	}
+	return l.term.Expired()
+}
+
+// clearProcess forgets the process after it stopped outside after().
+func (l *runLoop) clearProcess() {
+	l.p = nil
+	l.healthT.disarm()
+	l.in.mu.Lock()
+	l.in.cur = nil
+	l.in.mu.Unlock()
+}
+
+// gainTerm: this instance leads. In standby mode it registers and starts;
+// in tag mode it re-registers with the leader tag and applies change_mode.
+func (l *runLoop) gainTerm(m termMsg) {
+	in, t := l.in, m.t
+	l.term, l.termDone = t, m.done
+	l.leaderEnv = leaderEnv(in.svc.Leader, t)
+	in.log.Info("leadership acquired", "key", t.Key, "index", t.Index)
+	in.register("leader")
+	if l.standby() {
+		l.tryStart()
+		return
+	}
+	switch in.svc.Leader.ChangeMode {
+	case "signal":
+		if l.p != nil {
+			_ = l.p.Signal(in.svc.Leader.Signal)
+		}
+		l.refreshRunning()
+	case "noop":
+		l.refreshRunning()
+	default:
+		l.restartNow("became leader")
+	}
+}
+
+// loseTerm: the term ended. The leader-only work stops first (at once if the
+// term expired: the lock may be anyone's soon), then the registration
+// follows, then the elector may go on.
+func (l *runLoop) loseTerm() {
+	in, t := l.in, l.term
+	expired := false
+	select {
+	case <-t.Expired():
+		expired = true
+	default:
+	}
+	in.log.Warn("leadership ended", "reason", t.Err(), "expired", expired)
+	l.leaderEnv = leaderEnv(in.svc.Leader, nil)
+	kill := func() {
+		if l.p == nil {
+			return
+		}
+		if expired {
+			_ = l.p.Signal(syscall.SIGKILL)
+			l.p.Exit()
+		} else {
+			in.stopProcess(l.p, false, t.Expired())
+		}
+		l.clearProcess()
+	}
+	if l.standby() {
+		kill()
+		l.startT.disarm()
+		l.depT.disarm()
+		l.term = nil
+		if !l.gaveUp {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			if err := in.reg.Deregister(ctx, in.id); err != nil {
+				in.log.Warn("deregister failed", "error", err)
+			}
+			cancel()
+			in.mu.Lock()
+			in.snap.State, in.snap.PID, in.snap.Output = StateStandby, 0, "standby: waiting for leadership"
+			in.status = checks.Status{}
+			in.mu.Unlock()
+		}
+	} else {
+		l.term = nil
+		switch in.svc.Leader.ChangeMode {
+		case "signal":
+			if l.p != nil {
+				_ = l.p.Signal(in.svc.Leader.Signal)
+			}
+			l.refreshRunning()
+		case "noop":
+			l.refreshRunning()
+		default:
+			if l.p != nil {
+				kill()
+				l.restarts++
+				l.lastEnd = "leadership lost"
+				l.tryStart()
+			}
+		}
+		in.register("follower")
+	}
+	close(l.termDone)
+	l.termDone = nil
+}
+
+// refreshRunning rewrites the running status after a role change that did
+// not restart the process.
+func (l *runLoop) refreshRunning() {
+	if l.p == nil {
+		return
+	}
+	role := "follower"
+	if l.term != nil {
+		role = "leader"
+	}
+	l.in.setState(StateRunning, l.p.Pid, api.HealthPassing, fmt.Sprintf("running (pid %d) as %s", l.p.Pid, role))
+}
+
+// leaderEnv is MARIPOSA_LEADER and friends for a leader service; t is the
+// current term, nil when not leading.
+func leaderEnv(b *schema.Leader, t *leader.Term) []string {
+	if b == nil {
+		return nil
+	}
+	if t == nil {
+		return []string{"MARIPOSA_LEADER=0", "MARIPOSA_LEADER_KEY=" + b.Key, "MARIPOSA_LEADER_SESSION=", "MARIPOSA_LEADER_INDEX="}
+	}
+	return []string{"MARIPOSA_LEADER=1", "MARIPOSA_LEADER_KEY=" + t.Key, "MARIPOSA_LEADER_SESSION=" + t.Session,
+		"MARIPOSA_LEADER_INDEX=" + strconv.FormatUint(t.Index, 10)}
 }

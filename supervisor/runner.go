@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/leader"
 	"github.com/mariposa-sh/mariposa/internal/proc"
 	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
@@ -174,6 +175,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	}, checks.Status{Health: api.HealthPassing, Output: "alive"}, r.opts.LivenessTTL/3)
 
 	r.reg, r.addr, r.baseEnv = reg, addr, childBaseEnv(r.opts.Environ)
+	r.removeStale(ctx)
 	order := startOrder(r.cfg)
 	for _, name := range order {
 		r.addInstance(r.cfg.Service(name))
@@ -231,22 +233,67 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// addInstance creates (but does not start) the instance of svc and asks for
-// its registration.
+// addInstance creates (but does not start) the instance of svc. The
+// instance registers itself when it runs (a standby only once elected).
 func (r *Runner) addInstance(svc *schema.Service) *Instance {
 	id := checks.ServiceID(svc, r.node)
 	var data *render.ServiceData
 	if len(svc.Depends) > 0 || len(svc.Templates) > 0 {
 		data = r.data.Service(svc)
 	}
-	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), r.log.With("node", r.node), r.reg, r.opts.Sink, data)
-	r.reg.Register(checks.Registration(svc, r.node, checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL}),
-		checks.Status{Health: api.HealthCritical, Output: "starting"})
+	log := r.log.With("node", r.node)
+	var elector *leader.Elector
+	if svc.Leader != nil {
+		elector = leader.New(leader.Config{
+			Client: r.opts.Client, Key: svc.Leader.Key, SessionTTL: svc.Leader.SessionTTL, LockDelay: svc.Leader.LockDelay,
+			// Bound to mariposa's liveness: a dead or frozen supervisor
+			// loses its locks within the liveness TTL.
+			Checks: []string{checks.SupervisorCheckID("mariposa-" + r.node)},
+			Node:   r.node, Value: []byte(id), Log: log.Named(svc.Name).Named("leader"),
+		})
+	}
+	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, nil, elector)
+	in.register = func(role string) {
+		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: "mariposa-" + r.node}
+		if svc.Leader != nil && role != "" {
+			o.ExtraMeta = map[string]string{"leader": role}
+			switch {
+			case role == "leader" && svc.Leader.Tag != "":
+				o.ExtraTags = []string{svc.Leader.Tag}
+			case role == "follower" && svc.Leader.FollowerTag != "":
+				o.ExtraTags = []string{svc.Leader.FollowerTag}
+			}
+		}
+		r.reg.Register(checks.Registration(svc, r.node, o), in.currentStatus())
+	}
 	r.mu.Lock()
 	r.instances[svc.Name] = in
 	r.order = append(r.order, svc.Name)
 	r.mu.Unlock()
 	return in
+}
+
+// removeStale deregisters what a previous run on this node left behind that
+// this run will not register at once: a standby's service is registered only
+// once it leads, so a registration left by a crashed leader would otherwise
+// linger. Best effort: without an agent there is nothing to clean.
+func (r *Runner) removeStale(ctx context.Context) {
+	have, err := r.opts.Client.Agent().ServicesWithFilterOpts("", (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return
+	}
+	for _, svc := range r.cfg.Services {
+		if svc.Leader == nil || svc.Leader.Mode != "standby" {
+			continue
+		}
+		id := checks.ServiceID(svc, r.node)
+		if s, ok := have[id]; ok && s.Meta[checks.ManagedByKey] == checks.ManagedByValue {
+			r.log.Info("removing the registration a previous run left", "service_id", id)
+			dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_ = r.reg.Deregister(dctx, id)
+			cancel()
+		}
+	}
 }
 
 // Reload applies a new configuration: services that are gone stop and
