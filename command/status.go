@@ -45,7 +45,7 @@ type InstanceStatus struct {
 	Node      string   `json:"node"`
 	Address   string   `json:"address"`
 	Port      int      `json:"port"`
-	State     string   `json:"state"`  // running | waiting | restarting | failed | completed | starting | unknown
+	State     string   `json:"state"`  // running | waiting | restarting | failed | completed | starting | standby | lost | unknown
 	Health    string   `json:"health"` // aggregated status of the service's own checks
 	Version   string   `json:"version,omitempty"`
 	Leader    string   `json:"leader,omitempty"` // leader | follower | "" (no election)
@@ -156,14 +156,21 @@ func instanceRow(e *api.ServiceEntry) InstanceStatus {
 		r.Tags = []string{}
 	}
 	var own api.HealthChecks
+	supervisorDead := false
 	for _, hc := range e.Checks {
 		switch {
 		case hc.CheckID == checks.SupervisorCheckID(e.Service.ID):
 			r.Detail = hc.Output
 			r.State = stateFrom(hc)
+		case hc.CheckID == checks.CheckID(e.Service.ID, checks.AliveCheckName):
+			supervisorDead = hc.Status == api.HealthCritical
 		case hc.ServiceID == e.Service.ID:
 			own = append(own, hc)
 		}
+	}
+	if supervisorDead {
+		// What the supervisor check says is stale: nobody reports it.
+		r.State, r.Detail = "lost", "the mariposa supervising it is not alive; last said: "+r.Detail
 	}
 	if len(own) > 0 {
 		r.Health = own.AggregatedStatus()

@@ -157,7 +157,10 @@ service "web" {
 	}
 	put("app/burst", "0")
 	put("app/greeting", "hello")
-	waitRunning(t, c, "web", agent.Name)
+	webPID := waitRunning(t, c, "web", agent.Name)
+	waitFor(t, 10*time.Second, "the child ready for signals", func() (bool, string) {
+		return strings.Contains(m.out.String(), fmt.Sprintf("testchild %d started", webPID)), "not yet"
+	})
 	conf := filepath.Join(dir, "web.conf")
 	if b, _ := os.ReadFile(conf); string(b) != "greeting = hello\n" {
 		t.Fatalf("web.conf = %q", b)
@@ -187,6 +190,9 @@ service "web" {
 	waitFor(t, 15*time.Second, "burst.conf final", func() (bool, string) {
 		b, _ := os.ReadFile(filepath.Join(dir, "burst.conf"))
 		return string(b) == "burst = 50\n", string(b)
+	})
+	waitFor(t, 10*time.Second, "the burst's reload", func() (bool, string) {
+		return usr1() >= 1, fmt.Sprint(usr1())
 	})
 	consistently(t, 1500*time.Millisecond, "one reload for the burst", func() (bool, string) {
 		return usr1() == 1, fmt.Sprint(usr1())

@@ -22,12 +22,9 @@ var variableSchema = &hcl.BodySchema{
 	},
 }
 
-// reservedAttrs and reservedBlocks are the cluster-phase names, valid in
-// service and group bodies.
-var (
-	reservedAttrs  = []string{"count"}
-	reservedBlocks = []string{"constraint", "affinity", "update"}
-)
+// reservedBlocks are the cluster-phase block names, valid in service and
+// group bodies (the attribute `count` is reserved in the schemas).
+var reservedBlocks = []string{"constraint", "affinity", "update"}
 
 var groupSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{

@@ -161,14 +161,15 @@ func (l *loader) parseRawVar(v *variable, raw, from string) (cty.Value, bool) {
 	return cty.NilVal, false
 }
 
+// firstDetail describes the first diagnostic: its detail, else its summary.
 func firstDetail(diags hcl.Diagnostics) string {
-	for _, d := range diags {
-		if d.Detail != "" {
-			return d.Detail
-		}
-		return d.Summary
+	if len(diags) == 0 {
+		return ""
 	}
-	return ""
+	if d := diags[0]; d.Detail != "" {
+		return d.Detail
+	}
+	return diags[0].Summary
 }
 
 // lookupEnvOK is lookupEnv that also says whether the variable is set.

@@ -29,6 +29,10 @@ func main() {
 		pidsFile   = flag.String("pids-file", "", "write our PID and the grandchildren's PIDs here")
 	)
 	flag.Parse()
+	// Handlers first: a signal that arrives early must not take the
+	// default action (the "started" line below promises they are set).
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	stamp := func(what string) {
 		if *stampFile == "" {
 			return
@@ -71,8 +75,6 @@ func main() {
 			os.Exit(3)
 		}()
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2)
 	var exit <-chan time.Time
 	if *exitAfter > 0 {
 		exit = time.After(*exitAfter)
