@@ -137,7 +137,10 @@ func monotonic() time.Duration {
 
 // BenchmarkDependencyToStart: a dependency becomes passing and the
 // dependent, gated on it, starts. Latency is from just before the harness
-// marks the dependency passing to the dependent's first instruction.
+// marks the dependency passing to the dependent's first instruction. The
+// dependency stays down 500ms before it comes back, as a real one does: a
+// dependency flapping many times a second meets the per-query rate limit
+// (one query per 100ms after a burst of 5) and waits up to 100ms more.
 func BenchmarkDependencyToStart(b *testing.B) {
 	const trials = 40
 	agent := consultest.NewDev(b)
@@ -168,6 +171,7 @@ service "dependent" {
 				sc := supervisorCheck(c, "dependent", agent.Name)
 				return sc != nil && strings.HasPrefix(sc.Output, "waiting:"), fmt.Sprint(sc)
 			})
+			time.Sleep(500 * time.Millisecond) // down for a while
 			t0 := monotonic()
 			if err := c.Agent().PassTTL("db1:ttl", "up"); err != nil {
 				b.Fatal(err)

@@ -9,15 +9,38 @@ import (
 	dep "github.com/hashicorp/consul-template/dependency"
 )
 
-// minQueryGap rate-limits one view: after an answer that came back sooner
-// than this, the next query waits for the rest (consul-template's 100ms).
-const minQueryGap = 100 * time.Millisecond
+// minQueryGap rate-limits one view under sustained churn: one query per
+// 100ms (consul-template's gap between updates), after a burst of
+// queryBurst. A change after a quiet spell is fetched at once: that is when
+// a dependent waits to start, and a fixed gap would add up to 100ms to it.
+const (
+	minQueryGap = 100 * time.Millisecond
+	queryBurst  = 5
+)
+
+// queryBucket is a token bucket: a token per minQueryGap, queryBurst at most.
+type queryBucket struct {
+	tokens float64
+	at     time.Time
+}
+
+// take spends a token, or says how long until one is there.
+func (b *queryBucket) take(now time.Time) time.Duration {
+	b.tokens = min(queryBurst, b.tokens+float64(now.Sub(b.at))/float64(minQueryGap))
+	b.at = now
+	if b.tokens >= 1 {
+		b.tokens--
+		return 0
+	}
+	return time.Duration((1 - b.tokens) * float64(minQueryGap))
+}
 
 // view runs the blocking query of one dependency, in the manner of
 // consul-template's watch.View, with two differences: the index is reset
 // after any error (a restarted agent starts its indexes over, and a query
 // with the old, higher index would block for the whole wait), and an answer
-// is delivered at once, the rate limit delaying the next query instead.
+// is delivered at once, the rate limit (a token bucket, so quiet views
+// answer at once) delaying the next query instead.
 type view struct {
 	m    *Manager
 	d    dep.Dependency
@@ -30,7 +53,7 @@ func (v *view) run() {
 		last     any
 		received bool
 		failures int
-		first    = true
+		bucket   = queryBucket{tokens: queryBurst, at: time.Now()}
 	)
 	opts := v.m.opts
 	allowStale := opts.MaxStale > 0
@@ -40,7 +63,6 @@ func (v *view) run() {
 			return
 		default:
 		}
-		start := time.Now()
 		data, meta, err := v.d.Fetch(v.m.clients, &dep.QueryOptions{
 			AllowStale: allowStale,
 			WaitTime:   opts.BlockWait,
@@ -98,14 +120,15 @@ func (v *view) run() {
 				v.m.deliver(v, data)
 			}
 		}
-		if !first {
-			if rest := minQueryGap - time.Since(start); rest > 0 {
-				if !v.sleep(rest + rand.N(20*time.Millisecond)) {
-					return
-				}
+		for {
+			wait := bucket.take(time.Now())
+			if wait == 0 {
+				break
+			}
+			if !v.sleep(wait + rand.N(20*time.Millisecond)) {
+				return
 			}
 		}
-		first = false
 	}
 }
 
