@@ -48,13 +48,19 @@ func TestMain(m *testing.M) {
 		}
 	}
 	// The benchmarks' tiny child: the C one where a compiler exists.
+	// Static where the C library allows it: no dynamic loading at exec.
 	if cc, err := exec.LookPath("cc"); err == nil {
-		cmd := exec.Command(cc, "-O2", "-o", stampBin, "testdata/stampchild.c")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "building the C stamp child failed; using the Go one:", err)
-		} else {
-			stampKind = "C"
+		for _, kind := range []string{"static C", "C"} {
+			args := []string{"-O2", "-o", stampBin, "testdata/stampchild.c"}
+			if kind == "static C" {
+				args = append([]string{"-static"}, args...)
+			}
+			if out, err := exec.Command(cc, args...).CombinedOutput(); err == nil {
+				stampKind = kind
+				break
+			} else if kind == "C" {
+				fmt.Fprintf(os.Stderr, "building the C stamp child failed; using the Go one: %v\n%s", err, out)
+			}
 		}
 	}
 	code := m.Run()
