@@ -153,6 +153,9 @@ func contains(s []string, v string) bool {
 // the package documentation). It returns after releasing the lock and
 // destroying its session.
 func (e *Elector) Run(ctx context.Context, onTerm func(*Term)) {
+	if e.cfg.Client == nil || e.cfg.Key == "" {
+		panic("leader: Config needs a Client and a Key")
+	}
 	if !e.running.CompareAndSwap(false, true) {
 		panic("leader: Run called while already running")
 	}

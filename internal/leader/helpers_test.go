@@ -215,7 +215,7 @@ type termRec struct {
 	session   string
 	index     uint64
 	start     time.Duration // CLOCK_MONOTONIC when onTerm was called
-	stop      time.Duration // when the handler saw Lost (the in-process "child" stopped)
+	stop      time.Duration // when the handler saw Lost (the in-process "child" stopped); 0 while it lasts
 	err       error
 	deadlineD time.Duration // Deadline - time Lost was seen, on the elector's clock (expired terms)
 }
@@ -290,19 +290,22 @@ func (c *contender) onTerm(t *Term) {
 	stop := c.rec.Start(c.name)
 	c.mu.Lock()
 	c.cur = t
+	i := len(c.terms)
+	c.terms = append(c.terms, termRec{who: c.name, session: t.Session, index: t.Index, start: start})
 	c.mu.Unlock()
 	if c.all != nil {
 		c.all.add(c.name)
 	}
 	<-t.Lost()
 	stop()
-	r := termRec{who: c.name, session: t.Session, index: t.Index, start: start, stop: leadertest.Mono(), err: t.Err()}
+	end := leadertest.Mono()
+	var deadlineD time.Duration
 	if d := t.Deadline(); !d.IsZero() {
-		r.deadlineD = d.Sub(c.e.now())
+		deadlineD = d.Sub(c.e.now())
 	}
 	c.mu.Lock()
 	c.cur = nil
-	c.terms = append(c.terms, r)
+	c.terms[i].stop, c.terms[i].err, c.terms[i].deadlineD = end, t.Err(), deadlineD
 	c.mu.Unlock()
 }
 
