@@ -189,3 +189,78 @@ service "dependent" {
 		lat.report(b, "dependency passing -> dependent started ("+stampKind+" child)")
 	}
 }
+
+// BenchmarkLeaderFailover: standby mode on two client agents; the leader's
+// mariposa gets SIGTERM (graceful) or SIGKILL (crash), and the latency runs
+// to the standby's child's first instruction. Defaults: lock_delay 1s,
+// liveness TTL 3s.
+func BenchmarkLeaderFailover(b *testing.B) {
+	const trials = 10
+	cl := consultest.NewCluster(b, 1, 2)
+	c := cl.Servers[0].Client(b)
+	dir := b.TempDir()
+	hcl := writeHCL(b, fmt.Sprintf(`
+service "lead" {
+  command = ["/bin/sh", "-c", "exec %s"]
+  env     = { STAMP_FILE = "%s/stamps", STAMP_SLEEP_MS = "-1" }
+  leader {
+    key = "mariposa/leader/bench-failover"
+  }
+  stop {
+    timeout = "1s"
+  }
+}
+`, stampBin, dir))
+	stamps := filepath.Join(dir, "stamps")
+	for i := 0; i < b.N; i++ {
+		ms := map[string]*mariposa{}
+		for _, a := range cl.Clients {
+			ms[a.Name] = startMariposa(b, a, nil, "-log-level", "warn", hcl)
+		}
+		leaderNode := func() string {
+			var l string
+			waitFor(b, 60*time.Second, "one passing leader", func() (bool, string) {
+				es, _, _ := c.Health().Service("lead", "", true, nil)
+				if len(es) != 1 {
+					return false, fmt.Sprint(len(es))
+				}
+				l = es[0].Node.Node
+				return true, l
+			})
+			return l
+		}
+		for _, how := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+			var lat latencies
+			for trial := 0; trial < trials; trial++ {
+				l := leaderNode()
+				for _, a := range cl.Clients {
+					if a.Name != l {
+						// Contending means holding a session, waiting on the lock.
+						waitFor(b, 30*time.Second, "the standby contending", func() (bool, string) {
+							ss, _, err := c.Session().Node(a.Name, nil)
+							return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
+						})
+					}
+				}
+				before := countStarts(readStamps(stamps))
+				t0 := monotonic()
+				_ = ms[l].cmd.Process.Signal(how)
+				waitFor(b, 60*time.Second, "the standby's child", func() (bool, string) {
+					return countStarts(readStamps(stamps)) > before, "not yet"
+				})
+				s := readStamps(stamps)
+				lat = append(lat, s[len(s)-1].at-t0)
+				<-ms[l].done
+				ms[l] = startMariposa(b, clientNamed(cl, l), nil, "-log-level", "warn", hcl)
+			}
+			what := "leader's mariposa SIGTERM -> standby's child running"
+			if how == syscall.SIGKILL {
+				what = "leader's mariposa SIGKILL -> standby's child running (lock_delay 1s, liveness TTL 3s)"
+			}
+			lat.report(b, what)
+		}
+		for _, m := range ms {
+			m.stop(b, syscall.SIGTERM, 20*time.Second)
+		}
+	}
+}
