@@ -140,6 +140,13 @@ service "web" {
   }
 
   template {
+    contents    = "cmd = {{ key \"app/greeting\" }}\n"
+    destination = "cmd.conf"
+    change_mode = "command"
+    command     = ["/bin/sh", "-c", "cat cmd.conf >> cmd.log"]
+  }
+
+  template {
     contents    = "burst = {{ key \"app/burst\" }}\n"
     destination = "burst.conf"
     change_mode = "signal"
@@ -176,6 +183,11 @@ service "web" {
 			return string(b) == "greeting = "+v+"\n" && hups() == i+1, fmt.Sprintf("%q, %d signals", b, hups())
 		})
 	}
+	// The change command ran once per change, in the service's directory.
+	waitFor(t, 10*time.Second, "the change command", func() (bool, string) {
+		b, _ := os.ReadFile(filepath.Join(dir, "cmd.log"))
+		return string(b) == "cmd = bonjour\ncmd = hola\ncmd = ciao\n", string(b)
+	})
 	// The same value again: nothing to write, nothing to signal.
 	put("app/greeting", "ciao")
 	consistently(t, time.Second, "no signal for unchanged content", func() (bool, string) {

@@ -38,12 +38,18 @@ service "web" {
     timeout  = "1s"
   }
 
+  check "tcp" {
+    tcp      = "127.0.0.1:%d"
+    interval = "500ms"
+    timeout  = "1s"
+  }
+
   restart {
     policy = "always"
     delay  = "0s"
   }
 }
-`, childBin, port, envFile, port, port))
+`, childBin, port, envFile, port, port, port))
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte("sentinel-token-from-file"), 0o600); err != nil {
 		t.Fatal(err)
@@ -62,13 +68,13 @@ service "web" {
 			return false, fmt.Sprintf("%d entries", len(es))
 		}
 		e := es[0]
-		sup, http := checkByID(e, id+":mariposa"), checkByID(e, id+":http")
-		if e.Service.ID != id || sup == nil || http == nil {
+		sup, http, tcp := checkByID(e, id+":mariposa"), checkByID(e, id+":http"), checkByID(e, id+":tcp")
+		if e.Service.ID != id || sup == nil || http == nil || tcp == nil {
 			return false, fmt.Sprintf("service %+v", e.Service)
 		}
 		firstPID = supervisorPID(sup.Output)
-		return sup.Status == api.HealthPassing && http.Status == api.HealthPassing && firstPID > 0,
-			fmt.Sprintf("supervisor %s %q, http %s", sup.Status, sup.Output, http.Status)
+		return sup.Status == api.HealthPassing && http.Status == api.HealthPassing && tcp.Status == api.HealthPassing && firstPID > 0,
+			fmt.Sprintf("supervisor %s %q, http %s, tcp %s", sup.Status, sup.Output, http.Status, tcp.Status)
 	})
 
 	e := serviceEntries(c, "web")[0]

@@ -1,0 +1,79 @@
+package checks
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+func TestRegistration(t *testing.T) {
+	svc := &schema.Service{
+		Name: "web", Port: 8080, Address: "10.0.0.1", Tags: []string{"v1"}, Version: "1.4.2",
+		Meta: map[string]string{"team": "storefront"},
+		Checks: []*schema.Check{
+			{Name: "http", Kind: schema.CheckHTTP, Target: "http://127.0.0.1:8080/", Interval: 2 * time.Second, Timeout: time.Second,
+				SuccessBeforePassing: 2, FailuresBeforeCritical: 3, DeregisterCriticalAfter: 10 * time.Minute},
+			{Name: "tcp", Kind: schema.CheckTCP, Target: "127.0.0.1:8080", Interval: 10 * time.Second, Timeout: 5 * time.Second},
+			{Name: "grpc", Kind: schema.CheckGRPC, Target: "127.0.0.1:9090/health", Interval: 10 * time.Second, Timeout: 5 * time.Second},
+			{Name: "ttl", Kind: schema.CheckTTL, TTL: 15 * time.Second},
+			{Name: "script", Kind: schema.CheckArgs, Args: []string{"/bin/check", "-v"}, Interval: 10 * time.Second, Timeout: 3 * time.Second},
+		},
+	}
+	reg := Registration(svc, "n1", RegOptions{SupervisorTTL: 30 * time.Second, Status: api.HealthPassing,
+		ExtraTags: []string{"leader"}, ExtraMeta: map[string]string{"leader": "leader"}, LivenessServiceID: "mariposa-n1"})
+	if reg.ID != "web-n1" || reg.Name != "web" || reg.Port != 8080 || reg.Address != "10.0.0.1" {
+		t.Fatalf("service: %+v", reg)
+	}
+	if len(reg.Tags) != 2 || reg.Tags[0] != "v1" || reg.Tags[1] != "leader" {
+		t.Errorf("tags %v", reg.Tags)
+	}
+	for k, v := range map[string]string{"managed-by": "mariposa", "version": "1.4.2", "team": "storefront", "leader": "leader"} {
+		if reg.Meta[k] != v {
+			t.Errorf("meta %s = %q, want %q", k, reg.Meta[k], v)
+		}
+	}
+	byID := map[string]*api.AgentServiceCheck{}
+	for _, c := range reg.Checks {
+		byID[c.CheckID] = c
+	}
+	cases := []struct {
+		id   string
+		want api.AgentServiceCheck
+	}{
+		{"web-n1:http", api.AgentServiceCheck{Name: "http", HTTP: "http://127.0.0.1:8080/", Interval: "2s", Timeout: "1s",
+			SuccessBeforePassing: 2, FailuresBeforeCritical: 3, DeregisterCriticalServiceAfter: "10m0s"}},
+		{"web-n1:tcp", api.AgentServiceCheck{Name: "tcp", TCP: "127.0.0.1:8080", Interval: "10s", Timeout: "5s"}},
+		{"web-n1:grpc", api.AgentServiceCheck{Name: "grpc", GRPC: "127.0.0.1:9090/health", Interval: "10s", Timeout: "5s"}},
+		{"web-n1:ttl", api.AgentServiceCheck{Name: "ttl", TTL: "15s"}},
+		// args: a TTL check fed by mariposa, TTL = 2 x interval + timeout.
+		{"web-n1:script", api.AgentServiceCheck{Name: "script", TTL: "23s", Notes: "Run by mariposa: /bin/check -v"}},
+		{"web-n1:mariposa-alive", api.AgentServiceCheck{Name: "mariposa alive", AliasService: "mariposa-n1",
+			Notes: "Mirrors the health of the mariposa supervising this service."}},
+	}
+	for _, c := range cases {
+		got, ok := byID[c.id]
+		if !ok {
+			t.Errorf("no check %s", c.id)
+			continue
+		}
+		want := c.want
+		want.CheckID = c.id
+		if !reflect.DeepEqual(*got, want) {
+			t.Errorf("check %s:\n got %+v\nwant %+v", c.id, *got, want)
+		}
+	}
+	sup := reg.Checks[len(reg.Checks)-1]
+	if sup.CheckID != "web-n1:mariposa" || sup.Name != "mariposa supervisor" || sup.TTL != "30s" || sup.Status != api.HealthPassing {
+		t.Errorf("the supervisor check must come last: %+v", sup)
+	}
+	if len(reg.Checks) != 7 {
+		t.Errorf("%d checks, want 7", len(reg.Checks))
+	}
+	if id := ServiceID(&schema.Service{Name: "web", ID: "web-custom"}, "n1"); id != "web-custom" {
+		t.Errorf("explicit id: %s", id)
+	}
+}
