@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -399,7 +400,7 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 		}
 	}
 	if t.ChangeMode == "signal" && t.Signal == 0 {
-		t.Signal = signals["SIGHUP"]
+		t.Signal = syscall.SIGHUP
 	}
 	if attr, aok := attrs["signal"]; aok && hasMode && t.ChangeMode != "signal" {
 		l.warnf(attr.NameRange, "Signal not used",
@@ -553,7 +554,7 @@ func (l *loader) decodeLeader(e *evaluator, block *hcl.Block, service string) *L
 		}
 	}
 	if ld.ChangeMode == "signal" && ld.Signal == 0 {
-		ld.Signal = signals["SIGHUP"]
+		ld.Signal = syscall.SIGHUP
 	}
 	if attr, ok := attrs["signal"]; ok && ld.ChangeMode != "signal" {
 		l.warnf(attr.NameRange, "Signal not used",

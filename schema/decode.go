@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -417,7 +418,7 @@ func (l *loader) checkMeta(attr *hcl.Attribute, meta map[string]string) bool {
 }
 
 func (l *loader) decodeStop(e *evaluator, block *hcl.Block) Stop {
-	s := Stop{Signal: signals["SIGTERM"], Timeout: 10 * time.Second}
+	s := Stop{Signal: syscall.SIGTERM, Timeout: 10 * time.Second}
 	if block == nil {
 		return s
 	}

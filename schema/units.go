@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"github.com/mariposa-sh/mariposa/internal/proc"
 	"os"
 	"strconv"
 	"strings"
@@ -29,61 +30,25 @@ func ParseDuration(s string) (time.Duration, error) {
 	return d, nil
 }
 
-// signals are the names accepted for signal attributes. Only signals that
-// exist on every Unix Go supports are listed, so the table builds everywhere.
-var signals = map[string]syscall.Signal{
-	"SIGABRT":   syscall.SIGABRT,
-	"SIGALRM":   syscall.SIGALRM,
-	"SIGBUS":    syscall.SIGBUS,
-	"SIGCHLD":   syscall.SIGCHLD,
-	"SIGCONT":   syscall.SIGCONT,
-	"SIGFPE":    syscall.SIGFPE,
-	"SIGHUP":    syscall.SIGHUP,
-	"SIGILL":    syscall.SIGILL,
-	"SIGINT":    syscall.SIGINT,
-	"SIGIO":     syscall.SIGIO,
-	"SIGKILL":   syscall.SIGKILL,
-	"SIGPIPE":   syscall.SIGPIPE,
-	"SIGPROF":   syscall.SIGPROF,
-	"SIGQUIT":   syscall.SIGQUIT,
-	"SIGSEGV":   syscall.SIGSEGV,
-	"SIGSTOP":   syscall.SIGSTOP,
-	"SIGSYS":    syscall.SIGSYS,
-	"SIGTERM":   syscall.SIGTERM,
-	"SIGTRAP":   syscall.SIGTRAP,
-	"SIGTSTP":   syscall.SIGTSTP,
-	"SIGTTIN":   syscall.SIGTTIN,
-	"SIGTTOU":   syscall.SIGTTOU,
-	"SIGURG":    syscall.SIGURG,
-	"SIGUSR1":   syscall.SIGUSR1,
-	"SIGUSR2":   syscall.SIGUSR2,
-	"SIGVTALRM": syscall.SIGVTALRM,
-	"SIGWINCH":  syscall.SIGWINCH,
-	"SIGXCPU":   syscall.SIGXCPU,
-	"SIGXFSZ":   syscall.SIGXFSZ,
-}
-
 // ParseSignal parses a signal name with or without the SIG prefix, in any case.
 func ParseSignal(s string) (syscall.Signal, error) {
 	name := strings.ToUpper(strings.TrimSpace(s))
 	if !strings.HasPrefix(name, "SIG") {
 		name = "SIG" + name
 	}
-	if sig, ok := signals[name]; ok {
+	if sig, ok := proc.ParseSignal(name); ok {
 		return sig, nil
 	}
 	if _, err := strconv.Atoi(strings.TrimPrefix(name, "SIG")); err == nil {
 		return 0, fmt.Errorf("%q: give signals by name, such as \"SIGTERM\" or \"HUP\", not by number", s)
 	}
-	return 0, fmt.Errorf("%q is not a signal mariposa knows.%s", s, didYouMean(name, sortedKeys(signals)))
+	return 0, fmt.Errorf("%q is not a signal mariposa knows.%s", s, didYouMean(name, proc.SignalNames()))
 }
 
 // SignalName is the canonical name of sig ("SIGHUP"), or its number.
 func SignalName(sig syscall.Signal) string {
-	for name, s := range signals {
-		if s == sig {
-			return name
-		}
+	if n := proc.SignalName(sig); strings.HasPrefix(n, "SIG") {
+		return n
 	}
 	return strconv.Itoa(int(sig))
 }

@@ -674,16 +674,22 @@ func (l *runLoop) gainTerm(m termMsg) {
 		l.tryStart()
 		return
 	}
-	switch in.svc.Leader.ChangeMode {
+	l.applyRoleChange(func() { l.restartNow("became leader") })
+}
+
+// applyRoleChange does what the leader block's change_mode says after a
+// change of role in tag mode; restart performs the "restart" case.
+func (l *runLoop) applyRoleChange(restart func()) {
+	switch l.in.svc.Leader.ChangeMode {
 	case "signal":
 		if l.p != nil {
-			_ = l.p.Signal(in.svc.Leader.Signal)
+			_ = l.p.Signal(l.in.svc.Leader.Signal)
 		}
 		l.refreshRunning()
 	case "noop":
 		l.refreshRunning()
 	default:
-		l.restartNow("became leader")
+		restart()
 	}
 }
 
@@ -730,22 +736,14 @@ func (l *runLoop) loseTerm() {
 		}
 	} else {
 		l.term = nil
-		switch in.svc.Leader.ChangeMode {
-		case "signal":
-			if l.p != nil {
-				_ = l.p.Signal(in.svc.Leader.Signal)
-			}
-			l.refreshRunning()
-		case "noop":
-			l.refreshRunning()
-		default:
+		l.applyRoleChange(func() {
 			if l.p != nil {
 				kill()
 				l.restarts++
 				l.lastEnd = "leadership lost"
 				l.tryStart()
 			}
-		}
+		})
 		in.register("follower")
 	}
 	close(l.termDone)

@@ -1,10 +1,14 @@
 package proc
 
 import (
+	"sort"
 	"strings"
 	"syscall"
 )
 
+// signalNames are the signals mariposa knows by name: the service-file
+// language accepts exactly these. Only signals that exist on every Unix Go
+// supports are listed, so the table builds everywhere.
 var signalNames = map[syscall.Signal]string{
 	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT",
 	syscall.SIGILL: "SIGILL", syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT",
@@ -16,6 +20,16 @@ var signalNames = map[syscall.Signal]string{
 	syscall.SIGURG: "SIGURG", syscall.SIGXCPU: "SIGXCPU", syscall.SIGXFSZ: "SIGXFSZ",
 	syscall.SIGVTALRM: "SIGVTALRM", syscall.SIGPROF: "SIGPROF", syscall.SIGWINCH: "SIGWINCH",
 	syscall.SIGIO: "SIGIO", syscall.SIGSYS: "SIGSYS",
+}
+
+// SignalNames lists every known name, sorted.
+func SignalNames() []string {
+	names := make([]string, 0, len(signalNames))
+	for _, n := range signalNames {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // SignalName is the conventional name, e.g. "SIGTERM".
