@@ -32,13 +32,15 @@ type slot struct {
 }
 
 type clusterEnv struct {
-	cl     *consultest.Cluster
-	server *api.Client
-	slots  []*slot
-	rec    leadertest.Recorder
-	all    allTerms
+	cl      *consultest.Cluster
+	servers []*api.Client // one per server agent, in cl.Servers' order
+	slots   []*slot
+	rec     leadertest.Recorder
+	all     allTerms
 	// retired contenders were stopped by a fault and replaced.
 	retired []*contender
+	// killedServer is the server a fault killed, until restored.
+	killedServer *consultest.Agent
 }
 
 func newClusterEnv(t *testing.T, key string) *clusterEnv {
@@ -47,7 +49,9 @@ func newClusterEnv(t *testing.T, key string) *clusterEnv {
 		t.Skip("cluster test in -short mode")
 	}
 	env := &clusterEnv{cl: consultest.NewCluster(t, 3, 2)}
-	env.server = env.cl.Servers[0].Client(t)
+	for _, a := range env.cl.Servers {
+		env.servers = append(env.servers, a.Client(t))
+	}
 	for _, a := range env.cl.Clients {
 		s := &slot{name: a.Name, agent: a, proxy: newProxy(t, a.HTTPAddr()), direct: a.Client(t)}
 		via := clientFor(t, s.proxy.Addr())
@@ -81,6 +85,38 @@ func (env *clusterEnv) leader(t *testing.T, timeout time.Duration) (*slot, *Term
 	return ls, lt
 }
 
+// server returns a client of a running server agent.
+func (env *clusterEnv) server() *api.Client {
+	for i, a := range env.cl.Servers {
+		if a.PID() != 0 {
+			return env.servers[i]
+		}
+	}
+	return env.servers[0]
+}
+
+// raftLeader returns the server agent that is the Raft leader.
+func (env *clusterEnv) raftLeader(t *testing.T) *consultest.Agent {
+	t.Helper()
+	var leader *consultest.Agent
+	if !consultest.WaitFor(30*time.Second, func() bool {
+		addr, err := env.server().Status().Leader()
+		if err != nil {
+			return false
+		}
+		for _, a := range env.cl.Servers {
+			if addr == fmt.Sprintf("127.0.0.1:%d", a.Ports.Server) {
+				leader = a
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no Raft leader")
+	}
+	return leader
+}
+
 func (env *clusterEnv) other(s *slot) *slot {
 	for _, o := range env.slots {
 		if o != s {
@@ -93,7 +129,7 @@ func (env *clusterEnv) other(s *slot) *slot {
 // hasSession waits until s's node has a session in Consul (s contends).
 func (env *clusterEnv) hasSession(s *slot, timeout time.Duration) bool {
 	return consultest.WaitFor(timeout, func() bool {
-		ss, _, err := env.server.Session().Node(s.name, nil)
+		ss, _, err := env.server().Session().Node(s.name, nil)
 		return err == nil && len(ss) > 0
 	})
 }
@@ -189,6 +225,7 @@ type fault struct {
 	name        string
 	invalidates bool
 	away        bool
+	ready       func(t *testing.T, env *clusterEnv) // waits until the fault can be injected
 	apply       func(t *testing.T, env *clusterEnv, l *slot, tm *Term)
 	restore     func(t *testing.T, env *clusterEnv, l *slot)
 }
@@ -200,7 +237,7 @@ var faults = []fault{
 		env.start(t, l)
 	}},
 	{name: "session destroyed", invalidates: true, apply: func(t *testing.T, env *clusterEnv, _ *slot, tm *Term) {
-		if _, err := env.server.Session().Destroy(tm.Session, nil); err != nil {
+		if _, err := env.server().Session().Destroy(tm.Session, nil); err != nil {
 			t.Fatal(err)
 		}
 	}},
@@ -228,20 +265,52 @@ var faults = []fault{
 	{name: "clock jump", apply: func(t *testing.T, env *clusterEnv, l *slot, _ *Term) {
 		l.c.clock.Jump(time.Hour)
 	}},
+	// No confirmation is possible while the servers elect a new leader, so
+	// the term ends; the session stays valid, and is released once the
+	// servers answer again.
+	{name: "raft leader killed", ready: func(t *testing.T, env *clusterEnv) {
+		// A restarted server is a voter again only once autopilot says
+		// so; killing the leader before would leave no quorum.
+		if !consultest.WaitFor(90*time.Second, func() bool {
+			h, err := env.server().Operator().AutopilotServerHealth(nil)
+			return err == nil && h.Healthy && h.FailureTolerance >= 1
+		}) {
+			t.Fatal("the servers cannot tolerate a failure")
+		}
+	}, apply: func(t *testing.T, env *clusterEnv, _ *slot, _ *Term) {
+		env.killedServer = env.raftLeader(t)
+		env.killedServer.Kill()
+	}, restore: func(t *testing.T, env *clusterEnv, _ *slot) {
+		env.killedServer.Start(t)
+		env.killedServer = nil
+	}},
 }
 
 // TestFaultLoop injects random faults into whichever elector leads, across
 // a real cluster (3 servers, 2 clients), and checks that no two terms ever
-// overlap. MARIPOSA_LEADER_FAULTS sets the number of faults (default 14, each
-// kind twice on average), MARIPOSA_LEADER_SEED the seed.
+// overlap. MARIPOSA_LEADER_FAULTS sets the number of faults (default 16, each
+// kind twice on average), MARIPOSA_LEADER_SEED the seed, and
+// MARIPOSA_LEADER_FAULT_KINDS (comma-separated names) limits the kinds.
 func TestFaultLoop(t *testing.T) {
-	n := envInt(t, "MARIPOSA_LEADER_FAULTS", 14)
+	n := envInt(t, "MARIPOSA_LEADER_FAULTS", 16)
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("MARIPOSA_LEADER_SEED"); s != "" {
 		seed = uint64(envInt(t, "MARIPOSA_LEADER_SEED", 0))
 	}
 	t.Logf("%d faults, MARIPOSA_LEADER_SEED=%d", n, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
+	kinds := faults
+	if only := os.Getenv("MARIPOSA_LEADER_FAULT_KINDS"); only != "" {
+		kinds = nil
+		for _, f := range faults {
+			if strings.Contains(only, f.name) {
+				kinds = append(kinds, f)
+			}
+		}
+		if len(kinds) == 0 {
+			t.Fatalf("MARIPOSA_LEADER_FAULT_KINDS=%q names no fault", only)
+		}
+	}
 
 	env := newClusterEnv(t, "mariposa/leader/faults")
 	for _, s := range env.slots {
@@ -255,11 +324,14 @@ func TestFaultLoop(t *testing.T) {
 	var results []result
 	spurious := 0
 	for i := 0; i < n; {
+		f := kinds[rng.IntN(len(kinds))]
+		if f.ready != nil {
+			f.ready(t, env)
+		}
 		l, tm := env.leader(t, 90*time.Second)
 		if !env.hasSession(env.other(l), 90*time.Second) {
 			t.Fatalf("fault %d: no standby contends", i)
 		}
-		f := faults[rng.IntN(len(faults))]
 		before := env.all.count()
 		t0, m0 := time.Now(), leadertest.Mono()
 		if tm.Err() != nil {

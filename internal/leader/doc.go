@@ -26,8 +26,11 @@
 //
 // After a term, and after any error, the session is released and destroyed and
 // Run contends again with a new session: a session (and with it a lock) that
-// was lost is never used again. When Run's context ends, Run releases the
-// lock (after onTerm returned) and destroys the session before returning.
+// was lost is never used again. When Consul cannot be reached to release and
+// destroy it, Run keeps trying before it contends again (a live session
+// nobody renews would hold the lock until its TTL ran out twice). When Run's
+// context ends, Run releases the lock (after onTerm returned) and destroys the
+// session before returning.
 //
 // Term.Index is the fencing token: the lock key's ModifyIndex right after
 // this instance acquired it (MARIPOSA_LEADER_INDEX). It is a Raft index, so

@@ -103,6 +103,9 @@ type Elector struct {
 	now     func() time.Time
 	checks  []string
 	running atomic.Bool
+	// orphans are sessions whose cleanup failed; only Run's goroutine
+	// touches them.
+	orphans []string
 }
 
 // New returns an Elector for cfg, filling in defaults.
@@ -160,10 +163,26 @@ func (e *Elector) Run(ctx context.Context, onTerm func(*Term)) {
 		panic("leader: Run called while already running")
 	}
 	defer e.running.Store(false)
+	defer func() {
+		if len(e.orphans) > 0 {
+			e.retryOrphans()
+		}
+	}()
 	backoff := e.t.retry
 	var lastErr string
 	for ctx.Err() == nil {
-		err := e.round(ctx, onTerm)
+		var err error
+		if len(e.orphans) > 0 {
+			// An orphan may still hold the lock, and a new session would
+			// wait for it until its TTL ran out twice.
+			e.retryOrphans()
+			if len(e.orphans) > 0 {
+				err = fmt.Errorf("%d earlier session(s) not yet released", len(e.orphans))
+			}
+		}
+		if err == nil {
+			err = e.round(ctx, onTerm)
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -475,24 +494,47 @@ func (e *Elector) watchdog(ctx context.Context, t *Term) {
 }
 
 // cleanup releases the key (if s still holds it: a released key has no lock
-// delay, so a standby starts at once) and destroys s.
+// delay, so a standby starts at once) and destroys s. When Consul cannot be
+// reached, s is kept to be cleaned up later: a valid session nobody renews
+// would keep the lock until its TTL ran out twice.
 func (e *Elector) cleanup(s *session, log hclog.Logger) {
 	if s.isInvalid() {
 		return
 	}
+	if err := e.release(s.id); err != nil {
+		log.Warn("cannot release the lock and destroy the session; will retry", "error", err)
+		e.orphans = append(e.orphans, s.id)
+		return
+	}
+	log.Debug("session released and destroyed")
+}
+
+// release releases the key if session holds it, and destroys session.
+// Releasing a key another session holds is a no-op in Consul, and so is
+// destroying a session that is gone.
+func (e *Elector) release(session string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), e.t.cleanup)
 	defer cancel()
 	w := (&api.WriteOptions{}).WithContext(ctx)
-	// Releasing a key another session holds is a no-op in Consul.
-	released, _, err := e.cfg.Client.KV().Release(&api.KVPair{Key: e.cfg.Key, Value: e.cfg.Value, Session: s.id}, w)
-	if err != nil {
-		log.Debug("release failed", "error", err)
-	} else if released {
-		log.Debug("lock released")
+	if _, _, err := e.cfg.Client.KV().Release(&api.KVPair{Key: e.cfg.Key, Value: e.cfg.Value, Session: session}, w); err != nil {
+		return err
 	}
-	if _, err := e.cfg.Client.Session().Destroy(s.id, w); err != nil {
-		log.Warn("cannot destroy the session; Consul expires it after twice its TTL", "error", err)
+	_, err := e.cfg.Client.Session().Destroy(session, w)
+	return err
+}
+
+// retryOrphans cleans up the sessions earlier cleanups could not. Their
+// terms ended and their work stopped, so releasing their lock is safe.
+func (e *Elector) retryOrphans() {
+	kept := e.orphans[:0]
+	for _, id := range e.orphans {
+		if err := e.release(id); err != nil {
+			kept = append(kept, id)
+			continue
+		}
+		e.log.Info("released and destroyed an earlier session", "session", id)
 	}
+	e.orphans = kept
 }
 
 // sleep waits d or until ctx ends; it reports whether ctx is still live.
