@@ -261,7 +261,7 @@ func (e *Elector) round(ctx context.Context, onTerm func(*Term)) error {
 	ccancel()
 	if err != nil {
 		if s.isInvalid() && ctx.Err() == nil {
-			return ErrSessionInvalid
+			return errors.New("the session was invalidated while it waited for the lock")
 		}
 		return err
 	}
@@ -413,7 +413,7 @@ func (e *Elector) contend(ctx context.Context, s *session, log hclog.Logger) (ti
 		switch {
 		case err != nil && strings.Contains(err.Error(), "invalid session"):
 			s.setInvalid()
-			return time.Time{}, nil, ErrSessionInvalid
+			return time.Time{}, nil, err
 		case err != nil:
 			if ctx.Err() != nil {
 				return time.Time{}, nil, ctx.Err()
