@@ -45,7 +45,11 @@ type Registry struct {
 
 	mu      sync.Mutex
 	entries map[string]*entry
-	kick    chan struct{}
+	// gone are services whose deregistration has not reached the agent
+	// yet; retried until it does. An agent restarted from its data
+	// directory would otherwise bring them back.
+	gone map[string]bool
+	kick chan struct{}
 	// resync asks Run to compare the agent's services with ours.
 	resync bool
 }
@@ -55,7 +59,7 @@ type Registry struct {
 func NewRegistry(client *api.Client, node, addr string, log hclog.Logger, heartbeat time.Duration) *Registry {
 	return &Registry{agent: client.Agent(), catalog: client.Catalog(), node: node, addr: addr,
 		log: log.Named("registry"), heartbeat: heartbeat,
-		entries: map[string]*entry{}, kick: make(chan struct{}, 1)}
+		entries: map[string]*entry{}, gone: map[string]bool{}, kick: make(chan struct{}, 1)}
 }
 
 func (r *Registry) poke() {
@@ -74,6 +78,7 @@ func (r *Registry) Register(reg *api.AgentServiceRegistration, st Status) {
 // RegisterHeartbeat is Register with its own heartbeat period.
 func (r *Registry) RegisterHeartbeat(reg *api.AgentServiceRegistration, st Status, every time.Duration) {
 	r.mu.Lock()
+	delete(r.gone, reg.ID)
 	r.entries[reg.ID] = &entry{reg: reg, status: st, dirty: true, every: every,
 		ttls: map[string]Status{}, ttlDirty: map[string]bool{}}
 	r.mu.Unlock()
@@ -110,19 +115,24 @@ func (r *Registry) Resync() {
 	r.poke()
 }
 
-// Deregister removes the service now, waiting at most until ctx ends. The
-// service is forgotten even when the agent cannot be reached.
+// Deregister removes the service now, waiting at most until ctx ends. When
+// the agent cannot be reached by then, Run keeps trying in the background.
 func (r *Registry) Deregister(ctx context.Context, serviceID string) error {
 	r.mu.Lock()
 	delete(r.entries, serviceID)
+	r.gone[serviceID] = true
 	r.mu.Unlock()
 	var err error
 	for {
 		if err = r.agent.ServiceDeregisterOpts(serviceID, (&api.QueryOptions{}).WithContext(ctx)); err == nil || isNotFound(err) {
+			r.mu.Lock()
+			delete(r.gone, serviceID)
+			r.mu.Unlock()
 			return nil
 		}
 		select {
 		case <-ctx.Done():
+			r.poke()
 			return err
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -202,6 +212,27 @@ func (r *Registry) sync(ctx context.Context) error {
 			}
 		}
 		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	var gone []string
+	for id := range r.gone {
+		gone = append(gone, id)
+	}
+	r.mu.Unlock()
+	for _, id := range gone {
+		r.mu.Lock()
+		still := r.gone[id] // not registered again meanwhile
+		r.mu.Unlock()
+		if !still {
+			continue
+		}
+		if err := r.agent.ServiceDeregisterOpts(id, (&api.QueryOptions{}).WithContext(ctx)); err != nil && !isNotFound(err) {
+			return err
+		}
+		r.mu.Lock()
+		delete(r.gone, id)
+		r.mu.Unlock()
+		r.log.Info("deregistered after the agent came back", "service_id", id)
 	}
 	for _, id := range r.ids() {
 		r.mu.Lock()

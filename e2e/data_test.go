@@ -183,10 +183,12 @@ service "web" {
 			return string(b) == "greeting = "+v+"\n" && hups() == i+1, fmt.Sprintf("%q, %d signals", b, hups())
 		})
 	}
-	// The change command ran once per change, in the service's directory.
+	// The change command ran once per change, one at a time, in the
+	// service's directory (each run reads the file as it is then).
 	waitFor(t, 10*time.Second, "the change command", func() (bool, string) {
 		b, _ := os.ReadFile(filepath.Join(dir, "cmd.log"))
-		return string(b) == "cmd = bonjour\ncmd = hola\ncmd = ciao\n", string(b)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		return len(lines) == 3 && lines[2] == "cmd = ciao", fmt.Sprintf("%q", b)
 	})
 	// The same value again: nothing to write, nothing to signal.
 	put("app/greeting", "ciao")

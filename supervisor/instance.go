@@ -64,6 +64,7 @@ type Instance struct {
 	elector *leader.Elector
 
 	health  chan checks.NodeHealth // latest-value mailbox
+	changec chan *schema.Template  // change commands, run one at a time
 	stopc   chan struct{}
 	killc   chan struct{}
 	killOne sync.Once
@@ -80,9 +81,10 @@ func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger,
 	return &Instance{
 		svc: svc, id: id, env: env, log: log.Named(svc.Name).With("service_id", id), reg: reg, sink: sink, data: data,
 		register: register, elector: elector,
-		now:    time.Now,
-		health: make(chan checks.NodeHealth, 1),
-		stopc:  make(chan struct{}), killc: make(chan struct{}), done: make(chan struct{}),
+		now:     time.Now,
+		health:  make(chan checks.NodeHealth, 1),
+		changec: make(chan *schema.Template, 16),
+		stopc:   make(chan struct{}), killc: make(chan struct{}), done: make(chan struct{}),
 		snap: Snapshot{Service: svc.Name, ServiceID: id, State: StateStarting, Output: "starting"},
 	}
 }
@@ -221,6 +223,8 @@ func (in *Instance) run() {
 	// args checks run for as long as the service is registered.
 	scriptCtx, stopScripts := context.WithCancel(context.Background())
 	var scripts sync.WaitGroup
+	scripts.Add(1)
+	go func() { defer scripts.Done(); in.changeCommands(scriptCtx.Done()) }()
 	for _, c := range in.svc.Checks {
 		if c.Kind != schema.CheckArgs {
 			continue
@@ -559,22 +563,37 @@ func (l *runLoop) dataChanged() {
 	}
 }
 
-// runChangeCommand runs a template's change command in the background, with
-// the service's environment and directory, and logs how it ended.
+// runChangeCommand queues a template's change command. The commands of a
+// service run one at a time, in order (as consul-template runs them), off the
+// supervisor's loop.
 func (in *Instance) runChangeCommand(t *schema.Template) {
-	p, err := proc.Start(proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change"})
-	if err != nil {
-		in.log.Error("template change command failed to start", "destination", t.Destination, "error", err)
-		return
+	select {
+	case in.changec <- t:
+	default:
+		in.log.Warn("too many template change commands pending; skipping one", "destination", t.Destination)
 	}
-	go func() {
-		e := p.Exit()
-		if e.Success() {
+}
+
+// changeCommands runs queued change commands until stop closes.
+func (in *Instance) changeCommands(stop <-chan struct{}) {
+	for {
+		var t *schema.Template
+		select {
+		case <-stop:
+			return
+		case t = <-in.changec:
+		}
+		p, err := proc.Start(proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change"})
+		if err != nil {
+			in.log.Error("template change command failed to start", "destination", t.Destination, "error", err)
+			continue
+		}
+		if e := p.Exit(); e.Success() {
 			in.log.Info("template change command done", "destination", t.Destination)
 		} else {
 			in.log.Warn("template change command failed", "destination", t.Destination, "status", e.String())
 		}
-	}()
+	}
 }
 
 // shutdown deregisters, drains, and stops the process (stop signal, then

@@ -35,7 +35,10 @@ type Options struct {
 	// LivenessTTL is the TTL of mariposa's own liveness check (default 3s).
 	LivenessTTL time.Duration
 	// SupervisorTTL is the TTL of each service's supervisor check (default
-	// 30s); it is refreshed at a third of that.
+	// 5m); it is refreshed at a third of that. A dead supervisor shows at
+	// once through each service's alias check of mariposa's liveness, so
+	// this only keeps the check from expiring, and a long TTL keeps the
+	// requests of idle services low.
 	SupervisorTTL time.Duration
 	// Environ is the base environment of children (default os.Environ()).
 	Environ []string
@@ -82,7 +85,7 @@ func New(cfg *schema.Config, o Options) *Runner {
 		o.LivenessTTL = 3 * time.Second
 	}
 	if o.SupervisorTTL == 0 {
-		o.SupervisorTTL = 30 * time.Second
+		o.SupervisorTTL = 5 * time.Minute
 	}
 	if o.Environ == nil {
 		o.Environ = os.Environ()

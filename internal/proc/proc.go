@@ -145,7 +145,9 @@ func Start(spec Spec) (*Process, error) {
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// PidFD: wait through the netpoller (see waitPid).
+	pidfd := -1
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd}
 	// Our own pipes instead of exec's copying goroutines: the readers below
 	// never block the child, whatever the log sink does.
 	outR, outW, err := os.Pipe()
@@ -176,16 +178,31 @@ func Start(spec Spec) (*Process, error) {
 	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stderr", errR) }()
 	go func() { fw.Wait(); close(p.outDone) }()
 	go func() {
-		st, werr := waitPid(cmd.Process, req.reaped)
+		st, werr := waitPid(cmd.Process, req.reaped, pidfd)
 		p.exit = exitFrom(st, werr)
 		close(p.done)
 	}()
 	return p, nil
 }
 
-func waitPid(pr *os.Process, reaped chan syscall.WaitStatus) (syscall.WaitStatus, error) {
+// waitPid waits for the child to exit and reaps it. As PID 1 the reaper
+// does that. Otherwise the child's pidfd is polled through Go's netpoller,
+// so a waiting child costs a parked goroutine rather than an OS thread
+// blocked in waitid (os.Process.Wait): a thousand services would otherwise
+// hold a thousand threads. Without pidfds, os.Process.Wait it is.
+func waitPid(pr *os.Process, reaped chan syscall.WaitStatus, pidfd int) (syscall.WaitStatus, error) {
 	if reaped != nil {
+		if pidfd >= 0 {
+			syscall.Close(pidfd)
+		}
 		return <-reaped, nil
+	}
+	if pidfd >= 0 {
+		ws, polled, err := waitPidfd(pr.Pid, pidfd)
+		if polled {
+			_ = pr.Release()
+			return ws, err
+		}
 	}
 	ps, err := pr.Wait()
 	if err != nil {
@@ -193,6 +210,46 @@ func waitPid(pr *os.Process, reaped chan syscall.WaitStatus) (syscall.WaitStatus
 	}
 	ws, _ := ps.Sys().(syscall.WaitStatus)
 	return ws, nil
+}
+
+// waitPidfd waits until pidfd is readable (the process exited), then reaps
+// pid. polled is false when the pidfd cannot be polled; nothing was reaped.
+func waitPidfd(pid, pidfd int) (ws syscall.WaitStatus, polled bool, err error) {
+	if err := syscall.SetNonblock(pidfd, true); err != nil {
+		syscall.Close(pidfd)
+		return 0, false, nil
+	}
+	f := os.NewFile(uintptr(pidfd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, false, nil
+	}
+	var werr error
+	reaped := false
+	rerr := rc.Read(func(uintptr) bool {
+		for {
+			wpid, e := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+			switch {
+			case e == syscall.EINTR:
+				continue
+			case e != nil:
+				werr, reaped = e, true
+				return true
+			case wpid == 0:
+				return false // still running: wait for the pidfd
+			}
+			reaped = true
+			return true
+		}
+	})
+	if !reaped {
+		// Not pollable (rerr says why): nothing was reaped, so the caller
+		// can still wait the ordinary way.
+		_ = rerr
+		return 0, false, nil
+	}
+	return ws, true, werr
 }
 
 func exitFrom(ws syscall.WaitStatus, err error) Exit {

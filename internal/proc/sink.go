@@ -81,21 +81,41 @@ func (s *Sink) push(l Line) {
 	}
 }
 
-// forward reads r line by line until EOF. It never waits on the sink.
+// forward reads r line by line until EOF. It never waits on the sink. The
+// buffer starts small (a thousand idle services are a thousand readers) and
+// a long line is gathered up to maxLine, then passed on in pieces.
 func (s *Sink) forward(name, stream string, r *os.File) {
 	defer r.Close()
 	if s == nil {
 		_, _ = io.Copy(io.Discard, r)
 		return
 	}
-	br := bufio.NewReaderSize(r, maxLine)
+	br := bufio.NewReaderSize(r, 4096)
+	var long []byte
+	emit := func(b []byte) {
+		s.push(Line{Name: name, Stream: stream, Text: string(bytes.TrimRight(b, "\r\n"))})
+	}
 	for {
 		b, err := br.ReadSlice('\n')
-		if len(b) > 0 {
-			b = bytes.TrimRight(b, "\r\n")
-			s.push(Line{Name: name, Stream: stream, Text: string(b)})
+		if err == bufio.ErrBufferFull {
+			long = append(long, b...)
+			for len(long) >= maxLine {
+				emit(long[:maxLine])
+				long = append(long[:0], long[maxLine:]...)
+			}
+			continue
 		}
-		if err != nil && err != bufio.ErrBufferFull {
+		if len(long) > 0 {
+			b = append(long, b...)
+			long = long[:0]
+		}
+		if len(b) > 0 {
+			emit(b)
+		}
+		if cap(long) > maxLine {
+			long = nil // do not keep a large buffer for an idle child
+		}
+		if err != nil {
 			return
 		}
 	}
