@@ -4,6 +4,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/mitchellh/cli"
 
@@ -16,6 +17,15 @@ func main() {
 }
 
 func realMain(args []string) int {
+	// MARIPOSA_CPUPROFILE=file writes a CPU profile of the whole run, for
+	// looking into mariposa's own cost (go tool pprof).
+	if path := os.Getenv("MARIPOSA_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer func() { pprof.StopCPUProfile(); f.Close() }()
+			}
+		}
+	}
 	ui := &cli.BasicUi{Reader: os.Stdin, Writer: os.Stdout, ErrorWriter: os.Stderr}
 	c := &cli.CLI{
 		Name:         "mariposa",

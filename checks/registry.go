@@ -50,6 +50,10 @@ type Registry struct {
 	// directory would otherwise bring them back.
 	gone map[string]bool
 	kick chan struct{}
+	// calls bounds the agent calls in flight from Deregister: stopping a
+	// thousand services at once must not run into the agent's limit of
+	// connections per client (http_max_conns_per_client, 200 by default).
+	calls chan struct{}
 	// resync asks Run to compare the agent's services with ours.
 	resync bool
 }
@@ -59,7 +63,8 @@ type Registry struct {
 func NewRegistry(client *api.Client, node, addr string, log hclog.Logger, heartbeat time.Duration) *Registry {
 	return &Registry{agent: client.Agent(), catalog: client.Catalog(), node: node, addr: addr,
 		log: log.Named("registry"), heartbeat: heartbeat,
-		entries: map[string]*entry{}, gone: map[string]bool{}, kick: make(chan struct{}, 1)}
+		entries: map[string]*entry{}, gone: map[string]bool{}, kick: make(chan struct{}, 1),
+		calls: make(chan struct{}, 16)}
 }
 
 func (r *Registry) poke() {
@@ -115,13 +120,23 @@ func (r *Registry) Resync() {
 	r.poke()
 }
 
-// Deregister removes the service now, waiting at most until ctx ends. When
-// the agent cannot be reached by then, Run keeps trying in the background.
+// Deregister removes the service now: it waits for a free call slot (until
+// ctx ends), then tries for up to 2s. When the agent cannot be reached by
+// then, Run keeps trying in the background, and Flush tries once more.
 func (r *Registry) Deregister(ctx context.Context, serviceID string) error {
 	r.mu.Lock()
 	delete(r.entries, serviceID)
 	r.gone[serviceID] = true
 	r.mu.Unlock()
+	select {
+	case r.calls <- struct{}{}:
+		defer func() { <-r.calls }()
+	case <-ctx.Done():
+		r.poke()
+		return ctx.Err()
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
 	var err error
 	for {
 		if err = r.agent.ServiceDeregisterOpts(serviceID, (&api.QueryOptions{}).WithContext(ctx)); err == nil || isNotFound(err) {
@@ -130,6 +145,13 @@ func (r *Registry) Deregister(ctx context.Context, serviceID string) error {
 			r.mu.Unlock()
 			return nil
 		}
+		var se api.StatusError
+		if !errors.As(err, &se) {
+			// No agent there (not a busy one): do not hold a call slot
+			// retrying; Run and Flush try again.
+			r.poke()
+			return err
+		}
 		select {
 		case <-ctx.Done():
 			r.poke()
@@ -137,6 +159,24 @@ func (r *Registry) Deregister(ctx context.Context, serviceID string) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// Flush deregisters what is still waiting to be, until ctx ends: the last
+// thing a stopping mariposa does with the agent.
+func (r *Registry) Flush(ctx context.Context) error {
+	r.mu.Lock()
+	var gone []string
+	for id := range r.gone {
+		gone = append(gone, id)
+	}
+	r.mu.Unlock()
+	var first error
+	for _, id := range gone {
+		if err := r.Deregister(ctx, id); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // Run pushes registrations and statuses until ctx ends.
@@ -153,7 +193,9 @@ func (r *Registry) Run(ctx context.Context) {
 			return
 		case <-r.kick:
 		case <-tick.C:
-			r.markStale()
+			if !r.markStale() {
+				continue // nothing due: no pass over the entries
+			}
 		case <-retry.C:
 		}
 		if err := r.sync(ctx); err != nil {
@@ -175,18 +217,22 @@ func (r *Registry) Run(ctx context.Context) {
 	}
 }
 
-func (r *Registry) markStale() {
+// markStale marks the entries due for a heartbeat, and says whether there
+// were any.
+func (r *Registry) markStale() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := time.Now()
+	marked := false
 	for _, e := range r.entries {
 		if !e.pushedAt.After(now.Add(-e.every)) {
-			e.dirty = true
+			e.dirty, marked = true, true
 			for id := range e.ttls {
 				e.ttlDirty[id] = true
 			}
 		}
 	}
+	return marked
 }
 
 // sync does the work for every entry that needs it; the first error stops

@@ -320,3 +320,28 @@ func groupMembers(pgid int) []int {
 	}
 	return out
 }
+
+// Stopping many services at once leaves nothing behind: more services than
+// the agent takes connections from one client (200 by default).
+func TestStopManyLeavesNothing(t *testing.T) {
+	t.Parallel()
+	const n = 1000
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	var sb strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&sb, "service \"many-%d\" {\n  command = [%q]\n  env     = { STAMP_SLEEP_MS = \"-1\" }\n}\n", i, stampBin)
+	}
+	m := startMariposa(t, agent, nil, "-log-level", "info", writeHCL(t, sb.String()))
+	waitFor(t, 2*time.Minute, "every service registered and running", func() (bool, string) {
+		hc, _, err := c.Health().State(api.HealthPassing, &api.QueryOptions{Filter: `CheckID matches ":mariposa$"`})
+		return err == nil && len(hc) == n+1, fmt.Sprint(len(hc), err)
+	})
+	if code := m.stop(t, syscall.SIGTERM, 2*time.Minute); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	svcs, err := c.Agent().Services()
+	if err != nil || len(svcs) != 0 {
+		t.Fatalf("%d services left on the agent (%v)", len(svcs), err)
+	}
+}

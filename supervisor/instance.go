@@ -606,7 +606,9 @@ func (in *Instance) shutdown(p *proc.Process, expired <-chan struct{}) {
 	in.mu.Lock()
 	in.snap.State, in.snap.Output = StateStopping, "stopping"
 	in.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// Deregister first (the registry bounds each call; a second signal
+	// cuts the wait short).
+	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		select {
 		case <-in.killc:
@@ -615,7 +617,7 @@ func (in *Instance) shutdown(p *proc.Process, expired <-chan struct{}) {
 		}
 	}()
 	if err := in.reg.Deregister(ctx, in.id); err != nil {
-		in.log.Warn("deregister failed", "error", err)
+		in.log.Warn("deregister failed; will retry until mariposa exits", "error", err)
 	}
 	cancel()
 	if p != nil && in.svc.Stop.Drain > 0 {

@@ -35,7 +35,7 @@ type Options struct {
 	// LivenessTTL is the TTL of mariposa's own liveness check (default 3s).
 	LivenessTTL time.Duration
 	// SupervisorTTL is the TTL of each service's supervisor check (default
-	// 5m); it is refreshed at a third of that. A dead supervisor shows at
+	// 30m); it is refreshed at a third of that. A dead supervisor shows at
 	// once through each service's alias check of mariposa's liveness, so
 	// this only keeps the check from expiring, and a long TTL keeps the
 	// requests of idle services low.
@@ -85,7 +85,7 @@ func New(cfg *schema.Config, o Options) *Runner {
 		o.LivenessTTL = 3 * time.Second
 	}
 	if o.SupervisorTTL == 0 {
-		o.SupervisorTTL = 5 * time.Minute
+		o.SupervisorTTL = 30 * time.Minute
 	}
 	if o.Environ == nil {
 		o.Environ = os.Environ()
@@ -228,6 +228,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	case <-r.killc:
 		cancel()
 	default:
+	}
+	if err := reg.Flush(dctx); err != nil {
+		log.Warn("some services could not be deregistered", "error", err)
 	}
 	if err := reg.Deregister(dctx, selfID); err != nil {
 		log.Warn("could not deregister mariposa itself", "error", err)
