@@ -150,10 +150,21 @@ service "web" {
 `, childBin, stamps, dir, mode, key))
 }
 
-// instancesOf lists the web instances registered, by node.
+// instancesOf lists the instances of a service registered (any health), by
+// node.
 func instancesOf(c *api.Client, name string) map[string]*api.ServiceEntry {
+	return instancesByNode(c, name, false)
+}
+
+// passingInstances lists the passing instances of a service, by node.
+func passingInstances(c *api.Client, name string) map[string]*api.ServiceEntry {
+	return instancesByNode(c, name, true)
+}
+
+func instancesByNode(c *api.Client, name string, passingOnly bool) map[string]*api.ServiceEntry {
 	out := map[string]*api.ServiceEntry{}
-	for _, e := range serviceEntries(c, name) {
+	es, _, _ := c.Health().Service(name, "", passingOnly, nil)
+	for _, e := range es {
 		out[e.Node.Node] = e
 	}
 	return out
@@ -270,15 +281,6 @@ func TestLeaderStandbyFailover(t *testing.T) {
 	if err := leadertest.CheckNoOverlap(w.intervals(t)); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func passingInstances(c *api.Client, name string) map[string]*api.ServiceEntry {
-	out := map[string]*api.ServiceEntry{}
-	es, _, _ := c.Health().Service(name, "", true, nil)
-	for _, e := range es {
-		out[e.Node.Node] = e
-	}
-	return out
 }
 
 func clientNamed(cl *consultest.Cluster, name string) *consultest.Agent {
