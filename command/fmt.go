@@ -51,17 +51,8 @@ func (c *FmtCommand) Run(args []string) int {
 	flags.SetOutput(io.Discard)
 	flags.BoolVar(&check, "check", false, "")
 	flags.BoolVar(&diff, "diff", false, "")
-	if err := flags.Parse(args); err != nil {
-		c.UI.Error(err.Error())
-		c.UI.Error("")
-		c.UI.Error(c.Help())
-		return 1
-	}
-	paths := flags.Args()
-	if len(paths) == 0 {
-		c.UI.Error("fmt needs at least one file or directory, or - for standard input")
-		c.UI.Error("")
-		c.UI.Error(c.Help())
+	paths, ok := parsePaths(c.UI, flags, args, c.Help(), "fmt needs at least one file or directory, or - for standard input")
+	if !ok {
 		return 1
 	}
 

@@ -74,17 +74,8 @@ func (c *ValidateCommand) Run(args []string) int {
 	flags.SetOutput(io.Discard)
 	flags.BoolVar(&asJSON, "json", false, "")
 	flags.Var(vars, "var", "")
-	if err := flags.Parse(args); err != nil {
-		c.UI.Error(err.Error())
-		c.UI.Error("")
-		c.UI.Error(c.Help())
-		return 1
-	}
-	paths := flags.Args()
-	if len(paths) == 0 {
-		c.UI.Error("validate needs at least one file or directory")
-		c.UI.Error("")
-		c.UI.Error(c.Help())
+	paths, ok := parsePaths(c.UI, flags, args, c.Help(), "validate needs at least one file or directory")
+	if !ok {
 		return 1
 	}
 
