@@ -3,6 +3,7 @@ package proc
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -105,8 +106,8 @@ func TestBlockedSinkDoesNotBlockChild(t *testing.T) {
 	var reported sync.WaitGroup
 	reported.Add(1)
 	var once sync.Once
-	var dropped int64
-	s := NewSink(4, func(Line) { <-release }, func(n int64) { dropped = n; once.Do(reported.Done) })
+	var dropped atomic.Int64 // reports keep coming after the first
+	s := NewSink(4, func(Line) { <-release }, func(n int64) { dropped.Add(n); once.Do(reported.Done) })
 	p, err := Start(Spec{Argv: []string{"sh", "-c", "i=0; while [ $i -lt 20000 ]; do echo line $i; i=$((i+1)); done"}, Output: s})
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestBlockedSinkDoesNotBlockChild(t *testing.T) {
 	waitUntil(t, 5*time.Second, func() bool { return s.Dropped() > 0 })
 	close(release)
 	reported.Wait()
-	if dropped == 0 {
+	if dropped.Load() == 0 {
 		t.Fatal("drops not reported")
 	}
 	s.Close()
