@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"golang.org/x/sys/unix"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/leader/leadertest"
 )
 
 // BenchmarkRestartAfterExit: the child exits on its own (status 1), and the
@@ -113,7 +113,7 @@ service "ttl" {
 				b.Fatal(err)
 			}
 			time.Sleep(50 * time.Millisecond)
-			t0 := monotonic()
+			t0 := leadertest.Mono()
 			if err := c.Agent().FailTTL(checkID, "broken"); err != nil {
 				b.Fatal(err)
 			}
@@ -128,12 +128,6 @@ service "ttl" {
 	}
 }
 
-// monotonic reads CLOCK_MONOTONIC, the clock the stamping children use.
-func monotonic() time.Duration {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return time.Duration(ts.Nano())
-}
 
 // BenchmarkDependencyToStart: a dependency becomes passing and the
 // dependent, gated on it, starts. Latency is from just before the harness
@@ -172,7 +166,7 @@ service "dependent" {
 				return sc != nil && strings.HasPrefix(sc.Output, "waiting:"), fmt.Sprint(sc)
 			})
 			time.Sleep(500 * time.Millisecond) // down for a while
-			t0 := monotonic()
+			t0 := leadertest.Mono()
 			if err := c.Agent().PassTTL("db1:ttl", "up"); err != nil {
 				b.Fatal(err)
 			}
@@ -243,7 +237,7 @@ service "lead" {
 					}
 				}
 				before := countStarts(readStamps(stamps))
-				t0 := monotonic()
+				t0 := leadertest.Mono()
 				_ = ms[l].cmd.Process.Signal(how)
 				waitFor(b, 60*time.Second, "the standby's child", func() (bool, string) {
 					return countStarts(readStamps(stamps)) > before, "not yet"
