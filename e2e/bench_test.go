@@ -128,7 +128,6 @@ service "ttl" {
 	}
 }
 
-
 // BenchmarkDependencyToStart: a dependency becomes passing and the
 // dependent, gated on it, starts. Latency is from just before the harness
 // marks the dependency passing to the dependent's first instruction. The
