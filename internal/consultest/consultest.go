@@ -10,10 +10,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -356,36 +358,74 @@ func (c *Cluster) Agents() []*Agent {
 	return append(append([]*Agent{}, c.Servers...), c.Clients...)
 }
 
-// FreePorts returns n distinct free TCP+UDP loopback ports.
+// FreePorts returns n distinct free TCP+UDP loopback ports. They come from
+// below the kernel's ephemeral range, which it never hands out by itself
+// (to a listener on port 0 or an outgoing connection), and each is reserved
+// across processes with a lock file held until this process exits: test
+// binaries of several packages run side by side, and a port handed to two
+// of them made an agent fail with "address already in use".
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
+	lo, hi := portRange()
 	var ports []int
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100000 {
+			t.Fatalf("free port: none found in [%d, %d)", lo, hi)
 		}
-	}()
-	for len(ports) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p := lo + rand.IntN(hi-lo)
+		if reserved(p) || !lockPort(p) {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			t.Fatalf("free port: %v", err)
+			continue // taken by something else; keep it reserved
 		}
-		p := l.Addr().(*net.TCPAddr).Port
 		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		l.Close()
 		if err != nil {
-			l.Close()
 			continue
 		}
 		u.Close()
-		if reserved(p) {
-			l.Close()
-			continue
-		}
-		ls = append(ls, l)
 		ports = append(ports, p)
 	}
 	return ports
+}
+
+// portRange is [lo, hi): up to 12,000 ports just below the ephemeral range,
+// else above it.
+func portRange() (lo, hi int) {
+	elo, ehi := 32768, 60999
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		fmt.Sscanf(string(b), "%d %d", &elo, &ehi)
+	}
+	if elo > 11024 {
+		return max(1024, elo-12000), elo
+	}
+	return ehi + 1, 65536
+}
+
+// portLocks keeps the lock files' descriptors open for the life of the
+// process: the locks go with it.
+var portLocks []*os.File
+
+// lockPort reserves p across processes.
+func lockPort(p int) bool {
+	dir := filepath.Join(os.TempDir(), "mariposa-test-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no reservation possible; the bind check still runs
+	}
+	f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(p)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false // another process has it
+	}
+	portMu.Lock()
+	portLocks = append(portLocks, f)
+	portMu.Unlock()
+	return true
 }
 
 var (

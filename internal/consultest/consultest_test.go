@@ -2,6 +2,10 @@ package consultest
 
 import (
 	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -45,5 +49,28 @@ func TestCluster(t *testing.T) {
 	peers, err := c.Status().Peers()
 	if err != nil || len(peers) != 3 {
 		t.Fatalf("raft peers %v (%v), want 3", peers, err)
+	}
+}
+
+// Ports come from below the ephemeral range, and a port reserved by this
+// process cannot be locked by another.
+func TestFreePortsAcrossProcesses(t *testing.T) {
+	lo, hi := portRange()
+	ps := FreePorts(t, 20)
+	seen := map[int]bool{}
+	for _, p := range ps {
+		if p < lo || p >= hi || seen[p] {
+			t.Fatalf("port %d (range [%d, %d), seen %v)", p, lo, hi, seen[p])
+		}
+		seen[p] = true
+	}
+	if _, err := exec.LookPath("flock"); err != nil {
+		t.Skip("no flock(1) to play the other process")
+	}
+	for _, p := range ps {
+		lock := filepath.Join(os.TempDir(), "mariposa-test-ports", strconv.Itoa(p))
+		if err := exec.Command("flock", "-n", lock, "true").Run(); err == nil {
+			t.Fatalf("port %d is not locked against other processes", p)
+		}
 	}
 }
