@@ -24,6 +24,9 @@ type Spec struct {
 	Output *Sink
 	// Name tags the lines in Output.
 	Name string
+	// Tap, when set, sees every line as it is read, before Output (which
+	// may drop lines); it must not block.
+	Tap func(Line)
 }
 
 // Exit is how a process ended.
@@ -67,6 +70,16 @@ func (p *Process) Done() <-chan struct{} { return p.done }
 
 // Exit is valid after Done is closed.
 func (p *Process) Exit() Exit { <-p.done; return p.exit }
+
+// SignalMain sends sig to the child itself, not its group: a reload signal
+// for the service, which a wrapper script passes on as it sees fit.
+func (p *Process) SignalMain(sig syscall.Signal) error {
+	err := syscall.Kill(p.Pid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return nil
+	}
+	return err
+}
 
 // Signal sends sig to the child's whole process group.
 func (p *Process) Signal(sig syscall.Signal) error {
@@ -136,7 +149,10 @@ func startOne(r *startReq) error {
 // Start starts the process described by spec.
 func Start(spec Spec) (*Process, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
-		return nil, errors.New("empty command")
+		return nil, &StartError{Err: errors.New("empty command"), Permanent: true}
+	}
+	if err := preflight(spec); err != nil {
+		return nil, err
 	}
 	spawnOnce.Do(spawner)
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
@@ -169,13 +185,13 @@ func Start(spec Spec) (*Process, error) {
 	if err != nil {
 		outR.Close()
 		errR.Close()
-		return nil, err
+		return nil, classify(spec, err)
 	}
 	p := &Process{Pid: cmd.Process.Pid, Started: time.Now(), done: make(chan struct{}), outDone: make(chan struct{})}
 	var fw sync.WaitGroup
 	fw.Add(2)
-	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stdout", outR) }()
-	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stderr", errR) }()
+	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stdout", outR, spec.Tap) }()
+	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stderr", errR, spec.Tap) }()
 	go func() { fw.Wait(); close(p.outDone) }()
 	go func() {
 		st, werr := waitPid(cmd.Process, req.reaped, pidfd)

@@ -84,16 +84,22 @@ func (s *Sink) push(l Line) {
 // forward reads r line by line until EOF. It never waits on the sink. The
 // buffer starts small (a thousand idle services are a thousand readers) and
 // a long line is gathered up to maxLine, then passed on in pieces.
-func (s *Sink) forward(name, stream string, r *os.File) {
+func (s *Sink) forward(name, stream string, r *os.File, tap func(Line)) {
 	defer r.Close()
-	if s == nil {
+	if s == nil && tap == nil {
 		_, _ = io.Copy(io.Discard, r)
 		return
 	}
 	br := bufio.NewReaderSize(r, 4096)
 	var long []byte
 	emit := func(b []byte) {
-		s.push(Line{Name: name, Stream: stream, Text: string(bytes.TrimRight(b, "\r\n"))})
+		l := Line{Name: name, Stream: stream, Text: string(bytes.TrimRight(b, "\r\n"))}
+		if tap != nil {
+			tap(l)
+		}
+		if s != nil {
+			s.push(l)
+		}
 	}
 	for {
 		b, err := br.ReadSlice('\n')
