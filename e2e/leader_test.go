@@ -271,7 +271,9 @@ func TestLeaderStandbyFailover(t *testing.T) {
 	// invalidates the session (liveness TTL) and lock_delay has passed.
 	ms[leaderNode] = startMariposa(t, clientNamed(cl, leaderNode), nil, hcl)
 	waitFor(t, 10*time.Second, "the new standby contending", func() (bool, string) {
-		return strings.Contains(ms[leaderNode].out.String(), "standby: contending"), "not yet"
+		// Contending means holding a session on its node.
+		ss, _, err := clientNamed(cl, leaderNode).Client(t).Session().Node(leaderNode, nil)
+		return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
 	})
 	t0 = time.Now()
 	_ = ms[newLeader].cmd.Process.Signal(syscall.SIGKILL)

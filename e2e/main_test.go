@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/report"
 )
 
 var (
@@ -185,12 +185,27 @@ func checkByID(e *api.ServiceEntry, id string) *api.HealthCheck {
 }
 
 // supervisorPID parses "running (pid N)" from the supervisor check output.
+// supervisorPID is the PID of the running process, from the state the
+// supervisor check carries as data (internal/report); 0 unless running.
 func supervisorPID(out string) int {
-	var pid int
-	if i := strings.Index(out, "(pid "); i >= 0 {
-		fmt.Sscanf(out[i:], "(pid %d)", &pid)
+	if r, ok := report.Decode(out); ok && r.State == "running" {
+		return r.PID
 	}
-	return pid
+	return 0
+}
+
+// instanceReport is the instance's state as data, from its supervisor
+// check's output.
+func instanceReport(t testing.TB, sc *api.HealthCheck) report.Instance {
+	t.Helper()
+	if sc == nil {
+		t.Fatal("no supervisor check")
+	}
+	r, ok := report.Decode(sc.Output)
+	if !ok {
+		t.Fatalf("the supervisor check carries no state: %q", sc.Output)
+	}
+	return r
 }
 
 func freePort(t testing.TB) int { return consultest.FreePorts(t, 1)[0] }

@@ -122,12 +122,13 @@ service "never" {
 }
 `, childBin, childBin, childBin))
 	m := startMariposa(t, agent, nil, hcl)
-	waitSupervisor(t, c, "crashy", agent.Name, api.HealthCritical, "failed: 2 restarts in 1m (last: exit 3)")
+	crashy := waitSupervisor(t, c, "crashy", agent.Name, api.HealthCritical, "failed: 2 restarts in 1m (last: exit 3)")
 	waitSupervisor(t, c, "oneshot", agent.Name, api.HealthCritical, "completed (exit 0); not restarted (restart policy on-failure)")
 	waitSupervisor(t, c, "never", agent.Name, api.HealthCritical, "exit 4; not restarted (restart policy never)")
-	if n := strings.Count(m.out.String(), "crashy: process exited"); n != 3 {
-		t.Errorf("crashy ran %d times, want 3 (1 + 2 restarts)", n)
+	if r := instanceReport(t, crashy); r.Restarts != 2 || r.State != "failed" || r.LastExit != "exit 3" {
+		t.Errorf("crashy: %+v, want failed after 2 restarts (3 runs), last exit 3", r)
 	}
+	_ = m
 }
 
 // args checks run under mariposa and report through TTL: 0 passing, 1
@@ -243,8 +244,10 @@ service "slow" {
 	m := startMariposa(t, agent, nil, hcl)
 	pid := waitRunning(t, c, "slow", agent.Name)
 	_ = m.cmd.Process.Signal(syscall.SIGINT)
+	// Deregistered first: the drain has begun.
 	waitFor(t, 5*time.Second, "draining", func() (bool, string) {
-		return strings.Contains(m.out.String(), "draining"), "not yet"
+		n := len(serviceEntries(c, "slow"))
+		return n == 0 && alive(pid), fmt.Sprintf("%d registered", n)
 	})
 	_ = m.cmd.Process.Signal(syscall.SIGINT)
 	select {

@@ -48,6 +48,9 @@ type ServiceState struct {
 	// Errors are the current render errors; each template that has one
 	// keeps its last good file.
 	Errors []string
+	// Failed is set when a template can never render (it does not parse):
+	// the service fails rather than waits. "" when fine.
+	Failed string
 }
 
 // Ready reports whether the process may start.

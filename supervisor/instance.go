@@ -2,20 +2,18 @@ package supervisor
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
-	"slices"
-	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/leader"
 	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/internal/report"
 	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -42,51 +40,66 @@ type Snapshot struct {
 	State     State
 	PID       int
 	Restarts  int
-	Output    string
+	Output    string // the human reason
+	Report    report.Instance
 }
 
-// Instance supervises one service's process. One goroutine (run) owns all of
-// its mutable state; others talk to it through channels.
+// Instance supervises one service's process. One goroutine (run) owns its
+// state and is the only place that acts: decide (decide.go) says what to
+// do, run does it, and what completes later comes back as an input.
 type Instance struct {
-	svc  *schema.Service
-	id   string
-	env  []string
-	log  hclog.Logger
-	reg  *checks.Registry
-	sink *proc.Sink
-	data *render.ServiceData // dependencies and templates; nil if none
-	now  func() time.Time
+	svc    *schema.Service
+	id     string
+	env    []string
+	log    hclog.Logger
+	reg    *checks.Registry
+	sink   *proc.Sink
+	data   *render.ServiceData // dependencies and templates; nil if none
+	now    func() time.Time
+	events func(Event)
+	onLine func(proc.Line) // sees every output line (the log ring)
 
 	// register (re-)registers the service; role is "", "leader" or
 	// "follower" and picks the tags and meta of a leader service.
-	register func(role string)
+	register func(role string, st checks.Status)
 	// elector contends for the leader lock; nil without a leader block.
 	elector *leader.Elector
 
 	health  chan checks.NodeHealth // latest-value mailbox
 	changec chan *schema.Template  // change commands, run one at a time
+	ops     chan opRequest         // operator requests
 	stopc   chan struct{}
 	killc   chan struct{}
 	killOne sync.Once
+	stopOne sync.Once
 	done    chan struct{}
 
-	mu     sync.Mutex
-	snap   Snapshot
-	status checks.Status // the supervisor check's current status
-	cur    *proc.Process
+	lastStderr atomic.Pointer[string] // the current child's last stderr line
+
+	mu   sync.Mutex
+	snap Snapshot
+	cur  *proc.Process
+}
+
+type opRequest struct {
+	kind  inputKind // inRestart | inReset
+	reply chan error
 }
 
 func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger, reg *checks.Registry, sink *proc.Sink,
-	data *render.ServiceData, register func(role string), elector *leader.Elector) *Instance {
-	return &Instance{
+	data *render.ServiceData, elector *leader.Elector, events func(Event), onLine func(proc.Line)) *Instance {
+	in := &Instance{
 		svc: svc, id: id, env: env, log: log.Named(svc.Name).With("service_id", id), reg: reg, sink: sink, data: data,
-		register: register, elector: elector,
+		elector: elector, events: events, onLine: onLine,
 		now:     time.Now,
 		health:  make(chan checks.NodeHealth, 1),
 		changec: make(chan *schema.Template, 16),
+		ops:     make(chan opRequest),
 		stopc:   make(chan struct{}), killc: make(chan struct{}), done: make(chan struct{}),
-		snap: Snapshot{Service: svc.Name, ServiceID: id, State: StateStarting, Output: "starting"},
 	}
+	st := newInstState(svc, id, in.now())
+	in.snap = snapshotOf(&st)
+	return in
 }
 
 // Snapshot returns the current state.
@@ -125,84 +138,64 @@ func (in *Instance) deliverHealth(h checks.NodeHealth) {
 
 // Stop asks the instance to stop and waits until it has.
 func (in *Instance) Stop() {
-	select {
-	case <-in.stopc:
-	default:
-		close(in.stopc)
-	}
+	in.stopOne.Do(func() { close(in.stopc) })
 	<-in.done
 }
 
 // Kill makes a stop in progress skip its drain and grace period.
 func (in *Instance) Kill() { in.killOne.Do(func() { close(in.killc) }) }
 
-func (in *Instance) setState(st State, pid int, health, output string) {
-	in.mu.Lock()
-	in.snap.State, in.snap.PID, in.snap.Output = st, pid, output
-	in.status = checks.Status{Health: health, Output: output}
-	in.mu.Unlock()
-	in.reg.SetStatus(in.id, checks.Status{Health: health, Output: output})
-}
-
-// currentStatus is what a (re-)registration starts the supervisor check at.
-func (in *Instance) currentStatus() checks.Status {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if in.status.Health == "" {
-		return checks.Status{Health: api.HealthCritical, Output: "starting"}
+// operate hands an operator's request to the loop and waits for its answer.
+func (in *Instance) operate(ctx context.Context, kind inputKind) error {
+	req := opRequest{kind: kind, reply: make(chan error, 1)}
+	select {
+	case in.ops <- req:
+	case <-in.done:
+		return errStopped
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return in.status
-}
-
-// timer is a stoppable one-shot timer whose channel is nil while disarmed,
-// so a select on it blocks.
-type timer struct{ t *time.Timer }
-
-func (t *timer) arm(d time.Duration) {
-	t.disarm()
-	t.t = time.NewTimer(d)
-}
-
-func (t *timer) disarm() {
-	if t.t != nil {
-		t.t.Stop()
-		t.t = nil
+	select {
+	case err := <-req.reply:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
-func (t *timer) c() <-chan time.Time {
-	if t.t == nil {
-		return nil
-	}
-	return t.t.C
+func snapshotOf(s *instState) Snapshot {
+	return Snapshot{Service: s.svc.Name, ServiceID: s.id, State: s.state, PID: s.pid, Restarts: s.restarts,
+		Output: s.reason, Report: reportOf(s)}
 }
 
-// runLoop is the state of one instance's goroutine.
-type runLoop struct {
-	in       *Instance
-	tracker  *RestartTracker
-	tracks   map[string]*checkTrack
-	p        *proc.Process
-	started  time.Time
-	restarts int
-	lastEnd  string
+func reportOf(s *instState) report.Instance {
+	return report.Instance{State: string(s.state), PID: s.pid, Restarts: s.restarts, Reason: s.reason,
+		Version: s.svc.Version, Role: s.role(), Since: s.since, Until: s.until, LastExit: s.lastEnd, Stderr: s.stderr}
+}
 
-	// Gating on dependencies and templates.
-	waitingSince time.Time    // zero unless waiting
-	depsAtStart  []bool       // which dependencies held when the process started
-	lostPending  map[int]bool // on_lost = restart: restart once dependency i is back
+// loop is the effect side of one instance: the process, timers, the term
+// and the goroutines that report back.
+type loop struct {
+	in     *Instance
+	s      instState
+	queue  []input
+	p      *proc.Process
+	timers [numTimers]*time.Timer
+	gens   [numTimers]uint64 // a fire of a disarmed or re-armed timer is stale
+	fired  chan timerFire
+	back   chan input // completions of asynchronous effects
 
-	startT, healthT, depT timer
+	published report.Instance
 
 	// Leadership.
-	term      *leader.Term
-	termDone  chan struct{} // closed to let the elector's onTerm return
-	termc     chan termMsg
-	leaderEnv []string
-	// stopElecting stops contending (shutdown, or a leader whose restarts
-	// are exhausted gives the lock up).
+	term         *leader.Term
+	termDone     chan struct{} // closed to let the elector's onTerm return
+	termc        chan termMsg
+	lostSeen     bool
+	expiredSeen  bool
 	stopElecting func()
-	gaveUp       bool
+
+	reply chan error // the operator request being decided
 }
 
 // termMsg hands a new term from the elector's goroutine to the loop.
@@ -211,16 +204,11 @@ type termMsg struct {
 	done chan struct{}
 }
 
-func (l *runLoop) standby() bool {
-	return l.in.svc.Leader != nil && l.in.svc.Leader.Mode == "standby"
-}
-
 func (in *Instance) run() {
 	defer close(in.done)
-	l := &runLoop{in: in, tracker: NewRestartTracker(in.svc.Restart), tracks: map[string]*checkTrack{},
-		lostPending: map[int]bool{}}
+	l := &loop{in: in, s: newInstState(in.svc, in.id, in.now()), fired: make(chan timerFire, 64), back: make(chan input, 4)}
 
-	// args checks run for as long as the service is registered.
+	// args checks run for as long as the instance lives.
 	scriptCtx, stopScripts := context.WithCancel(context.Background())
 	var scripts sync.WaitGroup
 	scripts.Add(1)
@@ -234,8 +222,10 @@ func (in *Instance) run() {
 		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
 	var dataChanged <-chan struct{}
+	boot := input{kind: inBoot}
 	if in.data != nil {
 		dataChanged = in.data.Changed()
+		boot.data, boot.hasData = in.data.State(), true
 	}
 
 	// Leadership: the elector runs in its own goroutine and hands each term
@@ -245,7 +235,6 @@ func (in *Instance) run() {
 	electorDone := make(chan struct{})
 	if in.elector != nil {
 		l.termc = make(chan termMsg)
-		l.leaderEnv = leaderEnv(in.svc.Leader, nil)
 		go func() {
 			defer close(electorDone)
 			in.elector.Run(electCtx, func(t *leader.Term) {
@@ -261,305 +250,270 @@ func (in *Instance) run() {
 		close(electorDone)
 	}
 
-	if l.standby() {
-		// Not registered, not running, until elected.
-		in.mu.Lock()
-		in.snap.State, in.snap.Output = StateStandby, "standby: waiting for leadership"
-		in.mu.Unlock()
-		in.log.Info("standby: contending for leadership", "key", in.svc.Leader.Key)
-	} else {
-		role := ""
-		if in.svc.Leader != nil {
-			role = "follower"
-		}
-		in.register(role)
-		l.tryStart()
-	}
+	stopc, killc := in.stopc, in.killc
+	l.queue = append(l.queue, boot)
 	for {
-		var exited, lost <-chan struct{}
+		for len(l.queue) > 0 {
+			next := l.queue[0]
+			l.queue = l.queue[1:]
+			l.step(next)
+		}
+		if l.s.done {
+			break
+		}
+		var exited, lost, expired <-chan struct{}
 		if l.p != nil {
 			exited = l.p.Done()
 		}
 		if l.term != nil {
-			lost = l.term.Lost()
-		}
-		select {
-		case <-in.stopc:
-			l.startT.disarm()
-			l.healthT.disarm()
-			l.depT.disarm()
-			stopScripts()
-			// Stop contending first, so that giving the term back below
-			// releases the lock instead of starting another round.
-			stopElecting()
-			var expired <-chan struct{}
-			if l.term != nil {
+			if !l.lostSeen {
+				lost = l.term.Lost()
+			}
+			if !l.expiredSeen {
 				expired = l.term.Expired()
 			}
-			if l.p != nil || !l.standby() || l.term != nil {
-				in.shutdown(l.p, expired)
-			}
-			if l.termDone != nil {
-				close(l.termDone)
-			}
-			<-electorDone // lock released, session destroyed
-			scripts.Wait()
-			in.mu.Lock()
-			in.snap.State, in.snap.PID, in.snap.Output = StateStopped, 0, "stopped"
-			in.mu.Unlock()
-			return
-		case m := <-l.termc:
-			l.gainTerm(m)
-		case <-lost:
-			l.loseTerm()
-		case <-exited:
-			p := l.p
-			e := p.Exit()
-			// Whatever the child left in its group goes with it.
-			_ = p.Signal(syscall.SIGKILL)
-			in.log.Info("process exited", "pid", p.Pid, "status", e.String())
-			l.after(Outcome{Cause: CauseExit, Exit: e, Started: l.started})
-		case h := <-in.health:
-			if h.Reset {
-				// After a gap, a check seen critical now may just have been
-				// re-registered: treat every check as newly seen.
-				clear(l.tracks)
-			}
-			updateTracks(l.tracks, in.svc, in.id, h.Services[in.id], in.now())
-			l.evalHealth()
-		case <-dataChanged:
-			l.dataChanged()
-		case <-l.startT.c():
-			l.startT.disarm()
-			l.tryStart()
-		case <-l.depT.c():
-			l.depT.disarm()
-			l.tryStart()
-		case <-l.healthT.c():
-			l.healthT.disarm()
-			l.evalHealth()
 		}
+		select {
+		case <-stopc:
+			stopc = nil
+			stopScripts()
+			l.queue = append(l.queue, input{kind: inStop})
+		case <-killc:
+			killc = nil
+			l.queue = append(l.queue, input{kind: inKill})
+		case m := <-l.termc:
+			l.term, l.termDone, l.lostSeen, l.expiredSeen = m.t, m.done, false, false
+			l.queue = append(l.queue, input{kind: inTermGained, term: termInfo{Key: m.t.Key, Session: m.t.Session, Index: m.t.Index}})
+		case <-lost:
+			l.lostSeen = true
+			isExpired := false
+			select {
+			case <-l.term.Expired():
+				isExpired, l.expiredSeen = true, true
+			default:
+			}
+			why := ""
+			if err := l.term.Err(); err != nil {
+				why = err.Error()
+			}
+			l.queue = append(l.queue, input{kind: inTermLost, expired: isExpired, why: why})
+		case <-expired:
+			l.expiredSeen = true
+			l.queue = append(l.queue, input{kind: inTermExpired})
+		case <-exited:
+			l.queue = append(l.queue, l.reap())
+		case h := <-in.health:
+			l.queue = append(l.queue, input{kind: inHealth, states: h.Services[in.id], reset: h.Reset})
+		case <-dataChanged:
+			l.queue = append(l.queue, input{kind: inData, data: in.data.State()})
+		case f := <-l.fired:
+			if l.timers[f.t] != nil && l.gens[f.t] == f.gen {
+				l.timers[f.t] = nil
+				l.queue = append(l.queue, input{kind: inTimer, timer: f.t})
+			}
+		case b := <-l.back:
+			l.queue = append(l.queue, b)
+		case op := <-in.ops:
+			l.reply = op.reply
+			l.queue = append(l.queue, input{kind: op.kind})
+		}
+	}
+	for t := range l.timers {
+		l.disarm(timerID(t))
+	}
+	stopScripts()
+	stopElecting()
+	<-electorDone // lock released, session destroyed
+	scripts.Wait()
+}
+
+// step decides on one input and carries out the actions.
+func (l *loop) step(i input) {
+	in := l.in
+	var acts []action
+	l.s, acts = decide(l.s, i, in.now(), rand.Float64())
+	for _, a := range acts {
+		l.act(a)
+	}
+	l.publish()
+}
+
+// publish writes the state where it is read: the snapshot, and the
+// supervisor check (with the state as data, internal/report).
+func (l *loop) publish() {
+	in := l.in
+	r := reportOf(&l.s)
+	in.mu.Lock()
+	in.snap = snapshotOf(&l.s)
+	in.cur = l.p
+	in.mu.Unlock()
+	if r == l.published {
+		return
+	}
+	l.published = r
+	if l.s.registered {
+		in.reg.SetStatus(in.id, checks.Status{Health: l.s.health(), Output: report.Encode(r)})
 	}
 }
 
-// tryStart starts the process if its dependencies and templates are ready,
-// else waits for them (and fails once a dependency's timeout has passed).
-func (l *runLoop) tryStart() {
+func (l *loop) act(a action) {
+	in := l.in
+	switch a.kind {
+	case actRegister:
+		in.register(a.role, checks.Status{Health: l.s.health(), Output: report.Encode(reportOf(&l.s))})
+	case actDeregister:
+		go func() {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				select {
+				case <-in.killc:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			if err := in.reg.Deregister(ctx, in.id); err != nil {
+				in.log.Warn("deregister failed; will retry until mariposa exits", "error", err)
+			}
+			l.back <- input{kind: inDeregistered}
+		}()
+	case actStart:
+		l.start(a.env)
+	case actStop:
+		l.stop(a.kill)
+	case actKill:
+		if l.p != nil {
+			_ = l.p.Signal(syscall.SIGKILL)
+		}
+	case actSignal:
+		if l.p != nil {
+			_ = l.p.SignalMain(a.sig)
+		}
+	case actArm:
+		l.arm(a.timer, a.d)
+	case actDisarm:
+		l.disarm(a.timer)
+	case actChangeCommand:
+		in.runChangeCommand(a.tmpl)
+	case actStopElecting:
+		l.stopElecting()
+	case actReleaseTerm:
+		if l.termDone != nil {
+			close(l.termDone)
+		}
+		l.term, l.termDone = nil, nil
+	case actEmit:
+		if in.events != nil {
+			in.events(a.ev)
+		}
+	case actReply:
+		if l.reply != nil {
+			l.reply <- a.err
+			l.reply = nil
+		}
+	case actDone:
+	}
+}
+
+// start forks the process; the outcome is the next input, handled before
+// anything else.
+func (l *loop) start(extra []string) {
 	in := l.in
 	env := in.env
-	if l.leaderEnv != nil {
-		env = dedupeEnv(append(append([]string{}, in.env...), l.leaderEnv...))
+	if len(extra) > 0 {
+		env = dedupeEnv(append(append([]string{}, in.env...), extra...))
 	}
-	if in.data != nil {
-		st := in.data.State()
-		if !st.Ready() {
-			now := in.now()
-			if l.waitingSince.IsZero() {
-				l.waitingSince = now
-			}
-			if reason, next := depTimeout(st, l.waitingSince, now); reason != "" {
-				in.log.Error("giving up waiting", "reason", reason)
-				l.waitingSince = time.Time{}
-				in.setState(StateFailed, 0, api.HealthCritical, reason)
-				return
-			} else if next > 0 {
-				l.depT.arm(next)
-			}
-			if in.Snapshot().Output != st.Waiting {
-				in.log.Info("waiting", "for", st.Waiting)
-			}
-			in.setState(StateWaiting, 0, api.HealthCritical, st.Waiting)
-			return
-		}
-		l.waitingSince = time.Time{}
-		l.depT.disarm()
-		env = dedupeEnv(append(append(append(append([]string{}, in.env...), l.leaderEnv...), st.DepEnv...), st.TemplateEnv...))
-		l.depsAtStart = l.depsAtStart[:0]
-		for _, d := range st.Deps {
-			l.depsAtStart = append(l.depsAtStart, d.Satisfied)
-		}
-		clear(l.lostPending)
-	}
-	np, err := proc.Start(proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name})
+	empty := ""
+	in.lastStderr.Store(&empty)
+	p, err := proc.Start(proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name, Tap: in.tap})
 	if err != nil {
-		in.log.Error("start failed", "error", err)
-		l.after(Outcome{Cause: CauseExit, Exit: proc.Exit{Code: -1, Err: fmt.Errorf("start failed: %w", err)}, Started: in.now()})
+		l.queue = append([]input{{kind: inStartFailed, err: err}}, l.queue...)
 		return
 	}
-	l.p, l.started = np, np.Started
-	in.mu.Lock()
-	in.cur = np
-	in.snap.Restarts = l.restarts
-	in.mu.Unlock()
-	out := fmt.Sprintf("running (pid %d)", np.Pid)
-	if in.svc.Leader != nil {
-		if l.term != nil {
-			out += " as leader"
-		} else {
-			out += " as follower"
-		}
-	}
-	if l.restarts > 0 {
-		out += fmt.Sprintf("; restarted %d times, last after %s", l.restarts, l.lastEnd)
-	}
-	in.log.Info("started", "pid", np.Pid)
-	in.setState(StateRunning, np.Pid, api.HealthPassing, out)
+	l.p = p
+	l.queue = append([]input{{kind: inStarted, pid: p.Pid, started: p.Started}}, l.queue...)
 }
 
-// depTimeout says whether an unmet dependency has waited past its timeout,
-// and otherwise when the next timeout would pass.
-func depTimeout(st render.ServiceState, since, now time.Time) (reason string, next time.Duration) {
-	for _, d := range st.Deps {
-		if d.Satisfied || d.Dep.Timeout <= 0 {
-			continue
-		}
-		at := since.Add(d.Dep.Timeout)
-		if !now.Before(at) {
-			return fmt.Sprintf("failed: gave up after %s %s", shortDuration(d.Dep.Timeout), d.Waiting), 0
-		}
-		if n := at.Sub(now); next == 0 || n < next {
-			next = n
-		}
+// tap sees each output line of the child as it is read.
+func (in *Instance) tap(line proc.Line) {
+	if line.Stream == "stderr" && line.Text != "" {
+		t := line.Text
+		in.lastStderr.Store(&t)
 	}
-	return "", next
+	if in.onLine != nil {
+		in.onLine(line)
+	}
 }
 
-// after decides what follows the end of a run.
-func (l *runLoop) after(o Outcome) {
-	in := l.in
+// reap turns the exit of the process into an input.
+func (l *loop) reap() input {
+	p := l.p
 	l.p = nil
-	l.healthT.disarm()
-	in.mu.Lock()
-	in.cur = nil
-	in.mu.Unlock()
-	d := l.tracker.Decide(o, in.now(), rand.Float64())
-	switch d.Action {
-	case ActionRestart:
-		l.restarts++
-		l.lastEnd = o.String()
-		in.log.Info("restarting", "after", o.String(), "delay", d.Delay, "attempt", d.Attempt)
-		if d.Delay == 0 {
-			l.tryStart()
-			return
-		}
-		in.setState(StateBackoff, 0, api.HealthCritical, d.Reason)
-		l.startT.arm(d.Delay)
-	case ActionFail:
-		in.log.Error("giving up", "reason", d.Reason)
-		in.setState(StateFailed, 0, api.HealthCritical, d.Reason)
-		if l.term != nil && l.standby() {
-			// A leader that cannot run hands the lock to a standby.
-			in.log.Warn("giving up leadership")
-			l.gaveUp = true
-			l.stopElecting()
-		}
-	case ActionDone:
-		in.log.Info("not restarting", "reason", d.Reason)
-		in.setState(StateCompleted, 0, api.HealthCritical, d.Reason)
+	e := p.Exit()
+	// Whatever the child left in its group goes with it.
+	_ = p.Signal(syscall.SIGKILL)
+	// Its last words may still be in the pipe: wait for them briefly.
+	select {
+	case <-p.OutputDone():
+	case <-time.After(20 * time.Millisecond):
 	}
+	stderr := ""
+	if s := l.in.lastStderr.Load(); s != nil {
+		stderr = *s
+	}
+	return input{kind: inExited, pid: p.Pid, exit: e, stderr: stderr}
 }
 
-// restartNow stops the process and starts it again at once, outside the
-// restart policy: a configuration change, not a failure.
-func (l *runLoop) restartNow(why string) {
-	in := l.in
-	if l.p == nil {
+// stop sends the stop signal to the group and SIGKILLs it after the
+// timeout (at once with kill); the exit comes back through reap.
+func (l *loop) stop(kill bool) {
+	p := l.p
+	if p == nil {
 		return
 	}
-	in.log.Info("restarting", "why", why, "pid", l.p.Pid)
-	in.setState(StateStarting, 0, api.HealthCritical, why+"; restarting")
-	in.stopProcess(l.p, false, l.expired())
-	l.p = nil
-	in.mu.Lock()
-	in.cur = nil
-	in.mu.Unlock()
-	l.healthT.disarm()
-	l.restarts++
-	l.lastEnd = why
-	l.tryStart()
+	if kill {
+		_ = p.Signal(syscall.SIGKILL)
+		return
+	}
+	sig, timeout := l.in.svc.Stop.Signal, l.in.svc.Stop.Timeout
+	if sig == 0 {
+		sig = syscall.SIGTERM
+	}
+	_ = p.Signal(sig)
+	go func() {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-p.Done():
+		case <-t.C:
+			l.in.log.Warn("stop timeout; killing the process group", "pid", p.Pid, "timeout", timeout)
+			_ = p.Signal(syscall.SIGKILL)
+		}
+	}()
 }
 
-func (l *runLoop) evalHealth() {
-	in := l.in
-	if l.p == nil || !in.svc.Restart.OnUnhealthy || in.svc.Restart.Policy == schema.RestartNever {
-		return
-	}
-	name, recheck := unhealthyCheck(l.tracks, l.started, in.svc.Restart, in.now())
-	if name == "" {
-		if recheck > 0 {
-			l.healthT.arm(recheck)
-		}
-		return
-	}
-	in.log.Warn("check critical; restarting", "check", name, "pid", l.p.Pid)
-	old := l.p
-	in.setState(StateStarting, 0, api.HealthCritical, fmt.Sprintf("check %q critical; restarting", name))
-	in.stopProcess(old, false, l.expired())
-	l.after(Outcome{Cause: CauseUnhealthy, Check: name, Exit: old.Exit(), Started: l.started})
+// timerFire is a timer's report; gen tells a stale one.
+type timerFire struct {
+	t   timerID
+	gen uint64
 }
 
-// dataChanged applies what changed in the service's Consul data: a start
-// that was waiting, template change_mode actions, and on_lost.
-func (l *runLoop) dataChanged() {
-	in := l.in
-	if l.p == nil {
-		// Not running: only a wait can move on. (Events of renders while
-		// nothing runs need no action; the next start reads the files.)
-		if in.Snapshot().State == StateWaiting {
-			l.tryStart()
+func (l *loop) arm(t timerID, d time.Duration) {
+	l.disarm(t)
+	l.gens[t]++
+	fired, f := l.fired, timerFire{t: t, gen: l.gens[t]}
+	l.timers[t] = time.AfterFunc(d, func() {
+		select {
+		case fired <- f:
+		default: // only stale fires can fill the buffer: the loop reads on
 		}
-		return
-	}
-	st := in.data.State()
-	restart := ""
-	var signals []syscall.Signal
-	for _, ev := range st.Events {
-		t := ev.Template
-		in.log.Info("template rendered", "destination", ev.Destination, "change_mode", t.ChangeMode)
-		switch {
-		case t.Env || t.ChangeMode == "restart" || t.ChangeMode == "":
-			restart = "template " + ev.Destination + " changed"
-		case t.ChangeMode == "signal":
-			if !slices.Contains(signals, t.Signal) {
-				signals = append(signals, t.Signal)
-			}
-		case t.ChangeMode == "command":
-			in.runChangeCommand(t)
-		}
-	}
-	// on_lost, against what held when the process started.
-	for i, d := range st.Deps {
-		if i >= len(l.depsAtStart) {
-			break
-		}
-		switch d.Dep.OnLost {
-		case "stop":
-			if l.depsAtStart[i] && !d.Satisfied {
-				in.log.Warn("dependency lost; stopping until it is back", "dependency", d.Dep.Name)
-				in.stopProcess(l.p, false, l.expired())
-				l.p = nil
-				in.mu.Lock()
-				in.cur = nil
-				in.mu.Unlock()
-				l.healthT.disarm()
-				l.tryStart() // waits, showing what for
-				return
-			}
-		case "restart":
-			if l.depsAtStart[i] && !d.Satisfied {
-				l.lostPending[i] = true
-			} else if l.lostPending[i] && d.Satisfied {
-				restart = "dependency " + d.Dep.Name + " came back"
-			}
-		}
-	}
-	if restart != "" {
-		l.restartNow(restart)
-		return
-	}
-	for _, sig := range signals {
-		in.log.Info("signalling after a template change", "signal", proc.SignalName(sig), "pid", l.p.Pid)
-		_ = l.p.Signal(sig)
+	})
+}
+
+func (l *loop) disarm(t timerID) {
+	if l.timers[t] != nil {
+		l.timers[t].Stop()
+		l.timers[t] = nil
 	}
 }
 
@@ -594,205 +548,4 @@ func (in *Instance) changeCommands(stop <-chan struct{}) {
 			in.log.Warn("template change command failed", "destination", t.Destination, "status", e.String())
 		}
 	}
-}
-
-// shutdown deregisters, drains, and stops the process (stop signal, then
-// SIGKILL to the whole group after the timeout).
-func (in *Instance) shutdown(p *proc.Process, expired <-chan struct{}) {
-	pid := 0
-	if p != nil {
-		pid = p.Pid
-	}
-	in.mu.Lock()
-	in.snap.State, in.snap.Output = StateStopping, "stopping"
-	in.mu.Unlock()
-	// Deregister first (the registry bounds each call; a second signal
-	// cuts the wait short).
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		select {
-		case <-in.killc:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	if err := in.reg.Deregister(ctx, in.id); err != nil {
-		in.log.Warn("deregister failed; will retry until mariposa exits", "error", err)
-	}
-	cancel()
-	if p != nil && in.svc.Stop.Drain > 0 {
-		in.log.Info("draining", "for", in.svc.Stop.Drain)
-		select {
-		case <-time.After(in.svc.Stop.Drain):
-		case <-in.killc:
-		case <-p.Done():
-		case <-expired:
-		}
-	}
-	if p != nil {
-		e := in.stopProcess(p, true, expired)
-		in.log.Info("stopped", "pid", pid, "status", e.String())
-	}
-	in.mu.Lock()
-	in.cur = nil
-	in.snap.State, in.snap.PID, in.snap.Output = StateStopped, 0, "stopped"
-	in.mu.Unlock()
-}
-
-// stopProcess sends the stop signal to the group and SIGKILLs it after the
-// timeout, or at once when killc closes (honourKill) or expired closes (the
-// leader lock may be anyone's soon).
-func (in *Instance) stopProcess(p *proc.Process, honourKill bool, expired <-chan struct{}) proc.Exit {
-	sig, timeout := in.svc.Stop.Signal, in.svc.Stop.Timeout
-	if sig == 0 {
-		sig = syscall.SIGTERM
-	}
-	_ = p.Signal(sig)
-	t := time.NewTimer(timeout)
-	defer t.Stop()
-	killc := in.killc
-	if !honourKill {
-		killc = nil
-	}
-	select {
-	case <-p.Done():
-	case <-t.C:
-		in.log.Warn("stop timeout; killing the process group", "pid", p.Pid, "timeout", timeout)
-	case <-killc:
-	case <-expired:
-		in.log.Warn("leadership expired while stopping; killing the process group", "pid", p.Pid)
-	}
-	_ = p.Signal(syscall.SIGKILL)
-	return p.Exit()
-}
-
-// expired is the current term's Expired channel, or nil.
-func (l *runLoop) expired() <-chan struct{} {
-	if l.term == nil {
-		return nil
-	}
-	return l.term.Expired()
-}
-
-// clearProcess forgets the process after it stopped outside after().
-func (l *runLoop) clearProcess() {
-	l.p = nil
-	l.healthT.disarm()
-	l.in.mu.Lock()
-	l.in.cur = nil
-	l.in.mu.Unlock()
-}
-
-// gainTerm: this instance leads. In standby mode it registers and starts;
-// in tag mode it re-registers with the leader tag and applies change_mode.
-func (l *runLoop) gainTerm(m termMsg) {
-	in, t := l.in, m.t
-	l.term, l.termDone = t, m.done
-	l.leaderEnv = leaderEnv(in.svc.Leader, t)
-	in.log.Info("leadership acquired", "key", t.Key, "index", t.Index)
-	in.register("leader")
-	if l.standby() {
-		l.tryStart()
-		return
-	}
-	l.applyRoleChange(func() { l.restartNow("became leader") })
-}
-
-// applyRoleChange does what the leader block's change_mode says after a
-// change of role in tag mode; restart performs the "restart" case.
-func (l *runLoop) applyRoleChange(restart func()) {
-	switch l.in.svc.Leader.ChangeMode {
-	case "signal":
-		if l.p != nil {
-			_ = l.p.Signal(l.in.svc.Leader.Signal)
-		}
-		l.refreshRunning()
-	case "noop":
-		l.refreshRunning()
-	default:
-		restart()
-	}
-}
-
-// loseTerm: the term ended. The leader-only work stops first (at once if the
-// term expired: the lock may be anyone's soon), then the registration
-// follows, then the elector may go on.
-func (l *runLoop) loseTerm() {
-	in, t := l.in, l.term
-	expired := false
-	select {
-	case <-t.Expired():
-		expired = true
-	default:
-	}
-	in.log.Warn("leadership ended", "reason", t.Err(), "expired", expired)
-	l.leaderEnv = leaderEnv(in.svc.Leader, nil)
-	kill := func() {
-		if l.p == nil {
-			return
-		}
-		if expired {
-			_ = l.p.Signal(syscall.SIGKILL)
-			l.p.Exit()
-		} else {
-			in.stopProcess(l.p, false, t.Expired())
-		}
-		l.clearProcess()
-	}
-	if l.standby() {
-		kill()
-		l.startT.disarm()
-		l.depT.disarm()
-		l.term = nil
-		if !l.gaveUp {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			if err := in.reg.Deregister(ctx, in.id); err != nil {
-				in.log.Warn("deregister failed", "error", err)
-			}
-			cancel()
-			in.mu.Lock()
-			in.snap.State, in.snap.PID, in.snap.Output = StateStandby, 0, "standby: waiting for leadership"
-			in.status = checks.Status{}
-			in.mu.Unlock()
-		}
-	} else {
-		l.term = nil
-		l.applyRoleChange(func() {
-			if l.p != nil {
-				kill()
-				l.restarts++
-				l.lastEnd = "leadership lost"
-				l.tryStart()
-			}
-		})
-		in.register("follower")
-	}
-	close(l.termDone)
-	l.termDone = nil
-}
-
-// refreshRunning rewrites the running status after a role change that did
-// not restart the process.
-func (l *runLoop) refreshRunning() {
-	if l.p == nil {
-		return
-	}
-	role := "follower"
-	if l.term != nil {
-		role = "leader"
-	}
-	l.in.setState(StateRunning, l.p.Pid, api.HealthPassing, fmt.Sprintf("running (pid %d) as %s", l.p.Pid, role))
-}
-
-// leaderEnv is MARIPOSA_LEADER and friends for a leader service; t is the
-// current term, nil when not leading.
-func leaderEnv(b *schema.Leader, t *leader.Term) []string {
-	if b == nil {
-		return nil
-	}
-	if t == nil {
-		return []string{"MARIPOSA_LEADER=0", "MARIPOSA_LEADER_KEY=" + b.Key, "MARIPOSA_LEADER_SESSION=", "MARIPOSA_LEADER_INDEX="}
-	}
-	return []string{"MARIPOSA_LEADER=1", "MARIPOSA_LEADER_KEY=" + t.Key, "MARIPOSA_LEADER_SESSION=" + t.Session,
-		"MARIPOSA_LEADER_INDEX=" + strconv.FormatUint(t.Index, 10)}
 }

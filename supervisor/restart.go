@@ -18,19 +18,30 @@ const (
 	CauseExit Cause = iota
 	// CauseUnhealthy: mariposa stopped it because a check stayed critical.
 	CauseUnhealthy
+	// CauseStartFailed: the process could not be started at all (Err).
+	CauseStartFailed
 )
+
+// minStartRetry bounds how fast a command that cannot start is retried,
+// whatever the restart block says: a missing program is no crash to restart
+// at full speed (restart { delay = "0s" attempts = 0 } would spin).
+const minStartRetry = time.Second
 
 // Outcome is how one run of the process ended.
 type Outcome struct {
 	Cause   Cause
 	Exit    proc.Exit
 	Check   string // CauseUnhealthy: the check's name
+	Err     error  // CauseStartFailed: why
 	Started time.Time
 }
 
 func (o Outcome) String() string {
-	if o.Cause == CauseUnhealthy {
+	switch o.Cause {
+	case CauseUnhealthy:
 		return fmt.Sprintf("check %q critical", o.Check)
+	case CauseStartFailed:
+		return "cannot start: " + o.Err.Error()
 	}
 	return o.Exit.String()
 }
@@ -81,6 +92,9 @@ func (t *RestartTracker) Decide(o Outcome, now time.Time, jitter float64) Decisi
 	if !o.Started.IsZero() && now.Sub(o.Started) >= stableRun(cfg) {
 		t.consecutive = 0
 	}
+	if cfg.Policy == schema.RestartNever && o.Cause == CauseStartFailed {
+		return Decision{Action: ActionFail, Reason: fmt.Sprintf("failed: %s; not retried (restart policy never)", o)}
+	}
 	if cfg.Policy == schema.RestartNever {
 		return Decision{Action: ActionDone, Reason: fmt.Sprintf("%s; not restarted (restart policy never)", o)}
 	}
@@ -115,12 +129,28 @@ func (t *RestartTracker) Decide(o Outcome, now time.Time, jitter float64) Decisi
 		attempt = t.consecutive
 	}
 	d := Backoff(cfg.Delay, cfg.MaxDelay, t.consecutive, jitter)
+	if o.Cause == CauseStartFailed && d < minStartRetry {
+		d = minStartRetry
+	}
 	of := ""
 	if cfg.Attempts > 0 {
 		of = fmt.Sprintf("/%d", cfg.Attempts)
 	}
 	return Decision{Action: ActionRestart, Delay: d, Attempt: attempt,
-		Reason: fmt.Sprintf("restarting in %s after %s, attempt %d%s", shortDuration(d), o, attempt, of)}
+		Reason: fmt.Sprintf("restarting %s after %s, attempt %d%s", when(now, d), o, attempt, of)}
+}
+
+// when says when a delayed start happens: as a time of day, since the
+// reason is read later than it is written ("restarting in 1m" would be
+// frozen at publication), or as a delay when it is over in under a second.
+func when(now time.Time, d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "now"
+	case d < time.Second:
+		return "in " + shortDuration(d)
+	}
+	return "at " + now.Add(d).Format("15:04:05")
 }
 
 // Backoff is base doubled per consecutive failure after the first, capped at

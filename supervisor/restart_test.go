@@ -32,7 +32,7 @@ func TestDecidePolicy(t *testing.T) {
 		want   Action
 		reason string
 	}{
-		{schema.RestartOnFailure, exitCode(1), ActionRestart, "restarting in 1s after exit 1, attempt 1/10"},
+		{schema.RestartOnFailure, exitCode(1), ActionRestart, "restarting at 00:00:01 after exit 1, attempt 1/10"},
 		{schema.RestartOnFailure, exitCode(0), ActionDone, "completed (exit 0); not restarted (restart policy on-failure)"},
 		{schema.RestartOnFailure, killed, ActionRestart, "after killed by SIGKILL"},
 		{schema.RestartOnFailure, unhealthy, ActionRestart, `after check "http" critical`},

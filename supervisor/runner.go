@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
@@ -42,6 +44,11 @@ type Options struct {
 	SupervisorTTL time.Duration
 	// Environ is the base environment of children (default os.Environ()).
 	Environ []string
+	// Events receives every instance event (default: logged).
+	Events func(Event)
+	// OnOutput sees every output line of every child as it is read (the
+	// per-service log rings); it must not block.
+	OnOutput func(proc.Line)
 }
 
 // Runner supervises every service of one configuration on this node.
@@ -89,6 +96,9 @@ func New(cfg *schema.Config, o Options) *Runner {
 	}
 	if o.Environ == nil {
 		o.Environ = os.Environ()
+	}
+	if o.Events == nil {
+		o.Events = LogEvents(o.Logger)
 	}
 	return &Runner{cfg: cfg, opts: o, log: o.Logger, instances: map[string]*Instance{},
 		ready: make(chan struct{}), killc: make(chan struct{}), reloadc: make(chan reloadReq)}
@@ -258,8 +268,10 @@ func (r *Runner) addInstance(svc *schema.Service) *Instance {
 			Node:   r.node, Value: []byte(id), Log: log.Named(svc.Name).Named("leader"),
 		})
 	}
-	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, nil, elector)
-	in.register = func(role string) {
+	node, events := r.node, r.opts.Events
+	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, elector,
+		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
+	in.register = func(role string, st checks.Status) {
 		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: "mariposa-" + r.node}
 		if svc.Leader != nil && role != "" {
 			o.ExtraMeta = map[string]string{"leader": role}
@@ -270,7 +282,7 @@ func (r *Runner) addInstance(svc *schema.Service) *Instance {
 				o.ExtraTags = []string{svc.Leader.FollowerTag}
 			}
 		}
-		r.reg.Register(checks.Registration(svc, r.node, o), in.currentStatus())
+		r.reg.Register(checks.Registration(svc, r.node, o), st)
 	}
 	r.mu.Lock()
 	r.instances[svc.Name] = in
@@ -526,4 +538,56 @@ func dedupeEnv(env []string) []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+var errStopped = errors.New("the service has stopped")
+
+// Services lists the services of the running configuration, in start order.
+func (r *Runner) Services() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string{}, r.order...)
+}
+
+// Restart restarts the named service's process now, outside its restart
+// policy (mariposa restart), or starts it again if it has failed, completed
+// or is backing off.
+func (r *Runner) Restart(ctx context.Context, service string) error {
+	in, err := r.lookup(service)
+	if err != nil {
+		return err
+	}
+	return in.operate(ctx, inRestart)
+}
+
+// ResetFailed clears the named service's restart history and starts it
+// again if it has failed (mariposa reset; systemd's reset-failed).
+func (r *Runner) ResetFailed(ctx context.Context, service string) error {
+	in, err := r.lookup(service)
+	if err != nil {
+		return err
+	}
+	return in.operate(ctx, inReset)
+}
+
+func (r *Runner) lookup(service string) (*Instance, error) {
+	select {
+	case <-r.ready:
+	default:
+		return nil, errors.New("mariposa is still starting")
+	}
+	if in := r.Instance(service); in != nil {
+		return in, nil
+	}
+	return nil, &UnknownServiceError{Service: service, Known: r.Services()}
+}
+
+// UnknownServiceError names a service this node does not run.
+type UnknownServiceError struct {
+	Service string
+	Known   []string
+}
+
+func (e *UnknownServiceError) Error() string {
+	return fmt.Sprintf("no service %q on this node (services: %s)", e.Service, strings.Join(e.Known, ", "))
 }

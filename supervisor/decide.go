@@ -1,0 +1,901 @@
+package supervisor
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/render"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// This file is the instance's brain: decide is a pure function of the
+// instance's state, one input and the time. It never blocks, never talks
+// to Consul or the kernel; it returns the actions for the loop (instance.go)
+// to carry out. Whatever completes later (a process exits, a deregistration
+// returns) comes back as another input. See doc.go for the state diagram.
+
+// inputKind is what happened.
+type inputKind int
+
+const (
+	inBoot         inputKind = iota // the loop starts: register, then start
+	inStarted                       // actStart succeeded: pid, started
+	inStartFailed                   // actStart failed: err
+	inExited                        // the process ended (asked to or not): pid, exit, stderr
+	inHealth                        // a new view of the node's health: states, reset
+	inData                          // dependencies or templates changed: data
+	inTimer                         // a timer fired: timer
+	inTermGained                    // leadership acquired: term
+	inTermLost                      // leadership ended: expired, why
+	inTermExpired                   // the held term's deadline passed: kill whatever is still stopping
+	inDeregistered                  // actDeregister returned
+	inStop                          // stop for good (shutdown, reload, removal)
+	inKill                          // a stop in progress must not wait any longer
+	inRestart                       // an operator asked for a restart
+	inReset                         // an operator asked to clear a failure
+)
+
+// input is one event for decide.
+type input struct {
+	kind    inputKind
+	pid     int
+	started time.Time
+	err     error
+	exit    proc.Exit
+	stderr  string // the child's last stderr line when it exited
+	states  []checks.CheckState
+	reset   bool
+	data    render.ServiceState
+	hasData bool // inBoot: data is set
+	timer   timerID
+	term    termInfo
+	expired bool
+	why     string
+}
+
+// termInfo is what the instance needs of a leadership term.
+type termInfo struct {
+	Key     string
+	Session string
+	Index   uint64
+}
+
+type timerID int
+
+const (
+	timerStart  timerID = iota // backoff before the next start
+	timerDep                   // the next dependency timeout
+	timerHealth                // look at the checks again
+	timerDrain                 // the drain before the stop signal
+	numTimers
+)
+
+type actionKind int
+
+const (
+	actRegister      actionKind = iota // (re-)register with role
+	actDeregister                      // deregister; completion: inDeregistered
+	actStart                           // start the process with env; completion: inStarted or inStartFailed
+	actStop                            // stop signal to the group, SIGKILL after the timeout (at once with kill); completion: inExited
+	actKill                            // SIGKILL the group of the process being stopped, now
+	actSignal                          // send sig to the main process
+	actArm                             // arm timer for d
+	actDisarm                          // disarm timer
+	actChangeCommand                   // queue a template's change command
+	actStopElecting                    // stop contending for leadership
+	actReleaseTerm                     // the leader-only work has stopped: let the elector go on
+	actEmit                            // an event for the sinks
+	actReply                           // answer an operator's request with err
+	actDone                            // the instance has stopped for good
+)
+
+// action is one effect for the loop.
+type action struct {
+	kind  actionKind
+	role  string
+	env   []string // actStart: added to the instance's base env
+	kill  bool
+	sig   syscall.Signal
+	timer timerID
+	d     time.Duration
+	tmpl  *schema.Template
+	ev    Event
+	err   error
+}
+
+// afterStop is what follows once a process mariposa is stopping has exited.
+type afterStop int
+
+const (
+	thenOutcome  afterStop = iota // a health restart: the restart policy decides (outcome)
+	thenRestart                   // start again at once (a change, not a failure): why
+	thenWait                      // on_lost = stop: wait for the dependency again
+	thenTermLost                  // leadership ended: hand the term back
+	thenShutdown                  // stopping for good
+)
+
+// instState is everything an instance's decisions depend on. decide takes
+// it by value and returns the next one; its maps are updated in place, so
+// the old value must not be used again.
+type instState struct {
+	svc *schema.Service
+	id  string
+
+	state  State
+	reason string
+	since  time.Time
+	until  time.Time // backoff: when the next start is due
+
+	// The process: pid != 0 while one exists (running or being stopped).
+	pid      int
+	started  time.Time
+	stopping bool
+	then     afterStop
+	outcome  Outcome // thenOutcome
+	thenWhy  string  // thenRestart
+	killed   bool    // SIGKILL sent for the current stop
+
+	restarts int
+	lastEnd  string // how the last run ended
+	stderr   string // the child's last stderr line, as of its last exit
+	tracker  RestartTracker
+
+	tracks map[string]*checkTrack
+
+	hasData      bool
+	data         render.ServiceState // without Events
+	waitingSince time.Time
+	depsAtStart  []bool
+	lostPending  map[int]bool
+
+	term     *termInfo // non-nil while leading (until the term is handed back)
+	termLost bool      // the term ended; hand it back once the leader-only work stopped
+	expired  bool      // the term's deadline passed: no stop may wait
+	gaveUp   bool      // restarts exhausted: stopped contending
+
+	registered   bool // a registration was asked for and not withdrawn
+	shutdown     bool
+	deregistered bool // shutdown: the deregistration returned
+	draining     bool
+	kill         bool
+	done         bool
+}
+
+func newInstState(svc *schema.Service, id string, now time.Time) instState {
+	return instState{svc: svc, id: id, state: StateStarting, reason: "starting", since: now,
+		tracker: *NewRestartTracker(svc.Restart), tracks: map[string]*checkTrack{}, lostPending: map[int]bool{}}
+}
+
+func (s *instState) standby() bool { return s.svc.Leader != nil && s.svc.Leader.Mode == "standby" }
+
+// health is the supervisor check's status for the state.
+func (s *instState) health() string {
+	if s.state == StateRunning {
+		return api.HealthPassing
+	}
+	return api.HealthCritical
+}
+
+func (s *instState) role() string {
+	switch {
+	case s.svc.Leader == nil:
+		return ""
+	case s.term != nil && !s.termLost:
+		return "leader"
+	case s.standby():
+		return ""
+	}
+	return "follower"
+}
+
+// stepper collects the actions of one decision.
+type stepper struct {
+	s      *instState
+	now    time.Time
+	jitter float64
+	acts   []action
+}
+
+// decide applies one input. jitter in [0,1) spreads restart backoffs.
+func decide(s instState, in input, now time.Time, jitter float64) (instState, []action) {
+	st := &stepper{s: &s, now: now, jitter: jitter}
+	st.step(in)
+	return s, st.acts
+}
+
+func (st *stepper) do(a action) { st.acts = append(st.acts, a) }
+
+func (st *stepper) emit(kind EventKind, reason string) {
+	st.do(action{kind: actEmit, ev: Event{Time: st.now, Service: st.s.svc.Name, ServiceID: st.s.id, Kind: kind,
+		PID: st.s.pid, Reason: reason}})
+}
+
+func (st *stepper) set(state State, reason string) {
+	s := st.s
+	if s.state != state {
+		s.since = st.now
+	}
+	s.state, s.reason = state, reason
+	if state != StateBackoff {
+		s.until = time.Time{}
+	}
+}
+
+func (st *stepper) arm(t timerID, d time.Duration) { st.do(action{kind: actArm, timer: t, d: d}) }
+func (st *stepper) disarm(t timerID)               { st.do(action{kind: actDisarm, timer: t}) }
+
+func (st *stepper) step(in input) {
+	s := st.s
+	switch in.kind {
+	case inBoot:
+		if in.hasData {
+			st.setData(in.data)
+		}
+		if s.standby() {
+			st.set(StateStandby, "standby: waiting for leadership")
+			st.emit(EventStandby, s.reason)
+			return
+		}
+		st.register()
+		st.tryStart()
+	case inStarted:
+		st.started(in)
+	case inStartFailed:
+		st.emit(EventStartFailed, in.err.Error())
+		st.after(Outcome{Cause: CauseStartFailed, Err: in.err, Started: st.now})
+	case inExited:
+		st.exited(in)
+	case inHealth:
+		if in.reset {
+			// After a gap, a check seen critical now may just have been
+			// re-registered: treat every check as newly seen.
+			clear(s.tracks)
+		}
+		updateTracks(s.tracks, s.svc, s.id, in.states, st.now)
+		st.evalHealth()
+	case inData:
+		st.dataChanged(in.data)
+	case inTimer:
+		st.timer(in.timer)
+	case inTermGained:
+		st.termGained(in.term)
+	case inTermLost:
+		st.termEnded(in.expired, in.why)
+	case inTermExpired:
+		s.expired = true
+		st.escalate()
+	case inDeregistered:
+		st.deregistered()
+	case inStop:
+		st.stop()
+	case inKill:
+		s.kill = true
+		if s.draining {
+			s.draining = false
+			st.disarm(timerDrain)
+			st.do(action{kind: actStop, kill: true})
+			s.killed = true
+			return
+		}
+		st.escalate()
+	case inRestart:
+		st.do(action{kind: actReply, err: st.operatorRestart()})
+	case inReset:
+		st.do(action{kind: actReply, err: st.operatorReset()})
+	}
+}
+
+func (st *stepper) register() {
+	st.s.registered = true
+	st.do(action{kind: actRegister, role: st.s.role()})
+}
+
+// setData keeps a data snapshot, without its one-shot events.
+func (st *stepper) setData(d render.ServiceState) {
+	d.Events = nil
+	st.s.data, st.s.hasData = d, true
+}
+
+// permitted says whether the instance may run now, and if not, why. Each
+// reason to run or not is one permit here.
+func (st *stepper) permitted() (ok bool, state State, why string) {
+	s := st.s
+	switch {
+	case s.shutdown:
+		return false, StateStopping, "stopping"
+	case s.standby() && (s.term == nil || s.termLost):
+		return false, StateStandby, "standby: waiting for leadership"
+	case s.hasData && s.data.Failed != "":
+		return false, StateFailed, s.data.Failed
+	case s.hasData && !s.data.Ready():
+		return false, StateWaiting, s.data.Waiting
+	}
+	return true, "", ""
+}
+
+// tryStart starts the process if every permit holds, else says what it
+// waits for (and fails once a dependency's timeout has passed).
+func (st *stepper) tryStart() {
+	s := st.s
+	if s.pid != 0 {
+		return
+	}
+	ok, state, why := st.permitted()
+	if !ok {
+		switch state {
+		case StateWaiting:
+			if s.waitingSince.IsZero() {
+				s.waitingSince = st.now
+			}
+			if reason, next := depTimeout(s.data, s.waitingSince, st.now); reason != "" {
+				s.waitingSince = time.Time{}
+				st.set(StateFailed, reason)
+				st.emit(EventFailed, reason)
+				return
+			} else if next > 0 {
+				st.arm(timerDep, next)
+			}
+			if s.state != StateWaiting || s.reason != why {
+				st.set(StateWaiting, why)
+				st.emit(EventWaiting, why)
+			}
+		case StateFailed:
+			st.set(StateFailed, why)
+			st.emit(EventFailed, why)
+		default:
+			st.set(state, why)
+		}
+		return
+	}
+	s.waitingSince = time.Time{}
+	st.disarm(timerDep)
+	env := leaderEnv(s.svc.Leader, s.term)
+	if s.hasData {
+		env = append(append(env, s.data.DepEnv...), s.data.TemplateEnv...)
+		s.depsAtStart = s.depsAtStart[:0]
+		for _, d := range s.data.Deps {
+			s.depsAtStart = append(s.depsAtStart, d.Satisfied)
+		}
+		clear(s.lostPending)
+	}
+	st.set(StateStarting, "starting")
+	st.do(action{kind: actStart, env: env})
+}
+
+func (st *stepper) started(in input) {
+	s := st.s
+	s.pid, s.started = in.pid, in.started
+	s.stopping, s.killed = false, false
+	st.setRunning()
+	st.emit(EventStarted, s.reason)
+}
+
+// setRunning writes the running state's reason.
+func (st *stepper) setRunning() {
+	s := st.s
+	out := fmt.Sprintf("running (pid %d)", s.pid)
+	if s.svc.Leader != nil {
+		if r := s.role(); r != "" {
+			out += " as " + r
+		}
+	}
+	if s.restarts > 0 {
+		out += fmt.Sprintf("; restarted %d times, last after %s", s.restarts, s.lastEnd)
+	}
+	st.set(StateRunning, out)
+}
+
+// withStderr adds the child's last stderr line to a reason: why a service
+// failed is rarely in its exit status.
+func withStderr(reason, stderr string) string {
+	if stderr == "" {
+		return reason
+	}
+	return reason + "; last stderr: " + strconv.Quote(stderr)
+}
+
+func (st *stepper) exited(in input) {
+	s := st.s
+	if in.pid != s.pid || s.pid == 0 {
+		return // not ours (a stale report)
+	}
+	s.pid = 0
+	s.stderr = in.stderr
+	st.disarm(timerHealth)
+	if !s.stopping {
+		st.emit(EventExited, withStderr(in.exit.String(), in.stderr))
+		st.after(Outcome{Cause: CauseExit, Exit: in.exit, Started: s.started})
+		return
+	}
+	s.stopping, s.killed = false, false
+	st.emit(EventStopped, in.exit.String())
+	switch s.then {
+	case thenShutdown:
+		st.finishIfDone()
+	case thenTermLost:
+		st.termStopped()
+	case thenOutcome:
+		o := s.outcome
+		o.Exit = in.exit
+		st.after(o)
+	case thenRestart:
+		s.restarts++
+		s.lastEnd = s.thenWhy
+		st.tryStart()
+	case thenWait:
+		st.tryStart()
+	}
+}
+
+// stopProcess asks the loop to stop the process; then says what follows.
+func (st *stepper) stopProcess(then afterStop, kill bool) {
+	s := st.s
+	s.then = then
+	if s.stopping {
+		if kill || s.expired || s.kill {
+			st.escalate()
+		}
+		return
+	}
+	s.stopping = true
+	s.killed = kill || s.expired || s.kill
+	st.disarm(timerHealth)
+	st.do(action{kind: actStop, kill: s.killed})
+}
+
+// escalate SIGKILLs a process that is being stopped, once.
+func (st *stepper) escalate() {
+	s := st.s
+	if s.pid != 0 && s.stopping && !s.killed {
+		s.killed = true
+		st.do(action{kind: actKill})
+	}
+}
+
+// after decides what follows the end of a run.
+func (st *stepper) after(o Outcome) {
+	s := st.s
+	if s.shutdown {
+		st.finishIfDone()
+		return
+	}
+	d := s.tracker.Decide(o, st.now, st.jitter)
+	switch d.Action {
+	case ActionRestart:
+		s.restarts++
+		s.lastEnd = o.String()
+		if d.Delay == 0 {
+			st.emit(EventRestarting, withStderr(d.Reason, s.stderr))
+			st.tryStart()
+			return
+		}
+		st.set(StateBackoff, withStderr(d.Reason, s.stderr))
+		s.until = st.now.Add(d.Delay)
+		st.emit(EventRestarting, s.reason)
+		st.arm(timerStart, d.Delay)
+	case ActionFail:
+		st.set(StateFailed, withStderr(d.Reason, s.stderr))
+		st.emit(EventFailed, s.reason)
+		if s.term != nil && s.standby() && !s.gaveUp {
+			// A leader that cannot run hands the lock to a standby.
+			s.gaveUp = true
+			st.emit(EventLeaderResigned, "restarts exhausted")
+			st.do(action{kind: actStopElecting})
+		}
+	case ActionDone:
+		st.set(StateCompleted, withStderr(d.Reason, s.stderr))
+		st.emit(EventCompleted, s.reason)
+	}
+}
+
+func (st *stepper) evalHealth() {
+	s := st.s
+	if s.pid == 0 || s.stopping || !s.svc.Restart.OnUnhealthy || s.svc.Restart.Policy == schema.RestartNever {
+		return
+	}
+	name, recheck := unhealthyCheck(s.tracks, s.started, s.svc.Restart, st.now)
+	if name == "" {
+		if recheck > 0 {
+			st.arm(timerHealth, recheck)
+		}
+		return
+	}
+	why := fmt.Sprintf("check %q critical; restarting", name)
+	st.set(StateStarting, why)
+	st.emit(EventUnhealthy, why)
+	s.outcome = Outcome{Cause: CauseUnhealthy, Check: name, Started: s.started}
+	st.stopProcess(thenOutcome, false)
+}
+
+// dataChanged applies what changed in the service's Consul data: a start
+// that was waiting, template change_mode actions, and on_lost.
+func (st *stepper) dataChanged(d render.ServiceState) {
+	s := st.s
+	events := d.Events
+	st.setData(d)
+	if s.pid == 0 {
+		// Not running: only a wait can move on (the next start reads the
+		// files anew), or a template that cannot work fails the service.
+		if s.state == StateWaiting {
+			st.tryStart()
+		}
+		return
+	}
+	if s.stopping {
+		return // the next start sees the new data
+	}
+	restart := ""
+	var signals []syscall.Signal
+	for _, ev := range events {
+		t := ev.Template
+		st.emit(EventRendered, ev.Destination)
+		switch {
+		case t.Env || t.ChangeMode == "restart" || t.ChangeMode == "":
+			restart = "template " + ev.Destination + " changed"
+		case t.ChangeMode == "signal":
+			if !slices.Contains(signals, t.Signal) {
+				signals = append(signals, t.Signal)
+			}
+		case t.ChangeMode == "command":
+			st.do(action{kind: actChangeCommand, tmpl: t})
+		}
+	}
+	// on_lost, against what held when the process started.
+	for i, dep := range d.Deps {
+		if i >= len(s.depsAtStart) {
+			break
+		}
+		switch dep.Dep.OnLost {
+		case "stop":
+			if s.depsAtStart[i] && !dep.Satisfied {
+				why := "dependency " + dep.Dep.Name + " lost; stopping until it is back"
+				st.set(StateStarting, why)
+				st.emit(EventDependencyLost, why)
+				st.stopProcess(thenWait, false)
+				return
+			}
+		case "restart":
+			if s.depsAtStart[i] && !dep.Satisfied {
+				s.lostPending[i] = true
+			} else if s.lostPending[i] && dep.Satisfied {
+				restart = "dependency " + dep.Dep.Name + " came back"
+			}
+		}
+	}
+	if restart != "" {
+		st.restartNow(restart)
+		return
+	}
+	for _, sig := range signals {
+		st.emit(EventSignalled, proc.SignalName(sig))
+		st.do(action{kind: actSignal, sig: sig})
+	}
+}
+
+// restartNow stops the process and starts it again at once, outside the
+// restart policy: a change, not a failure.
+func (st *stepper) restartNow(why string) {
+	st.set(StateStarting, why+"; restarting")
+	st.emit(EventRestarting, why)
+	st.s.thenWhy = why
+	st.stopProcess(thenRestart, false)
+}
+
+func (st *stepper) timer(t timerID) {
+	s := st.s
+	switch t {
+	case timerStart:
+		if s.state == StateBackoff {
+			st.tryStart()
+		}
+	case timerDep:
+		if s.state == StateWaiting {
+			st.tryStart()
+		}
+	case timerHealth:
+		st.evalHealth()
+	case timerDrain:
+		if s.draining {
+			s.draining = false
+			st.stopProcess(thenShutdown, s.kill)
+		}
+	}
+}
+
+// termGained: this instance leads. In standby mode it registers and starts;
+// in tag mode it re-registers with the leader tag and applies change_mode.
+func (st *stepper) termGained(t termInfo) {
+	s := st.s
+	if s.shutdown {
+		st.do(action{kind: actReleaseTerm})
+		return
+	}
+	s.term, s.termLost, s.expired = &t, false, false
+	st.emit(EventLeaderAcquired, t.Key)
+	st.register()
+	if s.standby() {
+		st.tryStart()
+		return
+	}
+	st.roleChanged("became leader")
+}
+
+// roleChanged does what the leader block's change_mode says after a change
+// of role in tag mode.
+func (st *stepper) roleChanged(why string) {
+	s := st.s
+	if s.pid == 0 || s.stopping {
+		return
+	}
+	switch s.svc.Leader.ChangeMode {
+	case "signal":
+		st.emit(EventSignalled, proc.SignalName(s.svc.Leader.Signal))
+		st.do(action{kind: actSignal, sig: s.svc.Leader.Signal})
+		st.setRunning()
+	case "noop":
+		st.setRunning()
+	default:
+		st.restartNow(why)
+	}
+}
+
+// termEnded: the leader-only work stops first (at once if the term expired:
+// the lock may be anyone's soon), then the registration follows, then the
+// elector may go on.
+func (st *stepper) termEnded(expired bool, why string) {
+	s := st.s
+	if s.term == nil {
+		return
+	}
+	s.termLost = true
+	s.expired = s.expired || expired
+	st.emit(EventLeaderLost, why)
+	if !s.standby() {
+		// Tag mode: every instance runs; the leader's child stops being the
+		// leader before the term is handed back.
+		if s.svc.Leader.ChangeMode == "signal" || s.svc.Leader.ChangeMode == "noop" || s.pid == 0 {
+			if s.pid != 0 && !s.stopping {
+				st.roleChanged("leadership lost")
+			}
+			st.termStopped()
+			return
+		}
+		if s.stopping {
+			if s.expired {
+				st.escalate()
+			}
+			// Whatever stop is under way ends the leader's run; hand the
+			// term back then.
+			if s.then != thenShutdown {
+				s.then, s.thenWhy = thenTermLost, "leadership lost"
+			}
+			return
+		}
+		st.set(StateStarting, "leadership lost; restarting")
+		s.thenWhy = "leadership lost"
+		st.stopProcess(thenTermLost, s.expired)
+		return
+	}
+	if s.pid != 0 {
+		if s.then != thenShutdown || !s.stopping {
+			st.stopProcess(thenTermLost, s.expired)
+		} else if s.expired {
+			st.escalate()
+		}
+		return
+	}
+	st.termStopped()
+}
+
+// termStopped: the leader-only work has stopped after the term ended.
+func (st *stepper) termStopped() {
+	s := st.s
+	if s.standby() {
+		st.disarm(timerStart)
+		st.disarm(timerDep)
+		if s.registered && !s.gaveUp && !s.shutdown {
+			// Deregister before handing the term back, so two instances
+			// are never registered as the leader at once.
+			s.registered = false
+			st.do(action{kind: actDeregister})
+			st.set(StateStandby, "standby: waiting for leadership")
+			return // inDeregistered hands the term back
+		}
+		st.releaseTerm()
+		if !s.gaveUp && !s.shutdown {
+			st.set(StateStandby, "standby: waiting for leadership")
+		}
+		if s.shutdown {
+			st.finishIfDone()
+		}
+		return
+	}
+	// Tag mode: register as a follower; restart (change_mode restart) now
+	// that the term is back.
+	restart := s.then == thenTermLost && s.pid == 0 && !s.shutdown && s.svc.Leader.ChangeMode != "signal" && s.svc.Leader.ChangeMode != "noop"
+	st.releaseTerm()
+	if s.shutdown {
+		st.finishIfDone()
+		return
+	}
+	st.register()
+	if restart {
+		s.restarts++
+		s.lastEnd = "leadership lost"
+		st.tryStart()
+	} else if s.pid != 0 {
+		st.setRunning()
+	}
+}
+
+func (st *stepper) releaseTerm() {
+	s := st.s
+	if s.term == nil {
+		return
+	}
+	s.term, s.termLost, s.expired = nil, false, false
+	s.then = thenOutcome
+	st.do(action{kind: actReleaseTerm})
+}
+
+// stop begins the graceful stop: deregister, drain, stop signal, and
+// SIGKILL after the timeout.
+func (st *stepper) stop() {
+	s := st.s
+	if s.shutdown {
+		return
+	}
+	s.shutdown = true
+	for t := timerID(0); t < numTimers; t++ {
+		st.disarm(t)
+	}
+	// Stop contending first, so that giving the term back releases the
+	// lock instead of starting another round.
+	st.do(action{kind: actStopElecting})
+	st.set(StateStopping, "stopping")
+	st.emit(EventStopping, "")
+	if s.registered {
+		s.registered = false
+		st.do(action{kind: actDeregister})
+	} else {
+		s.deregistered = true
+	}
+	if s.pid != 0 && s.stopping {
+		// A stop is under way already (a health restart, a lost term): it
+		// becomes the final one.
+		if s.then != thenTermLost {
+			s.then = thenShutdown
+		}
+		if s.kill || s.expired {
+			st.escalate()
+		}
+	}
+	if s.deregistered {
+		st.afterDeregister()
+	}
+}
+
+func (st *stepper) deregistered() {
+	s := st.s
+	if s.shutdown {
+		s.deregistered = true
+		st.afterDeregister()
+		return
+	}
+	// A standby that lost its term: now hand the term back.
+	if s.termLost {
+		st.releaseTerm()
+	}
+}
+
+// afterDeregister drains, then stops the process.
+func (st *stepper) afterDeregister() {
+	s := st.s
+	switch {
+	case s.pid == 0:
+		st.finishIfDone()
+	case s.stopping:
+		// Its exit finishes the stop.
+	case s.svc.Stop.Drain > 0 && !s.kill && !s.expired:
+		s.draining = true
+		st.arm(timerDrain, s.svc.Stop.Drain)
+	default:
+		st.stopProcess(thenShutdown, s.kill)
+	}
+}
+
+// finishIfDone ends a shutdown once nothing is left: no process, the
+// deregistration returned, the term handed back.
+func (st *stepper) finishIfDone() {
+	s := st.s
+	if !s.shutdown || s.done || s.pid != 0 || !s.deregistered {
+		return
+	}
+	if s.term != nil {
+		st.releaseTerm()
+	}
+	s.done = true
+	st.set(StateStopped, "stopped")
+	st.emit(EventStoppedForGood, "")
+	st.do(action{kind: actDone})
+}
+
+// operatorRestart: `mariposa restart SERVICE`.
+func (st *stepper) operatorRestart() error {
+	s := st.s
+	switch {
+	case s.shutdown:
+		return fmt.Errorf("%s is stopping", s.svc.Name)
+	case s.pid != 0:
+		if !s.stopping {
+			st.restartNow("restarted by an operator")
+		}
+		return nil
+	case s.standby() && s.term == nil:
+		return fmt.Errorf("%s is a standby: only the leader runs (key %s)", s.svc.Name, s.svc.Leader.Key)
+	case s.state == StateFailed && s.gaveUp:
+		return fmt.Errorf("%s gave up its leadership after exhausting its restarts; reload mariposa (SIGHUP) to contend again", s.svc.Name)
+	}
+	st.disarm(timerStart)
+	st.emit(EventOperator, "restart")
+	st.tryStart()
+	return nil
+}
+
+// operatorReset: `mariposa reset SERVICE` clears the restart history and
+// starts a failed or completed service again.
+func (st *stepper) operatorReset() error {
+	s := st.s
+	if s.shutdown {
+		return fmt.Errorf("%s is stopping", s.svc.Name)
+	}
+	if s.gaveUp {
+		return fmt.Errorf("%s gave up its leadership after exhausting its restarts; reload mariposa (SIGHUP) to contend again", s.svc.Name)
+	}
+	s.tracker = *NewRestartTracker(s.svc.Restart)
+	st.emit(EventOperator, "reset")
+	if s.pid == 0 && (s.state == StateFailed || s.state == StateCompleted || s.state == StateBackoff) {
+		st.disarm(timerStart)
+		s.restarts = 0
+		st.tryStart()
+	}
+	return nil
+}
+
+// depTimeout says whether an unmet dependency has waited past its timeout,
+// and otherwise when the next timeout would pass.
+func depTimeout(st render.ServiceState, since, now time.Time) (reason string, next time.Duration) {
+	for _, d := range st.Deps {
+		if d.Satisfied || d.Dep.Timeout <= 0 {
+			continue
+		}
+		at := since.Add(d.Dep.Timeout)
+		if !now.Before(at) {
+			return fmt.Sprintf("failed: gave up after %s %s", shortDuration(d.Dep.Timeout), d.Waiting), 0
+		}
+		if n := at.Sub(now); next == 0 || n < next {
+			next = n
+		}
+	}
+	return "", next
+}
+
+// leaderEnv is MARIPOSA_LEADER and friends for a leader service; t is the
+// current term, nil when not leading.
+func leaderEnv(b *schema.Leader, t *termInfo) []string {
+	if b == nil {
+		return nil
+	}
+	if t == nil {
+		return []string{"MARIPOSA_LEADER=0", "MARIPOSA_LEADER_KEY=" + b.Key, "MARIPOSA_LEADER_SESSION=", "MARIPOSA_LEADER_INDEX="}
+	}
+	return []string{"MARIPOSA_LEADER=1", "MARIPOSA_LEADER_KEY=" + t.Key, "MARIPOSA_LEADER_SESSION=" + t.Session,
+		"MARIPOSA_LEADER_INDEX=" + strconv.FormatUint(t.Index, 10)}
+}

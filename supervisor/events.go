@@ -1,0 +1,68 @@
+package supervisor
+
+import (
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// EventKind names what happened to an instance.
+type EventKind string
+
+const (
+	EventStarted        EventKind = "started"
+	EventStartFailed    EventKind = "start-failed"
+	EventExited         EventKind = "exited"
+	EventRestarting     EventKind = "restarting"
+	EventFailed         EventKind = "failed"
+	EventCompleted      EventKind = "completed"
+	EventWaiting        EventKind = "waiting"
+	EventUnhealthy      EventKind = "unhealthy"
+	EventRendered       EventKind = "rendered"
+	EventSignalled      EventKind = "signalled"
+	EventDependencyLost EventKind = "dependency-lost"
+	EventStandby        EventKind = "standby"
+	EventLeaderAcquired EventKind = "leader-acquired"
+	EventLeaderLost     EventKind = "leader-lost"
+	EventLeaderResigned EventKind = "leader-resigned"
+	EventOperator       EventKind = "operator"
+	EventStopping       EventKind = "stopping"
+	EventStopped        EventKind = "stopped"          // a process stopped by mariposa has exited
+	EventStoppedForGood EventKind = "instance-stopped" // the instance is gone (shutdown, reload, removal)
+)
+
+// Event is one thing that happened to an instance, as data: the seam for
+// every consumer of what the supervisor does (the log today; JSON lines,
+// the KV audit log and metrics next).
+type Event struct {
+	Time      time.Time `json:"time"`
+	Node      string    `json:"node,omitempty"`
+	Service   string    `json:"service"`
+	ServiceID string    `json:"service_id"`
+	Kind      EventKind `json:"kind"`
+	PID       int       `json:"pid,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+}
+
+// LogEvents writes events to an hclog logger, one line each, at a level
+// that fits the kind.
+func LogEvents(log hclog.Logger) func(Event) {
+	return func(e Event) {
+		args := []any{"service_id", e.ServiceID}
+		if e.PID != 0 {
+			args = append(args, "pid", e.PID)
+		}
+		if e.Reason != "" {
+			args = append(args, "reason", e.Reason)
+		}
+		l := log.Named(e.Service)
+		switch e.Kind {
+		case EventFailed, EventStartFailed:
+			l.Error(string(e.Kind), args...)
+		case EventExited, EventUnhealthy, EventLeaderLost, EventLeaderResigned, EventDependencyLost:
+			l.Warn(string(e.Kind), args...)
+		default:
+			l.Info(string(e.Kind), args...)
+		}
+	}
+}

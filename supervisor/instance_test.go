@@ -1,0 +1,109 @@
+package supervisor
+
+import (
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// These tests run the real loop and real processes with a registry that
+// never talks to Consul (it only records intent until its Run starts).
+
+func testInstance(t *testing.T, svc *schema.Service) (*Instance, *[]Event) {
+	t.Helper()
+	client, err := api.NewClient(&api.Config{Address: "127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := checks.NewRegistry(client, "n1", "127.0.0.1", hclog.NewNullLogger(), time.Minute)
+	evc := make(chan Event, 1024)
+	var events []Event
+	in := newInstance(svc, "web-n1", os.Environ(), hclog.NewNullLogger(), reg, nil, nil, nil,
+		func(e Event) { evc <- e }, nil)
+	in.register = func(string, checks.Status) {}
+	t.Cleanup(func() {
+		close(evc)
+		for e := range evc {
+			events = append(events, e)
+		}
+	})
+	return in, &events
+}
+
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Regression (issue 10): a command that cannot start, with restart
+// { delay = "0s" attempts = 0 }, recursed without end and Stop() never
+// returned.
+func TestInstanceStopWhileCommandCannotStart(t *testing.T) {
+	svc := testService(func(s *schema.Service) {
+		s.Command = []string{"/nonexistent/program"}
+		s.Restart.Delay, s.Restart.Attempts, s.Restart.Window = 0, 0, 0
+	})
+	in, _ := testInstance(t, svc)
+	go in.run()
+	waitFor(t, "backoff after the start failure", 5*time.Second, func() bool { return in.Snapshot().State == StateBackoff })
+	if got := in.Snapshot().Output; !strings.Contains(got, "command /nonexistent/program does not exist") {
+		t.Errorf("reason %q does not say what is wrong", got)
+	}
+	stopped := make(chan struct{})
+	go func() { in.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Stop did not return")
+	}
+}
+
+// Regression (issue 10): the second SIGINT did not kill at once while a
+// restart (health, template, on_lost, operator) waited out the stop timeout.
+func TestInstanceKillDuringRestartStop(t *testing.T) {
+	svc := testService(func(s *schema.Service) {
+		// Ignores SIGTERM: only SIGKILL ends it.
+		s.Command = []string{"sh", "-c", `trap "" TERM; while :; do sleep 0.05; done`}
+		s.Stop.Timeout = 6 * time.Second
+	})
+	in, _ := testInstance(t, svc)
+	go in.run()
+	waitFor(t, "running", 5*time.Second, func() bool { return in.Snapshot().State == StateRunning })
+	pid := in.Snapshot().PID
+	restarted := make(chan error, 1)
+	go func() { restarted <- in.operate(t.Context(), inRestart) }()
+	if err := <-restarted; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the restart's stop to begin", 5*time.Second, func() bool { return in.Snapshot().State == StateStarting })
+	start := time.Now()
+	stopped := make(chan struct{})
+	go func() { in.Stop(); close(stopped) }()
+	waitFor(t, "the stop to be served", 5*time.Second, func() bool { return in.Snapshot().State == StateStopping })
+	in.Kill()
+	select {
+	case <-stopped:
+	case <-time.After(3 * time.Second):
+		t.Fatalf("stop after Kill still waiting out the 6s stop timeout")
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("stop took %v", d)
+	}
+	if err := syscall.Kill(pid, 0); err == nil {
+		t.Errorf("pid %d still alive", pid)
+	}
+}
