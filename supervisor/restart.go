@@ -1,5 +1,3 @@
-// Package supervisor runs services: it starts each process, restarts it on
-// exit and on failing health, and stops everything cleanly.
 package supervisor
 
 import (

@@ -1,0 +1,43 @@
+// Package supervisor runs services on one node: it starts each process,
+// restarts it on exit and on failing health, gates it on its dependencies
+// and templates, runs it only while it leads when it is a standby, and stops
+// everything cleanly.
+//
+// Each service is an Instance. Its decisions are one pure function,
+// decide(state, input, now) -> (state, actions), in decide.go (in the manner
+// of etcd's raft: Step, then Ready); the instance's loop (instance.go) is the
+// only place that acts. Nothing blocks the loop: stopping a process is an
+// action whose completion (the process's exit) comes back as an input, so a
+// second SIGINT, an expired leadership term or an operator's request is
+// served at any time. Whether to run is one function over a set of permits
+// (permitted): not stopping, leading (standby mode), dependencies and
+// templates ready; the fleet's slot, version and pause will be more permits.
+//
+// The states of an instance (the supervisor check's output names them, and
+// carries them as data: internal/report):
+//
+//	                boot (standby: not registered until it leads)
+//	                  |
+//	   +---------> starting <-------------------------------+
+//	   |              |   \ permits missing                  |
+//	   |              |    `-----------> waiting ------------+ data changes
+//	   |        start |                    | dependency timeout,
+//	   |              v                    | template cannot parse
+//	   |           running                 v
+//	   |           |  |  \              failed <--+
+//	   |      exit |  |   \ check critical,       | restarts exhausted,
+//	   |           |  |    \ template/role change,| start error under
+//	   |           |  |     \ operator restart    | policy never
+//	   |           |  |      `-> (stopping the process) --> starting
+//	   |           v  |
+//	   +------- backoff --(restart policy)--> completed
+//	  timer                                   (on-failure: exit 0; never)
+//
+//	standby <-> starting: leadership gained; any state -> standby: lost
+//	any state -> stopping -> stopped: Stop (deregister, drain, signal,
+//	SIGKILL after the timeout; Kill skips the wait)
+//
+// Outside the instances, the Runner holds the configuration, the registry
+// (checks.Registry), the shared Consul data (render.Manager) and the health
+// watch, and applies new configurations (Apply).
+package supervisor
