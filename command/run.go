@@ -207,7 +207,7 @@ func (c *RunCommand) Run(args []string) int {
 				log.Error("reload failed: the files have errors; the running configuration is unchanged\n" + b.String())
 				continue
 			}
-			if _, err := r.Reload(ctx, ncfg); err != nil {
+			if _, err := r.Apply(ctx, ncfg); err != nil {
 				log.Warn("reload interrupted", "error", err)
 			}
 		}

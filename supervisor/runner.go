@@ -64,7 +64,7 @@ type Runner struct {
 	ready     chan struct{}
 	killOnce  sync.Once
 	killc     chan struct{}
-	reloadc   chan reloadReq
+	applyc   chan applyReq
 
 	// Set by Run before any instance starts.
 	reg     *checks.Registry
@@ -73,13 +73,13 @@ type Runner struct {
 	baseEnv []string
 }
 
-type reloadReq struct {
+type applyReq struct {
 	cfg  *schema.Config
-	done chan ReloadResult
+	done chan ApplyResult
 }
 
-// ReloadResult says what a reload did.
-type ReloadResult struct {
+// ApplyResult says what Apply did.
+type ApplyResult struct {
 	Started, Restarted, Stopped, Unchanged []string
 }
 
@@ -101,7 +101,7 @@ func New(cfg *schema.Config, o Options) *Runner {
 		o.Events = LogEvents(o.Logger)
 	}
 	return &Runner{cfg: cfg, opts: o, log: o.Logger, instances: map[string]*Instance{},
-		ready: make(chan struct{}), killc: make(chan struct{}), reloadc: make(chan reloadReq)}
+		ready: make(chan struct{}), killc: make(chan struct{}), applyc: make(chan applyReq)}
 }
 
 // Ready is closed once every instance has been started.
@@ -220,7 +220,7 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	for {
 		select {
-		case req := <-r.reloadc:
+		case req := <-r.applyc:
 			req.done <- r.apply(req.cfg)
 			continue
 		case <-ctx.Done():
@@ -314,26 +314,28 @@ func (r *Runner) removeStale(ctx context.Context) {
 	}
 }
 
-// Reload applies a new configuration: services that are gone stop and
-// deregister, changed ones restart, new ones start, and unchanged ones keep
-// running untouched. It returns after the changes are made.
-func (r *Runner) Reload(ctx context.Context, cfg *schema.Config) (ReloadResult, error) {
+// Apply makes cfg the desired configuration, the one entry point for every
+// change (SIGHUP reloads today; deploys and gained or lost slots next):
+// services that are gone stop and deregister, changed ones restart, new ones
+// start, and unchanged ones keep running untouched. It returns after the
+// changes are made.
+func (r *Runner) Apply(ctx context.Context, cfg *schema.Config) (ApplyResult, error) {
 	select {
 	case <-r.ready:
 	case <-ctx.Done():
-		return ReloadResult{}, ctx.Err()
+		return ApplyResult{}, ctx.Err()
 	}
-	req := reloadReq{cfg: cfg, done: make(chan ReloadResult, 1)}
+	req := applyReq{cfg: cfg, done: make(chan ApplyResult, 1)}
 	select {
-	case r.reloadc <- req:
+	case r.applyc <- req:
 	case <-ctx.Done():
-		return ReloadResult{}, ctx.Err()
+		return ApplyResult{}, ctx.Err()
 	}
 	return <-req.done, nil
 }
 
-func (r *Runner) apply(cfg *schema.Config) ReloadResult {
-	var res ReloadResult
+func (r *Runner) apply(cfg *schema.Config) ApplyResult {
+	var res ApplyResult
 	old := r.cfg
 	var stop, restart []string
 	for _, name := range r.order {
