@@ -129,7 +129,7 @@ func TestTemplateSignalOnce(t *testing.T) {
 	dir := t.TempDir()
 	hcl := writeHCL(t, fmt.Sprintf(`
 service "web" {
-  command = [%q]
+  command = [%q, "-grandchildren", "1", "-pids-file", "pids"]
   dir     = %q
 
   template {
@@ -190,6 +190,11 @@ service "web" {
 		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 		return len(lines) == 3 && lines[2] == "cmd = ciao", fmt.Sprintf("%q", b)
 	})
+	// The signal went to the service's process, not its group: the helper
+	// it started lives on (a group signal kills a `sleep` with SIGHUP).
+	if pids := readPIDs(t, filepath.Join(dir, "pids")); len(pids) != 2 || !alive(pids[1]) {
+		t.Fatalf("the service's helper did not survive its reload signals: pids %v", pids)
+	}
 	// The same value again: nothing to write, nothing to signal.
 	put("app/greeting", "ciao")
 	consistently(t, time.Second, "no signal for unchanged content", func() (bool, string) {
