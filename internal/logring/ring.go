@@ -170,6 +170,13 @@ func (r *Ring) Len() int {
 	return r.n
 }
 
+// Followers is the number of followers subscribed.
+func (r *Ring) Followers() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.subs)
+}
+
 // LastStderr returns the newest stderr line ever added, even when newer
 // stdout lines have pushed it out of the ring.
 func (r *Ring) LastStderr() (Line, bool) {
@@ -178,23 +185,31 @@ func (r *Ring) LastStderr() (Line, bool) {
 	return r.lastErr, r.hasErr
 }
 
+// Event is one followed line. Dropped counts the lines dropped for this
+// follower, because it fell behind, just before this one.
+type Event struct {
+	Line
+	Dropped int64
+}
+
 // Follower receives the lines added to a ring after it subscribed, through
 // a bounded channel: when the reader falls behind, lines are dropped and
 // counted, and Add never waits for it.
 type Follower struct {
 	r       *Ring
-	ch      chan Line
+	ch      chan Event
 	stop    func() bool // unhooks the context
-	dropped int64       // guarded by r.mu
+	dropped int64       // guarded by r.mu: dropped since the last queued event
 	done    bool        // guarded by r.mu: ch is closed
 }
 
 // C delivers the lines. It is closed by Close, by the context given to
 // Follow ending, or by the ring being closed (its service removed).
-func (f *Follower) C() <-chan Line { return f.ch }
+func (f *Follower) C() <-chan Event { return f.ch }
 
-// Dropped returns how many lines were dropped for this follower since the
-// last call, and resets the count.
+// Dropped returns how many lines were dropped after the last event queued
+// on C (not yet told through an event's Dropped), and resets the count. A
+// reader needs it only when C has been closed.
 func (f *Follower) Dropped() int64 {
 	f.r.mu.Lock()
 	defer f.r.mu.Unlock()
@@ -225,7 +240,8 @@ func (f *Follower) closeLocked() {
 // offer is called with r.mu held.
 func (f *Follower) offer(l Line) {
 	select {
-	case f.ch <- l:
+	case f.ch <- Event{Line: l, Dropped: f.dropped}:
+		f.dropped = 0
 	default:
 		f.dropped++
 	}
@@ -242,7 +258,7 @@ func (r *Ring) Follow(ctx context.Context, n, size int) ([]Line, *Follower) {
 	if size < 1 {
 		size = DefaultFollowBuffer
 	}
-	f := &Follower{r: r, ch: make(chan Line, size)}
+	f := &Follower{r: r, ch: make(chan Event, size)}
 	r.mu.Lock()
 	backlog := r.lastLocked(n)
 	if r.closed {

@@ -137,14 +137,14 @@ func TestLastStderrOutlivesRing(t *testing.T) {
 	}
 }
 
-func recv(t *testing.T, f *Follower) (Line, bool) {
+func recv(t *testing.T, f *Follower) (Event, bool) {
 	t.Helper()
 	select {
-	case l, ok := <-f.C():
-		return l, ok
+	case e, ok := <-f.C():
+		return e, ok
 	case <-time.After(10 * time.Second):
 		t.Fatal("no line within 10s")
-		return Line{}, false
+		return Event{}, false
 	}
 }
 
@@ -182,14 +182,24 @@ func TestSlowFollowerDropsAndIsTold(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Add blocked on a slow follower")
 	}
-	if n := f.Dropped(); n != 8 {
-		t.Fatalf("dropped %d, want 8", n)
+	// The gap is told where it is: after the queued lines, before the
+	// next one that finds room.
+	for _, want := range []Event{{Line: Line{Text: "0"}}, {Line: Line{Text: "1"}}} {
+		if e, _ := recv(t, f); e.Text != want.Text || e.Dropped != 0 {
+			t.Fatalf("got %q dropped %d, want %q", e.Text, e.Dropped, want.Text)
+		}
+	}
+	add(r, "stdout", "10")
+	if e, _ := recv(t, f); e.Text != "10" || e.Dropped != 8 {
+		t.Fatalf("got %q dropped %d, want \"10\" after 8 dropped", e.Text, e.Dropped)
+	}
+	add(r, "stdout", "11", "12", "13")
+	f.Close()
+	if n := f.Dropped(); n != 1 {
+		t.Fatalf("Dropped after close = %d, want 1", n)
 	}
 	if n := f.Dropped(); n != 0 {
 		t.Fatalf("Dropped did not reset: %d", n)
-	}
-	if l, _ := recv(t, f); l.Text != "0" {
-		t.Fatalf("first queued line %q", l.Text)
 	}
 }
 
