@@ -78,6 +78,9 @@ func (c *LogsCommand) Run(args []string) int {
 		c.UI.Error("mariposa logs: " + err.Error())
 		return 1
 	}
+	if follow && ctx.Err() == nil {
+		c.UI.Error(fmt.Sprintf("mariposa logs: the stream ended: mariposa stopped or %s was removed", svc))
+	}
 	return 0
 }
 

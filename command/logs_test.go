@@ -109,4 +109,36 @@ func TestLogsFollow(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("logs -f did not stop")
 	}
+	if got := ui.ErrorWriter.String(); got != "" {
+		t.Fatalf("stderr after an interrupt: %q", got)
+	}
+}
+
+func TestLogsFollowEndsWhenServiceRemoved(t *testing.T) {
+	path, logs := controlServer(t, &fakeTarget{})
+	r := logs.Get("web")
+	ui := cli.NewMockUi()
+	done := make(chan int, 1)
+	go func() {
+		done <- (&LogsCommand{UI: ui, Context: context.Background()}).Run([]string{"-control-socket", path, "-f", "web"})
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for r.Followers() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("never subscribed")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	logs.Remove("web")
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("logs -f did not end")
+	}
+	if got := ui.ErrorWriter.String(); !strings.Contains(got, "the stream ended: mariposa stopped or web was removed") {
+		t.Fatalf("stderr %q", got)
+	}
 }

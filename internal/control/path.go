@@ -20,11 +20,6 @@ import (
 // EnvSocket overrides the default socket path.
 const EnvSocket = "MARIPOSA_CONTROL_SOCKET"
 
-// FlagHelp describes -control-socket for commands' help texts.
-const FlagHelp = `-control-socket=PATH The control socket of "mariposa run" (default
-                       $MARIPOSA_CONTROL_SOCKET, /run/mariposa/mariposa.sock
-                       as root, else $XDG_RUNTIME_DIR/mariposa/mariposa.sock).`
-
 // maxPath is what fits in sockaddr_un.sun_path with its terminating NUL.
 const maxPath = 107
 
