@@ -13,5 +13,8 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"fmt":      func() (cli.Command, error) { return &FmtCommand{UI: ui}, nil },
 		"status":   func() (cli.Command, error) { return &StatusCommand{UI: ui}, nil },
 		"version":  func() (cli.Command, error) { return &VersionCommand{UI: ui}, nil },
+		"restart":  func() (cli.Command, error) { return &RestartCommand{UI: ui}, nil },
+		"reset":    func() (cli.Command, error) { return &ResetCommand{UI: ui}, nil },
+		"logs":     func() (cli.Command, error) { return &LogsCommand{UI: ui}, nil },
 	}
 }

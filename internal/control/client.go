@@ -1,0 +1,179 @@
+package control
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"syscall"
+)
+
+// Client talks to the control socket of a running `mariposa run`.
+type Client struct {
+	path string
+	hc   *http.Client
+}
+
+// NewClient returns a client of the socket at path ("" means
+// ResolvePath("")). Nothing is dialled until a call.
+func NewClient(path string) *Client {
+	if path == "" {
+		path = ResolvePath("")
+	}
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", path)
+		},
+		DisableCompression: true,
+	}
+	return &Client{path: path, hc: &http.Client{Transport: tr}}
+}
+
+// Path is the socket's path.
+func (c *Client) Path() string { return c.path }
+
+// NotRunningError says no mariposa answers on the socket.
+type NotRunningError struct {
+	Path string
+	Err  error
+}
+
+func (e *NotRunningError) Error() string {
+	if errors.Is(e.Err, syscall.EACCES) || errors.Is(e.Err, syscall.EPERM) {
+		return fmt.Sprintf("cannot use the control socket at %s: permission denied; `mariposa run` runs as another user: run this as that user or as root", e.Path)
+	}
+	return fmt.Sprintf("no mariposa is running here (no control socket at %s); is `mariposa run` running as another user?", e.Path)
+}
+
+func (e *NotRunningError) Unwrap() error { return e.Err }
+
+// APIError is an error answer of the server.
+type APIError struct {
+	Status  int
+	Message string
+}
+
+func (e *APIError) Error() string { return e.Message }
+
+// NotFound reports an unknown service (or endpoint).
+func (e *APIError) NotFound() bool { return e.Status == http.StatusNotFound }
+
+// do calls the API; service, when set, is the path's last segment, escaped.
+func (c *Client) do(ctx context.Context, method, path, service string, q url.Values) (*http.Response, error) {
+	u := url.URL{Scheme: "http", Host: "mariposa", Path: path, RawQuery: q.Encode()}
+	if service != "" {
+		u.RawPath = path + "/" + url.PathEscape(service)
+		u.Path = path + "/" + service
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			return nil, &NotRunningError{Path: c.path, Err: err}
+		}
+		return nil, fmt.Errorf("control socket %s: %w", c.path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var eb errorBody
+		if json.Unmarshal(b, &eb) != nil || eb.Error == "" {
+			eb.Error = fmt.Sprintf("control socket %s answered %s", c.path, resp.Status)
+		}
+		return nil, &APIError{Status: resp.StatusCode, Message: eb.Error}
+	}
+	return resp, nil
+}
+
+func (c *Client) act(ctx context.Context, action, service string) error {
+	resp, err := c.do(ctx, http.MethodPost, "/v1/"+action, service, nil)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	return resp.Body.Close()
+}
+
+// Restart restarts the service's process now (or starts a failed or
+// completed one).
+func (c *Client) Restart(ctx context.Context, service string) error {
+	return c.act(ctx, "restart", service)
+}
+
+// Reset clears a failed service's restart history and starts it again.
+func (c *Client) Reset(ctx context.Context, service string) error {
+	return c.act(ctx, "reset", service)
+}
+
+// Services lists the services of the node, sorted.
+func (c *Client) Services(ctx context.Context) ([]string, error) {
+	resp, err := c.do(ctx, http.MethodGet, "/v1/services", "", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var names []string
+	if err := json.NewDecoder(resp.Body).Decode(&names); err != nil {
+		return nil, fmt.Errorf("control socket %s: bad answer: %w", c.path, err)
+	}
+	return names, nil
+}
+
+// LogsOptions selects what Logs returns.
+type LogsOptions struct {
+	N      int  // the newest N lines (0: none; < 0: DefaultLines)
+	Follow bool // then every new line, until ctx ends or the service goes away
+}
+
+// Logs calls fn with each line of the service's output, oldest first, and
+// with the follow stream's drop notices. It returns nil when the stream
+// ends (ctx ending while following included), or fn's error.
+func (c *Client) Logs(ctx context.Context, service string, o LogsOptions, fn func(LogEntry) error) error {
+	q := url.Values{}
+	if o.N >= 0 {
+		q.Set("n", strconv.Itoa(o.N))
+	}
+	if o.Follow {
+		q.Set("follow", "1")
+	}
+	resp, err := c.do(ctx, http.MethodGet, "/v1/logs", service, q)
+	if err != nil {
+		if o.Follow && errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var e LogEntry
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			return fmt.Errorf("control socket %s: bad log line: %w", c.path, err)
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("control socket %s: %w", c.path, err)
+	}
+	return nil
+}
