@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/mitchellh/cli"
 
+	"github.com/mariposa-sh/mariposa/internal/control"
+	"github.com/mariposa-sh/mariposa/internal/logring"
 	"github.com/mariposa-sh/mariposa/internal/proc"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -58,6 +61,7 @@ Options:
   -dev                 If no Consul agent answers, start a local dev agent
                        (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                        of "make consul", or PATH) and stop it on exit.
+` + controlSocketHelp + `
 `)
 }
 
@@ -78,6 +82,7 @@ func (c *RunCommand) Run(args []string) int {
 	var (
 		addr, token, caFile, cert, key, sni, level string
 		logJSON, dev                               bool
+		controlSock                                string
 		liveness                                   time.Duration
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -93,6 +98,7 @@ func (c *RunCommand) Run(args []string) int {
 	fs.BoolVar(&logJSON, "log-json", false, "")
 	fs.BoolVar(&dev, "dev", false, "")
 	fs.DurationVar(&liveness, "liveness-ttl", 3*time.Second, "")
+	fs.StringVar(&controlSock, "control-socket", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
@@ -183,7 +189,19 @@ func (c *RunCommand) Run(args []string) int {
 	})
 	defer sink.Close()
 
-	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness})
+	// The last lines of each service's output, for `mariposa logs`: fed
+	// from the children's pipes directly, so a slow log never loses them.
+	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
+	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
+		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) }})
+	// The local control channel (mariposa restart, reset, logs).
+	srv, err := control.Listen(control.ResolvePath(controlSock), controlTarget{r}, rings, log)
+	if err != nil {
+		c.UI.Error("mariposa run: " + err.Error())
+		return 1
+	}
+	go func() { _ = srv.Serve() }()
+	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
@@ -207,8 +225,12 @@ func (c *RunCommand) Run(args []string) int {
 				log.Error("reload failed: the files have errors; the running configuration is unchanged\n" + b.String())
 				continue
 			}
-			if _, err := r.Apply(ctx, ncfg); err != nil {
+			res, err := r.Apply(ctx, ncfg)
+			if err != nil {
 				log.Warn("reload interrupted", "error", err)
+			}
+			for _, name := range res.Stopped {
+				rings.Remove(name)
 			}
 		}
 	}()
@@ -232,6 +254,7 @@ func (c *RunCommand) Run(args []string) int {
 				}
 				stopping = true
 				log.Info("stopping; send the signal again to kill at once", "signal", s)
+				srv.Close() // no operator requests while stopping
 				cancel()
 			case syscall.SIGHUP:
 				if stopping {
@@ -267,4 +290,33 @@ func childWriter(log hclog.Logger) func(proc.Line) {
 func agentAnswers(c *api.Client) bool {
 	_, err := c.Status().Leader()
 	return err == nil
+}
+
+// controlTarget lets the control channel act on the runner.
+type controlTarget struct{ r *supervisor.Runner }
+
+// operatorTimeout bounds an operator's request: a restart waits only for
+// the loop to take it, not for the stop to finish.
+const operatorTimeout = 10 * time.Second
+
+func (t controlTarget) Restart(service string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), operatorTimeout)
+	defer cancel()
+	return controlErr(t.r.Restart(ctx, service))
+}
+
+func (t controlTarget) ResetFailed(service string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), operatorTimeout)
+	defer cancel()
+	return controlErr(t.r.ResetFailed(ctx, service))
+}
+
+func (t controlTarget) Services() []string { return t.r.Services() }
+
+func controlErr(err error) error {
+	var unknown *supervisor.UnknownServiceError
+	if errors.As(err, &unknown) {
+		return fmt.Errorf("%w: %s", control.ErrNoService, err)
+	}
+	return err
 }

@@ -92,6 +92,35 @@ type mariposa struct {
 	out  *lockedBuffer
 	done chan struct{}
 	err  error
+	sock string // its control socket
+}
+
+// controlSocket is a fresh control socket path (short: a UNIX socket path
+// has a 108-byte limit, and t.TempDir's can be long).
+func controlSocket(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mctl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "s")
+}
+
+// cli runs a mariposa command against m's control socket and returns its
+// output and exit code.
+func (m *mariposa) cli(t testing.TB, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(mariposaBin, args...)
+	cmd.Env = append(os.Environ(), "MARIPOSA_CONTROL_SOCKET="+m.sock)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
 }
 
 // writeHCL writes the service file into a fresh directory and returns its
@@ -112,12 +141,14 @@ func startMariposa(t testing.TB, agent *consultest.Agent, env []string, args ...
 	cmd := exec.Command(mariposaBin, full...)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
-	cmd.Env = append(os.Environ(), env...)
+	// Each mariposa its own control socket: tests run many side by side.
+	sock := controlSocket(t)
+	cmd.Env = append(append(os.Environ(), "MARIPOSA_CONTROL_SOCKET="+sock), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	m := &mariposa{cmd: cmd, out: out, done: make(chan struct{})}
+	m := &mariposa{cmd: cmd, out: out, done: make(chan struct{}), sock: sock}
 	go func() { m.err = cmd.Wait(); close(m.done) }()
 	t.Cleanup(func() {
 		if !m.exited() {

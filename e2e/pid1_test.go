@@ -40,7 +40,7 @@ service "init" {
 }
 `, masksFile, childBin, pidsFile))
 	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", mariposaBin, "run",
-		"-consul-addr", agent.HTTPAddr(), "-log-level", "debug", hcl)
+		"-consul-addr", agent.HTTPAddr(), "-log-level", "debug", "-control-socket", controlSocket(t), hcl)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
