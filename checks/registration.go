@@ -142,3 +142,7 @@ func agentCheck(serviceID string, c *schema.Check) *api.AgentServiceCheck {
 	}
 	return ac
 }
+
+// SupervisorServiceID is the ID of mariposa's own service on node: its
+// liveness check is <id>:mariposa, and sessions are bound to it.
+func SupervisorServiceID(node string) string { return "mariposa-" + node }

@@ -18,12 +18,9 @@ import (
 // the exit statuses of its own children, and forwards SIGUSR1/SIGUSR2.
 func TestPID1ReapsOrphansAndForwardsSignals(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("unshare not installed")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("PID namespaces need root here")
-	}
+	_, err := exec.LookPath("unshare")
+	consultest.Require(t, err == nil, "unshare not installed (util-linux)")
+	consultest.Require(t, os.Geteuid() == 0, "PID namespaces need root here")
 	agent := consultest.NewDev(t)
 	c := agent.Client(t)
 	dir := t.TempDir()

@@ -180,7 +180,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	goBG(func() { r.data.Run(bg) })
 
 	// mariposa's own liveness: mariposa.service.consul lists live supervisors.
-	selfID := "mariposa-" + node
+	selfID := checks.SupervisorServiceID(node)
 	reg.RegisterHeartbeat(&api.AgentServiceRegistration{
 		ID: selfID, Name: "mariposa", Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue},
 		Checks: api.AgentServiceChecks{{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
@@ -264,7 +264,7 @@ func (r *Runner) addInstance(svc *schema.Service) *Instance {
 			Client: r.opts.Client, Key: svc.Leader.Key, SessionTTL: svc.Leader.SessionTTL, LockDelay: svc.Leader.LockDelay,
 			// Bound to mariposa's liveness: a dead or frozen supervisor
 			// loses its locks within the liveness TTL.
-			Checks: []string{checks.SupervisorCheckID("mariposa-" + r.node)},
+			Checks: []string{checks.SupervisorCheckID(checks.SupervisorServiceID(r.node))},
 			Node:   r.node, Value: []byte(id), Log: log.Named(svc.Name).Named("leader"),
 		})
 	}
@@ -272,7 +272,7 @@ func (r *Runner) addInstance(svc *schema.Service) *Instance {
 	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, elector,
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
 	in.register = func(role string, st checks.Status) {
-		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: "mariposa-" + r.node}
+		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: checks.SupervisorServiceID(r.node)}
 		if svc.Leader != nil && role != "" {
 			o.ExtraMeta = map[string]string{"leader": role}
 			switch {
@@ -405,7 +405,10 @@ func (r *Runner) stopAll(cfg *schema.Config, order []string) {
 // agent answers (for up to 2s) it falls back to the hostname, as Consul's
 // own default node name is.
 func (r *Runner) agentIdentity(ctx context.Context) (node, addr string) {
-	deadline := time.Now().Add(2 * time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		self, err := r.opts.Client.Agent().Self()
 		if err == nil {
@@ -419,12 +422,14 @@ func (r *Runner) agentIdentity(ctx context.Context) (node, addr string) {
 				return node, addr
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			h, _ := os.Hostname()
-			r.log.Warn("no Consul agent answered; using the hostname as node name", "node", h, "error", err)
-			return h, ""
+		select {
+		case <-tick.C:
+			continue
+		case <-ctx.Done():
 		}
-		time.Sleep(100 * time.Millisecond)
+		h, _ := os.Hostname()
+		r.log.Warn("no Consul agent answered; using the hostname as node name", "node", h, "error", err)
+		return h, ""
 	}
 }
 

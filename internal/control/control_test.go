@@ -21,6 +21,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/logring"
 )
 
@@ -269,7 +270,7 @@ func TestListenNeverStealsALiveSocket(t *testing.T) {
 
 func TestListenRefusesForeignDirectory(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to give a directory to another user")
+		consultest.Require(t, false, "needs root to give a directory to another user")
 	}
 	dir := filepath.Join(sockDir(t), "theirs")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -639,7 +640,7 @@ func TestPeerOfAnotherUserRefused(t *testing.T) {
 		return
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a client as another user")
+		consultest.Require(t, false, "needs root to run a client as another user")
 	}
 	d := sockDir(t)
 	if err := os.Chmod(d, 0o755); err != nil {
@@ -684,7 +685,7 @@ func TestPeerOfAnotherUserRefused(t *testing.T) {
 func TestPeerDialHelper(t *testing.T) {
 	path := os.Getenv("CONTROL_TEST_DIAL")
 	if path == "" {
-		t.Skip("helper for TestPeerOfAnotherUserRefused")
+		return // only a helper process of TestPeerOfAnotherUserRefused
 	}
 	err := NewClient(path).Restart(context.Background(), "web")
 	if err == nil {
