@@ -2,7 +2,7 @@ package schema
 
 import (
 	"fmt"
-	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/internal/signals"
 	"os"
 	"strconv"
 	"strings"
@@ -36,18 +36,18 @@ func ParseSignal(s string) (syscall.Signal, error) {
 	if !strings.HasPrefix(name, "SIG") {
 		name = "SIG" + name
 	}
-	if sig, ok := proc.ParseSignal(name); ok {
+	if sig, ok := signals.Parse(name); ok {
 		return sig, nil
 	}
 	if _, err := strconv.Atoi(strings.TrimPrefix(name, "SIG")); err == nil {
 		return 0, fmt.Errorf("%q: give signals by name, such as \"SIGTERM\" or \"HUP\", not by number", s)
 	}
-	return 0, fmt.Errorf("%q is not a signal mariposa knows.%s", s, didYouMean(name, proc.SignalNames()))
+	return 0, fmt.Errorf("%q is not a signal mariposa knows.%s", s, didYouMean(name, signals.Names()))
 }
 
 // SignalName is the canonical name of sig ("SIGHUP"), or its number.
 func SignalName(sig syscall.Signal) string {
-	if n := proc.SignalName(sig); strings.HasPrefix(n, "SIG") {
+	if n := signals.Name(sig); strings.HasPrefix(n, "SIG") {
 		return n
 	}
 	return strconv.Itoa(int(sig))

@@ -150,17 +150,3 @@ func TestLongLinesArriveInPieces(t *testing.T) {
 		}
 	}
 }
-
-func TestParseSignal(t *testing.T) {
-	for in, want := range map[string]syscall.Signal{"SIGTERM": syscall.SIGTERM, "term": syscall.SIGTERM, "HUP": syscall.SIGHUP, " sigusr1 ": syscall.SIGUSR1} {
-		if got, ok := ParseSignal(in); !ok || got != want {
-			t.Errorf("ParseSignal(%q) = %v, %v", in, got, ok)
-		}
-	}
-	if _, ok := ParseSignal("SIGNOPE"); ok {
-		t.Error("SIGNOPE parsed")
-	}
-	if SignalName(syscall.SIGKILL) != "SIGKILL" {
-		t.Error(SignalName(syscall.SIGKILL))
-	}
-}
