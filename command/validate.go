@@ -10,6 +10,7 @@ import (
 
 	"github.com/mitchellh/cli"
 
+	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -28,8 +29,13 @@ Usage: mariposa validate [options] PATH...
 
   Loads the service files (a directory means every *.hcl in it) exactly as
   "mariposa run" would, and reports every problem at once, each with its file,
-  line and column. Nothing is registered or started, and Consul is not
-  contacted.
+  line and column: HCL errors, and templates that do not parse (syntax
+  errors, unknown functions, and the consul-template functions mariposa
+  removes). Nothing is registered or started, and Consul is not contacted.
+
+  Warnings do not make the configuration invalid. Among them: a service's
+  program not found in PATH or not executable, or its dir missing, on the
+  machine running validate (the files may run on another one).
 
   Exits 0 when the configuration is valid, 1 when it is not.
 
@@ -79,7 +85,12 @@ func (c *ValidateCommand) Run(args []string) int {
 		return 1
 	}
 
-	cfg, diags := schema.Load(paths, schema.LoadOptions{Vars: vars, Environ: c.Environ})
+	cfg, diags := schema.Load(paths, schema.LoadOptions{
+		Vars:          vars,
+		Environ:       c.Environ,
+		CheckTemplate: render.CheckTemplate,
+		CheckHost:     true,
+	})
 	valid := !diags.HasErrors() && cfg != nil
 
 	if asJSON {

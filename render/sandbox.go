@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"text/template"
 	"text/template/parse"
@@ -35,34 +34,7 @@ func removedErr(name string) error {
 	return fmt.Errorf("function %q is not available in mariposa templates: %s", name, removed[name])
 }
 
-// checkSource parses a template without knowing its functions, to refuse
-// removed functions before anything runs, even in branches not taken.
-func checkSource(text string) error {
-	t := parse.New("template")
-	t.Mode = parse.SkipFuncCheck
-	trees := map[string]*parse.Tree{}
-	if _, err := t.Parse(text, "", "", trees); err != nil {
-		return err
-	}
-	var found []string
-	seen := map[string]bool{}
-	for _, tr := range trees {
-		walk(tr.Root, func(n parse.Node) {
-			if id, ok := n.(*parse.IdentifierNode); ok {
-				if _, bad := removed[id.Ident]; bad && !seen[id.Ident] {
-					seen[id.Ident] = true
-					found = append(found, id.Ident)
-				}
-			}
-		})
-	}
-	if len(found) > 0 {
-		sort.Strings(found)
-		return removedErr(found[0])
-	}
-	return nil
-}
-
+// walk visits every node of a template tree, in branches not taken too.
 func walk(n parse.Node, f func(parse.Node)) {
 	if n == nil {
 		return

@@ -15,7 +15,7 @@ import (
 // and fails the test on missing data.
 func execute(t *testing.T, sb *sandbox, brain *ctemplate.Brain, text string) (string, error) {
 	t.Helper()
-	if err := checkSource(text); err != nil {
+	if err := CheckTemplate(text); err != nil {
 		return "", err
 	}
 	ct, err := ctemplate.NewTemplate(&ctemplate.NewTemplateInput{
@@ -169,7 +169,7 @@ func TestEnvFunctions(t *testing.T) {
 }
 
 func TestParseError(t *testing.T) {
-	if err := checkSource(`{{ range service "web" }}`); err == nil {
+	if err := CheckTemplate(`{{ range service "web" }}`); err == nil {
 		t.Fatal("unterminated range accepted")
 	}
 }

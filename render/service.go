@@ -30,7 +30,8 @@ type ServiceState struct {
 	DepsSatisfied bool
 	// Waiting says what the service waits for, as the supervisor check
 	// shows it: the first unmet dependency, else the first template that has
-	// not rendered yet (its missing data, or its error). "" when ready.
+	// not rendered yet (its missing data, or its error; "failed: ..." as in
+	// Failed when it can never render). "" when ready.
 	Waiting string
 	// Deps are the dependencies in declaration order (for on_lost).
 	Deps []DepState
@@ -48,13 +49,15 @@ type ServiceState struct {
 	// Errors are the current render errors; each template that has one
 	// keeps its last good file.
 	Errors []string
-	// Failed is set when a template can never render (it does not parse):
-	// the service fails rather than waits. "" when fine.
+	// Failed is set when a template can never render: its text cannot be
+	// read or parsed (e.g. `failed: template conf/web.conf:
+	// web.conf.tpl:3:12: function "kye" not defined`). Unlike missing data
+	// this does not resolve by waiting; the service should fail. "" when fine.
 	Failed string
 }
 
 // Ready reports whether the process may start.
-func (s ServiceState) Ready() bool { return s.DepsSatisfied && s.TemplatesReady }
+func (s ServiceState) Ready() bool { return s.Failed == "" && s.DepsSatisfied && s.TemplatesReady }
 
 func newServiceData(m *Manager, svc *schema.Service) *ServiceData {
 	sd := &ServiceData{m: m, svc: svc, changed: make(chan struct{}, 1)}
@@ -144,10 +147,15 @@ func (sd *ServiceData) State() ServiceState {
 		if r.err != "" {
 			st.Errors = append(st.Errors, r.err)
 		}
+		if r.failed != "" && st.Failed == "" {
+			st.Failed = r.failed
+		}
 		if !r.rendered {
 			st.TemplatesReady = false
 			if st.Waiting == "" {
-				if r.waiting != "" {
+				if r.failed != "" {
+					st.Waiting = r.failed
+				} else if r.waiting != "" {
 					st.Waiting = r.waiting
 				} else if r.err != "" {
 					st.Waiting = "waiting: " + r.err

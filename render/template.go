@@ -34,6 +34,10 @@ type runner struct {
 
 	used map[string]dep.Dependency // only the run goroutine touches it
 
+	// failed is set when the template cannot be read or parsed: a
+	// permanent error, unlike missing data. Set before run starts.
+	failed string
+
 	// Guarded by sd.mu.
 	rendered bool
 	waiting  string
@@ -56,15 +60,34 @@ func newRunner(sd *ServiceData, t *schema.Template, sb *sandbox) *runner {
 		ReaderFunc:  config.Reader(os.ReadFile),
 	}
 	ct, err := ctemplate.NewTemplate(in)
-	if err == nil {
-		err = checkSource(ct.Contents())
-	}
 	if err != nil {
 		r.err = fmt.Sprintf("template %s: %v", r.name, err)
+		r.failed = "failed: " + r.err
+		return r
+	}
+	if te := checkTemplate(ct.Contents()); te != nil {
+		sep := ":" // "web.conf.tpl:3:15: ..."
+		if te.Line == 0 {
+			sep = ": "
+		}
+		r.err = fmt.Sprintf("template %s: %s%s%s", r.name, templateLabel(sd.svc, t), sep, te.Error())
+		r.failed = "failed: " + r.err
 		return r
 	}
 	r.ct = ct
 	return r
+}
+
+// templateLabel names a template's text in messages: its source file
+// (relative to the HCL file's directory when inside it), or "contents".
+func templateLabel(svc *schema.Service, t *schema.Template) string {
+	if t.Source == "" {
+		return "contents"
+	}
+	if rel, err := filepath.Rel(svc.SourceDir, t.Source); err == nil && !strings.HasPrefix(rel, "..") {
+		return rel
+	}
+	return t.Source
 }
 
 func (r *runner) dataChanged() {

@@ -329,6 +329,7 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 
 	srcAttr, hasSrc := attrs["source"]
 	conAttr, hasCon := attrs["contents"]
+	srcName := "" // the source as diagnostics show it
 	switch {
 	case hasSrc && hasCon:
 		l.errorf(conAttr.NameRange, "Both source and contents",
@@ -340,7 +341,9 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 		ok = false
 	case hasSrc:
 		if s, sok := e.String(srcAttr); sok && s != "" && !strings.ContainsRune(s, 0) {
+			srcName = s
 			if !filepath.IsAbs(s) {
+				srcName = filepath.Join(filepath.Dir(p.name), s)
 				s = filepath.Join(p.dir, s)
 			}
 			s = filepath.Clean(s)
@@ -418,8 +421,18 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 	if attr, aok := attrs["env"]; aok {
 		t.Env, _ = e.Bool(attr)
 	}
+	if t.Env && hasMode && t.ChangeMode != "restart" {
+		l.warnf(modeAttr.NameRange, "change_mode not used",
+			`change_mode is ignored with env = true; an env template restarts the process, since its environment cannot change otherwise. Remove change_mode = %q, or render a file the process reads instead of its environment.`,
+			t.ChangeMode)
+	}
 	if !ok {
 		return nil, block.DefRange
+	}
+	if hasSrc {
+		l.checkTemplate(t, srcAttr, p, srcName)
+	} else {
+		l.checkTemplate(t, conAttr, p, "")
 	}
 	return t, attrs["destination"].Expr.Range()
 }

@@ -26,6 +26,7 @@ type parsed struct {
 type loader struct {
 	diags     hcl.Diagnostics
 	files     map[string]*hcl.File
+	opts      LoadOptions
 	environ   []string
 	vars      []*variable
 	varByName map[string]*variable
@@ -77,6 +78,7 @@ func (l *loader) result() *Diagnostics {
 func load(srcs []source, opts LoadOptions) (*Config, *Diagnostics) {
 	l := &loader{
 		files:     map[string]*hcl.File{},
+		opts:      opts,
 		environ:   opts.Environ,
 		varByName: map[string]*variable{},
 		groups:    map[string]hcl.Range{},
@@ -384,6 +386,9 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		decl.lead = leader.DefRange.Ptr()
 	}
 	svc.Stop = l.decodeStop(e, stop)
+	if l.opts.CheckHost {
+		l.checkHost(svc, attrs["command"], attrs["dir"])
+	}
 
 	l.cfg.Services = append(l.cfg.Services, svc)
 	l.decls = append(l.decls, decl)

@@ -17,6 +17,16 @@ type LoadOptions struct {
 	Vars map[string]string
 	// Environ is used for MARIPOSA_VAR_NAME and env(); nil means os.Environ().
 	Environ []string
+	// CheckTemplate, when set, parses each template's text (inline
+	// contents, or the source file) and returns nil or its first problem,
+	// preferably a *TemplateError for a precise position. mariposa passes
+	// render.CheckTemplate: the renderer's function map lives there, and
+	// schema imports no runtime package.
+	CheckTemplate func(text string) error
+	// CheckHost adds warnings about this machine: a service's program that
+	// cannot be found or is not executable, a dir that does not exist. Only
+	// warnings: files may be validated elsewhere than where they run.
+	CheckHost bool
 }
 
 // source is one file to load. name is how the file is shown in diagnostics

@@ -131,7 +131,7 @@ func TestDecodedValues(t *testing.T) {
 			Destination: filepath.Join(validDir, "app/conf/app.ini"), Perms: 0o640, ChangeMode: "restart"}},
 		{"webapp.tmpl1", *webapp.Templates[1], Template{
 			Contents:    "{{ range service \"primary.mysql\" }}DB_HOST={{ .Address }}{{ end }}\n",
-			Destination: "/run/webapp/db.env", Perms: 0o644, ChangeMode: "noop", Env: true,
+			Destination: "/run/webapp/db.env", Perms: 0o644, ChangeMode: "restart", Env: true,
 			WaitMin: 2 * time.Second, WaitMax: 10 * time.Second}},
 		{"webapp.tmpl2.signal", webapp.Templates[2].Signal, syscall.SIGHUP},
 		{"webapp.tmpl2.dest", webapp.Templates[2].Destination, filepath.Join(validDir, "app/conf/motd.txt")},

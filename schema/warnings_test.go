@@ -2,6 +2,7 @@ package schema
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -38,6 +39,34 @@ func TestWarnings(t *testing.T) {
     signal = "USR1"
   }
 }`, []string{"Signal not used"}},
+		{"change_mode with env", `service "a" {
+  command = ["a"]
+  template {
+    contents    = "A=1"
+    destination = "a.env"
+    env         = true
+    change_mode = "signal"
+    signal      = "USR1"
+  }
+}`, []string{"change_mode not used"}},
+		{"change_mode noop with env", `service "a" {
+  command = ["a"]
+  template {
+    contents    = "A=1"
+    destination = "a.env"
+    change_mode = "noop"
+    env         = true
+  }
+}`, []string{"change_mode not used"}},
+		{"env with restart is consistent", `service "a" {
+  command = ["a"]
+  template {
+    contents    = "A=1"
+    destination = "a.env"
+    env         = true
+    change_mode = "restart"
+  }
+}`, nil},
 		{"no warnings", `service "a" {
   command = ["a"]
   check "c" {
@@ -66,5 +95,23 @@ func TestWarnings(t *testing.T) {
 				t.Errorf("counts: %d warnings, %d errors", diags.WarningCount(), diags.ErrorCount())
 			}
 		})
+	}
+}
+
+// TestEnvChangeModeWarningRange: the warning points at change_mode.
+func TestEnvChangeModeWarningRange(t *testing.T) {
+	_, diags := loadSrc(t, t.TempDir(), `service "a" {
+  command = ["a"]
+  template {
+    contents    = "A=1"
+    destination = "a.env"
+    env         = true
+    change_mode = "signal"
+  }
+}`, LoadOptions{Environ: []string{}})
+	all := diags.All()
+	if len(all) != 1 || all[0].Range == nil || all[0].Range.Start.Line != 7 || all[0].Range.Start.Column != 5 ||
+		all[0].Range.End.Column != 16 || !strings.Contains(all[0].Detail, "change_mode is ignored with env = true; an env template restarts the process") {
+		t.Fatalf("diagnostics %+v", all)
 	}
 }

@@ -33,7 +33,6 @@ service "webapp" {
     EOT
     destination = "/run/webapp/db.env"
     env         = true
-    change_mode = "noop"
     wait        = { min = "2s", max = "10s" }
   }
 
