@@ -19,6 +19,7 @@ import (
 	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/internal/logring"
 	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
@@ -112,7 +113,10 @@ func (c *RunCommand) Run(args []string) int {
 		return 1
 	}
 
-	cfg, diags := schema.Load(paths, schema.LoadOptions{Vars: vars})
+	// The same checks as validate: templates parse, programs and dirs
+	// exist here (warnings).
+	loadOpts := schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate, CheckHost: true}
+	cfg, diags := schema.Load(paths, loadOpts)
 	if diags.HasErrors() {
 		var b strings.Builder
 		_ = diags.WriteText(&b, 100, false)
@@ -218,12 +222,17 @@ func (c *RunCommand) Run(args []string) int {
 			case <-reloadc:
 			}
 			log.Info("SIGHUP: reloading", "paths", paths)
-			ncfg, ndiags := schema.Load(paths, schema.LoadOptions{Vars: vars})
+			ncfg, ndiags := schema.Load(paths, loadOpts)
 			if ndiags.HasErrors() {
 				var b strings.Builder
 				_ = ndiags.WriteText(&b, 100, false)
 				log.Error("reload failed: the files have errors; the running configuration is unchanged\n" + b.String())
 				continue
+			}
+			if ndiags.Len() > 0 {
+				var b strings.Builder
+				_ = ndiags.WriteText(&b, 100, false)
+				log.Warn("configuration warnings\n" + b.String())
 			}
 			res, err := r.Apply(ctx, ncfg)
 			if err != nil {
