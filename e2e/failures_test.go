@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,5 +78,40 @@ service "queue-worker" {
 	r := instanceReport(t, sc)
 	if r.Stderr != "cannot connect to queue at 127.0.0.1:5672" || r.LastExit != "exit 3" || r.Since.IsZero() {
 		t.Errorf("state: %+v", r)
+	}
+}
+
+// A template that cannot parse is refused at start with its position, not
+// waited on forever.
+func TestRunRefusesTemplateThatCannotParse(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	hcl := writeHCL(t, `
+service "web" {
+  command = ["sleep", "30"]
+  template {
+    source      = "web.conf.tpl"
+    destination = "web.conf"
+  }
+}
+`)
+	tpl := filepath.Join(filepath.Dir(hcl), "web.conf.tpl")
+	if err := os.WriteFile(tpl, []byte("listen = 8080\nname = {{ kye \"app/name\" }}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := startMariposa(t, agent, nil, hcl)
+	select {
+	case <-m.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("mariposa run waits on a template that cannot parse")
+	}
+	if code := m.cmd.ProcessState.ExitCode(); code != 1 {
+		t.Errorf("exit %d, want 1", code)
+	}
+	if out := m.out.String(); !strings.Contains(out, "web.conf.tpl:2:") || !strings.Contains(out, `"kye"`) {
+		t.Errorf("the error does not point into the template:\n%s", out)
+	}
+	if n := len(serviceEntries(agent.Client(t), "web")); n != 0 {
+		t.Errorf("%d instances registered", n)
 	}
 }
