@@ -99,7 +99,7 @@ func put(t testing.TB, c *api.Client, k, v string) {
 func renders(sd *ServiceData, i int) int {
 	sd.mu.Lock()
 	defer sd.mu.Unlock()
-	return sd.runners[i].renders
+	return sd.templates[i].renders
 }
 
 func newAgent(t testing.TB) (*consultest.Agent, *api.Client) {

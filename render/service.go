@@ -17,11 +17,11 @@ type ServiceData struct {
 	cancel  context.CancelFunc
 	done    sync.WaitGroup
 
-	mu      sync.Mutex
-	gates   []*gate
-	runners []*runner
-	events  []TemplateEvent
-	badDeps []string // dependencies that cannot be queried
+	mu        sync.Mutex
+	gates     []*gate
+	templates []*templateRunner
+	events    []TemplateEvent
+	badDeps   []string // dependencies that cannot be queried
 }
 
 // ServiceState is a snapshot of a service's data.
@@ -72,7 +72,7 @@ func newServiceData(m *Manager, svc *schema.Service) *ServiceData {
 	}
 	sb := &sandbox{root: serviceDir(svc), env: svc.Env, maxFile: m.opts.MaxOutput}
 	for _, t := range svc.Templates {
-		sd.runners = append(sd.runners, newRunner(sd, t, sb))
+		sd.templates = append(sd.templates, newTemplateRunner(sd, t, sb))
 	}
 	return sd
 }
@@ -94,7 +94,7 @@ func (sd *ServiceData) start() {
 			g.dataChanged()
 		}
 	}
-	for _, r := range sd.runners {
+	for _, r := range sd.templates {
 		sd.done.Add(1)
 		sd.m.wg.Add(1)
 		go func() {
@@ -143,7 +143,7 @@ func (sd *ServiceData) State() ServiceState {
 			}
 		}
 	}
-	for _, r := range sd.runners {
+	for _, r := range sd.templates {
 		if r.err != "" {
 			st.Errors = append(st.Errors, r.err)
 		}

@@ -23,9 +23,9 @@ type TemplateEvent struct {
 	Destination string
 }
 
-// runner renders one template: on every change of the data it read, and
+// templateRunner renders one template: on every change of the data it read, and
 // with quiescence after its first render when `wait` is set.
-type runner struct {
+type templateRunner struct {
 	sd   *ServiceData
 	t    *schema.Template
 	name string // destination as the user wrote it, for messages
@@ -46,8 +46,8 @@ type runner struct {
 	renders  int // files written, for tests
 }
 
-func newRunner(sd *ServiceData, t *schema.Template, sb *sandbox) *runner {
-	r := &runner{sd: sd, t: t, kick: make(chan struct{}, 1), used: map[string]dep.Dependency{}}
+func newTemplateRunner(sd *ServiceData, t *schema.Template, sb *sandbox) *templateRunner {
+	r := &templateRunner{sd: sd, t: t, kick: make(chan struct{}, 1), used: map[string]dep.Dependency{}}
 	r.name = t.Destination
 	if rel, err := filepath.Rel(sb.root, t.Destination); err == nil && !strings.HasPrefix(rel, "..") {
 		r.name = rel
@@ -90,14 +90,14 @@ func templateLabel(svc *schema.Service, t *schema.Template) string {
 	return t.Source
 }
 
-func (r *runner) dataChanged() {
+func (r *templateRunner) dataChanged() {
 	select {
 	case r.kick <- struct{}{}:
 	default:
 	}
 }
 
-func (r *runner) run(ctx context.Context) {
+func (r *templateRunner) run(ctx context.Context) {
 	defer func() {
 		for k := range r.used {
 			r.sd.m.unwatch(r, k)
@@ -152,7 +152,7 @@ func (r *runner) run(ctx context.Context) {
 
 // render executes the template, follows the data it used, and writes the
 // file when all data is there and the output changed.
-func (r *runner) render() {
+func (r *templateRunner) render() {
 	m := r.sd.m
 	var res *ctemplate.ExecuteResult
 	var err error
@@ -228,7 +228,7 @@ func (r *runner) render() {
 // follow watches what the last pass used and stops watching what it no
 // longer uses. It reports whether a newly followed dependency already has
 // data, so that another pass would see more.
-func (r *runner) follow(used []dep.Dependency) (again bool) {
+func (r *templateRunner) follow(used []dep.Dependency) (again bool) {
 	m := r.sd.m
 	now := make(map[string]dep.Dependency, len(used))
 	for _, d := range used {
