@@ -98,7 +98,3 @@ func touch(t testing.TB, path string) {
 		t.Fatal(err)
 	}
 }
-
-func splitLines(s string) []string { return strings.Split(s, "\n") }
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -121,14 +121,13 @@ service "never" {
   }
 }
 `, childBin, childBin, childBin))
-	m := startMariposa(t, agent, nil, hcl)
+	startMariposa(t, agent, nil, hcl)
 	crashy := waitSupervisor(t, c, "crashy", agent.Name, api.HealthCritical, "failed: 2 restarts in 1m (last: exit 3)")
 	waitSupervisor(t, c, "oneshot", agent.Name, api.HealthCritical, "completed (exit 0); not restarted (restart policy on-failure)")
 	waitSupervisor(t, c, "never", agent.Name, api.HealthCritical, "exit 4; not restarted (restart policy never)")
 	if r := instanceReport(t, crashy); r.Restarts != 2 || r.State != "failed" || r.LastExit != "exit 3" {
 		t.Errorf("crashy: %+v, want failed after 2 restarts (3 runs), last exit 3", r)
 	}
-	_ = m
 }
 
 // args checks run under mariposa and report through TTL: 0 passing, 1

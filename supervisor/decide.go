@@ -430,6 +430,8 @@ func (st *stepper) exited(in input) {
 		s.lastEnd = s.thenWhy
 		st.tryStart()
 	case thenWait:
+		s.restarts++
+		s.lastEnd = s.thenWhy
 		st.tryStart()
 	}
 }
@@ -558,6 +560,7 @@ func (st *stepper) dataChanged(d render.ServiceState) {
 				why := "dependency " + dep.Dep.Name + " lost; stopping until it is back"
 				st.set(StateStarting, why)
 				st.emit(EventDependencyLost, why)
+				s.thenWhy = "dependency " + dep.Dep.Name + " lost"
 				st.stopProcess(thenWait, false)
 				return
 			}

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,14 +76,17 @@ func TestInstanceStopWhileCommandCannotStart(t *testing.T) {
 // Regression (issue 10): the second SIGINT did not kill at once while a
 // restart (health, template, on_lost, operator) waited out the stop timeout.
 func TestInstanceKillDuringRestartStop(t *testing.T) {
+	ready := filepath.Join(t.TempDir(), "ready")
 	svc := testService(func(s *schema.Service) {
-		// Ignores SIGTERM: only SIGKILL ends it.
-		s.Command = []string{"sh", "-c", `trap "" TERM; while :; do sleep 0.05; done`}
+		// Ignores SIGTERM (once it says so): only SIGKILL ends it.
+		s.Command = []string{"sh", "-c", `trap "" TERM; touch "$READY"; while :; do sleep 0.05; done`}
 		s.Stop.Timeout = 6 * time.Second
 	})
 	in, _ := testInstance(t, svc)
+	in.env = append(in.env, "READY="+ready)
 	go in.run()
 	waitFor(t, "running", 5*time.Second, func() bool { return in.Snapshot().State == StateRunning })
+	waitFor(t, "the child ignoring SIGTERM", 5*time.Second, func() bool { _, err := os.Stat(ready); return err == nil })
 	pid := in.Snapshot().PID
 	restarted := make(chan error, 1)
 	go func() { restarted <- in.operate(t.Context(), inRestart) }()
