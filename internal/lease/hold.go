@@ -177,6 +177,7 @@ func (l *Lease) releaseKey(key string, value []byte, session string) error {
 // detach releases t's key and takes t off its session; see Term.Release.
 func (l *Lease) detach(t *Term) error {
 	s := t.s
+	t.released.Store(true)
 	var err error
 	if !s.isInvalid() {
 		err = l.releaseKey(t.Key, t.value, s.id)

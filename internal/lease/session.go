@@ -111,8 +111,11 @@ func (l *Lease) retire(s *session, err error) bool {
 		if l.cur == s {
 			l.cur = nil
 		}
-		if err != nil {
+		switch {
+		case err != nil && len(s.terms) > 0:
 			l.log.Warn("session lost: every lock it holds ends", "session", s.id, "terms", len(s.terms), "reason", err)
+		case err != nil:
+			l.log.Debug("session lost", "session", s.id, "reason", err)
 		}
 	}
 	var terms []*Term

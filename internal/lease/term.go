@@ -3,6 +3,7 @@ package lease
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -24,6 +25,7 @@ type Term struct {
 	value       []byte
 	log         hclog.Logger
 	releaseOnce sync.Once
+	released    atomic.Bool // its owner released it: nothing more to say
 
 	mu        sync.Mutex
 	confirmed time.Time // send time of the latest confirmation
@@ -142,7 +144,7 @@ func (t *Term) expire(err error) {
 }
 
 func (t *Term) expireLocked(now time.Time, err error) {
-	if t.isExpired() {
+	if t.isExpired() || t.released.Load() {
 		return
 	}
 	t.deadline = t.confirmed.Add(t.l.t.lockDelay)
