@@ -155,8 +155,13 @@ func (e *Elector) retry() time.Duration {
 // means the round ended normally (after a term).
 func (e *Elector) round(ctx context.Context, onTerm func(*Term)) error {
 	lt, err := e.lease.Acquire(ctx, lease.Hold{Key: e.cfg.Key, Value: e.cfg.Value, Log: e.log})
-	if errors.Is(err, lease.ErrStale) {
+	switch {
+	case errors.Is(err, lease.ErrStale):
 		e.log.Warn("acquired the lock too late to trust it; released it")
+		return nil
+	case errors.Is(err, lease.ErrRetired):
+		// The session was lost while contending; the lease has said so.
+		e.log.Debug("contending again with a new session", "reason", err)
 		return nil
 	}
 	if err != nil {

@@ -21,6 +21,7 @@ type session struct {
 	invalid  chan struct{} // Consul said the session is gone
 	retiredc chan struct{}
 	wake     chan struct{} // a term was attached: confirm it
+	renewNow chan struct{} // a key was found released: is the session gone?
 	ctx      context.Context
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup
@@ -39,7 +40,7 @@ type session struct {
 func newSession(l *Lease, id string, created time.Time) *session {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &session{l: l, id: id, invalid: make(chan struct{}), retiredc: make(chan struct{}),
-		wake: make(chan struct{}, 1), ctx: ctx, cancel: cancel, terms: map[*Term]struct{}{}, renewed: created}
+		wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1), ctx: ctx, cancel: cancel, terms: map[*Term]struct{}{}, renewed: created}
 }
 
 // start runs the renewal, the confirmation rounds and the watchdog. They run
@@ -92,6 +93,17 @@ func (s *session) idleLocked() bool {
 		return true
 	}
 	return false
+}
+
+// checkNow has the renewal loop renew at once: a key found released or
+// taken says the session may be gone, and if it is, every hold under it
+// must end and contenders must move to a new session now, not at the next
+// renewal.
+func (s *session) checkNow() {
+	select {
+	case s.renewNow <- struct{}{}:
+	default:
+	}
 }
 
 func (s *session) poke() {
@@ -150,7 +162,16 @@ func (s *session) attached(live bool) []*Term {
 func (s *session) renew() {
 	l := s.l
 	wait := l.t.ttl / 2
-	for sleep(s.ctx, wait) {
+	for {
+		timer := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		case <-s.renewNow:
+			timer.Stop()
+		}
 		rctx, cancel := context.WithTimeout(s.ctx, l.t.request)
 		sent := l.now()
 		entry, _, err := l.cfg.Client.Session().Renew(s.id, (&api.WriteOptions{}).WithContext(rctx))
@@ -273,8 +294,10 @@ func (s *session) apply(sent time.Time, terms []*Term, pairs map[string]*api.KVP
 			t.expire(fmt.Errorf("%w (the key was deleted)", ErrLockLost))
 		case p.Session == "":
 			t.expire(fmt.Errorf("%w (released: the session was invalidated, or the key released by hand)", ErrLockLost))
+			s.checkNow()
 		default:
 			t.expire(fmt.Errorf("%w (now held by session %s)", ErrLockLost, p.Session))
+			s.checkNow()
 		}
 	}
 }
