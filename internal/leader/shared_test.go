@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
-	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/leader/leadertest"
+	"github.com/mariposa-sh/mariposa/internal/lease"
 )
 
 // TestSharedLease: two electors per node on the node's lease. A node's
