@@ -75,12 +75,12 @@ type Config struct {
 
 // Elector contends for one key. Make it with New; call Run once at a time.
 type Elector struct {
-	cfg     Config
-	lease   *lease.Lease
-	own     bool // the lease is the elector's own
-	log     hclog.Logger
-	now     func() time.Time
-	running atomic.Bool
+	cfg      Config
+	shared   *lease.Lease
+	leaseCfg lease.Config // of the lease each Run makes when none is shared
+	log      hclog.Logger
+	now      func() time.Time
+	running  atomic.Bool
 }
 
 // New returns an Elector for cfg, filling in defaults.
@@ -94,44 +94,42 @@ func New(cfg Config) *Elector {
 	if now == nil {
 		now = time.Now
 	}
-	e := &Elector{cfg: cfg, lease: cfg.Lease, log: log, now: now}
-	if e.lease == nil {
-		name := cfg.SessionName
-		if name == "" {
-			name = "mariposa leader " + cfg.Key
-		}
-		e.own = true
-		e.lease = lease.New(lease.Config{
-			Client: cfg.Client, Node: cfg.Node, Checks: cfg.Checks, TTL: cfg.SessionTTL,
-			LockDelay: cfg.LockDelay, Name: name, OneTermPerSession: true, Log: log, Now: now,
-		})
+	name := cfg.SessionName
+	if name == "" {
+		name = "mariposa leader " + cfg.Key
 	}
-	return e
+	return &Elector{cfg: cfg, shared: cfg.Lease, log: log, now: now, leaseCfg: lease.Config{
+		Client: cfg.Client, Node: cfg.Node, Checks: cfg.Checks, TTL: cfg.SessionTTL,
+		LockDelay: cfg.LockDelay, Name: name, OneTermPerSession: true, Log: log, Now: now,
+	}}
 }
 
 // Run contends for the key until ctx ends, calling onTerm once per term (see
 // the package documentation). It returns after releasing the lock (and, with
 // a lease of its own, destroying its session).
 func (e *Elector) Run(ctx context.Context, onTerm func(*Term)) {
-	if e.cfg.Key == "" || (e.own && e.cfg.Client == nil) {
+	if e.cfg.Key == "" || (e.shared == nil && e.cfg.Client == nil) {
 		panic("leader: Config needs a Key, and a Client or a Lease")
 	}
 	if !e.running.CompareAndSwap(false, true) {
 		panic("leader: Run called while already running")
 	}
 	defer e.running.Store(false)
-	if e.own {
-		defer e.lease.Close()
+	l := e.shared
+	if l == nil {
+		l = lease.New(e.leaseCfg)
+		defer l.Close()
 	}
-	backoff := e.retry()
+	retry := min(max(l.LockDelay()/10, 20*time.Millisecond), 500*time.Millisecond)
+	backoff := retry
 	var lastErr string
 	for ctx.Err() == nil {
-		err := e.round(ctx, onTerm)
+		err := e.round(ctx, l, onTerm)
 		if ctx.Err() != nil {
 			return
 		}
 		if err == nil {
-			backoff, lastErr = e.retry(), ""
+			backoff, lastErr = retry, ""
 			continue
 		}
 		// Say it once, not every retry while the agent is away.
@@ -146,15 +144,10 @@ func (e *Elector) Run(ctx context.Context, onTerm func(*Term)) {
 	}
 }
 
-// retry is the first backoff after an error.
-func (e *Elector) retry() time.Duration {
-	return min(max(e.lease.LockDelay()/10, 20*time.Millisecond), 500*time.Millisecond)
-}
-
 // round contends once, and leads one term if it gets the lock. A nil error
 // means the round ended normally (after a term).
-func (e *Elector) round(ctx context.Context, onTerm func(*Term)) error {
-	lt, err := e.lease.Acquire(ctx, lease.Hold{Key: e.cfg.Key, Value: e.cfg.Value, Log: e.log})
+func (e *Elector) round(ctx context.Context, l *lease.Lease, onTerm func(*Term)) error {
+	lt, err := l.Acquire(ctx, lease.Hold{Key: e.cfg.Key, Value: e.cfg.Value, Log: e.log})
 	switch {
 	case errors.Is(err, lease.ErrStale):
 		e.log.Warn("acquired the lock too late to trust it; released it")

@@ -14,8 +14,8 @@ import (
 // TestSharedLease: two electors per node on the node's lease. A node's
 // leaders share its one session; a graceful stop hands one key over at once
 // and leaves the other term and the session alone; the session's
-// invalidation ends the node's terms together, the other node leads after
-// their deadline, and the electors contend again under one new session.
+// invalidation ends the node's terms, the other node leads after their
+// deadline, and the electors contend again under one new session.
 func TestSharedLease(t *testing.T) {
 	_, c, live := devSetup(t)
 	leases := map[string]*lease.Lease{}
@@ -58,10 +58,12 @@ func TestSharedLease(t *testing.T) {
 		t.Fatalf("k1 held by %s, want b's %s", h.Session, tb1.Session)
 	}
 
-	// a's session is invalidated: a's term ends, b leads k2 after its
-	// deadline, and a contends again under one new session.
+	// a's liveness check goes critical, which invalidates its session:
+	// a's term ends, b leads k2 after its deadline, and once a's check
+	// passes again a contends again under one new session.
 	a1 = startContender(t, "a", Config{Lease: leases["a"], Key: k1}, &rec1, nil)
-	if _, err := c.Session().Destroy(sa, nil); err != nil {
+	live["a"].paused.Store(true)
+	if err := c.Agent().UpdateTTL(live["a"].CheckID, "fault", "critical"); err != nil {
 		t.Fatal(err)
 	}
 	waitClosed(t, t2.Expired(), 5*time.Second, "a's k2 term after its session was destroyed")
@@ -72,6 +74,7 @@ func TestSharedLease(t *testing.T) {
 	if !tb2.Started.After(t2.Deadline()) {
 		t.Fatalf("b leads k2 from %v, before a's deadline %v", tb2.Started, t2.Deadline())
 	}
+	live["a"].paused.Store(false)
 	if !consultest.WaitFor(10*time.Second, func() bool {
 		s := leases["a"].Session()
 		return s != "" && s != sa
@@ -89,5 +92,33 @@ func TestSharedLease(t *testing.T) {
 	}
 	if err := leadertest.CheckNoOverlap(rec2.Intervals()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunAgain: an elector with a lease of its own leads again in a second
+// Run after the first returned.
+func TestRunAgain(t *testing.T) {
+	_, c, live := devSetup(t)
+	cfg := cfgFor(c, "mariposa/leader/again", live["a"])
+	cfg.Log = testLog(t, "a")
+	e := New(cfg)
+	for i := range 2 {
+		ctx, cancel := context.WithCancel(context.Background())
+		led := make(chan *Term, 1)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			e.Run(ctx, func(tm *Term) { led <- tm; <-tm.Lost() })
+		}()
+		select {
+		case tm := <-led:
+			if tm.Err() != nil {
+				t.Fatalf("run %d: %v", i, tm.Err())
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("run %d: no term", i)
+		}
+		cancel()
+		<-done
 	}
 }
