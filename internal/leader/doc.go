@@ -4,10 +4,15 @@
 //
 // # API
 //
-// An Elector contends for one key until its context ends:
+// An Elector contends for one key until its context ends. It is a hold on a
+// node's lease (internal/lease): with Config.Lease, the node's shared
+// session, confirmed in one read per round with the node's other holds;
+// without, a lease of its own with a new session for every term.
 //
-//	e := leader.New(leader.Config{Client: c, Key: "mariposa/leader/web",
-//		Checks: []string{"serfHealth", "mariposa-" + node + ":mariposa"}, Value: []byte(serviceID)})
+//	leases := lease.NewManager(lease.Config{Client: c, Node: node,
+//		Checks: []string{"mariposa-" + node + ":mariposa"}})
+//	e := leader.New(leader.Config{Lease: leases.Lease(ttl, lockDelay),
+//		Key: "mariposa/leader/web", Value: []byte(serviceID)})
 //	e.Run(ctx, func(t *leader.Term) {
 //		start(t.Session, t.Index)      // leader-only work
 //		<-t.Lost()                     // stop now; SIGKILL at once if <-t.Expired()
@@ -24,69 +29,45 @@
 // stopped. Expired can also close after a voluntary end, if the lock is lost
 // while onTerm is still stopping its work.
 //
-// After a term, and after any error, the session is released and destroyed and
-// Run contends again with a new session: a session (and with it a lock) that
-// was lost is never used again. When Consul cannot be reached to release and
-// destroy it, Run keeps trying before it contends again (a live session
-// nobody renews would hold the lock until its TTL ran out twice). When Run's
-// context ends, Run releases the lock (after onTerm returned) and destroys the
-// session before returning.
+// After a term the lock is released and Run contends again. A session that
+// was lost (invalidated, or not confirmed in time) is never used again: the
+// lease retires it, and every hold under it ends with it. With a lease of
+// its own the elector uses a new session for every term, as before; with a
+// shared lease, the same session contends again after a voluntary end or
+// after the key alone was lost. When Consul cannot be reached to release
+// and destroy a retired session, the lease keeps trying before it creates
+// the next one (a live session nobody renews would hold the lock until its
+// TTL ran out twice). When Run's context ends, Run releases the lock (after
+// onTerm returned) and, with a lease of its own, destroys the session before
+// returning.
 //
 // Term.Index is the fencing token: the lock key's ModifyIndex right after
 // this instance acquired it (MARIPOSA_LEADER_INDEX). It is a Raft index, so
 // it only grows across terms, and a Consul transaction that starts with
 // {"KV": {"Verb": "check-index", "Key": key, "Index": index}} or with
 // {"KV": {"Verb": "check-session", "Key": key, "Session": session}} fails as
-// soon as the lock has left this term. ModifyIndex rather than LockIndex
+// soon as the lock has left this term (check-session: this session, which,
+// shared, may hold the key again later). ModifyIndex rather than LockIndex
 // because check-index compares ModifyIndex; LockIndex is in Term too.
 //
 // Lookup reports who holds a key, for status and for tag mode.
 //
 // # Safety
 //
-// Consul invalidates a session when Consul decides to: its TTL ran out (Consul
-// waits twice the TTL after the last renewal), a check it is bound to went
-// critical (serfHealth when the node's agent is gone or cut off, mariposa's
-// liveness TTL check when mariposa stopped heartbeating), or someone
-// destroyed it. Invalidation releases the lock and, in the same Raft entry,
-// starts lock_delay, during which the Raft leader refuses to lock the key for
-// anyone. So if a read that Consul served after time s (a consistent read,
-// verified by the Raft leader) shows our session holding the key, nobody else
-// can hold it before s + lock_delay, whatever happens after s. The elector
-// calls s the last confirmation: it is the moment this process sent the
-// request, which is before Consul served it.
-//
-// While leader, the elector keeps confirmations recent: a blocking query on the
-// key with RequireConsistent and a wait of lock_delay/5. It returns at once
-// when the key changes (released by invalidation, taken by another session,
-// deleted: the term is lost at once) and otherwise after the wait, each time a
-// fresh confirmation. A watchdog checks every lock_delay/20 that the last
-// confirmation is no older than lock_delay/2 and ends the term if it is. So in
-// every case where this process can act (its agent was killed, stopped or cut
-// off from the servers, the network to the agent is cut, Consul invalidated
-// the session for any reason) Lost and Expired close at most about
-// lock_delay/2 after the last confirmation, leaving lock_delay/2 before the
-// earliest moment another instance could hold the lock (Term.Deadline). The
-// leader-only work must be stopped in that half: the supervisor kills its
-// child at once when Expired closes. The renewal loop (every TTL/2) also ends
-// the term when Consul says the session is gone, or when no renewal succeeded
-// for a whole TTL.
-//
-// A serfHealth-driven invalidation (agent killed, network cut between the
-// agent and the servers) happens only after Serf has declared the node failed,
-// seconds after the fault; by then the leader stopped getting confirmations
-// through that agent and lost the term long before. The order does not matter
-// for safety, which only rests on confirmations: whatever invalidated the
-// session, it happened after the last confirmation.
-//
-// The exception is a process that cannot act: frozen by SIGSTOP or a VM pause
-// for longer than lock_delay/2. Its timers do not run, so it cannot stop its
-// work in time, and another instance may lead while the frozen one's child
-// still runs. On resume the watchdog sees the gap on the monotonic clock (or
-// the stale confirmation) and ends the term at once; a late answer to a
-// request sent before the freeze never extends the term. For the frozen
-// window the fencing token is the guarantee: the stale leader's guarded
-// writes fail.
+// The argument is the lease's (see internal/lease): if a consistent read
+// sent at time s showed the key held by the session, nobody else can hold
+// it before s + lock_delay, because Consul starts lock_delay in the same
+// Raft entry that invalidates a session. The lease confirms every held key
+// of a session in one consistent read every lock_delay/5, and one watchdog
+// ends every term whose last confirmation is older than lock_delay/2, so
+// Lost and Expired close at least lock_delay/2 before another instance could
+// lead (Term.Deadline), in every case where this process can act. A process
+// frozen for longer (SIGSTOP, VM pause) is the exception: on resume the
+// watchdog ends the term at once, and for the frozen window the fencing
+// token (check-index with Term.Index) is the guarantee. With a shared lease
+// Term.Session is the node's session, which may hold the key again in a
+// later term, so check-session does not tell two terms apart; check-index
+// does.
 //
 // Every bound is a fraction of lock_delay, not of the session TTL: the TTL
 // only decides how long a silent crash takes to free the lock, never safety.

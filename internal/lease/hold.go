@@ -1,0 +1,277 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+)
+
+// Hold says which key to lock under a lease.
+type Hold struct {
+	// Key is the KV key to lock, e.g. "mariposa/leader/web".
+	Key string
+	// Value is written to the key when acquired, so others can see who
+	// holds it.
+	Value []byte
+	// Log receives the term's events; default the lease's, with the key.
+	Log hclog.Logger
+}
+
+// key reservations in Lease.keys.
+const (
+	keyHeld    = "held"    // contended for, or held by a term
+	keyPending = "pending" // its release failed; retried
+)
+
+// errHeld is acquire's answer, in failIfHeld mode, when another session
+// holds the key.
+type errHeld struct{ pair *api.KVPair }
+
+func (e *errHeld) Error() string {
+	return fmt.Sprintf("%s is held by session %s", e.pair.Key, e.pair.Session)
+}
+
+// Acquire waits until the lease's current session (created first if there
+// is none) holds h.Key, and returns the term. It waits with a blocking
+// query while another session holds the key. The term is confirmed with
+// every other term of the session, in one read every lockDelay/5, until
+// Release. One key can be held at most once under a lease.
+//
+// Acquire fails when ctx ends, when Consul cannot be reached, when the
+// session is lost while it waits (ErrRetired), or when the acquisition was
+// confirmed too late to trust (ErrStale): contend again.
+func (l *Lease) Acquire(ctx context.Context, h Hold) (*Term, error) {
+	return l.acquire(ctx, h, false)
+}
+
+func (l *Lease) acquire(ctx context.Context, h Hold, failIfHeld bool) (*Term, error) {
+	if h.Key == "" {
+		return nil, errors.New("lease: a hold needs a key")
+	}
+	if err := l.reserve(h.Key); err != nil {
+		return nil, err
+	}
+	attached := false
+	defer func() {
+		if !attached {
+			l.unreserve(h.Key)
+		}
+	}()
+	s, err := l.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	log := h.Log
+	if log == nil {
+		log = l.log.With("key", h.Key)
+	}
+
+	cctx, ccancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-s.retiredc:
+			ccancel()
+		case <-cctx.Done():
+		}
+	}()
+	sent, pair, err := s.contend(cctx, h, failIfHeld, log)
+	ccancel()
+	if err != nil {
+		if s.isRetired() && ctx.Err() == nil {
+			// An acquire whose answer was lost may have succeeded.
+			l.bestEffortRelease(s, h)
+			if s.isInvalid() {
+				return nil, fmt.Errorf("%w: Consul invalidated it", ErrRetired)
+			}
+			return nil, ErrRetired
+		}
+		return nil, err
+	}
+
+	t := newTerm(l, s, h.Key, h.Value, log, sent)
+	t.Index, t.LockIndex = pair.ModifyIndex, pair.LockIndex
+	// The acquisition itself may be stale already (a slow answer, a freeze).
+	if t.stale(l.now()) {
+		l.bestEffortRelease(s, h)
+		return nil, ErrStale
+	}
+	l.mu.Lock()
+	if s.isRetired() {
+		l.mu.Unlock()
+		l.bestEffortRelease(s, h)
+		return nil, ErrRetired
+	}
+	s.terms[t] = struct{}{}
+	l.mu.Unlock()
+	attached = true
+	s.poke()
+	return t, nil
+}
+
+// reserve marks key as contended for under the lease. A key whose release
+// failed earlier is released again first.
+func (l *Lease) reserve(key string) error {
+	for try := 0; ; try++ {
+		l.mu.Lock()
+		state := l.keys[key]
+		if state == "" {
+			l.keys[key] = keyHeld
+			l.mu.Unlock()
+			return nil
+		}
+		l.mu.Unlock()
+		if state == keyHeld {
+			return fmt.Errorf("lease: %s is already held or contended for under this lease", key)
+		}
+		if try > 0 {
+			return fmt.Errorf("lease: an earlier release of %s failed; retrying", key)
+		}
+		l.retryOrphans()
+		for _, s := range l.liveSessions() {
+			s.retryPending()
+		}
+	}
+}
+
+func (l *Lease) unreserve(key string) {
+	l.mu.Lock()
+	if l.keys[key] == keyHeld {
+		delete(l.keys, key)
+	}
+	l.mu.Unlock()
+}
+
+func (l *Lease) liveSessions() []*session {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]*session, 0, len(l.live))
+	for s := range l.live {
+		out = append(out, s)
+	}
+	return out
+}
+
+// bestEffortRelease releases h.Key if s holds it, when no term was made.
+func (l *Lease) bestEffortRelease(s *session, h Hold) {
+	if s.isInvalid() {
+		return
+	}
+	if err := l.releaseKey(h.Key, h.Value, s.id); err != nil {
+		l.log.Debug("cannot release a key acquired without a term", "key", h.Key, "error", err)
+	}
+}
+
+func (l *Lease) releaseKey(key string, value []byte, session string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), l.t.cleanup)
+	defer cancel()
+	_, _, err := l.cfg.Client.KV().Release(&api.KVPair{Key: key, Value: value, Session: session},
+		(&api.WriteOptions{}).WithContext(ctx))
+	return err
+}
+
+// detach releases t's key and takes t off its session; see Term.Release.
+func (l *Lease) detach(t *Term) error {
+	s := t.s
+	t.released.Store(true)
+	var err error
+	if !s.isInvalid() {
+		err = l.releaseKey(t.Key, t.value, s.id)
+	}
+	l.mu.Lock()
+	delete(s.terms, t)
+	if err != nil {
+		// The key stays reserved until a retry releases it.
+		l.keys[t.Key] = keyPending
+		s.pending = append(s.pending, heldKey{key: t.Key, value: t.value})
+	} else {
+		delete(l.keys, t.Key)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		t.log.Warn("cannot release the lock; will retry", "session", s.id, "error", err)
+	}
+	var finish bool
+	if l.cfg.OneTermPerSession {
+		finish = l.retire(s, nil)
+	} else {
+		l.mu.Lock()
+		finish = s.idleLocked()
+		l.mu.Unlock()
+	}
+	if finish {
+		l.finish(s)
+	}
+	return err
+}
+
+// contend waits for the key to be free and acquires it with s. It returns
+// the key as read by a consistent read that showed s holding it, and when
+// that read was sent: the term's first confirmation.
+func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclog.Logger) (time.Time, *api.KVPair, error) {
+	l := s.l
+	kv := l.cfg.Client.KV()
+	var index uint64
+	for {
+		if err := ctx.Err(); err != nil {
+			return time.Time{}, nil, err
+		}
+		// Look before acquiring: an acquire whose answer was lost may have
+		// succeeded, and a held key is waited on with a blocking query.
+		wait := l.t.standbyWait
+		if index == 0 {
+			wait = 0
+		}
+		rctx, cancel := context.WithTimeout(ctx, wait+wait/16+l.t.request)
+		sent := l.now()
+		pair, meta, err := kv.Get(h.Key, (&api.QueryOptions{
+			WaitIndex: index, WaitTime: wait, RequireConsistent: true,
+		}).WithContext(rctx))
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return time.Time{}, nil, ctx.Err()
+			}
+			return time.Time{}, nil, fmt.Errorf("read %s: %w", h.Key, err)
+		}
+		if meta.LastIndex < index {
+			index = 0 // the index went backwards (state reset): start over
+		} else {
+			index = meta.LastIndex
+		}
+		switch {
+		case pair != nil && pair.Session == s.id:
+			return sent, pair, nil
+		case pair != nil && pair.Session != "" && failIfHeld:
+			return time.Time{}, nil, &errHeld{pair: pair}
+		case pair != nil && pair.Session != "":
+			continue // held by another session: block until it changes
+		}
+		rctx, cancel = context.WithTimeout(ctx, l.t.request)
+		ok, _, err := kv.Acquire(&api.KVPair{Key: h.Key, Value: h.Value, Session: s.id},
+			(&api.WriteOptions{}).WithContext(rctx))
+		cancel()
+		index = 0 // read again at once to see what happened
+		switch {
+		case err != nil && strings.Contains(err.Error(), "invalid session"):
+			s.setInvalid()
+			return time.Time{}, nil, err
+		case err != nil:
+			if ctx.Err() != nil {
+				return time.Time{}, nil, ctx.Err()
+			}
+			return time.Time{}, nil, fmt.Errorf("acquire %s: %w", h.Key, err)
+		case !ok:
+			// Free but refused: lock delay after an invalidation, or another
+			// session was faster. Consul does not say how long the delay lasts.
+			log.Trace("acquire refused, lock delay or race")
+			if !sleep(ctx, l.t.retry) {
+				return time.Time{}, nil, ctx.Err()
+			}
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package lease
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// Term is one period during which a hold's key is locked by the lease's
+// session: from the acquisition to Release.
+type Term struct {
+	Key     string // the lock key
+	Session string // the session holding it
+	// Index is the fencing token: Key's ModifyIndex right after the
+	// acquisition; check-index on Key with it fails once the lock has moved.
+	Index     uint64
+	LockIndex uint64    // how many times Key has been acquired, this time included
+	Started   time.Time // when the acquisition was confirmed, on Config.Now's clock
+
+	l           *Lease
+	s           *session
+	value       []byte
+	log         hclog.Logger
+	releaseOnce sync.Once
+	released    atomic.Bool // its owner released it: nothing more to say
+
+	mu        sync.Mutex
+	confirmed time.Time // send time of the latest confirmation
+	lost      chan struct{}
+	expired   chan struct{}
+	err       error
+	deadline  time.Time
+}
+
+func newTerm(l *Lease, s *session, key string, value []byte, log hclog.Logger, confirmed time.Time) *Term {
+	return &Term{Key: key, Session: s.id, Started: confirmed, l: l, s: s, value: value, log: log,
+		confirmed: confirmed, lost: make(chan struct{}), expired: make(chan struct{})}
+}
+
+// Lost closes when the term ends for any reason: stop the work the lock
+// guards.
+func (t *Term) Lost() <-chan struct{} { return t.lost }
+
+// Expired closes when the lock is, or must be assumed, gone (Err wraps
+// ErrLost), possibly after Lost closed for a voluntary end. Work still
+// running then must be killed at once.
+func (t *Term) Expired() <-chan struct{} { return t.expired }
+
+// Err says why the term ended; nil while it lasts.
+func (t *Term) Err() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.err
+}
+
+// Deadline is zero until Expired closes; then it is the earliest moment
+// another session could hold the lock (last confirmation + lock delay), on
+// Config.Now's clock. The guarded work must have stopped by then.
+func (t *Term) Deadline() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.deadline
+}
+
+// End ends the term voluntarily with reason, unless it already ended (the
+// first reason stays). The key stays locked, and confirmed, until Release.
+func (t *Term) End(reason error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.err == nil {
+		t.err = reason
+		close(t.lost)
+	}
+}
+
+// Release ends the term (ErrReleased if it lasted), releases the key if the
+// session still holds it (a released key has no lock delay, so another
+// contender takes it at once) and detaches the term from the lease. Call
+// it once the guarded work has stopped; calls after the first do nothing.
+// When Consul cannot be reached, the release is retried in the background
+// and the key cannot be acquired again under this lease until it succeeded.
+func (t *Term) Release() error {
+	t.End(ErrReleased)
+	var err error
+	t.releaseOnce.Do(func() { err = t.l.detach(t) })
+	return err
+}
+
+func (t *Term) isExpired() bool { return isClosed(t.expired) }
+
+// confirm records that a read sent at sent showed the lock held. A late
+// answer never revives a term whose confirmation already got too old.
+func (t *Term) confirm(sent time.Time) {
+	now := t.l.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.isExpired() {
+		return
+	}
+	if age := now.Sub(t.confirmed); age > t.l.t.loseAfter {
+		t.expireLocked(now, fmt.Errorf("%w (last confirmed %v ago)", ErrUnconfirmed, age.Round(time.Millisecond)))
+		return
+	}
+	if sent.After(t.confirmed) {
+		t.confirmed = sent
+	}
+}
+
+// check ends the term when its confirmation or the session's renewal is
+// too old, and returns why; nil when it lasts (or had already expired).
+func (t *Term) check(now, renewed time.Time) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.isExpired() {
+		return nil
+	}
+	var err error
+	if age := now.Sub(t.confirmed); age > t.l.t.loseAfter {
+		err = fmt.Errorf("%w (last confirmed %v ago)", ErrUnconfirmed, age.Round(time.Millisecond))
+	} else if age := now.Sub(renewed); age > t.l.t.ttl {
+		err = fmt.Errorf("%w (last renewed %v ago)", ErrNotRenewed, age.Round(time.Millisecond))
+	}
+	if err != nil {
+		t.expireLocked(now, err)
+	}
+	return err
+}
+
+// stale reports whether the acquisition itself is too old to trust.
+func (t *Term) stale(now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return now.Sub(t.confirmed) > t.l.t.loseAfter
+}
+
+func (t *Term) expire(err error) {
+	now := t.l.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked(now, err)
+}
+
+func (t *Term) expireLocked(now time.Time, err error) {
+	if t.isExpired() || t.released.Load() {
+		return
+	}
+	t.deadline = t.confirmed.Add(t.l.t.lockDelay)
+	close(t.expired)
+	if t.err == nil {
+		t.err = err
+		close(t.lost)
+	}
+	t.log.Warn("lock lost: stop the work it guards now", "session", t.Session,
+		"reason", err, "deadline_in", t.deadline.Sub(now).Round(time.Millisecond))
+}
