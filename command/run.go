@@ -17,6 +17,7 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/internal/control"
+	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/logring"
 	"github.com/mariposa-sh/mariposa/internal/proc"
 	"github.com/mariposa-sh/mariposa/render"
@@ -59,6 +60,10 @@ Options:
   -log-level=LEVEL     trace, debug, info (default), warn, error.
   -log-json            Log JSON lines.
   -liveness-ttl=3s     TTL of mariposa's own liveness check.
+  -allow-second-supervisor
+                       Run even when another mariposa supervises this node
+                       (by default the node lock refuses a second one, which
+                       would take over the first one's registrations).
   -dev                 If no Consul agent answers, start a local dev agent
                        (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                        of "make consul", or PATH) and stop it on exit.
@@ -84,6 +89,7 @@ func (c *RunCommand) Run(args []string) int {
 		addr, token, caFile, cert, key, sni, level string
 		logJSON, dev                               bool
 		controlSock                                string
+		allowSecond                                bool
 		liveness                                   time.Duration
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -100,6 +106,7 @@ func (c *RunCommand) Run(args []string) int {
 	fs.BoolVar(&dev, "dev", false, "")
 	fs.DurationVar(&liveness, "liveness-ttl", 3*time.Second, "")
 	fs.StringVar(&controlSock, "control-socket", "", "")
+	fs.BoolVar(&allowSecond, "allow-second-supervisor", false, "")
 	if err := fs.Parse(args); err != nil {
 		return 1
 	}
@@ -197,6 +204,7 @@ func (c *RunCommand) Run(args []string) int {
 	// from the children's pipes directly, so a slow log never loses them.
 	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
+		AllowSecondSupervisor: allowSecond, Started: time.Now(),
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) }})
 	// The local control channel (mariposa restart, reset, logs).
 	srv, err := control.Listen(control.ResolvePath(controlSock), controlTarget{r}, rings, log)
@@ -248,7 +256,12 @@ func (c *RunCommand) Run(args []string) int {
 	for {
 		select {
 		case err := <-done:
-			if err != nil {
+			var held *lease.HeldError
+			switch {
+			case errors.As(err, &held):
+				c.UI.Error("mariposa run: " + err.Error())
+				return 1
+			case err != nil:
 				log.Error("supervisor failed", "error", err)
 				return 1
 			}

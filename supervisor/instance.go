@@ -75,6 +75,9 @@ type Instance struct {
 	done    chan struct{}
 
 	lastStderr atomic.Pointer[string] // the current child's last stderr line
+	// abandoned, when set and true: another supervisor holds the node, so
+	// the registration is not ours to withdraw.
+	abandoned *atomic.Bool
 
 	mu   sync.Mutex
 	snap Snapshot
@@ -362,6 +365,10 @@ func (l *loop) act(a action) {
 	case actRegister:
 		in.register(a.role, checks.Status{Health: l.s.health(), Output: report.Encode(reportOf(&l.s))})
 	case actDeregister:
+		if in.abandoned != nil && in.abandoned.Load() {
+			l.queue = append(l.queue, input{kind: inDeregistered})
+			return
+		}
 		go func() {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/leader"
+	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/proc"
 	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
@@ -49,6 +51,11 @@ type Options struct {
 	// OnOutput sees every output line of every child as it is read (the
 	// per-service log rings); it must not block.
 	OnOutput func(proc.Line)
+	// AllowSecondSupervisor skips the node lock: another mariposa may
+	// supervise the same node (each must then run distinct services).
+	AllowSecondSupervisor bool
+	// Started is when this mariposa started (the node lock's value).
+	Started time.Time
 }
 
 // Runner supervises every service of one configuration on this node.
@@ -64,9 +71,14 @@ type Runner struct {
 	ready     chan struct{}
 	killOnce  sync.Once
 	killc     chan struct{}
-	applyc   chan applyReq
+	applyc    chan applyReq
+
+	// abandoned: another supervisor holds the node now; stop without
+	// touching the registrations, which are its own.
+	abandoned atomic.Bool
 
 	// Set by Run before any instance starts.
+	leases  *lease.Manager
 	reg     *checks.Registry
 	data    *render.Manager // nil until a service needs Consul data
 	addr    string
@@ -157,11 +169,31 @@ func (r *Runner) Kill() {
 // Run starts everything and supervises until ctx ends, then stops every
 // service in reverse dependency order, deregisters, and returns.
 func (r *Runner) Run(ctx context.Context) error {
-	node, addr := r.agentIdentity(ctx)
+	node, addr, fromAgent := r.agentIdentity(ctx)
 	r.mu.Lock()
 	r.node = node
 	r.mu.Unlock()
 	log := r.log.With("node", node)
+
+	// One lease (session) per node and lock delay holds every lock of the
+	// node: the node lock, leaders, and next the fleet's slots.
+	selfID := checks.SupervisorServiceID(node)
+	r.leases = lease.NewManager(lease.Config{Client: r.opts.Client, Node: node, Name: "mariposa " + node,
+		Checks: []string{checks.SupervisorCheckID(selfID)}, Log: log.Named("lease")})
+	defer r.leases.Close()
+	// Before registering anything: is another mariposa supervising this
+	// node? A crashed one's lock goes once its liveness check expires; a
+	// live one keeps it, and this one refuses to start.
+	if !r.opts.AllowSecondSupervisor && fromAgent {
+		wait := lease.NodeLockWait(r.opts.LivenessTTL, lease.DefaultLockDelay)
+		if err := lease.WaitNodeLockFree(ctx, r.opts.Client, node, wait, log); err != nil {
+			var held *lease.HeldError
+			if errors.As(err, &held) || ctx.Err() != nil {
+				return err
+			}
+			log.Warn("could not check the node lock; taking it once the agent answers", "error", err)
+		}
+	}
 
 	bg, stopBG := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -180,12 +212,69 @@ func (r *Runner) Run(ctx context.Context) error {
 	goBG(func() { r.data.Run(bg) })
 
 	// mariposa's own liveness: mariposa.service.consul lists live supervisors.
-	selfID := checks.SupervisorServiceID(node)
 	reg.RegisterHeartbeat(&api.AgentServiceRegistration{
 		ID: selfID, Name: "mariposa", Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue},
 		Checks: api.AgentServiceChecks{{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
 			TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}},
 	}, checks.Status{Health: api.HealthPassing, Output: "alive"}, r.opts.LivenessTTL/3)
+
+	// The node lock, once the liveness check passes (the lease waits for
+	// it). Without an agent now, it is taken in the background when one
+	// answers; with one, before any service registers.
+	nodeLost := make(chan error, 1)
+	var nodeLock atomic.Pointer[lease.NodeLock]
+	if !r.opts.AllowSecondSupervisor {
+		host, _ := os.Hostname()
+		info := lease.NodeInfo{PID: os.Getpid(), Hostname: host, Started: r.opts.Started}
+		first := make(chan error, 1) // the first attempt's outcome
+		goBG(func() {
+			for attempt := 0; ; attempt++ {
+				nl, err := r.leases.Lease(0, 0).AcquireNodeLock(bg, node, info)
+				if attempt == 0 {
+					first <- err
+				}
+				var held *lease.HeldError
+				switch {
+				case err == nil:
+					nodeLock.Store(nl)
+					select {
+					case <-nl.Lost():
+						nodeLost <- nl.Err()
+					case <-bg.Done():
+					}
+					return
+				case errors.As(err, &held):
+					nodeLost <- err
+					return
+				case bg.Err() != nil:
+					return
+				}
+				// No agent (yet): take the lock when one answers.
+				log.Debug("node lock not taken yet; retrying", "error", err)
+				select {
+				case <-time.After(time.Second):
+				case <-bg.Done():
+					return
+				}
+			}
+		})
+		if fromAgent {
+			select {
+			case err := <-first:
+				var held *lease.HeldError
+				if errors.As(err, &held) {
+					// Another supervisor won a race to start: nothing here
+					// is ours to deregister.
+					r.abandoned.Store(true)
+					return err
+				} else if err != nil {
+					log.Warn("could not take the node lock; taking it once the agent answers", "error", err)
+				}
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
 
 	r.reg, r.addr, r.baseEnv = reg, addr, childBaseEnv(r.opts.Environ)
 	r.removeStale(ctx)
@@ -218,11 +307,22 @@ func (r *Runner) Run(ctx context.Context) error {
 	close(r.ready)
 	log.Info("supervising", "services", len(order))
 
+	var lostErr error
 	for {
 		select {
 		case req := <-r.applyc:
 			req.done <- r.apply(req.cfg)
 			continue
+		case err := <-nodeLost:
+			if ctx.Err() != nil || err == nil {
+				continue
+			}
+			// Another supervisor holds this node now: its registrations
+			// are its own. Kill the children and leave the catalog alone.
+			lostErr = fmt.Errorf("lost the node lock: %w", err)
+			log.Error("another supervisor took this node; killing every process and exiting without deregistering", "error", err)
+			r.abandoned.Store(true)
+			r.Kill()
 		case <-ctx.Done():
 		}
 		break
@@ -239,11 +339,19 @@ func (r *Runner) Run(ctx context.Context) error {
 		cancel()
 	default:
 	}
+	if r.abandoned.Load() {
+		return lostErr
+	}
 	if err := reg.Flush(dctx); err != nil {
 		log.Warn("some services could not be deregistered", "error", err)
 	}
 	if err := reg.Deregister(dctx, selfID); err != nil {
 		log.Warn("could not deregister mariposa itself", "error", err)
+	}
+	// The node lock goes last: a mariposa starting now must not register
+	// what this one is still deregistering.
+	if nl := nodeLock.Load(); nl != nil {
+		nl.Release()
 	}
 	log.Info("stopped")
 	return nil
@@ -261,16 +369,17 @@ func (r *Runner) addInstance(svc *schema.Service) *Instance {
 	var elector *leader.Elector
 	if svc.Leader != nil {
 		elector = leader.New(leader.Config{
-			Client: r.opts.Client, Key: svc.Leader.Key, SessionTTL: svc.Leader.SessionTTL, LockDelay: svc.Leader.LockDelay,
-			// Bound to mariposa's liveness: a dead or frozen supervisor
-			// loses its locks within the liveness TTL.
-			Checks: []string{checks.SupervisorCheckID(checks.SupervisorServiceID(r.node))},
-			Node:   r.node, Value: []byte(id), Log: log.Named(svc.Name).Named("leader"),
+			// The node's lease for this session_ttl and lock_delay: bound
+			// to serfHealth and mariposa's liveness, so a dead or frozen
+			// supervisor loses its locks within the liveness TTL.
+			Lease: r.leases.Lease(svc.Leader.SessionTTL, svc.Leader.LockDelay),
+			Key:   svc.Leader.Key, Value: []byte(id), Log: log.Named(svc.Name).Named("leader"),
 		})
 	}
 	node, events := r.node, r.opts.Events
 	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, elector,
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
+	in.abandoned = &r.abandoned
 	in.register = func(role string, st checks.Status) {
 		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: checks.SupervisorServiceID(r.node)}
 		if svc.Leader != nil && role != "" {
@@ -404,7 +513,7 @@ func (r *Runner) stopAll(cfg *schema.Config, order []string) {
 // agentIdentity asks the local agent for its node name and address. While no
 // agent answers (for up to 2s) it falls back to the hostname, as Consul's
 // own default node name is.
-func (r *Runner) agentIdentity(ctx context.Context) (node, addr string) {
+func (r *Runner) agentIdentity(ctx context.Context) (node, addr string, fromAgent bool) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -419,7 +528,7 @@ func (r *Runner) agentIdentity(ctx context.Context) (node, addr string) {
 				addr, _ = m["Addr"].(string)
 			}
 			if node != "" {
-				return node, addr
+				return node, addr, true
 			}
 		}
 		select {
@@ -429,7 +538,7 @@ func (r *Runner) agentIdentity(ctx context.Context) (node, addr string) {
 		}
 		h, _ := os.Hostname()
 		r.log.Warn("no Consul agent answered; using the hostname as node name", "node", h, "error", err)
-		return h, ""
+		return h, "", false
 	}
 }
 
