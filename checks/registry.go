@@ -91,18 +91,7 @@ func (r *Registry) Register(reg *api.AgentServiceRegistration, st Status) {
 func (r *Registry) RegisterHeartbeat(reg *api.AgentServiceRegistration, st Status, every time.Duration) {
 	r.mu.Lock()
 	delete(r.gone, reg.ID)
-	e := &entry{reg: reg, status: st, dirty: true, every: every, ttls: map[string]*ttlCheck{}}
-	// A registration that changed (a new leader tag) keeps the results of
-	// the args checks it still has: they are pushed again at once rather
-	// than waiting for the checks' next runs.
-	if old, ok := r.entries[reg.ID]; ok {
-		for _, c := range reg.Checks {
-			if tc, ok := old.ttls[c.CheckID]; ok {
-				e.ttls[c.CheckID] = &ttlCheck{st: tc.st, dirty: true, seq: tc.seq}
-			}
-		}
-	}
-	r.entries[reg.ID] = e
+	r.entries[reg.ID] = &entry{reg: reg, status: st, dirty: true, every: every, ttls: map[string]*ttlCheck{}}
 	r.mu.Unlock()
 	r.poke()
 }

@@ -67,26 +67,28 @@ func TestArgsCheckUnchangedResultKeepsTTL(t *testing.T) {
 	agent := consultest.NewDev(t)
 	reg, c := startRegistry(t, agent)
 	cases := []struct {
-		name   string
-		script string
-		health string
-		output string
+		name              string
+		script            string
+		health            string
+		output            string
+		interval, timeout time.Duration
 	}{
-		{"steady-pass", "echo lag is 12s; exit 0", api.HealthPassing, "lag is 12s"},
-		{"steady-warn", "echo lag is 40s; exit 1", api.HealthWarning, "lag is 40s"},
-		// A run that outlasts interval + timeout: it exits in time, but a
-		// descendant that left its process group holds the output open, and
-		// the result waits a second more for it. Results are then further
-		// apart than the TTL; the previous result is re-sent meanwhile.
-		{"slow-pass", "setsid sleep 3 & sleep 0.4; echo slow but fine", api.HealthPassing, "slow but fine"},
+		{"steady-pass", "echo lag is 12s; exit 0", api.HealthPassing, "lag is 12s", 500 * time.Millisecond, 500 * time.Millisecond},
+		{"steady-warn", "echo lag is 40s; exit 1", api.HealthWarning, "lag is 40s", 500 * time.Millisecond, 500 * time.Millisecond},
+		// A run that outlasts interval + timeout without timing out: it
+		// exits well in time, but a descendant that left its process group
+		// holds the output open and the result waits a second more for it.
+		// Results are then 1.4s apart, the TTL is 1s; the previous result
+		// is sent again meanwhile.
+		{"slow-pass", "setsid sleep 2 & sleep 0.2; echo slow but fine", api.HealthPassing, "slow but fine", 200 * time.Millisecond, 600 * time.Millisecond},
 	}
-	const interval, timeout = 500 * time.Millisecond, 500 * time.Millisecond
-	ttl := ArgsCheckTTL(&schema.Check{Interval: interval, Timeout: timeout})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			id := runArgsService(t, reg, agent.Name, tc.name, &schema.Check{Name: "probe", Kind: schema.CheckArgs,
-				Args: []string{"sh", "-c", tc.script}, Interval: interval, Timeout: timeout})
+			chk := &schema.Check{Name: "probe", Kind: schema.CheckArgs,
+				Args: []string{"sh", "-c", tc.script}, Interval: tc.interval, Timeout: tc.timeout}
+			ttl := ArgsCheckTTL(chk)
+			id := runArgsService(t, reg, agent.Name, tc.name, chk)
 			var seen string
 			if !consultest.WaitFor(15*time.Second, func() bool {
 				st, out := agentCheckState(c, id)
@@ -114,7 +116,7 @@ func TestArgsCheckUnchangedResultKeepsTTL(t *testing.T) {
 func TestArgsCheckAfterAgentRestart(t *testing.T) {
 	agent := consultest.NewDev(t)
 	reg, c := startRegistry(t, agent)
-	const interval, timeout = 300 * time.Millisecond, 300 * time.Millisecond
+	const interval, timeout = 500 * time.Millisecond, time.Second
 	ttl := ArgsCheckTTL(&schema.Check{Interval: interval, Timeout: timeout})
 	id := runArgsService(t, reg, agent.Name, "restarted", &schema.Check{Name: "probe", Kind: schema.CheckArgs,
 		Args: []string{"sh", "-c", "echo fine"}, Interval: interval, Timeout: timeout})

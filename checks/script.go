@@ -48,6 +48,9 @@ func (s *ScriptCheck) Run(ctx context.Context) {
 		res := make(chan Status, 1)
 		go func() { res <- RunScript(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout) }()
 		st := s.await(id, res, last)
+		if ctx.Err() != nil {
+			return // cut short by the stop: not a result
+		}
 		last = &st
 		s.Registry.SetCheck(s.ServiceID, id, st)
 		t.Reset(s.interval())
