@@ -73,14 +73,16 @@ func TestArgsCheckUnchangedResultKeepsTTL(t *testing.T) {
 		output            string
 		interval, timeout time.Duration
 	}{
-		{"steady-pass", "echo lag is 12s; exit 0", api.HealthPassing, "lag is 12s", 500 * time.Millisecond, 500 * time.Millisecond},
-		{"steady-warn", "echo lag is 40s; exit 1", api.HealthWarning, "lag is 40s", 500 * time.Millisecond, 500 * time.Millisecond},
+		// Timeouts far above what the scripts need: a loaded machine must
+		// not time them out.
+		{"steady-pass", "echo lag is 12s; exit 0", api.HealthPassing, "lag is 12s", 300 * time.Millisecond, 2 * time.Second},
+		{"steady-warn", "echo lag is 40s; exit 1", api.HealthWarning, "lag is 40s", 300 * time.Millisecond, 2 * time.Second},
 		// A run that outlasts interval + timeout without timing out: it
-		// exits well in time, but a descendant that left its process group
-		// holds the output open and the result waits a second more for it.
-		// Results are then 1.4s apart, the TTL is 1s; the previous result
-		// is sent again meanwhile.
-		{"slow-pass", "setsid sleep 2 & sleep 0.2; echo slow but fine", api.HealthPassing, "slow but fine", 200 * time.Millisecond, 600 * time.Millisecond},
+		// exits in time, but a descendant that left its process group holds
+		// the output open and the result waits a second more for it.
+		// Results are then about 1.4s apart, the TTL is 1.2s; the previous
+		// result is sent again meanwhile.
+		{"slow-pass", "setsid sleep 2 & sleep 0.3; echo slow but fine", api.HealthPassing, "slow but fine", 100 * time.Millisecond, time.Second},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,8 +99,8 @@ func TestArgsCheckUnchangedResultKeepsTTL(t *testing.T) {
 			}) {
 				t.Fatalf("check never %s %q; last seen %s", tc.health, tc.output, seen)
 			}
-			// Five TTLs: without refreshes it would have expired four times.
-			deadline := time.Now().Add(5 * ttl)
+			// Four TTLs: without refreshes it would have expired three times.
+			deadline := time.Now().Add(4 * ttl)
 			for time.Now().Before(deadline) {
 				if st, out := agentCheckState(c, id); st != tc.health || strings.Contains(out, "TTL expired") {
 					t.Fatalf("check turned %s %q with an unchanged result (TTL %s)", st, out, ttl)
@@ -116,7 +118,7 @@ func TestArgsCheckUnchangedResultKeepsTTL(t *testing.T) {
 func TestArgsCheckAfterAgentRestart(t *testing.T) {
 	agent := consultest.NewDev(t)
 	reg, c := startRegistry(t, agent)
-	const interval, timeout = 500 * time.Millisecond, time.Second
+	const interval, timeout = 300 * time.Millisecond, 2 * time.Second
 	ttl := ArgsCheckTTL(&schema.Check{Interval: interval, Timeout: timeout})
 	id := runArgsService(t, reg, agent.Name, "restarted", &schema.Check{Name: "probe", Kind: schema.CheckArgs,
 		Args: []string{"sh", "-c", "echo fine"}, Interval: interval, Timeout: timeout})

@@ -28,7 +28,7 @@ service "steady" {
   check "lag" {
     args     = ["sh", "-c", "echo lag is 12s; exit 0"]
     interval = "1s"
-    timeout  = "1s"
+    timeout  = "2s"
   }
 }
 
@@ -37,7 +37,7 @@ service "lagging" {
   check "lag" {
     args     = ["sh", "-c", "echo lag is 40s; exit 1"]
     interval = "1s"
-    timeout  = "1s"
+    timeout  = "2s"
   }
 }
 
@@ -46,12 +46,12 @@ service "broken" {
   check "lag" {
     args     = ["sh", "-c", "echo replication stopped; exit 2"]
     interval = "1s"
-    timeout  = "1s"
+    timeout  = "2s"
   }
 }
 `, childBin))
 	startMariposa(t, agent, nil, hcl)
-	ttl := checks.ArgsCheckTTL(&schema.Check{Interval: time.Second, Timeout: time.Second})
+	ttl := checks.ArgsCheckTTL(&schema.Check{Interval: time.Second, Timeout: 2 * time.Second})
 
 	argsCheck := func(name string) *api.HealthCheck {
 		for _, e := range serviceEntries(c, name) {
@@ -78,9 +78,9 @@ service "broken" {
 	}
 	brokenPID := waitRunning(t, c, "broken", agent.Name)
 
-	// Five TTLs, past the default grace (10s) after which an expired check
-	// would have restarted the service.
-	consistently(t, 5*ttl, "steady args checks and PIDs", func() (bool, string) {
+	// Four TTLs (16s), past the default grace (10s) after which an expired
+	// check would have restarted the service.
+	consistently(t, 4*ttl, "steady args checks and PIDs", func() (bool, string) {
 		for _, s := range steady {
 			ch, sc := argsCheck(s.name), supervisorCheck(c, s.name, agent.Name)
 			if ch == nil || sc == nil {
