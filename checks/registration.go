@@ -4,7 +4,8 @@
 package checks
 
 import (
-	"strings"
+	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -138,7 +139,7 @@ func agentCheck(serviceID string, c *schema.Check) *api.AgentServiceCheck {
 		// mariposa runs the command and reports through TTL, so the agent
 		// needs no enable_script_checks.
 		ac.TTL = dur(ArgsCheckTTL(c))
-		ac.Notes = "Run by mariposa: " + strings.Join(c.Args, " ")
+		ac.Notes = argsNotes(c)
 	}
 	return ac
 }
@@ -146,3 +147,14 @@ func agentCheck(serviceID string, c *schema.Check) *api.AgentServiceCheck {
 // SupervisorServiceID is the ID of mariposa's own service on node: its
 // liveness check is <id>:mariposa, and sessions are bound to it.
 func SupervisorServiceID(node string) string { return "mariposa-" + node }
+
+// argsNotes describes an args check for the UI. Every reader of the catalog
+// sees Notes, so the arguments (a password, a token) stay out: the check's
+// name and the program's base name only.
+func argsNotes(c *schema.Check) string {
+	prog := "a command"
+	if len(c.Args) > 0 && c.Args[0] != "" {
+		prog = filepath.Base(c.Args[0])
+	}
+	return fmt.Sprintf("Run by mariposa: %s (args check %q, every %s); arguments not shown.", prog, c.Name, c.Interval)
+}

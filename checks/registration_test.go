@@ -2,6 +2,7 @@ package checks
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,7 +51,7 @@ func TestRegistration(t *testing.T) {
 		{"web-n1:grpc", api.AgentServiceCheck{Name: "grpc", GRPC: "127.0.0.1:9090/health", Interval: "10s", Timeout: "5s"}},
 		{"web-n1:ttl", api.AgentServiceCheck{Name: "ttl", TTL: "15s"}},
 		// args: a TTL check fed by mariposa, TTL = 2 x interval + timeout.
-		{"web-n1:script", api.AgentServiceCheck{Name: "script", TTL: "23s", Notes: "Run by mariposa: /bin/check -v"}},
+		{"web-n1:script", api.AgentServiceCheck{Name: "script", TTL: "23s", Notes: `Run by mariposa: check (args check "script", every 10s); arguments not shown.`}},
 		{"web-n1:mariposa-alive", api.AgentServiceCheck{Name: "mariposa alive", AliasService: "mariposa-n1",
 			Notes: "Mirrors the health of the mariposa supervising this service."}},
 	}
@@ -75,5 +76,34 @@ func TestRegistration(t *testing.T) {
 	}
 	if id := ServiceID(&schema.Service{Name: "web", ID: "web-custom"}, "n1"); id != "web-custom" {
 		t.Errorf("explicit id: %s", id)
+	}
+}
+
+// Notes are shown to everyone who can read the catalog: an args check's
+// arguments (where secrets get passed) must never be in them.
+func TestArgsCheckNotesHideArguments(t *testing.T) {
+	cases := []struct {
+		args []string
+		prog string
+	}{
+		{[]string{"/usr/local/bin/check-db", "--password", "hunter2"}, "check-db"},
+		{[]string{"sh", "-c", "curl -fsu admin:hunter2 http://127.0.0.1/"}, "sh"},
+		{[]string{"./bin/check", "hunter2"}, "check"},
+		{[]string{"check-web", "--token=hunter2"}, "check-web"},
+	}
+	for _, c := range cases {
+		svc := &schema.Service{Name: "web", Checks: []*schema.Check{
+			{Name: "deep", Kind: schema.CheckArgs, Args: c.args, Interval: 2 * time.Second, Timeout: time.Second},
+		}}
+		notes := Registration(svc, "n1", RegOptions{SupervisorTTL: time.Minute}).Checks[0].Notes
+		want := `Run by mariposa: ` + c.prog + ` (args check "deep", every 2s); arguments not shown.`
+		if notes != want {
+			t.Errorf("%q: notes %q, want %q", c.args, notes, want)
+		}
+		for _, a := range c.args[1:] {
+			if strings.Contains(notes, a) || strings.Contains(notes, "hunter2") {
+				t.Errorf("%q: notes %q show argument %q", c.args, notes, a)
+			}
+		}
 	}
 }

@@ -24,9 +24,16 @@ type entry struct {
 	pushed     Status // what Consul last got for the supervisor check
 	dirty      bool   // status not yet pushed
 	pushedAt   time.Time
-	every      time.Duration     // heartbeat
-	ttls       map[string]Status // other TTL checks mariposa reports (args checks)
-	ttlDirty   map[string]bool
+	every      time.Duration // heartbeat
+	// ttls are the other TTL checks mariposa reports (args checks).
+	ttls map[string]*ttlCheck
+}
+
+// ttlCheck is the newest result of an args check.
+type ttlCheck struct {
+	st    Status
+	dirty bool   // not yet pushed
+	seq   uint64 // counts results, so a push clears only the result it sent
 }
 
 // Registry keeps this node's mariposa services registered with the local
@@ -84,8 +91,7 @@ func (r *Registry) Register(reg *api.AgentServiceRegistration, st Status) {
 func (r *Registry) RegisterHeartbeat(reg *api.AgentServiceRegistration, st Status, every time.Duration) {
 	r.mu.Lock()
 	delete(r.gone, reg.ID)
-	r.entries[reg.ID] = &entry{reg: reg, status: st, dirty: true, every: every,
-		ttls: map[string]Status{}, ttlDirty: map[string]bool{}}
+	r.entries[reg.ID] = &entry{reg: reg, status: st, dirty: true, every: every, ttls: map[string]*ttlCheck{}}
 	r.mu.Unlock()
 	r.poke()
 }
@@ -100,12 +106,22 @@ func (r *Registry) SetStatus(serviceID string, st Status) {
 	r.poke()
 }
 
-// SetCheck records the status of another TTL check of the service (an args
-// check run by mariposa).
+// SetCheck records a result of another TTL check of the service (an args
+// check run by mariposa). Every result is pushed, changed or not: each push
+// resets the check's TTL, so an args check whose result never changes must
+// still be pushed on every run or it expires ("TTL expired", critical) and
+// restarts a healthy service. An unchanged result costs one local agent call
+// and no catalog write: the agent syncs only changes.
 func (r *Registry) SetCheck(serviceID, checkID string, st Status) {
 	r.mu.Lock()
-	if e, ok := r.entries[serviceID]; ok && e.ttls[checkID] != st {
-		e.ttls[checkID], e.ttlDirty[checkID] = st, true
+	if e, ok := r.entries[serviceID]; ok {
+		tc := e.ttls[checkID]
+		if tc == nil {
+			tc = &ttlCheck{}
+			e.ttls[checkID] = tc
+		}
+		tc.st, tc.dirty = st, true
+		tc.seq++
 	}
 	r.mu.Unlock()
 	r.poke()
@@ -227,8 +243,8 @@ func (r *Registry) markStale() bool {
 	for _, e := range r.entries {
 		if !e.pushedAt.After(now.Add(-e.every)) {
 			e.dirty, marked = true, true
-			for id := range e.ttls {
-				e.ttlDirty[id] = true
+			for _, tc := range e.ttls {
+				tc.dirty = true
 			}
 		}
 	}
@@ -302,8 +318,8 @@ func (r *Registry) sync(ctx context.Context) error {
 			if e2 := r.entries[id]; e2 == e {
 				e.registered = true
 				e.pushed = Status{Health: st.Health}
-				for cid := range e.ttls {
-					e.ttlDirty[cid] = true
+				for _, tc := range e.ttls {
+					tc.dirty = true
 				}
 			}
 			r.mu.Unlock()
@@ -331,22 +347,25 @@ func (r *Registry) sync(ctx context.Context) error {
 		}
 		r.mu.Lock()
 		var pending []string
-		for cid, d := range e.ttlDirty {
-			if d {
+		for cid, tc := range e.ttls {
+			if tc.dirty {
 				pending = append(pending, cid)
 			}
 		}
 		r.mu.Unlock()
 		for _, cid := range pending {
 			r.mu.Lock()
-			cst := e.ttls[cid]
+			tc := e.ttls[cid]
+			cst, seq := tc.st, tc.seq
 			r.mu.Unlock()
+			// Still dirty after an error: the next round (within a second,
+			// or at the next result) sends the newest result.
 			if err := r.update(ctx, id, cid, cst); err != nil {
 				return err
 			}
 			r.mu.Lock()
-			if e.ttls[cid] == cst {
-				e.ttlDirty[cid] = false
+			if tc.seq == seq {
+				tc.dirty = false
 			}
 			r.mu.Unlock()
 		}

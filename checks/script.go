@@ -31,20 +31,59 @@ type ScriptCheck struct {
 	Log       hclog.Logger
 }
 
-// Run runs the check until ctx ends, the first time at once.
+// Run runs the check until ctx ends, the first time at once. Every result
+// is reported, changed or not: that is what keeps the check's TTL
+// (ArgsCheckTTL) from running out.
 func (s *ScriptCheck) Run(ctx context.Context) {
 	id := CheckID(s.ServiceID, s.Check.Name)
 	t := time.NewTimer(0)
 	defer t.Stop()
+	var last *Status
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		st := RunScript(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout)
+		res := make(chan Status, 1)
+		go func() { res <- RunScript(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout) }()
+		st := s.await(id, res, last)
+		if ctx.Err() != nil {
+			return // cut short by the stop: not a result
+		}
+		last = &st
 		s.Registry.SetCheck(s.ServiceID, id, st)
-		t.Reset(s.Check.Interval)
+		t.Reset(s.interval())
+	}
+}
+
+// interval guards against a Check not made by the schema package (which
+// requires a positive interval): a zero one would spin.
+func (s *ScriptCheck) interval() time.Duration {
+	if s.Check.Interval <= 0 {
+		return 10 * time.Second
+	}
+	return s.Check.Interval
+}
+
+// await returns the result of the run in flight. Meanwhile it reports the
+// previous result again every interval, as Consul keeps a script check's
+// status while it runs: results are normally at most interval + timeout
+// apart, within the TTL, but a run can outlast its timeout (its output is
+// awaited for up to a second more; a loaded machine starts it late), and
+// the TTL must not run out because of that.
+func (s *ScriptCheck) await(id string, res <-chan Status, last *Status) Status {
+	tick := time.NewTicker(s.interval())
+	defer tick.Stop()
+	for {
+		select {
+		case st := <-res:
+			return st
+		case <-tick.C:
+			if last != nil {
+				s.Registry.SetCheck(s.ServiceID, id, *last)
+			}
+		}
 	}
 }
 

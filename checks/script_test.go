@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/schema"
 )
 
 func TestRunScript(t *testing.T) {
@@ -67,5 +70,42 @@ func TestRunScriptOutputCapped(t *testing.T) {
 	st := RunScript(context.Background(), []string{"sh", "-c", "yes | head -c 100000"}, nil, "", 5*time.Second)
 	if len(st.Output) > maxScriptOutput {
 		t.Fatalf("output %d bytes", len(st.Output))
+	}
+}
+
+// A run cut short because the service stops is not a result: the check must
+// not turn critical ("killed by SIGKILL") on its way out.
+func TestScriptCheckStopReportsNothing(t *testing.T) {
+	client, err := api.NewClient(api.DefaultConfig()) // never called: Run is not started
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(client, "n1", "127.0.0.1", hclog.NewNullLogger(), time.Minute)
+	reg.Register(&api.AgentServiceRegistration{ID: "svc", Checks: api.AgentServiceChecks{{CheckID: "svc:mariposa", TTL: "1m"}}},
+		Status{Health: api.HealthPassing})
+	started := filepath.Join(t.TempDir(), "started")
+	sc := &ScriptCheck{ServiceID: "svc", Registry: reg, Log: hclog.NewNullLogger(), Check: &schema.Check{
+		Name: "slow", Kind: schema.CheckArgs, Args: []string{"sh", "-c", "touch " + started + "; sleep 30"},
+		Interval: time.Second, Timeout: time.Minute}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); sc.Run(ctx) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := os.Stat(started); err != nil; _, err = os.Stat(started) {
+		if time.Now().After(deadline) {
+			t.Fatal("the check never ran")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if tc := reg.entries["svc"].ttls["svc:slow"]; tc != nil {
+		t.Fatalf("a run cut short by the stop was reported: %+v", tc.st)
 	}
 }

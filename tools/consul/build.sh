@@ -2,6 +2,11 @@
 # Builds the pinned Consul agent once and caches it outside the clone, keyed by
 # version, OS and arch. Prints the binary's path on stdout.
 #   MARIPOSA_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/mariposa)
+# Concurrent callers are safe: one builds, the others wait for it (flock on a
+# lock file next to the binary) and use its result. A build writes a temporary
+# file and renames it, so a binary in use is never overwritten.
+#   MARIPOSA_CONSUL_BUILD_CMD  for tests only: a program run instead of
+#     `go build`, with the path to write the binary to as its argument.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
@@ -11,13 +16,51 @@ version=${version#v}
 cache=${MARIPOSA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mariposa}
 dir="$cache/consul-$version-$(go env GOOS)-$(go env GOARCH)"
 bin="$dir/consul"
-if [ -x "$bin" ] && "$bin" version 2>/dev/null | grep -q "^Consul v$version"; then
+
+# pinned says whether $bin is there and reports the pinned version. The
+# output is captured before it is matched: `consul version | grep -q` fails
+# under pipefail whenever grep exits at its match before consul has written
+# the rest and consul dies of SIGPIPE, and that rebuilt Consul at random.
+pinned() {
+  local out first
+  [ -x "$bin" ] || return 1
+  out=$("$bin" version 2>/dev/null) || return 1
+  first=${out%%$'\n'*}
+  # "Consul v1.20.6", possibly with a suffix ("-dev"), never "v1.20.60".
+  [[ $first == "Consul v$version" || $first == "Consul v$version"[!0-9]* ]]
+}
+
+if pinned; then
   echo "$bin"; exit 0
 fi
 mkdir -p "$dir"
+# One build at a time: a second caller waits for the first and then finds
+# its result below instead of building (and replacing the binary) again.
+if command -v flock >/dev/null; then
+  exec 9>"$dir/.build.lock"
+  if ! flock -n 9; then
+    echo "build.sh: another build of Consul v$version is running; waiting for it" >&2
+    flock 9
+  fi
+  if pinned; then
+    echo "$bin"; exit 0
+  fi
+else
+  echo "build.sh: no flock on this system; concurrent builds are not serialized" >&2
+fi
 echo "build.sh: building Consul v$version into $dir (about 6 minutes on 2 cores)" >&2
-cd "$here"
-go build -trimpath -o "$bin.tmp.$$" github.com/hashicorp/consul
-mv -f "$bin.tmp.$$" "$bin"
+tmp="$bin.tmp.$$"
+trap 'rm -f "$tmp"' EXIT
+if [ -n "${MARIPOSA_CONSUL_BUILD_CMD:-}" ]; then
+  "$MARIPOSA_CONSUL_BUILD_CMD" "$tmp"
+else
+  (cd "$here" && go build -trimpath -o "$tmp" github.com/hashicorp/consul)
+fi
+mv -f "$tmp" "$bin"
+if ! pinned; then
+  echo "build.sh: the binary built at $bin does not report Consul v$version:" >&2
+  "$bin" version >&2 || true
+  exit 1
+fi
 "$bin" version >&2
 echo "$bin"

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// An args check whose result never changes keeps that result, and restarts
+// nothing, for as long as it keeps it: with the default restart block
+// (on_unhealthy true) and over several TTLs. Before, an unchanged result was
+// never sent again, the check's TTL ran out ("TTL expired", critical) and the
+// healthy service was restarted after every grace period until it failed. A
+// check that really fails (exit 2) still restarts its service.
+func TestArgsCheckSteadyResultRestartsNothing(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "steady" {
+  command = [%[1]q]
+  check "lag" {
+    args     = ["sh", "-c", "echo lag is 12s; exit 0"]
+    interval = "1s"
+    timeout  = "2s"
+  }
+}
+
+service "lagging" {
+  command = [%[1]q]
+  check "lag" {
+    args     = ["sh", "-c", "echo lag is 40s; exit 1"]
+    interval = "1s"
+    timeout  = "2s"
+  }
+}
+
+service "broken" {
+  command = [%[1]q]
+  check "lag" {
+    args     = ["sh", "-c", "echo replication stopped; exit 2"]
+    interval = "1s"
+    timeout  = "2s"
+  }
+}
+`, childBin))
+	startMariposa(t, agent, nil, hcl)
+	ttl := checks.ArgsCheckTTL(&schema.Check{Interval: time.Second, Timeout: 2 * time.Second})
+
+	argsCheck := func(name string) *api.HealthCheck {
+		for _, e := range serviceEntries(c, name) {
+			if ch := checkByID(e, name+"-"+agent.Name+":lag"); ch != nil {
+				return ch
+			}
+		}
+		return nil
+	}
+	steady := []struct{ name, status, output string }{
+		{"steady", api.HealthPassing, "lag is 12s"},
+		{"lagging", api.HealthWarning, "lag is 40s"},
+	}
+	pids := map[string]int{}
+	for _, s := range steady {
+		pids[s.name] = waitRunning(t, c, s.name, agent.Name)
+		waitFor(t, 20*time.Second, s.name+" args check "+s.status, func() (bool, string) {
+			ch := argsCheck(s.name)
+			if ch == nil {
+				return false, "no check"
+			}
+			return ch.Status == s.status && ch.Output == s.output, ch.Status + " " + ch.Output
+		})
+	}
+	brokenPID := waitRunning(t, c, "broken", agent.Name)
+
+	// Four TTLs (16s), past the default grace (10s) after which an expired
+	// check would have restarted the service.
+	consistently(t, 4*ttl, "steady args checks and PIDs", func() (bool, string) {
+		for _, s := range steady {
+			ch, sc := argsCheck(s.name), supervisorCheck(c, s.name, agent.Name)
+			if ch == nil || sc == nil {
+				return false, s.name + ": check missing"
+			}
+			if ch.Status != s.status {
+				return false, fmt.Sprintf("%s: args check %s %q", s.name, ch.Status, ch.Output)
+			}
+			if pid := supervisorPID(sc.Output); sc.Status != api.HealthPassing || pid != pids[s.name] {
+				return false, fmt.Sprintf("%s: supervisor %s %q, started as pid %d", s.name, sc.Status, sc.Output, pids[s.name])
+			}
+		}
+		return true, ""
+	})
+
+	// The control: a critical args check does restart its service.
+	waitRunning(t, c, "broken", agent.Name, brokenPID)
+	if ch := argsCheck("broken"); ch == nil || ch.Status != api.HealthCritical {
+		t.Errorf("broken args check: %+v", ch)
+	}
+}
