@@ -68,6 +68,9 @@ Options:
 `)
 }
 
+// runSupported is proc.Supported; tests replace it.
+var runSupported = proc.Supported
+
 type varFlags map[string]string
 
 func (v varFlags) String() string { return "" }
@@ -99,6 +102,10 @@ func (c *RunCommand) Run(args []string) int {
 	fs.DurationVar(&liveness, "liveness-ttl", 3*time.Second, "")
 	paths, ok := parsePaths(c.UI, fs, args, c.Help(), "mariposa run: no service files given")
 	if !ok {
+		return 1
+	}
+	if err := runSupported(); err != nil {
+		c.UI.Error("mariposa run needs Linux: " + err.Error() + ` ("mariposa validate", "fmt" and "status" work here)`)
 		return 1
 	}
 	if hclog.LevelFromString(level) == hclog.NoLevel {
@@ -165,7 +172,7 @@ func (c *RunCommand) Run(args []string) int {
 		defer devAgent.stop()
 	}
 
-	sink := proc.NewSink(4096, childWriter(log), func(n int64) {
+	sink := proc.NewSink(4096, childWriter(log, logJSON), func(n int64) {
 		log.Warn("log sink fell behind; dropped child output lines", "dropped", n)
 	})
 	defer sink.Close()
@@ -235,8 +242,10 @@ func (c *RunCommand) Run(args []string) int {
 	}
 }
 
-// childWriter logs child output lines, one named logger per service.
-func childWriter(log hclog.Logger) func(proc.Line) {
+// childWriter logs child output lines, one named logger per service. In
+// text logs a stderr line reads "mariposa.web: stderr: <text>" (stdout lines
+// are the text alone); JSON logs carry the stream as a field.
+func childWriter(log hclog.Logger, jsonFormat bool) func(proc.Line) {
 	var mu sync.Mutex
 	named := map[string]hclog.Logger{}
 	return func(l proc.Line) {
@@ -247,7 +256,14 @@ func childWriter(log hclog.Logger) func(proc.Line) {
 			named[l.Name] = lg
 		}
 		mu.Unlock()
-		lg.Info(l.Text, "stream", l.Stream)
+		switch {
+		case jsonFormat:
+			lg.Info(l.Text, "stream", l.Stream)
+		case l.Stream == "stderr":
+			lg.Info("stderr: " + l.Text)
+		default:
+			lg.Info(l.Text)
+		}
 	}
 }
 
