@@ -3,9 +3,12 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
+	"sort"
 
+	"github.com/agext/levenshtein"
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/command"
@@ -13,10 +16,16 @@ import (
 )
 
 func main() {
-	os.Exit(realMain(os.Args[1:]))
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func realMain(args []string) int {
+// realMain runs the command line args and returns the exit status.
+//
+// Usage errors (no command, an unknown one) exit 1 with the command list on
+// stderr, like every other usage error of mariposa. mitchellh/cli (and so
+// consul and nomad) exits 127 there, which shells reserve for "command not
+// found": a script would read it as mariposa missing.
+func realMain(args []string, stdout, stderr io.Writer) int {
 	// MARIPOSA_CPUPROFILE=file writes a CPU profile of the whole run, for
 	// looking into mariposa's own cost (go tool pprof).
 	if path := os.Getenv("MARIPOSA_CPUPROFILE"); path != "" {
@@ -26,20 +35,71 @@ func realMain(args []string) int {
 			}
 		}
 	}
-	ui := &cli.BasicUi{Reader: os.Stdin, Writer: os.Stdout, ErrorWriter: os.Stderr}
+	ui := &cli.BasicUi{Reader: os.Stdin, Writer: stdout, ErrorWriter: stderr}
+	cmds := command.Commands(ui)
+	help := helpFunc()
+
+	// "mariposa help [COMMAND]" is "mariposa [COMMAND] -h".
+	if len(args) > 0 && args[0] == "help" {
+		if len(args) > 1 {
+			args = []string{args[1], "-h"}
+		} else {
+			args = []string{"-h"}
+		}
+	}
 	c := &cli.CLI{
 		Name:         "mariposa",
 		Version:      version.String(),
 		Args:         args,
-		Commands:     command.Commands(ui),
+		Commands:     cmds,
+		HelpFunc:     help,
 		Autocomplete: false,
-		HelpWriter:   os.Stdout,
-		ErrorWriter:  os.Stderr,
+		HelpWriter:   stdout,
+		ErrorWriter:  stderr,
+	}
+	sub := c.Subcommand()
+	switch {
+	case len(args) == 0:
+		fmt.Fprintln(stderr, help(cmds))
+		return 1
+	case sub != "" && cmds[sub] == nil:
+		fmt.Fprintf(stderr, "mariposa: unknown command %q%s\n\n%s\n", sub, didYouMean(sub, cmds), help(cmds))
+		return 1
+	case sub == "" && !c.IsHelp() && !c.IsVersion():
+		fmt.Fprintf(stderr, "mariposa: no command given (flags go after the command)\n\n%s\n", help(cmds))
+		return 1
 	}
 	code, err := c.Run()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "mariposa: %v\n", err)
+		fmt.Fprintf(stderr, "mariposa: %v\n", err)
 		return 1
 	}
 	return code
+}
+
+// helpFunc is the command list, with how to get a command's own help.
+func helpFunc() cli.HelpFunc {
+	basic := cli.BasicHelpFunc("mariposa")
+	return func(cmds map[string]cli.CommandFactory) string {
+		return basic(cmds) + "\nRun \"mariposa help COMMAND\" (or \"mariposa COMMAND -h\") for a command's options."
+	}
+}
+
+// didYouMean suggests the command nearest to a typo, or "".
+func didYouMean(given string, cmds map[string]cli.CommandFactory) string {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := levenshtein.Distance(given, n, nil); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	if best == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (did you mean %q?)", best)
 }

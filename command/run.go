@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -43,33 +44,42 @@ Usage: mariposa run [options] PATH...
 
   Registers each service in the HCL files (a directory means every *.hcl in
   it) with the local Consul agent, starts its process and supervises it until
-  SIGINT or SIGTERM. A second SIGINT kills every process group at once.
-  SIGUSR1 and SIGUSR2 are forwarded to the children.
+  SIGINT or SIGTERM. Linux only.
+
+  Signals:
+
+    SIGINT, SIGTERM   Stop: deregister, stop every service in reverse
+                      dependency order, exit 0. A second one kills every
+                      process group at once.
+    SIGHUP            Reload the files: changed services restart, new ones
+                      start, removed ones stop; unchanged ones are untouched.
+                      If the files have errors, they are logged and nothing
+                      changes.
+    SIGUSR1, SIGUSR2  Forwarded to every child's process group.
 
 Options:
 
-  -consul-addr=ADDR    Consul HTTP API address (default $CONSUL_HTTP_ADDR or
-                       127.0.0.1:8500).
-  -token=TOKEN         ACL token (default $CONSUL_HTTP_TOKEN or
-                       $CONSUL_HTTP_TOKEN_FILE). Never passed to children.
-  -ca-file, -client-cert, -client-key, -tls-server-name
-                       TLS to the agent (defaults from CONSUL_CACERT,
-                       CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY,
-                       CONSUL_TLS_SERVER_NAME).
-  -var NAME=VALUE      Set a variable; repeatable. MARIPOSA_VAR_NAME works too.
-  -log-level=LEVEL     trace, debug, info (default), warn, error.
-  -log-json            Log JSON lines.
-  -liveness-ttl=3s     TTL of mariposa's own liveness check.
+  -var NAME=VALUE    Set a variable; repeatable. MARIPOSA_VAR_NAME works too.
+  -log-level=LEVEL   trace, debug, info (default), warn, error.
+  -log-json          Log JSON lines.
+  -liveness-ttl=3s   TTL of mariposa's own liveness check.
   -allow-second-supervisor
-                       Run even when another mariposa supervises this node
-                       (by default the node lock refuses a second one, which
-                       would take over the first one's registrations).
-  -dev                 If no Consul agent answers, start a local dev agent
-                       (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
-                       of "make consul", or PATH) and stop it on exit.
+                     Run even when another mariposa supervises this node
+                     (by default the node lock refuses a second one, which
+                     would take over the first one's registrations).
+  -dev               If no Consul agent answers, start a local dev agent
+                     (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
+                     of "make consul", or PATH) and stop it on exit.
+
+` + consulFlagsHelp + `
 ` + controlSocketHelp + `
+
+  The ACL token is never passed to the children or logged.
 `)
 }
+
+// runSupported is proc.Supported; tests replace it.
+var runSupported = proc.Supported
 
 type varFlags map[string]string
 
@@ -86,20 +96,17 @@ func (v varFlags) Set(s string) error {
 func (c *RunCommand) Run(args []string) int {
 	vars := varFlags{}
 	var (
-		addr, token, caFile, cert, key, sni, level string
-		logJSON, dev                               bool
-		controlSock                                string
-		allowSecond                                bool
-		liveness                                   time.Duration
+		cf          consulFlags
+		level       string
+		logJSON     bool
+		dev         bool
+		liveness    time.Duration
+		controlSock string
+		allowSecond bool
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Usage = func() { c.UI.Error(c.Help()) }
-	fs.StringVar(&addr, "consul-addr", "", "")
-	fs.StringVar(&token, "token", "", "")
-	fs.StringVar(&caFile, "ca-file", "", "")
-	fs.StringVar(&cert, "client-cert", "", "")
-	fs.StringVar(&key, "client-key", "", "")
-	fs.StringVar(&sni, "tls-server-name", "", "")
+	fs.SetOutput(io.Discard)
+	cf.register(fs)
 	fs.Var(vars, "var", "")
 	fs.StringVar(&level, "log-level", "info", "")
 	fs.BoolVar(&logJSON, "log-json", false, "")
@@ -107,16 +114,22 @@ func (c *RunCommand) Run(args []string) int {
 	fs.DurationVar(&liveness, "liveness-ttl", 3*time.Second, "")
 	fs.StringVar(&controlSock, "control-socket", "", "")
 	fs.BoolVar(&allowSecond, "allow-second-supervisor", false, "")
-	if err := fs.Parse(args); err != nil {
+	paths, ok := parsePaths(c.UI, fs, args, c.Help(), "mariposa run: no service files given")
+	if !ok {
 		return 1
 	}
-	paths := fs.Args()
-	if len(paths) == 0 {
-		c.UI.Error("mariposa run: no service files given\n\n" + c.Help())
+	if err := runSupported(); err != nil {
+		c.UI.Error("mariposa run needs Linux: " + err.Error() + ` ("mariposa validate", "fmt" and "status" work here)`)
 		return 1
 	}
 	if hclog.LevelFromString(level) == hclog.NoLevel {
 		c.UI.Error(fmt.Sprintf("mariposa run: unknown -log-level %q (trace, debug, info, warn, error)", level))
+		return 1
+	}
+
+	ccfg, err := cf.config()
+	if err != nil {
+		c.UI.Error("mariposa run: " + err.Error())
 		return 1
 	}
 
@@ -160,25 +173,6 @@ func (c *RunCommand) Run(args []string) int {
 		log.Debug("reset inherited ignored signals to their defaults", "signals", fmt.Sprint(reset))
 	}
 
-	ccfg := api.DefaultConfig()
-	if addr != "" {
-		ccfg.Address = addr
-	}
-	if token != "" {
-		ccfg.Token = token
-	}
-	if caFile != "" {
-		ccfg.TLSConfig.CAFile = caFile
-	}
-	if cert != "" {
-		ccfg.TLSConfig.CertFile = cert
-	}
-	if key != "" {
-		ccfg.TLSConfig.KeyFile = key
-	}
-	if sni != "" {
-		ccfg.TLSConfig.Address = sni
-	}
 	client, err := api.NewClient(ccfg)
 	if err != nil {
 		c.UI.Error("mariposa run: consul client: " + err.Error())
@@ -195,7 +189,7 @@ func (c *RunCommand) Run(args []string) int {
 		defer devAgent.stop()
 	}
 
-	sink := proc.NewSink(4096, childWriter(log), func(n int64) {
+	sink := proc.NewSink(4096, childWriter(log, logJSON), func(n int64) {
 		log.Warn("log sink fell behind; dropped child output lines", "dropped", n)
 	})
 	defer sink.Close()
@@ -293,8 +287,10 @@ func (c *RunCommand) Run(args []string) int {
 	}
 }
 
-// childWriter logs child output lines, one named logger per service.
-func childWriter(log hclog.Logger) func(proc.Line) {
+// childWriter logs child output lines, one named logger per service. In
+// text logs a stderr line reads "mariposa.web: stderr: <text>" (stdout lines
+// are the text alone); JSON logs carry the stream as a field.
+func childWriter(log hclog.Logger, jsonFormat bool) func(proc.Line) {
 	var mu sync.Mutex
 	named := map[string]hclog.Logger{}
 	return func(l proc.Line) {
@@ -305,7 +301,14 @@ func childWriter(log hclog.Logger) func(proc.Line) {
 			named[l.Name] = lg
 		}
 		mu.Unlock()
-		lg.Info(l.Text, "stream", l.Stream)
+		switch {
+		case jsonFormat:
+			lg.Info(l.Text, "stream", l.Stream)
+		case l.Stream == "stderr":
+			lg.Info("stderr: " + l.Text)
+		default:
+			lg.Info(l.Text)
+		}
 	}
 }
 

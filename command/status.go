@@ -4,19 +4,24 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/report"
 )
 
 // StatusCommand lists mariposa-managed instances from Consul.
 type StatusCommand struct {
 	UI cli.Ui
+	// now replaces time.Now for the SINCE column (tests).
+	now func() time.Time
 }
 
 func (c *StatusCommand) Synopsis() string { return "Shows the instances mariposa runs, from Consul" }
@@ -26,56 +31,56 @@ func (c *StatusCommand) Help() string {
 Usage: mariposa status [options] [SERVICE]
 
   Lists every instance that mariposa manages, on every node, as Consul sees
-  it: node, state, health, version, leader role, and what it waits for. With
-  SERVICE, only that service's instances.
+  it: node, state, health, version, leader role, since when it is in its
+  state, and why (what it waits for, how it last exited). With SERVICE, only
+  that service's instances. Works on any system that can reach an agent.
 
 Options:
 
-  -consul-addr=ADDR   Consul HTTP API address (default $CONSUL_HTTP_ADDR or
-                      127.0.0.1:8500).
-  -token=TOKEN        ACL token (default $CONSUL_HTTP_TOKEN).
-  -json               Print JSON.
+  -json                   Print JSON: one object per instance, with the
+                          absolute times.
+
+` + consulFlagsHelp + `
 `)
 }
 
 // InstanceStatus is one row of mariposa status.
 type InstanceStatus struct {
-	Service   string   `json:"service"`
-	ServiceID string   `json:"service_id"`
-	Node      string   `json:"node"`
-	Address   string   `json:"address"`
-	Port      int      `json:"port"`
-	State     string   `json:"state"`  // running | waiting | restarting | failed | completed | starting | standby | lost | unknown
-	Health    string   `json:"health"` // aggregated status of the service's own checks
-	Version   string   `json:"version,omitempty"`
-	Leader    string   `json:"leader,omitempty"` // leader | follower | "" (no election)
-	Tags      []string `json:"tags"`
-	Detail    string   `json:"detail"` // the supervisor check's output
+	Service   string    `json:"service"`
+	ServiceID string    `json:"service_id"`
+	Node      string    `json:"node"`
+	Address   string    `json:"address"`
+	Port      int       `json:"port"`
+	State     string    `json:"state"`  // the report's state (starting | waiting | running | backoff | failed | completed | standby | stopping | stopped), lost, or unknown
+	Health    string    `json:"health"` // aggregated status of the service's own checks
+	Version   string    `json:"version,omitempty"`
+	Leader    string    `json:"leader,omitempty"` // leader | follower | "" (no election)
+	Tags      []string  `json:"tags"`
+	Since     time.Time `json:"since,omitzero"`      // when it entered State
+	Until     time.Time `json:"until,omitzero"`      // backoff: when the next start is due
+	PID       int       `json:"pid,omitempty"`       // the running child's PID
+	Restarts  int       `json:"restarts"`            // restarts since its mariposa started it
+	LastExit  string    `json:"last_exit,omitempty"` // how the last run ended
+	Stderr    string    `json:"stderr,omitempty"`    // the child's last line on stderr
+	Detail    string    `json:"detail"`              // the supervisor check's human output, whole
 }
 
 func (c *StatusCommand) Run(args []string) int {
-	var addr, token string
+	var cf consulFlags
 	var asJSON bool
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.Usage = func() { c.UI.Error(c.Help()) }
-	fs.StringVar(&addr, "consul-addr", "", "")
-	fs.StringVar(&token, "token", "", "")
+	fs.SetOutput(io.Discard)
+	cf.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "")
 	if err := fs.Parse(args); err != nil {
+		c.UI.Error("mariposa status: " + err.Error() + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() > 1 {
 		c.UI.Error("mariposa status: at most one SERVICE\n\n" + c.Help())
 		return 1
 	}
-	cfg := api.DefaultConfig()
-	if addr != "" {
-		cfg.Address = addr
-	}
-	if token != "" {
-		cfg.Token = token
-	}
-	client, err := api.NewClient(cfg)
+	client, err := cf.client()
 	if err != nil {
 		c.UI.Error("mariposa status: " + err.Error())
 		return 1
@@ -94,16 +99,26 @@ func (c *StatusCommand) Run(args []string) int {
 		c.UI.Output("No instances managed by mariposa.")
 		return 0
 	}
+	now := time.Now()
+	if c.now != nil {
+		now = c.now()
+	}
+	c.UI.Output(statusTable(rows, now))
+	return 0
+}
+
+// statusTable renders rows for a terminal. DETAIL is last and never cut: a
+// long reason runs on without shifting the other columns.
+func statusTable(rows []InstanceStatus, now time.Time) string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tNODE\tSTATE\tHEALTH\tVERSION\tLEADER\tDETAIL")
+	fmt.Fprintln(tw, "SERVICE\tNODE\tSTATE\tHEALTH\tVERSION\tLEADER\tSINCE\tDETAIL")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, r.Node, r.State, r.Health,
-			dash(r.Version), dash(r.Leader), firstLine(r.Detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Service, r.Node, r.State, r.Health,
+			dash(r.Version), dash(r.Leader), ago(r.Since, now), oneLine(r.Detail))
 	}
 	tw.Flush()
-	c.UI.Output(strings.TrimRight(b.String(), "\n"))
-	return 0
+	return strings.TrimRight(b.String(), "\n")
 }
 
 // Instances reads the mariposa-managed instances (all, or of one service)
@@ -160,8 +175,7 @@ func instanceRow(e *api.ServiceEntry) InstanceStatus {
 	for _, hc := range e.Checks {
 		switch {
 		case hc.CheckID == checks.SupervisorCheckID(e.Service.ID):
-			r.Detail = hc.Output
-			r.State = stateFrom(hc)
+			fromSupervisorCheck(&r, hc)
 		case hc.CheckID == checks.CheckID(e.Service.ID, checks.AliveCheckName):
 			supervisorDead = hc.Status == api.HealthCritical
 		case hc.ServiceID == e.Service.ID:
@@ -180,6 +194,28 @@ func instanceRow(e *api.ServiceEntry) InstanceStatus {
 	return r
 }
 
+// fromSupervisorCheck fills r from the supervisor check: the state as data
+// when the output carries it, else (an older mariposa) read from the prose.
+func fromSupervisorCheck(r *InstanceStatus, hc *api.HealthCheck) {
+	i, ok := report.Decode(hc.Output)
+	if !ok {
+		r.Detail = hc.Output
+		r.State = stateFrom(hc)
+		return
+	}
+	r.State, r.Detail = i.State, report.Human(hc.Output)
+	if r.Detail == "" {
+		r.Detail = i.Reason
+	}
+	r.Since, r.Until, r.PID, r.Restarts, r.LastExit, r.Stderr = i.Since, i.Until, i.PID, i.Restarts, i.LastExit, i.Stderr
+	if i.Role != "" {
+		r.Leader = i.Role // fresher than the registration's meta
+	}
+	if r.Version == "" {
+		r.Version = i.Version
+	}
+}
+
 // stateFrom reads the supervisor check's status and output.
 func stateFrom(hc *api.HealthCheck) string {
 	out := hc.Output
@@ -189,7 +225,7 @@ func stateFrom(hc *api.HealthCheck) string {
 	case strings.HasPrefix(out, "waiting"):
 		return "waiting"
 	case strings.HasPrefix(out, "restarting"), strings.Contains(out, "; restarting"):
-		return "restarting"
+		return "backoff" // the report's name for it
 	case strings.HasPrefix(out, "failed"):
 		return "failed"
 	case strings.HasPrefix(out, "completed"), strings.Contains(out, "not restarted"):
@@ -209,10 +245,28 @@ func dash(s string) string {
 	return s
 }
 
-func firstLine(s string) string {
-	s, _, _ = strings.Cut(s, "\n")
-	if len(s) > 80 {
-		s = s[:77] + "..."
+// oneLine keeps the whole text on one table line.
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.Join(strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' }), " / ")
+}
+
+// ago is a time relative to now, coarse as a person reads it: "12s ago",
+// "3m ago", "5h ago", "2d ago"; "-" when unknown.
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "-"
 	}
-	return s
+	d := now.Sub(t)
+	switch {
+	case d < 0:
+		return "just now" // clocks of different nodes disagree
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d/time.Second))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d/time.Minute))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d/time.Hour))
+	}
+	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }

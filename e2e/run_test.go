@@ -146,7 +146,7 @@ service "web" {
 		t.Fatalf("new child %d not alive", secondPID)
 	}
 	waitFor(t, 5*time.Second, "the new child's output in mariposa's log", func() (bool, string) {
-		return strings.Contains(m.out.String(), fmt.Sprintf("testchild %d started: stream=stdout", secondPID)), "not yet"
+		return strings.Contains(m.out.String(), fmt.Sprintf("mariposa.web: testchild %d started", secondPID)), "not yet"
 	})
 
 	// SIGTERM: exit 0, nothing left in the catalog, no child alive.

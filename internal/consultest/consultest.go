@@ -214,7 +214,7 @@ func (a *Agent) start(t testing.TB) {
 	cmd := exec.Command(a.bin, a.args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Own group, and die with the test binary so no agent outlives a crash.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = agentProcAttr()
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		t.Fatalf("start consul: %v", err)

@@ -163,7 +163,7 @@ func Start(spec Spec) (*Process, error) {
 	}
 	// PidFD: wait through the netpoller (see waitPid).
 	pidfd := -1
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: &pidfd}
+	cmd.SysProcAttr = sysProcAttr(&pidfd)
 	// Our own pipes instead of exec's copying goroutines: the readers below
 	// never block the child, whatever the log sink does.
 	outR, outW, err := os.Pipe()
@@ -226,46 +226,6 @@ func waitPid(pr *os.Process, reaped chan syscall.WaitStatus, pidfd int) (syscall
 	}
 	ws, _ := ps.Sys().(syscall.WaitStatus)
 	return ws, nil
-}
-
-// waitPidfd waits until pidfd is readable (the process exited), then reaps
-// pid. polled is false when the pidfd cannot be polled; nothing was reaped.
-func waitPidfd(pid, pidfd int) (ws syscall.WaitStatus, polled bool, err error) {
-	if err := syscall.SetNonblock(pidfd, true); err != nil {
-		syscall.Close(pidfd)
-		return 0, false, nil
-	}
-	f := os.NewFile(uintptr(pidfd), "pidfd")
-	defer f.Close()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0, false, nil
-	}
-	var werr error
-	reaped := false
-	rerr := rc.Read(func(uintptr) bool {
-		for {
-			wpid, e := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-			switch {
-			case e == syscall.EINTR:
-				continue
-			case e != nil:
-				werr, reaped = e, true
-				return true
-			case wpid == 0:
-				return false // still running: wait for the pidfd
-			}
-			reaped = true
-			return true
-		}
-	})
-	if !reaped {
-		// Not pollable (rerr says why): nothing was reaped, so the caller
-		// can still wait the ordinary way.
-		_ = rerr
-		return 0, false, nil
-	}
-	return ws, true, werr
 }
 
 func exitFrom(ws syscall.WaitStatus, err error) Exit {

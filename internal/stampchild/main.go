@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command stampchild is the tiny child of the latency benchmarks: it appends
 // "start PID NS" to the file named by $STAMP_FILE (CLOCK_MONOTONIC), sleeps
 // $STAMP_SLEEP_MS milliseconds, appends "stop PID NS" and exits with

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// tool finds a command the build tests need; missing in CI is a failure.
+func tool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s not found: %v", name, err)
+		}
+		t.Skipf("%s not found: %v", name, err)
+	}
+	return p
+}
+
+func run(t *testing.T, env []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// mariposa builds elsewhere than Linux: validate, fmt and status work there,
+// and run says it needs Linux. e2e is left out: it runs "mariposa run".
+func TestCrossCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-compiles the tree")
+	}
+	goBin := tool(t, "go")
+	run(t, []string{"GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=0"}, goBin, "build", "-o", t.TempDir(), "./...")
+	env := []string{"GOOS=freebsd", "GOARCH=amd64", "CGO_ENABLED=0"}
+	var pkgs []string
+	for _, p := range strings.Fields(run(t, env, goBin, "list", "./...")) {
+		if !strings.HasSuffix(p, "/e2e") {
+			pkgs = append(pkgs, p)
+		}
+	}
+	run(t, env, goBin, append([]string{"vet"}, pkgs...)...)
+}
+
+// make build stamps the commit: `mariposa version` names it, with -dirty
+// when the tree has changes.
+func TestMakeBuildStampsCommit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds mariposa")
+	}
+	makeBin, gitBin := tool(t, "make"), tool(t, "git")
+	tool(t, "go")
+	head, err := exec.Command(gitBin, "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("git rev-parse: %v", err)
+		}
+		t.Skipf("not a git checkout: %v", err)
+	}
+	want := strings.TrimSpace(string(head))
+	bin := filepath.Join(t.TempDir(), "mariposa")
+	run(t, nil, makeBin, "-s", "build", "BIN="+bin)
+	if strings.TrimSpace(run(t, nil, gitBin, "status", "--porcelain")) != "" {
+		want += "-dirty"
+	}
+	out := strings.TrimSpace(run(t, nil, bin, "version"))
+	if !strings.HasPrefix(out, "mariposa v") || !strings.HasSuffix(out, " (commit "+want+")") {
+		t.Errorf("mariposa version = %q, want the commit %q", out, want)
+	}
+}
