@@ -208,83 +208,38 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	go func() { _ = srv.Serve() }()
 	defer srv.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-
-	// Reloads run one at a time, off the signal loop: stopping a changed
-	// service can take its stop timeout.
-	reloadc := make(chan struct{}, 1)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-reloadc:
-			}
-			log.Info("SIGHUP: reloading", "paths", paths)
+	err = r.RunWithSignals(supervisor.SignalOptions{
+		Signals: sigs,
+		Load: func() *schema.Config {
 			ncfg, ndiags := schema.Load(paths, loadOpts)
+			var b strings.Builder
+			_ = ndiags.WriteText(&b, 100, false)
 			if ndiags.HasErrors() {
-				var b strings.Builder
-				_ = ndiags.WriteText(&b, 100, false)
 				log.Error("reload failed: the files have errors; the running configuration is unchanged\n" + b.String())
-				continue
+				return nil
 			}
 			if ndiags.Len() > 0 {
-				var b strings.Builder
-				_ = ndiags.WriteText(&b, 100, false)
 				log.Warn("configuration warnings\n" + b.String())
 			}
-			res, err := r.Apply(ctx, ncfg)
-			if err != nil {
-				log.Warn("reload interrupted", "error", err)
-			}
+			return ncfg
+		},
+		Applied: func(res supervisor.ApplyResult) {
 			for _, name := range res.Stopped {
 				rings.Remove(name)
 			}
-		}
-	}()
-
-	stopping := false
-	for {
-		select {
-		case err := <-done:
-			var held *lease.HeldError
-			switch {
-			case errors.As(err, &held):
-				c.UI.Error("mariposa run: " + err.Error())
-				return 1
-			case err != nil:
-				log.Error("supervisor failed", "error", err)
-				return 1
-			}
-			return 0
-		case s := <-sigs:
-			switch s {
-			case syscall.SIGINT, syscall.SIGTERM:
-				if stopping {
-					log.Warn("second signal: killing every process now", "signal", s)
-					r.Kill()
-					continue
-				}
-				stopping = true
-				log.Info("stopping; send the signal again to kill at once", "signal", s)
-				srv.Close() // no operator requests while stopping
-				cancel()
-			case syscall.SIGHUP:
-				if stopping {
-					continue
-				}
-				select {
-				case reloadc <- struct{}{}:
-				default: // a reload is pending already; it will read the files anew
-				}
-			case syscall.SIGUSR1, syscall.SIGUSR2:
-				r.Signal(s.(syscall.Signal))
-			}
-		}
+		},
+		Stopping: func() { srv.Close() }, // no operator requests while stopping
+	})
+	var held *lease.HeldError
+	switch {
+	case errors.As(err, &held):
+		c.UI.Error("mariposa run: " + err.Error())
+		return 1
+	case err != nil:
+		log.Error("supervisor failed", "error", err)
+		return 1
 	}
+	return 0
 }
 
 // childWriter logs child output lines, one named logger per service. In
