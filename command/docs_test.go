@@ -69,7 +69,7 @@ func TestGettingStartedBadPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	ui := cli.NewMockUi()
-	if code := (&ValidateCommand{UI: ui, Environ: []string{}}).Run([]string{"hello.hcl"}); code != 1 {
+	if code := (&ValidateCommand{UI: ui, Environ: []string{"PATH=" + os.Getenv("PATH")}}).Run([]string{"hello.hcl"}); code != 1 {
 		t.Errorf("validate exit %d", code)
 	}
 	if got := strings.TrimSpace(ui.ErrorWriter.String()); got != shown {

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 
 	"github.com/mariposa-sh/mariposa/internal/logring"
 )
@@ -210,24 +209,6 @@ func (l *peerListener) Accept() (net.Conn, error) {
 		}
 		return &peerConn{UnixConn: c, peer: p}, nil
 	}
-}
-
-func credentials(c *net.UnixConn) (peer, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return peer{}, err
-	}
-	var cred *unix.Ucred
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return peer{}, err
-	}
-	if serr != nil {
-		return peer{}, serr
-	}
-	return peer{uid: cred.Uid, gid: cred.Gid, pid: cred.Pid}, nil
 }
 
 // Response is the body of a successful restart or reset.
