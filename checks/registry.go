@@ -178,7 +178,9 @@ func (r *Registry) Deregister(ctx context.Context, serviceID string) error {
 }
 
 // Flush deregisters what is still waiting to be, until ctx ends: the last
-// thing a stopping mariposa does with the agent.
+// thing a stopping mariposa does with the agent. The calls go through the
+// call slots side by side, so a slow agent is given as many at once as it
+// takes; an absent one fails each at once.
 func (r *Registry) Flush(ctx context.Context) error {
 	r.mu.Lock()
 	var gone []string
@@ -186,12 +188,25 @@ func (r *Registry) Flush(ctx context.Context) error {
 		gone = append(gone, id)
 	}
 	r.mu.Unlock()
-	var first error
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
 	for _, id := range gone {
-		if err := r.Deregister(ctx, id); err != nil && first == nil {
-			first = err
-		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.Deregister(ctx, id); err != nil {
+				mu.Lock()
+				if first == nil {
+					first = err
+				}
+				mu.Unlock()
+			}
+		}()
 	}
+	wg.Wait()
 	return first
 }
 

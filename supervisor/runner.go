@@ -332,13 +332,18 @@ func (r *Runner) Run(ctx context.Context) error {
 	order = append([]string{}, r.order...)
 	r.mu.Unlock()
 	r.stopAll(r.cfg, order)
-	dctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// A slow agent (a thousand deregistrations on a loaded machine) gets
+	// time to take them all; an absent one fails each call at once; a
+	// second signal cuts the wait short.
+	dctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
 	defer cancel()
-	select {
-	case <-r.killc:
-		cancel()
-	default:
-	}
+	go func() {
+		select {
+		case <-r.killc:
+			cancel()
+		case <-dctx.Done():
+		}
+	}()
 	if r.abandoned.Load() {
 		return lostErr
 	}
@@ -657,6 +662,10 @@ func dedupeEnv(env []string) []string {
 }
 
 var errStopped = errors.New("the service has stopped")
+
+// flushTimeout bounds the deregistrations still pending when mariposa
+// stops.
+const flushTimeout = 30 * time.Second
 
 // Services lists the services of the running configuration, in start order.
 func (r *Runner) Services() []string {
