@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/lease"
 )
 
 // A check that stays critical restarts the process (found through the
@@ -328,17 +329,38 @@ func groupMembers(pgid int) []int {
 func TestStopManyLeavesNothing(t *testing.T) {
 	t.Parallel()
 	const n = 1000
+	var up time.Duration
 	agent := consultest.NewDev(t)
 	c := agent.Client(t)
 	var sb strings.Builder
 	for i := 0; i < n; i++ {
 		fmt.Fprintf(&sb, "service \"many-%d\" {\n  command = [%q]\n  env     = { STAMP_SLEEP_MS = \"-1\" }\n}\n", i, stampBin)
 	}
+	start := time.Now()
 	m := startMariposa(t, agent, nil, "-log-level", "info", writeHCL(t, sb.String()))
+	defer func() { t.Logf("started in %s, stopped in %s", up.Round(time.Millisecond), time.Since(start.Add(up)).Round(time.Millisecond)) }()
+	// The node's session must live through the start: registering a
+	// thousand services must not starve mariposa's liveness check, to
+	// which the session holding every lock of the node is bound.
+	lockSession := func() string {
+		kv, _, err := c.KV().Get(lease.NodeLockKey(agent.Name), &api.QueryOptions{RequireConsistent: true})
+		if err != nil || kv == nil {
+			return ""
+		}
+		return kv.Session
+	}
+	var first string
 	waitFor(t, 2*time.Minute, "every service registered and running", func() (bool, string) {
+		if first == "" {
+			first = lockSession()
+		}
 		hc, _, err := c.Health().State(api.HealthPassing, &api.QueryOptions{Filter: `CheckID matches ":mariposa$"`})
 		return err == nil && len(hc) == n+1, fmt.Sprint(len(hc), err)
 	})
+	up = time.Since(start)
+	if now := lockSession(); first == "" || now != first {
+		t.Errorf("the node's session changed during the start (%q -> %q): its liveness check was starved", first, now)
+	}
 	if code := m.stop(t, syscall.SIGTERM, 2*time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)
 	}

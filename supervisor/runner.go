@@ -217,6 +217,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		Checks: api.AgentServiceChecks{{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
 			TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}},
 	}, checks.Status{Health: api.HealthPassing, Output: "alive"}, r.opts.LivenessTTL/3)
+	// The registry pushes registrations one at a time, and a thousand of
+	// them take longer than the liveness TTL on a loaded machine: the
+	// heartbeat has its own goroutine, since every lock of the node (its
+	// session is bound to this check) would go with it.
+	goBG(func() { r.heartbeat(bg, checks.SupervisorCheckID(selfID)) })
 
 	// The node lock, once the liveness check passes (the lease waits for
 	// it). Without an agent now, it is taken in the background when one
@@ -360,6 +365,25 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// heartbeat keeps mariposa's liveness check passing, every third of its
+// TTL, until ctx ends. Before the registry has registered the check the
+// agent refuses the update; the next beat tries again.
+func (r *Runner) heartbeat(ctx context.Context, checkID string) {
+	every := r.opts.LivenessTTL / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, every)
+		_ = r.opts.Client.Agent().UpdateTTLOpts(checkID, "alive", api.HealthPassing, (&api.QueryOptions{}).WithContext(cctx))
+		cancel()
+	}
 }
 
 // addInstance creates (but does not start) the instance of svc. The
