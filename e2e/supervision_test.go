@@ -338,7 +338,9 @@ func TestStopManyLeavesNothing(t *testing.T) {
 	}
 	start := time.Now()
 	m := startMariposa(t, agent, nil, "-log-level", "info", writeHCL(t, sb.String()))
-	defer func() { t.Logf("started in %s, stopped in %s", up.Round(time.Millisecond), time.Since(start.Add(up)).Round(time.Millisecond)) }()
+	defer func() {
+		t.Logf("started in %s, stopped in %s", up.Round(time.Millisecond), time.Since(start.Add(up)).Round(time.Millisecond))
+	}()
 	// The node's session must live through the start: registering a
 	// thousand services must not starve mariposa's liveness check, to
 	// which the session holding every lock of the node is bound.
