@@ -11,8 +11,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
-	"github.com/mariposa-sh/mariposa/internal/lease"
 )
 
 // A check that stays critical restarts the process (found through the
@@ -341,27 +341,25 @@ func TestStopManyLeavesNothing(t *testing.T) {
 	defer func() {
 		t.Logf("started in %s, stopped in %s", up.Round(time.Millisecond), time.Since(start.Add(up)).Round(time.Millisecond))
 	}()
-	// The node's session must live through the start: registering a
-	// thousand services must not starve mariposa's liveness check, to
-	// which the session holding every lock of the node is bound.
-	lockSession := func() string {
-		kv, _, err := c.KV().Get(lease.NodeLockKey(agent.Name), &api.QueryOptions{RequireConsistent: true})
-		if err != nil || kv == nil {
-			return ""
-		}
-		return kv.Session
-	}
-	var first string
+	// mariposa's liveness check must stay passing through the start:
+	// registering a thousand services must not starve its heartbeat (the
+	// session holding every lock of the node is bound to it).
+	liveness := checks.SupervisorCheckID(checks.SupervisorServiceID(agent.Name))
+	var critical string
 	waitFor(t, 2*time.Minute, "every service registered and running", func() (bool, string) {
-		if first == "" {
-			first = lockSession()
+		if hc, _, err := c.Health().Checks("mariposa", nil); err == nil {
+			for _, h := range hc {
+				if h.CheckID == liveness && h.Status == api.HealthCritical && critical == "" {
+					critical = h.Output
+				}
+			}
 		}
 		hc, _, err := c.Health().State(api.HealthPassing, &api.QueryOptions{Filter: `CheckID matches ":mariposa$"`})
 		return err == nil && len(hc) == n+1, fmt.Sprint(len(hc), err)
 	})
 	up = time.Since(start)
-	if now := lockSession(); first == "" || now != first {
-		t.Errorf("the node's session changed during the start (%q -> %q): its liveness check was starved", first, now)
+	if critical != "" {
+		t.Errorf("mariposa's liveness check went critical during the start (%q): its heartbeat was starved", critical)
 	}
 	if code := m.stop(t, syscall.SIGTERM, 2*time.Minute); code != 0 {
 		t.Fatalf("exit %d", code)

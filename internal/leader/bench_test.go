@@ -77,8 +77,8 @@ func benchElector(b *testing.B, agent *consultest.Agent, child string, trials in
 		// heartbeats its own liveness check through it.
 		p := newProxy(b, agent.HTTPAddr())
 		via := clientFor(b, p.Addr())
-		lvA := startLiveness(b, via, fmt.Sprintf("a%d", i))
-		lvB := startLiveness(b, c, fmt.Sprintf("b%d", i))
+		lvA := consultest.StartLiveness(b, via, fmt.Sprintf("a%d", i))
+		lvB := consultest.StartLiveness(b, c, fmt.Sprintf("b%d", i))
 		stampA, stampB := filepath.Join(dir, fmt.Sprintf("a%d", i)), filepath.Join(dir, fmt.Sprintf("b%d", i))
 		ctxA, stopA := context.WithCancel(context.Background())
 		ctxB, stopB := context.WithCancel(context.Background())
@@ -103,7 +103,7 @@ func benchElector(b *testing.B, agent *consultest.Agent, child string, trials in
 		t0 := leadertest.Mono()
 		if crash {
 			p.Cut()
-			lvA.paused.Store(true)
+			lvA.Paused.Store(true)
 		} else {
 			stopA()
 		}

@@ -26,7 +26,7 @@ type slot struct {
 	agent  *consultest.Agent
 	proxy  *proxy
 	direct *api.Client
-	live   *liveness
+	live   *consultest.Liveness
 	cfg    Config
 	c      *contender
 }
@@ -55,8 +55,8 @@ func newClusterEnv(t *testing.T, key string) *clusterEnv {
 	for _, a := range env.cl.Clients {
 		s := &slot{name: a.Name, agent: a, proxy: newProxy(t, a.HTTPAddr()), direct: a.Client(t)}
 		via := clientFor(t, s.proxy.Addr())
-		s.live = startLiveness(t, via, a.Name)
-		s.cfg = Config{Client: via, Key: key, Checks: []string{s.live.CheckID}, Log: testLog(t, a.Name)}
+		s.live = consultest.StartLiveness(t, via, a.Name)
+		s.cfg = Config{Client: via, Key: key, Checks: []string{s.live.CheckID}, Log: consultest.Logger(t, a.Name)}
 		env.slots = append(env.slots, s)
 	}
 	return env
@@ -194,7 +194,7 @@ func TestNetworkCut(t *testing.T) {
 	var rec leadertest.Recorder
 	p := newProxy(t, agent.HTTPAddr())
 	via := clientFor(t, p.Addr())
-	lv := startLiveness(t, via, "cut")
+	lv := consultest.StartLiveness(t, via, "cut")
 	a := startContender(t, "a", Config{Client: via, Key: key, Checks: []string{lv.CheckID}}, &rec, nil)
 	ta := a.waitTerm(t, 20*time.Second)
 	b := startContender(t, "b", cfgFor(c, key, live["b"]), &rec, nil)
@@ -242,11 +242,11 @@ var faults = []fault{
 		}
 	}},
 	{name: "liveness critical", invalidates: true, away: true, apply: func(t *testing.T, env *clusterEnv, l *slot, _ *Term) {
-		l.live.paused.Store(true)
+		l.live.Paused.Store(true)
 		if err := l.direct.Agent().UpdateTTL(l.live.CheckID, "fault", api.HealthCritical); err != nil {
 			t.Fatal(err)
 		}
-	}, restore: func(t *testing.T, env *clusterEnv, l *slot) { l.live.paused.Store(false) }},
+	}, restore: func(t *testing.T, env *clusterEnv, l *slot) { l.live.Paused.Store(false) }},
 	{name: "network cut", invalidates: true, away: true, apply: func(t *testing.T, env *clusterEnv, l *slot, _ *Term) {
 		l.proxy.Cut()
 	}, restore: func(t *testing.T, env *clusterEnv, l *slot) { l.proxy.Restore() }},

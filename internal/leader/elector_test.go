@@ -13,15 +13,15 @@ import (
 )
 
 // devSetup starts a dev agent with two liveness checks, "a" and "b".
-func devSetup(t *testing.T) (*consultest.Agent, *api.Client, map[string]*liveness) {
+func devSetup(t *testing.T) (*consultest.Agent, *api.Client, map[string]*consultest.Liveness) {
 	t.Helper()
 	agent := consultest.NewDev(t)
 	c := agent.Client(t)
-	live := map[string]*liveness{"a": startLiveness(t, c, "a"), "b": startLiveness(t, c, "b")}
+	live := map[string]*consultest.Liveness{"a": consultest.StartLiveness(t, c, "a"), "b": consultest.StartLiveness(t, c, "b")}
 	return agent, c, live
 }
 
-func cfgFor(c *api.Client, key string, l *liveness) Config {
+func cfgFor(c *api.Client, key string, l *consultest.Liveness) Config {
 	return Config{Client: c, Key: key, Checks: []string{l.CheckID}}
 }
 
@@ -128,8 +128,8 @@ func TestFencing(t *testing.T) {
 // faultEnv is what a fault injected into a single leader can use.
 type faultEnv struct {
 	c    *api.Client
-	live *liveness  // the leader's liveness check
-	a    *contender // the leader
+	live *consultest.Liveness // the leader's liveness check
+	a    *contender           // the leader
 	term *Term
 }
 
@@ -178,11 +178,11 @@ func TestSessionDestroyedOutside(t *testing.T) {
 
 func TestLivenessCheckCritical(t *testing.T) {
 	invalidatedAndBack(t, "critical", func(f faultEnv) {
-		f.live.paused.Store(true)
+		f.live.Paused.Store(true)
 		if err := f.c.Agent().UpdateTTL(f.live.CheckID, "fault injected", api.HealthCritical); err != nil {
 			t.Fatal(err)
 		}
-	}, func(f faultEnv) { f.live.paused.Store(false) })
+	}, func(f faultEnv) { f.live.Paused.Store(false) })
 }
 
 // TestClockJump simulates a process frozen (SIGSTOP, VM pause) while leader:

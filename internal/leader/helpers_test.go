@@ -4,47 +4,16 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/leader/leadertest"
 )
-
-// testLog sends the electors' logs to t.Log (level from MARIPOSA_TEST_LOG,
-// default info), and drops them once the test is over.
-func testLog(t testing.TB, name string) hclog.Logger {
-	w := &tWriter{t: t}
-	t.Cleanup(w.close)
-	level := hclog.LevelFromString(os.Getenv("MARIPOSA_TEST_LOG"))
-	if level == hclog.NoLevel {
-		level = hclog.Info
-	}
-	return hclog.New(&hclog.LoggerOptions{Name: name, Output: w, Level: level, TimeFormat: "15:04:05.000"})
-}
-
-type tWriter struct {
-	mu   sync.Mutex
-	t    testing.TB
-	done bool
-}
-
-func (w *tWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.done {
-		w.t.Log(string(p[:len(p)-1]))
-	}
-	return len(p), nil
-}
-
-func (w *tWriter) close() { w.mu.Lock(); w.done = true; w.mu.Unlock() }
 
 // clientFor returns an API client for addr (host:port).
 func clientFor(t testing.TB, addr string) *api.Client {
@@ -56,46 +25,6 @@ func clientFor(t testing.TB, addr string) *api.Client {
 		t.Fatal(err)
 	}
 	return c
-}
-
-// liveness plays mariposa's liveness check: service "mariposa" with a TTL
-// check (3s) heartbeated every second, unless paused.
-type liveness struct {
-	c       *api.Client
-	svcID   string
-	CheckID string
-	paused  atomic.Bool
-}
-
-func startLiveness(t testing.TB, c *api.Client, name string) *liveness {
-	t.Helper()
-	l := &liveness{c: c, svcID: "mariposa-" + name, CheckID: "mariposa-" + name + ":mariposa"}
-	if err := l.register(); err != nil {
-		t.Fatalf("register liveness check: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for sleep(ctx, time.Second) {
-			if l.paused.Load() {
-				continue
-			}
-			// The agent may have restarted without its registrations.
-			if err := c.Agent().UpdateTTL(l.CheckID, "alive", api.HealthPassing); err != nil {
-				_ = l.register()
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return l
-}
-
-func (l *liveness) register() error {
-	return l.c.Agent().ServiceRegister(&api.AgentServiceRegistration{
-		ID: l.svcID, Name: "mariposa",
-		Check: &api.AgentServiceCheck{CheckID: l.CheckID, Name: "mariposa supervisor", TTL: "3s", Status: api.HealthPassing},
-	})
 }
 
 // fakeClock is time.Now plus an offset a test can jump.
@@ -269,7 +198,7 @@ func startContender(t testing.TB, name string, cfg Config, rec *leadertest.Recor
 		cfg.Now = c.clock.Now
 	}
 	if cfg.Log == nil {
-		cfg.Log = testLog(t, name)
+		cfg.Log = consultest.Logger(t, name)
 	}
 	if cfg.Value == nil {
 		cfg.Value = []byte(name)

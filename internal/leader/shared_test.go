@@ -20,7 +20,7 @@ func TestSharedLease(t *testing.T) {
 	_, c, live := devSetup(t)
 	leases := map[string]*lease.Lease{}
 	for _, n := range []string{"a", "b"} {
-		l := lease.New(lease.Config{Client: c, Checks: []string{live[n].CheckID}, Log: testLog(t, "lease-"+n)})
+		l := lease.New(lease.Config{Client: c, Checks: []string{live[n].CheckID}, Log: consultest.Logger(t, "lease-"+n)})
 		t.Cleanup(l.Close)
 		leases[n] = l
 	}
@@ -62,7 +62,7 @@ func TestSharedLease(t *testing.T) {
 	// a's term ends, b leads k2 after its deadline, and once a's check
 	// passes again a contends again under one new session.
 	a1 = startContender(t, "a", Config{Lease: leases["a"], Key: k1}, &rec1, nil)
-	live["a"].paused.Store(true)
+	live["a"].Paused.Store(true)
 	if err := c.Agent().UpdateTTL(live["a"].CheckID, "fault", "critical"); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestSharedLease(t *testing.T) {
 	if !tb2.Started.After(t2.Deadline()) {
 		t.Fatalf("b leads k2 from %v, before a's deadline %v", tb2.Started, t2.Deadline())
 	}
-	live["a"].paused.Store(false)
+	live["a"].Paused.Store(false)
 	if !consultest.WaitFor(10*time.Second, func() bool {
 		s := leases["a"].Session()
 		return s != "" && s != sa
@@ -100,7 +100,7 @@ func TestSharedLease(t *testing.T) {
 func TestRunAgain(t *testing.T) {
 	_, c, live := devSetup(t)
 	cfg := cfgFor(c, "mariposa/leader/again", live["a"])
-	cfg.Log = testLog(t, "a")
+	cfg.Log = consultest.Logger(t, "a")
 	e := New(cfg)
 	for i := range 2 {
 		ctx, cancel := context.WithCancel(context.Background())

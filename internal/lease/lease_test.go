@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
 // TestSeveralHolds: three holds on one lease share its session and cost one
@@ -13,8 +15,8 @@ import (
 // session.
 func TestSeveralHolds(t *testing.T) {
 	c := dev(t)
-	live := startLiveness(t, c, "n1")
-	l := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "lease")})
+	live := consultest.StartLiveness(t, c, "n1")
+	l := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "lease")})
 	t.Cleanup(l.Close)
 	ctx := context.Background()
 
@@ -118,8 +120,8 @@ func TestSeveralHolds(t *testing.T) {
 // term.
 func TestSessionWaitsForChecks(t *testing.T) {
 	c := dev(t)
-	live := newLiveness(c, "fresh")
-	l := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "lease")})
+	live := consultest.NewLiveness(c, "fresh")
+	l := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "lease")})
 	t.Cleanup(l.Close)
 	type result struct {
 		t   *Term
@@ -133,10 +135,10 @@ func TestSessionWaitsForChecks(t *testing.T) {
 	// The supervisor registers its liveness check asynchronously, just
 	// after (or before) its electors start.
 	time.Sleep(300 * time.Millisecond)
-	if err := live.register(); err != nil {
+	if err := live.Register(); err != nil {
 		t.Fatal(err)
 	}
-	live.heartbeat(t)
+	live.Heartbeat(t)
 	var r result
 	select {
 	case r = <-got:
@@ -152,9 +154,9 @@ func TestSessionWaitsForChecks(t *testing.T) {
 	_ = r.t.Release()
 
 	// A critical check is waited for the same way.
-	l2 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "lease2")})
+	l2 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "lease2")})
 	t.Cleanup(l2.Close)
-	live.paused.Store(true)
+	live.Paused.Store(true)
 	if err := c.Agent().UpdateTTL(live.CheckID, "down", "critical"); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ func TestSessionWaitsForChecks(t *testing.T) {
 	if l2.Stats().Sessions != 0 {
 		t.Fatal("a session was created while its check was critical")
 	}
-	live.paused.Store(false)
+	live.Paused.Store(false)
 	if err := c.Agent().UpdateTTL(live.CheckID, "up", "passing"); err != nil {
 		t.Fatal(err)
 	}

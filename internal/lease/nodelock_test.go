@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
 func nodeName(t *testing.T, c *api.Client) string {
@@ -40,10 +42,10 @@ func holderOf(t *testing.T, c *api.Client, node string) (string, NodeInfo) {
 func TestNodeLockSecondRefused(t *testing.T) {
 	c := dev(t)
 	node := nodeName(t, c)
-	live := startLiveness(t, c, node)
+	live := consultest.StartLiveness(t, c, node)
 	ctx := context.Background()
 	first := NodeInfo{PID: 4242, Hostname: "web-1", Started: time.Now().Add(-time.Hour)}
-	l1 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "first")})
+	l1 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "first")})
 	t.Cleanup(l1.Close)
 	if err := WaitNodeLockFree(ctx, c, node, time.Second, nil); err != nil {
 		t.Fatalf("free node: %v", err)
@@ -56,7 +58,7 @@ func TestNodeLockSecondRefused(t *testing.T) {
 
 	// The read-only check refuses once its wait is over.
 	t0 := time.Now()
-	err = WaitNodeLockFree(ctx, c, node, 700*time.Millisecond, testLog(t, "second"))
+	err = WaitNodeLockFree(ctx, c, node, 700*time.Millisecond, consultest.Logger(t, "second"))
 	var he *HeldError
 	if !errors.As(err, &he) || he.Holder == nil || he.Holder.PID != 4242 || he.Session != n1.Session() {
 		t.Fatalf("WaitNodeLockFree = %v, want a HeldError naming pid 4242", err)
@@ -72,7 +74,7 @@ func TestNodeLockSecondRefused(t *testing.T) {
 
 	// A second starter that won the read race is refused at acquisition,
 	// without waiting, and the first keeps the lock.
-	l2 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "second")})
+	l2 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "second")})
 	t.Cleanup(l2.Close)
 	_, err = l2.AcquireNodeLock(ctx, node, NodeInfo{PID: 777, Hostname: "web-1"})
 	if !errors.As(err, &he) || he.Holder == nil || he.Holder.PID != 4242 || he.Holder.Node != node {
@@ -95,9 +97,9 @@ func TestNodeLockSecondRefused(t *testing.T) {
 func TestNodeLockAfterCrash(t *testing.T) {
 	c := dev(t)
 	node := nodeName(t, c)
-	live := startLiveness(t, c, node)
+	live := consultest.StartLiveness(t, c, node)
 	ctx := context.Background()
-	l1 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "old")})
+	l1 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "old")})
 	n1, err := l1.AcquireNodeLock(ctx, node, NodeInfo{PID: 4242, Hostname: "web-1", Started: time.Now()})
 	if err != nil {
 		t.Fatal(err)
@@ -105,7 +107,7 @@ func TestNodeLockAfterCrash(t *testing.T) {
 	old := n1.Session()
 
 	// SIGKILL.
-	live.paused.Store(true)
+	live.Paused.Store(true)
 	n1.cancel()
 	<-n1.done
 	l1.abandon()
@@ -114,15 +116,15 @@ func TestNodeLockAfterCrash(t *testing.T) {
 	// The new process: wait (read only), then register and heartbeat the
 	// liveness check, then take the lock.
 	wait := NodeLockWait(3*time.Second, DefaultLockDelay)
-	if err := WaitNodeLockFree(ctx, c, node, wait, testLog(t, "new")); err != nil {
+	if err := WaitNodeLockFree(ctx, c, node, wait, consultest.Logger(t, "new")); err != nil {
 		t.Fatalf("WaitNodeLockFree after the holder died: %v", err)
 	}
 	freed := time.Since(t0)
-	if err := live.register(); err != nil {
+	if err := live.Register(); err != nil {
 		t.Fatal(err)
 	}
-	live.paused.Store(false)
-	l2 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "new")})
+	live.Paused.Store(false)
+	l2 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "new")})
 	t.Cleanup(l2.Close)
 	n2, err := l2.AcquireNodeLock(ctx, node, NodeInfo{PID: 5151, Hostname: "web-1", Started: time.Now()})
 	if err != nil {
@@ -143,17 +145,17 @@ func TestNodeLockAfterCrash(t *testing.T) {
 func TestNodeLockReleaseThenNext(t *testing.T) {
 	c := dev(t)
 	node := nodeName(t, c)
-	live := startLiveness(t, c, node)
+	live := consultest.StartLiveness(t, c, node)
 	ctx := context.Background()
 	cfg := Config{Client: c, Checks: []string{live.CheckID}, LockDelay: 5 * time.Second}
-	cfg.Log = testLog(t, "first")
+	cfg.Log = consultest.Logger(t, "first")
 	l1 := New(cfg)
 	t.Cleanup(l1.Close)
 	n1, err := l1.AcquireNodeLock(ctx, node, NodeInfo{PID: 1, Hostname: "h"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Log = testLog(t, "second")
+	cfg.Log = consultest.Logger(t, "second")
 	l2 := New(cfg)
 	t.Cleanup(l2.Close)
 	// Make the second lease's session first, so the timing below is the
@@ -189,9 +191,9 @@ func TestNodeLockReleaseThenNext(t *testing.T) {
 func TestNodeLockRetaken(t *testing.T) {
 	c := dev(t)
 	node := nodeName(t, c)
-	live := startLiveness(t, c, node)
+	live := consultest.StartLiveness(t, c, node)
 	ctx := context.Background()
-	l1 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "first")})
+	l1 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "first")})
 	t.Cleanup(l1.Close)
 	n1, err := l1.AcquireNodeLock(ctx, node, NodeInfo{PID: 1, Hostname: "h"})
 	if err != nil {
@@ -220,7 +222,7 @@ func TestNodeLockRetaken(t *testing.T) {
 
 	// Another supervisor takes it (while this one could not, say): Lost
 	// closes, naming it.
-	l2 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: testLog(t, "other")})
+	l2 := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "other")})
 	t.Cleanup(l2.Close)
 	other, err := l2.session(ctx)
 	if err != nil {
