@@ -7,7 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/lease"
 )
 
 // Two mariposas on one node used to fight: the second took over the
@@ -58,4 +61,30 @@ service "web" {
 		t.Errorf("the crashed supervisor's child %d is alive", pid)
 	}
 	_ = newPID
+}
+
+// A graceful stop releases the node lock before anything invalidates its
+// session, so the next mariposa on the node starts at once, without a lock
+// delay (deregistering mariposa's own service first invalidated the
+// session, and a restart waited out the lock delay).
+func TestGracefulStopFreesNodeLock(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	hcl := writeHCL(t, fmt.Sprintf("service \"web\" {\n  command = [%q]\n}\n", childBin))
+	m := startMariposa(t, agent, nil, hcl)
+	waitRunning(t, c, "web", agent.Name)
+	if code := m.stop(t, syscall.SIGTERM, 30*time.Second); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	s, _, err := c.Session().Create(&api.SessionEntry{Name: "probe", Checks: []string{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Session().Destroy(s, nil)
+	// Consul refuses an acquire while a lock delay is in force.
+	ok, _, err := c.KV().Acquire(&api.KVPair{Key: lease.NodeLockKey(agent.Name), Session: s}, nil)
+	if err != nil || !ok {
+		t.Fatalf("the node lock is not free right after a graceful stop (acquire %v, %v): a lock delay is in force", ok, err)
+	}
 }

@@ -355,13 +355,22 @@ func (r *Runner) Run(ctx context.Context) error {
 	if err := reg.Flush(dctx); err != nil {
 		log.Warn("some services could not be deregistered", "error", err)
 	}
+	// The node lock goes once the services are deregistered (a mariposa
+	// starting now must not register what this one is still
+	// deregistering), and just before mariposa's own registration:
+	// deregistering that removes the liveness check the node's session is
+	// bound to, which would free the lock by invalidation, with a lock
+	// delay the next mariposa here would wait out. (Should one start in
+	// between and register its liveness check, the deregistration below
+	// removes it; its registry puts it back, and its lease takes a new
+	// session.)
+	if nl := nodeLock.Load(); nl != nil {
+		if err := nl.Release(); err != nil {
+			log.Warn("could not release the node lock; the next mariposa here waits out its lock delay", "error", err)
+		}
+	}
 	if err := reg.Deregister(dctx, selfID); err != nil {
 		log.Warn("could not deregister mariposa itself", "error", err)
-	}
-	// The node lock goes last: a mariposa starting now must not register
-	// what this one is still deregistering.
-	if nl := nodeLock.Load(); nl != nil {
-		nl.Release()
 	}
 	log.Info("stopped")
 	return nil

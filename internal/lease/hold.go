@@ -20,6 +20,12 @@ type Hold struct {
 	Value []byte
 	// Log receives the term's events; default the lease's, with the key.
 	Log hclog.Logger
+	// Unconfirmed holds guard nothing that must stop within lockDelay/2 of
+	// a lost session (the node lock): they cost no confirmation reads and
+	// have no watchdog, and end when the session is found lost (at its
+	// next renewal, within TTL/2) or another confirmed hold's read sees
+	// the session gone. Leaders and exclusive slots are confirmed.
+	Unconfirmed bool
 }
 
 // key reservations in Lease.keys.
@@ -94,6 +100,7 @@ func (l *Lease) acquire(ctx context.Context, h Hold, failIfHeld bool) (*Term, er
 	}
 
 	t := newTerm(l, s, h.Key, h.Value, log, sent)
+	t.unconfirmed = h.Unconfirmed
 	t.Index, t.LockIndex = pair.ModifyIndex, pair.LockIndex
 	// The acquisition itself may be stale already (a slow answer, a freeze).
 	if t.stale(l.now()) {

@@ -196,3 +196,27 @@ func TestManager(t *testing.T) {
 		t.Fatalf("Acquire after Close: %v", err)
 	}
 }
+
+// TestUnconfirmedHold: a hold that fences nothing time-critical (the node
+// lock) costs no confirmation reads, and still ends with its session.
+func TestUnconfirmedHold(t *testing.T) {
+	c := dev(t)
+	live := consultest.StartLiveness(t, c, "n1")
+	l := New(Config{Client: c, Checks: []string{live.CheckID}, Log: consultest.Logger(t, "lease")})
+	t.Cleanup(l.Close)
+	tm, err := l.Acquire(context.Background(), Hold{Key: "mariposa/nodes/n1/supervisor", Unconfirmed: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st0 := l.Stats()
+	time.Sleep(2 * time.Second) // ten rounds' worth for a confirmed hold
+	if st := l.Stats(); st.Reads != st0.Reads || tm.Err() != nil {
+		t.Fatalf("an unconfirmed hold cost %d reads in 2s (ended: %v)", st.Reads-st0.Reads, tm.Err())
+	}
+	// Its session invalidated (as when mariposa's liveness check expires):
+	// the hold ends at the next renewal (TTL/2 = 5s).
+	if _, err := c.Session().Destroy(tm.Session, nil); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, tm.Lost(), 8*time.Second, "the unconfirmed hold after its session was destroyed")
+}

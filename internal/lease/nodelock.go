@@ -162,7 +162,9 @@ func (l *Lease) AcquireNodeLock(ctx context.Context, node string, info NodeInfo)
 	}
 	key := NodeLockKey(node)
 	log := l.log.With("key", key)
-	h := Hold{Key: key, Value: value, Log: log}
+	// The node lock fences nothing time-critical: it keeps a second
+	// supervisor out. It costs no confirmation reads on an idle node.
+	h := Hold{Key: key, Value: value, Log: log, Unconfirmed: true}
 	t, err := l.acquireNode(ctx, node, info, h)
 	if err != nil {
 		return nil, err

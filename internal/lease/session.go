@@ -157,6 +157,20 @@ func (s *session) attached(live bool) []*Term {
 	return out
 }
 
+// confirmed returns the live terms of s that are confirmed (not
+// Hold.Unconfirmed): what the confirmation rounds read and the watchdog
+// guards.
+func (s *session) confirmed() []*Term {
+	all := s.attached(true)
+	out := all[:0]
+	for _, t := range all {
+		if !t.unconfirmed {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
 // renew renews s every TTL/2 (sooner after an error) until s is finished or
 // Consul says it is gone. It also retries the releases that failed.
 func (s *session) renew() {
@@ -225,7 +239,7 @@ func (s *session) retryPending() {
 func (s *session) confirmLoop() {
 	l := s.l
 	for s.ctx.Err() == nil {
-		terms := s.attached(true)
+		terms := s.confirmed()
 		if len(terms) == 0 {
 			select {
 			case <-s.wake:
@@ -359,7 +373,7 @@ func (s *session) watchdog() {
 // reports whether the caller must finish s.
 func (s *session) inspect(now time.Time, gap time.Duration) bool {
 	l := s.l
-	terms := s.attached(true)
+	terms := s.confirmed()
 	if len(terms) == 0 {
 		return false
 	}

@@ -26,6 +26,7 @@ type Term struct {
 	log         hclog.Logger
 	releaseOnce sync.Once
 	released    atomic.Bool // its owner released it: nothing more to say
+	unconfirmed bool        // Hold.Unconfirmed
 
 	mu        sync.Mutex
 	confirmed time.Time // send time of the latest confirmation
