@@ -212,11 +212,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	goBG(func() { r.data.Run(bg) })
 
 	// mariposa's own liveness: mariposa.service.consul lists live supervisors.
+	// The registry registers it and pushes its first status; the heartbeat
+	// goroutine below keeps it passing, so the registry's own refresh is
+	// rare (two heartbeats doubled an idle node's Consul requests).
 	reg.RegisterHeartbeat(&api.AgentServiceRegistration{
 		ID: selfID, Name: "mariposa", Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue},
 		Checks: api.AgentServiceChecks{{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
 			TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}},
-	}, checks.Status{Health: api.HealthPassing, Output: "alive"}, r.opts.LivenessTTL/3)
+	}, checks.Status{Health: api.HealthPassing, Output: "alive"}, 10*time.Minute)
 	// The registry pushes registrations one at a time, and a thousand of
 	// them take longer than the liveness TTL on a loaded machine: the
 	// heartbeat has its own goroutine, since every lock of the node (its
