@@ -11,8 +11,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Status is a supervisor check's state.
-type Status struct {
+// Result is what a TTL check reports: its status and output.
+type Result struct {
 	Health string // api.HealthPassing | api.HealthWarning | api.HealthCritical
 	Output string
 }
@@ -20,8 +20,8 @@ type Status struct {
 type entry struct {
 	reg        *api.AgentServiceRegistration
 	registered bool
-	status     Status
-	pushed     Status // what Consul last got for the supervisor check
+	status     Result
+	pushed     Result // what Consul last got for the supervisor check
 	dirty      bool   // status not yet pushed
 	pushedAt   time.Time
 	every      time.Duration // heartbeat
@@ -31,7 +31,7 @@ type entry struct {
 
 // ttlCheck is the newest result of an args check.
 type ttlCheck struct {
-	st    Status
+	st    Result
 	dirty bool   // not yet pushed
 	seq   uint64 // counts results, so a push clears only the result it sent
 }
@@ -83,12 +83,12 @@ func (r *Registry) poke() {
 
 // Register asks for reg to be registered (again, if it changed). The last
 // check of reg is the TTL check that SetStatus reports.
-func (r *Registry) Register(reg *api.AgentServiceRegistration, st Status) {
+func (r *Registry) Register(reg *api.AgentServiceRegistration, st Result) {
 	r.RegisterHeartbeat(reg, st, r.heartbeat)
 }
 
 // RegisterHeartbeat is Register with its own heartbeat period.
-func (r *Registry) RegisterHeartbeat(reg *api.AgentServiceRegistration, st Status, every time.Duration) {
+func (r *Registry) RegisterHeartbeat(reg *api.AgentServiceRegistration, st Result, every time.Duration) {
 	r.mu.Lock()
 	delete(r.gone, reg.ID)
 	r.entries[reg.ID] = &entry{reg: reg, status: st, dirty: true, every: every, ttls: map[string]*ttlCheck{}}
@@ -97,7 +97,7 @@ func (r *Registry) RegisterHeartbeat(reg *api.AgentServiceRegistration, st Statu
 }
 
 // SetStatus records the supervisor check's status; Run pushes the newest.
-func (r *Registry) SetStatus(serviceID string, st Status) {
+func (r *Registry) SetStatus(serviceID string, st Result) {
 	r.mu.Lock()
 	if e, ok := r.entries[serviceID]; ok && e.status != st {
 		e.status, e.dirty = st, true
@@ -112,7 +112,7 @@ func (r *Registry) SetStatus(serviceID string, st Status) {
 // still be pushed on every run or it expires ("TTL expired", critical) and
 // restarts a healthy service. An unchanged result costs one local agent call
 // and no catalog write: the agent syncs only changes.
-func (r *Registry) SetCheck(serviceID, checkID string, st Status) {
+func (r *Registry) SetCheck(serviceID, checkID string, st Result) {
 	r.mu.Lock()
 	if e, ok := r.entries[serviceID]; ok {
 		tc := e.ttls[checkID]
@@ -332,7 +332,7 @@ func (r *Registry) sync(ctx context.Context) error {
 			r.mu.Lock()
 			if e2 := r.entries[id]; e2 == e {
 				e.registered = true
-				e.pushed = Status{Health: st.Health}
+				e.pushed = Result{Health: st.Health}
 				for _, tc := range e.ttls {
 					tc.dirty = true
 				}
@@ -388,7 +388,7 @@ func (r *Registry) sync(ctx context.Context) error {
 	return nil
 }
 
-func (r *Registry) update(ctx context.Context, serviceID, checkID string, st Status) error {
+func (r *Registry) update(ctx context.Context, serviceID, checkID string, st Result) error {
 	err := r.agent.UpdateTTLOpts(checkID, truncate(st.Output, 4000), st.Health, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil && isNotFound(err) {
 		// The agent lost the check (restarted without state): register again.
@@ -410,7 +410,7 @@ func (r *Registry) update(ctx context.Context, serviceID, checkID string, st Sta
 // copy already has the same output (UpdateTTL), so anti-entropy agrees with
 // this write. SkipNodeUpdate keeps the node untouched, so service:write is
 // all the ACL this needs.
-func (r *Registry) publishOutput(ctx context.Context, reg *api.AgentServiceRegistration, st Status) error {
+func (r *Registry) publishOutput(ctx context.Context, reg *api.AgentServiceRegistration, st Result) error {
 	sup := reg.Checks[len(reg.Checks)-1]
 	_, err := r.catalog.Register(&api.CatalogRegistration{
 		Node:           r.node,

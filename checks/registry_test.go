@@ -35,7 +35,7 @@ func runArgsService(t *testing.T, reg *Registry, node, name string, chk *schema.
 	t.Helper()
 	svc := &schema.Service{Name: name, Checks: []*schema.Check{chk}}
 	reg.Register(Registration(svc, node, RegOptions{SupervisorTTL: 30 * time.Minute, Status: api.HealthPassing}),
-		Status{Health: api.HealthPassing, Output: "running"})
+		Result{Health: api.HealthPassing, Output: "running"})
 	id := ServiceID(svc, node)
 	sc := &ScriptCheck{ServiceID: id, Check: chk, Registry: reg, Log: hclog.NewNullLogger()}
 	ctx, cancel := context.WithCancel(context.Background())

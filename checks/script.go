@@ -38,14 +38,14 @@ func (s *ScriptCheck) Run(ctx context.Context) {
 	id := CheckID(s.ServiceID, s.Check.Name)
 	t := time.NewTimer(0)
 	defer t.Stop()
-	var last *Status
+	var last *Result
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		res := make(chan Status, 1)
+		res := make(chan Result, 1)
 		go func() { res <- RunScript(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout) }()
 		st := s.await(id, res, last)
 		if ctx.Err() != nil {
@@ -72,7 +72,7 @@ func (s *ScriptCheck) interval() time.Duration {
 // apart, within the TTL, but a run can outlast its timeout (its output is
 // awaited for up to a second more; a loaded machine starts it late), and
 // the TTL must not run out because of that.
-func (s *ScriptCheck) await(id string, res <-chan Status, last *Status) Status {
+func (s *ScriptCheck) await(id string, res <-chan Result, last *Result) Result {
 	tick := time.NewTicker(s.interval())
 	defer tick.Stop()
 	for {
@@ -89,7 +89,7 @@ func (s *ScriptCheck) await(id string, res <-chan Status, last *Status) Status {
 
 // RunScript runs argv once in its own process group and maps the result to
 // a check status. A timeout kills the whole group.
-func RunScript(ctx context.Context, argv, env []string, dir string, timeout time.Duration) Status {
+func RunScript(ctx context.Context, argv, env []string, dir string, timeout time.Duration) Result {
 	var mu sync.Mutex
 	var out strings.Builder
 	sink := proc.NewSink(256, func(l proc.Line) {
@@ -103,7 +103,7 @@ func RunScript(ctx context.Context, argv, env []string, dir string, timeout time
 	p, err := proc.Start(proc.Spec{Argv: argv, Env: env, Dir: dir, Output: sink})
 	if err != nil {
 		sink.Close()
-		return Status{Health: api.HealthCritical, Output: "check could not start: " + err.Error()}
+		return Result{Health: api.HealthCritical, Output: "check could not start: " + err.Error()}
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
@@ -132,12 +132,12 @@ func RunScript(ctx context.Context, argv, env []string, dir string, timeout time
 	}
 	switch {
 	case timedOut:
-		return Status{Health: api.HealthCritical, Output: fmt.Sprintf("timed out after %s; killed the check's process group\n%s", timeout, text)}
+		return Result{Health: api.HealthCritical, Output: fmt.Sprintf("timed out after %s; killed the check's process group\n%s", timeout, text)}
 	case e.Success():
-		return Status{Health: api.HealthPassing, Output: text}
+		return Result{Health: api.HealthPassing, Output: text}
 	case e.Signal == 0 && e.Code == 1:
-		return Status{Health: api.HealthWarning, Output: text}
+		return Result{Health: api.HealthWarning, Output: text}
 	default:
-		return Status{Health: api.HealthCritical, Output: strings.TrimSpace(e.String() + "\n" + text)}
+		return Result{Health: api.HealthCritical, Output: strings.TrimSpace(e.String() + "\n" + text)}
 	}
 }

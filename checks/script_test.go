@@ -82,7 +82,7 @@ func TestScriptCheckStopReportsNothing(t *testing.T) {
 	}
 	reg := NewRegistry(client, "n1", "127.0.0.1", hclog.NewNullLogger(), time.Minute)
 	reg.Register(&api.AgentServiceRegistration{ID: "svc", Checks: api.AgentServiceChecks{{CheckID: "svc:mariposa", TTL: "1m"}}},
-		Status{Health: api.HealthPassing})
+		Result{Health: api.HealthPassing})
 	started := filepath.Join(t.TempDir(), "started")
 	sc := &ScriptCheck{ServiceID: "svc", Registry: reg, Log: hclog.NewNullLogger(), Check: &schema.Check{
 		Name: "slow", Kind: schema.CheckArgs, Args: []string{"sh", "-c", "touch " + started + "; sleep 30"},

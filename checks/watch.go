@@ -8,8 +8,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// CheckState is one check as the catalog reports it.
-type CheckState struct {
+// CatalogCheck is one check as the catalog reports it.
+type CatalogCheck struct {
 	CheckID     string
 	Name        string
 	Status      string
@@ -20,7 +20,7 @@ type CheckState struct {
 // NodeHealth is every check of this node's services, by service ID.
 type NodeHealth struct {
 	Index    uint64
-	Services map[string][]CheckState
+	Services map[string][]CatalogCheck
 	// Reset: this view follows a gap (failed queries, or an index that went
 	// backwards: the agent or servers restarted), so earlier views say
 	// nothing about how checks got to their current status.
@@ -45,7 +45,7 @@ type Watcher struct {
 // Run watches until ctx ends.
 func (w *Watcher) Run(ctx context.Context) {
 	var index uint64
-	var last map[string][]CheckState
+	var last map[string][]CatalogCheck
 	failures := 0
 	wait := w.WaitTime
 	if wait == 0 {
@@ -86,12 +86,12 @@ func (w *Watcher) Run(ctx context.Context) {
 		} else {
 			index = meta.LastIndex
 		}
-		cur := map[string][]CheckState{}
+		cur := map[string][]CatalogCheck{}
 		for _, hc := range hcs {
 			if hc.ServiceID == "" {
 				continue
 			}
-			cur[hc.ServiceID] = append(cur[hc.ServiceID], CheckState{
+			cur[hc.ServiceID] = append(cur[hc.ServiceID], CatalogCheck{
 				CheckID: hc.CheckID, Name: hc.Name, Status: hc.Status, Output: hc.Output, ModifyIndex: hc.ModifyIndex,
 			})
 		}
@@ -102,7 +102,7 @@ func (w *Watcher) Run(ctx context.Context) {
 	}
 }
 
-func sameHealth(a, b map[string][]CheckState) bool {
+func sameHealth(a, b map[string][]CatalogCheck) bool {
 	if a == nil || len(a) != len(b) {
 		return false
 	}

@@ -50,7 +50,7 @@ type input struct {
 	err     error
 	exit    proc.Exit
 	stderr  string // the child's last stderr line when it exited
-	states  []checks.CheckState
+	states  []checks.CatalogCheck
 	reset   bool
 	data    render.ServiceState
 	hasData bool // inBoot: data is set

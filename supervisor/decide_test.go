@@ -171,7 +171,7 @@ func TestDecideExhaustedFails(t *testing.T) {
 }
 
 func healthy(status string) input {
-	return input{kind: inHealth, states: []checks.CheckState{{CheckID: "web-n1:http", Status: status}}}
+	return input{kind: inHealth, states: []checks.CatalogCheck{{CheckID: "web-n1:http", Status: status}}}
 }
 
 func withHTTPCheck(s *schema.Service) {

@@ -71,7 +71,7 @@ func unhealthyCheck(tracks map[string]*checkTrack, started time.Time, r schema.R
 
 // updateTracks merges a new health view into tracks. Only the service's own
 // checks count; the supervisor check is mariposa's output, not an input.
-func updateTracks(tracks map[string]*checkTrack, svc *schema.Service, serviceID string, states []checks.CheckState, now time.Time) {
+func updateTracks(tracks map[string]*checkTrack, svc *schema.Service, serviceID string, states []checks.CatalogCheck, now time.Time) {
 	seen := map[string]bool{}
 	for _, st := range states {
 		var def *schema.Check

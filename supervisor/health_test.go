@@ -65,8 +65,8 @@ func TestUpdateTracks(t *testing.T) {
 	svc := &schema.Service{Name: "web", Checks: []*schema.Check{{Name: "http", Kind: schema.CheckHTTP, Interval: 2 * time.Second, Timeout: time.Second}}}
 	id := "web-n1"
 	tracks := map[string]*checkTrack{}
-	st := func(status string) []checks.CheckState {
-		return []checks.CheckState{
+	st := func(status string) []checks.CatalogCheck {
+		return []checks.CatalogCheck{
 			{CheckID: checks.CheckID(id, "http"), Status: status},
 			{CheckID: checks.SupervisorCheckID(id), Status: api.HealthCritical},
 		}

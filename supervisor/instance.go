@@ -61,7 +61,7 @@ type Instance struct {
 
 	// register (re-)registers the service; role is "", "leader" or
 	// "follower" and picks the tags and meta of a leader service.
-	register func(role string, st checks.Status)
+	register func(role string, st checks.Result)
 	// elector contends for the leader lock; nil without a leader block.
 	elector *leader.Elector
 
@@ -355,7 +355,7 @@ func (l *loop) publish() {
 	}
 	l.published = r
 	if l.s.registered {
-		in.reg.SetStatus(in.id, checks.Status{Health: l.s.health(), Output: report.Encode(r)})
+		in.reg.SetStatus(in.id, checks.Result{Health: l.s.health(), Output: report.Encode(r)})
 	}
 }
 
@@ -363,7 +363,7 @@ func (l *loop) act(a action) {
 	in := l.in
 	switch a.kind {
 	case actRegister:
-		in.register(a.role, checks.Status{Health: l.s.health(), Output: report.Encode(reportOf(&l.s))})
+		in.register(a.role, checks.Result{Health: l.s.health(), Output: report.Encode(reportOf(&l.s))})
 	case actDeregister:
 		if in.abandoned != nil && in.abandoned.Load() {
 			l.queue = append(l.queue, input{kind: inDeregistered})

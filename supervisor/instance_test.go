@@ -29,7 +29,7 @@ func testInstance(t *testing.T, svc *schema.Service) (*Instance, *[]Event) {
 	var events []Event
 	in := newInstance(svc, "web-n1", os.Environ(), hclog.NewNullLogger(), reg, nil, nil, nil,
 		func(e Event) { evc <- e }, nil)
-	in.register = func(string, checks.Status) {}
+	in.register = func(string, checks.Result) {}
 	t.Cleanup(func() {
 		close(evc)
 		for e := range evc {

@@ -219,7 +219,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		ID: selfID, Name: "mariposa", Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue},
 		Checks: api.AgentServiceChecks{{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
 			TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}},
-	}, checks.Status{Health: api.HealthPassing, Output: "alive"}, 10*time.Minute)
+	}, checks.Result{Health: api.HealthPassing, Output: "alive"}, 10*time.Minute)
 	// The registry pushes registrations one at a time, and a thousand of
 	// them take longer than the liveness TTL on a loaded machine: the
 	// heartbeat has its own goroutine, since every lock of the node (its
@@ -421,7 +421,7 @@ func (r *Runner) addInstance(svc *schema.Service) *Instance {
 	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, elector,
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
 	in.abandoned = &r.abandoned
-	in.register = func(role string, st checks.Status) {
+	in.register = func(role string, st checks.Result) {
 		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: checks.SupervisorServiceID(r.node)}
 		if svc.Leader != nil && role != "" {
 			o.ExtraMeta = map[string]string{"leader": role}
