@@ -35,6 +35,10 @@ func (c *Config) Service(name string) *Service {
 type Group struct {
 	Name     string
 	Services []string
+	// Placement is set when the group has a count: the group is then a
+	// cluster unit (a pod) whose members share one slot and move as one.
+	// Every member's Service.Placement points to this same value.
+	Placement *Placement
 }
 
 // Service is one `service` block with every default applied.
@@ -62,6 +66,11 @@ type Service struct {
 	Templates []*Template
 	Leader    *Leader // nil: no leader election
 	Stop      Stop
+
+	// Placement is set for a cluster service (one with a count, or a
+	// member of a group with a count): it runs in count slots across the
+	// fleet. nil: every node whose files declare it runs it.
+	Placement *Placement
 
 	// SourceFile is the absolute path of the file that declared the service;
 	// SourceDir its directory. Relative template sources resolve against it.
@@ -121,7 +130,7 @@ type Restart struct {
 	Window       time.Duration
 	Delay        time.Duration
 	MaxDelay     time.Duration
-	OnExhausted  string // "fail" ("reschedule" is reserved for the cluster phase)
+	OnExhausted  string // "fail", or "reschedule" (cluster services only)
 }
 
 // Dependency is one `depends_on` block.
@@ -176,3 +185,115 @@ type Stop struct {
 	Timeout time.Duration
 	Drain   time.Duration
 }
+
+// Placement is where and how many instances of a cluster unit (a service
+// with a count, or a group with one) run: CLUSTER.md sections 1, 3 and 4.
+// Names and defaults follow Nomad's where they fit.
+type Placement struct {
+	// Count is the number of slots, 0..Count-1. 0 is allowed (scaled to
+	// nothing).
+	Count       int
+	Constraints []*Constraint // hard: a node that fails one never runs it
+	Affinities  []*Affinity   // soft preferences
+	Spreads     []*Spread
+	// MaxPerNode bounds the slots of this unit on one node (default 1:
+	// distinct hosts).
+	MaxPerNode int
+	// Exclusive: at most Count children while supervisors can act (slots
+	// confirmed, a holder cut off from Consul kills its child). false
+	// (default): at least Count, and a holder cut off keeps running.
+	Exclusive bool
+	// StopAfter (non-exclusive only; 0 = never): a holder cut off from
+	// Consul stops its child after this long, and claimants wait as long
+	// before taking over a slot lost by invalidation.
+	StopAfter  time.Duration
+	Reschedule Reschedule
+}
+
+// Constraint operators. "=" is accepted and normalised to "==".
+const (
+	OpEqual       = "=="
+	OpNotEqual    = "!="
+	OpRegexp      = "regexp"
+	OpVersion     = "version"      // Value is a version constraint: ">= 1.2, < 2"
+	OpSetContains = "set_contains" // Value is a comma-separated list; all must be in the attribute's list
+	OpIsSet       = "is_set"       // no Value
+	OpIsNotSet    = "is_not_set"   // no Value
+	OpPrefer      = "==~"          // affinity only
+	OpAvoid       = "!=~"          // affinity only
+)
+
+// Constraint is one `constraint` block: a hard rule on a node attribute.
+//
+// Attribute is one of node.name, node.datacenter, node.meta.<key>,
+// mariposa.version, or service.<name>. service.<name> is set on a node
+// where at least one instance of that service is registered in Consul (its
+// value is how many, in decimal); with ==, ==~, != or !=~ and no value it
+// means "runs on the node" (or, negated, "does not"): co-location and
+// anti-co-location with other services.
+type Constraint struct {
+	Attribute string
+	Operator  string
+	Value     string
+	// Pos is "file:line:col" of the block, for runtime explanations.
+	Pos string
+}
+
+// Affinity is one `affinity` block: a soft preference with a weight.
+type Affinity struct {
+	Attribute string
+	Operator  string // OpPrefer | OpAvoid, or a constraint operator (== and the rest) counted as a preference
+	Value     string
+	Weight    int // 1..100, default 50
+	Pos       string
+}
+
+// Spread is one `spread` block: spread instances over the values of an
+// attribute, evenly or per Targets.
+type Spread struct {
+	Attribute string
+	Weight    int // 1..100, default 50
+	Targets   []SpreadTarget
+	Pos       string
+}
+
+// SpreadTarget is one `target` block of a spread.
+type SpreadTarget struct {
+	Value   string
+	Percent int
+}
+
+// Reschedule is the `reschedule` block: what happens to a slot whose
+// instance exhausted its restarts (restart.on_exhausted = "reschedule") on
+// a node. Nomad's names; defaults fit small fleets.
+type Reschedule struct {
+	Attempts      int           // within Interval; ignored when Unlimited
+	Interval      time.Duration // window for Attempts
+	Unlimited     bool          // default true
+	Delay         time.Duration // default 5s
+	DelayFunction string        // constant | exponential (default) | fibonacci
+	MaxDelay      time.Duration // default 5m
+	// Penalty is how long a node the instance failed on scores lower
+	// (default 30m).
+	Penalty time.Duration
+	// NodeLostAfter holds a slot lost with its node this long for the node
+	// to come back (a reboot) before others claim it (default 0).
+	NodeLostAfter time.Duration
+}
+
+// Delay functions of Reschedule.
+const (
+	DelayConstant    = "constant"
+	DelayExponential = "exponential"
+	DelayFibonacci   = "fibonacci"
+)
+
+// Reschedule defaults.
+const (
+	DefaultRescheduleDelay    = 5 * time.Second
+	DefaultRescheduleMaxDelay = 5 * time.Minute
+	DefaultReschedulePenalty  = 30 * time.Minute
+	DefaultAffinityWeight     = 50
+	DefaultSpreadWeight       = 50
+	DefaultMaxPerNode         = 1
+)
