@@ -42,6 +42,8 @@ func ArgsCheckTTL(c *schema.Check) time.Duration { return 2*c.Interval + c.Timeo
 
 // RegOptions adjust a registration beyond the service file.
 type RegOptions struct {
+	// ID, if set, is the service ID (an instance in a count slot).
+	ID string
 	// SupervisorTTL is the TTL of the supervisor check.
 	SupervisorTTL time.Duration
 	// Status is the supervisor check's status at registration
@@ -64,6 +66,9 @@ const AliveCheckName = "mariposa-alive"
 // its checks and the supervisor TTL check, so one call registers them all.
 func Registration(svc *schema.Service, node string, o RegOptions) *api.AgentServiceRegistration {
 	id := ServiceID(svc, node)
+	if o.ID != "" {
+		id = o.ID
+	}
 	meta := map[string]string{}
 	for k, v := range svc.Meta {
 		meta[k] = v

@@ -35,6 +35,8 @@ const (
 	inTermGained                    // leadership acquired: term
 	inTermLost                      // leadership ended: expired, why
 	inTermExpired                   // the held term's deadline passed: kill whatever is still stopping
+	inSlotLost                      // the count slot's hold ended: expired, why
+	inSlotExpired                   // the slot's deadline passed: kill whatever is still stopping
 	inDeregistered                  // actDeregister returned
 	inStop                          // stop for good (shutdown, reload, removal)
 	inKill                          // a stop in progress must not wait any longer
@@ -155,6 +157,13 @@ type instState struct {
 	depsAtStart  []bool
 	lostPending  map[int]bool
 
+	// slot is the count slot the instance runs in (nil: not a cluster
+	// instance). It is held when the instance is made; once lost, the
+	// process stops (at once if expired) and does not start again: the
+	// fleet layer withdraws the instance.
+	slot     *SlotInfo
+	slotLost string // why the slot was lost; "" while held
+
 	term     *termInfo // non-nil while leading (until the term is handed back)
 	termLost bool      // the term ended; hand it back once the leader-only work stopped
 	expired  bool      // the term's deadline passed: no stop may wait
@@ -213,8 +222,11 @@ func decide(s instState, in input, now time.Time, jitter float64) (instState, []
 func (st *stepper) do(a action) { st.acts = append(st.acts, a) }
 
 func (st *stepper) emit(kind EventKind, reason string) {
-	st.do(action{kind: actEmit, ev: Event{Time: st.now, Service: st.s.svc.Name, ServiceID: st.s.id, Kind: kind,
-		PID: st.s.pid, Reason: reason}})
+	ev := Event{Time: st.now, Service: st.s.svc.Name, ServiceID: st.s.id, Kind: kind, PID: st.s.pid, Reason: reason}
+	if st.s.slot != nil {
+		ev.Slot = st.s.slot.Name()
+	}
+	st.do(action{kind: actEmit, ev: ev})
 }
 
 func (st *stepper) set(state State, reason string) {
@@ -271,6 +283,10 @@ func (st *stepper) step(in input) {
 	case inTermExpired:
 		s.expired = true
 		st.escalate()
+	case inSlotLost:
+		st.slotLost(in.expired, in.why)
+	case inSlotExpired:
+		st.slotLost(true, "its deadline passed")
 	case inDeregistered:
 		st.deregistered()
 	case inStop:
@@ -310,6 +326,8 @@ func (st *stepper) permitted() (ok bool, state State, why string) {
 	switch {
 	case s.shutdown:
 		return false, StateStopping, "stopping"
+	case s.slot != nil && s.slotLost != "":
+		return false, StateStopped, s.slotLost
 	case s.standby() && (s.term == nil || s.termLost):
 		return false, StateStandby, "standby: waiting for leadership"
 	case s.hasData && s.data.Failed != "":
@@ -356,7 +374,7 @@ func (st *stepper) tryStart() {
 	}
 	s.waitingSince = time.Time{}
 	st.disarm(timerDep)
-	env := leaderEnv(s.svc.Leader, s.term)
+	env := append(leaderEnv(s.svc.Leader, s.term), slotEnv(s.slot)...)
 	if s.hasData {
 		env = append(append(env, s.data.DepEnv...), s.data.TemplateEnv...)
 		s.depsAtStart = s.depsAtStart[:0]
@@ -888,6 +906,51 @@ func depTimeout(st render.ServiceState, since, now time.Time) (reason string, ne
 		}
 	}
 	return "", next
+}
+
+// slotLost: another node may hold the slot soon (at once after its
+// deadline, if expired), so the process stops now, with SIGKILL if the
+// deadline passed, and is not started again.
+func (st *stepper) slotLost(expired bool, why string) {
+	s := st.s
+	if s.slot == nil || s.slotLost != "" {
+		if expired {
+			s.expired = true
+			st.escalate()
+		}
+		return
+	}
+	s.expired = s.expired || expired
+	reason := "slot " + s.slot.Name() + " lost"
+	if why != "" {
+		reason += ": " + why
+	}
+	s.slotLost = reason
+	st.emit(EventSlotLost, reason)
+	st.disarm(timerStart)
+	st.disarm(timerDep)
+	if s.pid != 0 {
+		if s.then != thenShutdown || !s.stopping {
+			s.thenWhy = reason
+			st.stopProcess(thenWait, s.expired)
+		} else if s.expired {
+			st.escalate()
+		}
+		return
+	}
+	if !s.shutdown {
+		st.set(StateStopped, reason)
+	}
+}
+
+// slotEnv is MARIPOSA_INSTANCE and the slot's fencing token, for an
+// instance in a count slot.
+func slotEnv(sl *SlotInfo) []string {
+	if sl == nil {
+		return nil
+	}
+	return []string{"MARIPOSA_INSTANCE=" + strconv.Itoa(sl.Index), "MARIPOSA_SLOT_KEY=" + sl.Key,
+		"MARIPOSA_SLOT_SESSION=" + sl.Session, "MARIPOSA_SLOT_INDEX=" + strconv.FormatUint(sl.Term, 10)}
 }
 
 // leaderEnv is MARIPOSA_LEADER and friends for a leader service; t is the

@@ -446,3 +446,60 @@ func TestDecideShutdownOrder(t *testing.T) {
 		t.Fatalf("exit during shutdown: %v %s", kinds(acts), m.s.state)
 	}
 }
+
+func TestDecideSlot(t *testing.T) {
+	slotted := func(t *testing.T) *machine {
+		m := newMachine(t, testService(nil))
+		m.s.slot = &SlotInfo{Unit: "web", Index: 2, Key: "mariposa/slots/web/2", Session: "s1", Term: 77}
+		return m
+	}
+	t.Run("env carries the slot and its fencing token", func(t *testing.T) {
+		m := slotted(t)
+		a, _ := has(m.step(input{kind: inBoot}), actStart)
+		for _, kv := range []string{"MARIPOSA_INSTANCE=2", "MARIPOSA_SLOT_KEY=mariposa/slots/web/2", "MARIPOSA_SLOT_SESSION=s1", "MARIPOSA_SLOT_INDEX=77"} {
+			if !slices.Contains(a.env, kv) {
+				t.Errorf("start env %v lacks %s", a.env, kv)
+			}
+		}
+	})
+	t.Run("lost: graceful stop, never started again", func(t *testing.T) {
+		m := slotted(t)
+		m.running(42)
+		a, ok := has(m.step(input{kind: inSlotLost, why: "key released"}), actStop)
+		if !ok || a.kill {
+			t.Fatalf("lost slot: stop %+v %v", a, ok)
+		}
+		m.step(input{kind: inExited, pid: 42})
+		m.want(StateStopped, "slot web/2 lost: key released")
+		if _, ok := has(m.step(input{kind: inTimer, timer: timerStart}), actStart); ok {
+			t.Fatal("started in a lost slot")
+		}
+		if _, ok := has(m.step(input{kind: inRestart}), actStart); ok {
+			t.Fatal("an operator restart started in a lost slot")
+		}
+	})
+	t.Run("expired: SIGKILL at once, also mid-stop", func(t *testing.T) {
+		m := slotted(t)
+		m.running(42)
+		if a, ok := has(m.step(input{kind: inSlotLost, expired: true}), actStop); !ok || !a.kill {
+			t.Fatalf("expired slot: stop %+v %v", a, ok)
+		}
+		m2 := slotted(t)
+		m2.running(43)
+		m2.step(input{kind: inSlotLost})
+		if _, ok := has(m2.step(input{kind: inSlotExpired}), actKill); !ok {
+			t.Fatal("deadline passed during a graceful stop: no SIGKILL")
+		}
+	})
+	t.Run("lost in backoff: no start", func(t *testing.T) {
+		m := slotted(t)
+		m.running(42)
+		m.step(input{kind: inExited, pid: 42, exit: proc.Exit{Code: 1}})
+		m.want(StateBackoff, "")
+		m.step(input{kind: inSlotLost})
+		m.want(StateStopped, "slot web/2 lost")
+		if _, ok := has(m.step(input{kind: inTimer, timer: timerStart}), actStart); ok {
+			t.Fatal("backoff timer started in a lost slot")
+		}
+	})
+}

@@ -29,6 +29,7 @@ const (
 	EventStopping       EventKind = "stopping"
 	EventStopped        EventKind = "stopped"          // a process stopped by mariposa has exited
 	EventStoppedForGood EventKind = "instance-stopped" // the instance is gone (shutdown, reload, removal)
+	EventSlotLost       EventKind = "slot-lost"        // the count slot's hold ended: the process stops
 )
 
 // Event is one thing that happened to an instance, as data: the seam for
@@ -39,6 +40,7 @@ type Event struct {
 	Node      string    `json:"node,omitempty"`
 	Service   string    `json:"service"`
 	ServiceID string    `json:"service_id"`
+	Slot      string    `json:"slot,omitempty"` // "<unit>/<k>" for an instance in a count slot
 	Kind      EventKind `json:"kind"`
 	PID       int       `json:"pid,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
@@ -59,7 +61,7 @@ func LogEvents(log hclog.Logger) func(Event) {
 		switch e.Kind {
 		case EventFailed, EventStartFailed:
 			l.Error(string(e.Kind), args...)
-		case EventExited, EventUnhealthy, EventLeaderLost, EventLeaderResigned, EventDependencyLost:
+		case EventExited, EventUnhealthy, EventLeaderLost, EventSlotLost, EventLeaderResigned, EventDependencyLost:
 			l.Warn(string(e.Kind), args...)
 		default:
 			l.Info(string(e.Kind), args...)

@@ -40,6 +40,7 @@ type Snapshot struct {
 	State     State
 	PID       int
 	Restarts  int
+	Slot      string // "<unit>/<k>" for an instance in a count slot
 	Output    string // the human reason
 	Report    report.Instance
 }
@@ -64,6 +65,8 @@ type Instance struct {
 	register func(role string, st checks.Result)
 	// elector contends for the leader lock; nil without a leader block.
 	elector *leader.Elector
+	// slot is the count slot the instance runs in; nil if none.
+	slot *Slot
 
 	health  chan checks.NodeHealth // latest-value mailbox
 	changec chan *schema.Template  // change commands, run one at a time
@@ -103,6 +106,14 @@ func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger,
 	st := newInstState(svc, id, in.now())
 	in.snap = snapshotOf(&st)
 	return in
+}
+
+// inSlot makes in an instance in a count slot; before run.
+func (in *Instance) inSlot(sl Slot) {
+	in.slot = &sl
+	st := newInstState(in.svc, in.id, in.now())
+	st.slot = &sl.SlotInfo
+	in.snap = snapshotOf(&st)
 }
 
 // Snapshot returns the current state.
@@ -167,13 +178,21 @@ func (in *Instance) operate(ctx context.Context, kind inputKind) error {
 }
 
 func snapshotOf(s *instState) Snapshot {
-	return Snapshot{Service: s.svc.Name, ServiceID: s.id, State: s.state, PID: s.pid, Restarts: s.restarts,
+	sn := Snapshot{Service: s.svc.Name, ServiceID: s.id, State: s.state, PID: s.pid, Restarts: s.restarts,
 		Output: s.reason, Report: reportOf(s)}
+	if s.slot != nil {
+		sn.Slot = s.slot.Name()
+	}
+	return sn
 }
 
 func reportOf(s *instState) report.Instance {
-	return report.Instance{State: string(s.state), PID: s.pid, Restarts: s.restarts, Reason: s.reason,
+	r := report.Instance{State: string(s.state), PID: s.pid, Restarts: s.restarts, Reason: s.reason,
 		Version: s.svc.Version, Role: s.role(), Since: s.since, Until: s.until, LastExit: s.lastEnd, Stderr: s.stderr}
+	if s.slot != nil {
+		r.Slot, r.Term = s.slot.Name(), s.slot.Term
+	}
+	return r
 }
 
 // loop is the effect side of one instance: the process, timers, the term
@@ -210,6 +229,11 @@ type termMsg struct {
 func (in *Instance) run() {
 	defer close(in.done)
 	l := &loop{in: in, s: newInstState(in.svc, in.id, in.now()), fired: make(chan timerFire, 64), back: make(chan input, 4)}
+	var slotLost, slotExpired <-chan struct{}
+	if in.slot != nil {
+		l.s.slot = &in.slot.SlotInfo
+		slotLost, slotExpired = in.slot.Lost, in.slot.Expired
+	}
 
 	// args checks run for as long as the instance lives.
 	scriptCtx, stopScripts := context.WithCancel(context.Background())
@@ -303,6 +327,24 @@ func (in *Instance) run() {
 		case <-expired:
 			l.expiredSeen = true
 			l.queue = append(l.queue, input{kind: inTermExpired})
+		case <-slotLost:
+			slotLost = nil
+			isExpired := false
+			select {
+			case <-slotExpired:
+				isExpired, slotExpired = true, nil
+			default:
+			}
+			why := ""
+			if in.slot.Err != nil {
+				if err := in.slot.Err(); err != nil {
+					why = err.Error()
+				}
+			}
+			l.queue = append(l.queue, input{kind: inSlotLost, expired: isExpired, why: why})
+		case <-slotExpired:
+			slotExpired = nil
+			l.queue = append(l.queue, input{kind: inSlotExpired})
 		case <-exited:
 			l.queue = append(l.queue, l.reap())
 		case h := <-in.health:

@@ -60,13 +60,14 @@ type Options struct {
 
 // Runner supervises every service of one configuration on this node.
 type Runner struct {
-	cfg  *schema.Config
-	opts Options
-	log  hclog.Logger
+	cfg   *schema.Config // the node's own files
+	slots []SlotInstance // what the fleet layer asks this node to run
+	opts  Options
+	log   hclog.Logger
 
 	mu        sync.Mutex
-	instances map[string]*Instance
-	order     []string // service names in start order
+	instances map[string]*Instance // by instance key (see instanceKey)
+	order     []string             // instance keys in start order
 	node      string
 	ready     chan struct{}
 	killOnce  sync.Once
@@ -86,8 +87,10 @@ type Runner struct {
 }
 
 type applyReq struct {
-	cfg  *schema.Config
-	done chan ApplyResult
+	cfg   *schema.Config // nil: keep the current one
+	slots []SlotInstance
+	keep  bool // keep the current slots
+	done  chan ApplyResult
 }
 
 // ApplyResult says what Apply did.
@@ -126,7 +129,8 @@ func (r *Runner) Node() string {
 	return r.node
 }
 
-// Instance returns the named service's instance, or nil.
+// Instance returns an instance by key: a service's name, or
+// "<service>/<k>" for an instance in a count slot. nil if none.
 func (r *Runner) Instance(name string) *Instance {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -286,9 +290,9 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	r.reg, r.addr, r.baseEnv = reg, addr, childBaseEnv(r.opts.Environ)
 	r.removeStale(ctx)
-	order := startOrder(r.cfg)
-	for _, name := range order {
-		r.addInstance(r.cfg.Service(name))
+	specs := instanceSpecs(r.cfg, r.slots)
+	for _, sp := range specs {
+		r.addInstance(sp)
 	}
 
 	w := &checks.Watcher{Client: r.opts.Client, Node: node, Log: log.Named("health"),
@@ -309,17 +313,24 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	goBG(func() { w.Run(bg) })
 
-	for _, name := range order {
-		go r.Instance(name).run()
+	for _, sp := range specs {
+		go r.Instance(sp.key).run()
 	}
 	close(r.ready)
-	log.Info("supervising", "services", len(order))
+	log.Info("supervising", "services", len(specs))
 
 	var lostErr error
 	for {
 		select {
 		case req := <-r.applyc:
-			req.done <- r.apply(req.cfg)
+			cfg, slots := req.cfg, req.slots
+			if cfg == nil {
+				cfg = r.cfg
+			}
+			if req.keep {
+				slots = r.slots
+			}
+			req.done <- r.apply(cfg, slots)
 			continue
 		case err := <-nodeLost:
 			if ctx.Err() != nil || err == nil {
@@ -337,9 +348,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	log.Info("stopping")
 	r.mu.Lock()
-	order = append([]string{}, r.order...)
+	order := append([]string{}, r.order...)
 	r.mu.Unlock()
-	r.stopAll(r.cfg, order)
+	r.stopAll(order)
 	// A slow agent (a thousand deregistrations on a loaded machine) gets
 	// time to take them all; an absent one fails each call at once; a
 	// second signal cuts the wait short.
@@ -398,10 +409,55 @@ func (r *Runner) heartbeat(ctx context.Context, checkID string) {
 	}
 }
 
-// addInstance creates (but does not start) the instance of svc. The
+// instSpec is one instance to run: a service of the node's files, or a
+// service in a count slot.
+type instSpec struct {
+	key  string
+	svc  *schema.Service
+	slot *Slot
+}
+
+// instanceSpecs lists the instances of the node's files (but for cluster
+// units, which run only in slots) and of the slots, in start order: each
+// after every instance of the services it depends on.
+func instanceSpecs(cfg *schema.Config, slots []SlotInstance) []instSpec {
+	merged := &schema.Config{}
+	byName := map[string][]instSpec{}
+	for _, svc := range cfg.Services {
+		if svc.Placement != nil {
+			continue
+		}
+		merged.Services = append(merged.Services, svc)
+		byName[svc.Name] = []instSpec{{key: svc.Name, svc: svc}}
+	}
+	for i := range slots {
+		si := &slots[i]
+		name := si.Service.Name
+		if _, local := byName[name]; local && byName[name][0].slot == nil {
+			continue // the fleet layer refuses such a unit; never shadow a local service
+		}
+		if _, seen := byName[name]; !seen {
+			merged.Services = append(merged.Services, si.Service)
+		}
+		byName[name] = append(byName[name], instSpec{key: instanceKey(si.Service, &si.Slot.SlotInfo), svc: si.Service, slot: &si.Slot})
+	}
+	var out []instSpec
+	for _, name := range startOrder(merged) {
+		list := byName[name]
+		sort.SliceStable(list, func(i, j int) bool { return list[i].key < list[j].key })
+		out = append(out, list...)
+	}
+	return out
+}
+
+// addInstance creates (but does not start) the instance of sp. The
 // instance registers itself when it runs (a standby only once elected).
-func (r *Runner) addInstance(svc *schema.Service) *Instance {
+func (r *Runner) addInstance(sp instSpec) *Instance {
+	svc := sp.svc
 	id := checks.ServiceID(svc, r.node)
+	if sp.slot != nil {
+		id = slotServiceID(svc, &sp.slot.SlotInfo)
+	}
 	var data *render.ServiceData
 	if len(svc.Depends) > 0 || len(svc.Templates) > 0 {
 		data = r.data.Service(svc)
@@ -421,6 +477,9 @@ func (r *Runner) addInstance(svc *schema.Service) *Instance {
 	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, elector,
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
 	in.abandoned = &r.abandoned
+	if sp.slot != nil {
+		in.inSlot(*sp.slot)
+	}
 	in.register = func(role string, st checks.Result) {
 		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: checks.SupervisorServiceID(r.node)}
 		if svc.Leader != nil && role != "" {
@@ -432,11 +491,15 @@ func (r *Runner) addInstance(svc *schema.Service) *Instance {
 				o.ExtraTags = []string{svc.Leader.FollowerTag}
 			}
 		}
+		if sp.slot != nil {
+			o.ID = id
+			o.ExtraMeta = map[string]string{"slot": strconv.Itoa(sp.slot.Index), "term_index": strconv.FormatUint(sp.slot.Term, 10)}
+		}
 		r.reg.Register(checks.Registration(svc, r.node, o), st)
 	}
 	r.mu.Lock()
-	r.instances[svc.Name] = in
-	r.order = append(r.order, svc.Name)
+	r.instances[sp.key] = in
+	r.order = append(r.order, sp.key)
 	r.mu.Unlock()
 	return in
 }
@@ -470,12 +533,23 @@ func (r *Runner) removeStale(ctx context.Context) {
 // start, and unchanged ones keep running untouched. It returns after the
 // changes are made.
 func (r *Runner) Apply(ctx context.Context, cfg *schema.Config) (ApplyResult, error) {
+	return r.send(ctx, applyReq{cfg: cfg, keep: true})
+}
+
+// ApplySlots makes slots the instances the fleet layer asks this node to
+// run, beside the node's files; as Apply: withdrawn ones stop (and
+// deregister) before it returns, so their slots may then be released.
+func (r *Runner) ApplySlots(ctx context.Context, slots []SlotInstance) (ApplyResult, error) {
+	return r.send(ctx, applyReq{slots: slots})
+}
+
+func (r *Runner) send(ctx context.Context, req applyReq) (ApplyResult, error) {
 	select {
 	case <-r.ready:
 	case <-ctx.Done():
 		return ApplyResult{}, ctx.Err()
 	}
-	req := applyReq{cfg: cfg, done: make(chan ApplyResult, 1)}
+	req.done = make(chan ApplyResult, 1)
 	select {
 	case r.applyc <- req:
 	case <-ctx.Done():
@@ -484,68 +558,97 @@ func (r *Runner) Apply(ctx context.Context, cfg *schema.Config) (ApplyResult, er
 	return <-req.done, nil
 }
 
-func (r *Runner) apply(cfg *schema.Config) ApplyResult {
+func (r *Runner) apply(cfg *schema.Config, slots []SlotInstance) ApplyResult {
 	var res ApplyResult
-	old := r.cfg
+	specs := instanceSpecs(cfg, slots)
+	want := map[string]instSpec{}
+	for _, sp := range specs {
+		want[sp.key] = sp
+	}
 	var stop, restart []string
-	for _, name := range r.order {
-		ns := cfg.Service(name)
+	for _, key := range r.Services() {
+		in := r.Instance(key)
+		sp, ok := want[key]
 		switch {
-		case ns == nil:
-			stop = append(stop, name)
-		case !reflect.DeepEqual(ns, old.Service(name)):
-			restart = append(restart, name)
+		case !ok:
+			stop = append(stop, key)
+		case !reflect.DeepEqual(sp.svc, in.svc) || !sameSlot(sp.slot, in.slot):
+			restart = append(restart, key)
 		default:
-			res.Unchanged = append(res.Unchanged, name)
+			res.Unchanged = append(res.Unchanged, key)
 		}
 	}
-	r.stopAll(old, append(append([]string{}, stop...), restart...))
-	for _, name := range append(append([]string{}, stop...), restart...) {
-		r.data.Remove(old.Service(name))
+	gone := append(append([]string{}, stop...), restart...)
+	r.stopAll(gone)
+	for _, key := range gone {
+		r.data.Remove(r.Instance(key).svc)
 	}
 	r.mu.Lock()
-	for _, name := range append(append([]string{}, stop...), restart...) {
-		delete(r.instances, name)
+	for _, key := range gone {
+		delete(r.instances, key)
 	}
 	r.order = nil
-	for _, name := range startOrder(cfg) {
-		if _, ok := r.instances[name]; ok {
-			r.order = append(r.order, name)
+	for _, sp := range specs {
+		if _, ok := r.instances[sp.key]; ok {
+			r.order = append(r.order, sp.key)
 		}
 	}
-	r.cfg = cfg
+	r.cfg, r.slots = cfg, slots
 	r.mu.Unlock()
-	for _, name := range startOrder(cfg) {
-		if r.Instance(name) != nil {
+	for _, sp := range specs {
+		if r.Instance(sp.key) != nil {
 			continue
 		}
-		in := r.addInstance(cfg.Service(name))
+		in := r.addInstance(sp)
 		go in.run()
-		if slices.Contains(restart, name) {
-			res.Restarted = append(res.Restarted, name)
+		if slices.Contains(restart, sp.key) {
+			res.Restarted = append(res.Restarted, sp.key)
 		} else {
-			res.Started = append(res.Started, name)
+			res.Started = append(res.Started, sp.key)
 		}
 	}
 	res.Stopped = stop
-	r.log.Info("reloaded", "started", res.Started, "restarted", res.Restarted, "stopped", res.Stopped, "unchanged", len(res.Unchanged))
+	r.log.Info("applied", "started", res.Started, "restarted", res.Restarted, "stopped", res.Stopped, "unchanged", len(res.Unchanged))
 	return res
 }
 
-// stopAll stops the named services, dependents before what they depend on:
-// services that nothing loaded depends on go first, all at once, and so on
-// down.
-func (r *Runner) stopAll(cfg *schema.Config, order []string) {
-	levels := stopLevels(cfg, order)
-	for _, level := range levels {
+// sameSlot: the same hold (a slot lost and claimed again is a new term,
+// and its instance starts anew).
+func sameSlot(a, b *Slot) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.SlotInfo == b.SlotInfo
+}
+
+// stopAll stops the named instances, dependents before what they depend
+// on: instances that nothing among them depends on go first, all at once,
+// and so on down.
+func (r *Runner) stopAll(keys []string) {
+	cfg := &schema.Config{}
+	names := map[string]bool{}
+	byName := map[string][]string{}
+	var order []string
+	for _, key := range keys {
+		in := r.Instance(key)
+		if in == nil {
+			continue
+		}
+		if !names[in.svc.Name] {
+			names[in.svc.Name] = true
+			cfg.Services = append(cfg.Services, in.svc)
+			order = append(order, in.svc.Name)
+		}
+		byName[in.svc.Name] = append(byName[in.svc.Name], key)
+	}
+	for _, level := range stopLevels(cfg, order) {
 		var wg sync.WaitGroup
 		for _, name := range level {
-			in := r.Instance(name)
-			if in == nil {
-				continue
+			for _, key := range byName[name] {
+				in := r.Instance(key)
+				wg.Add(1)
+				go func() { defer wg.Done(); in.Stop() }()
 			}
-			wg.Add(1)
-			go func() { defer wg.Done(); in.Stop() }()
 		}
 		wg.Wait()
 	}

@@ -2,10 +2,12 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,11 +67,11 @@ func localRunner(t *testing.T, cfg *schema.Config) *Runner {
 	r.node, r.addr, r.baseEnv = "n1", "127.0.0.1", childBaseEnv(os.Environ())
 	r.reg = checks.NewRegistry(client, "n1", "127.0.0.1", hclog.NewNullLogger(), time.Minute)
 	r.data = render.NewManager(&api.Config{Address: "127.0.0.1:1"}, hclog.NewNullLogger())
-	for _, name := range startOrder(cfg) {
-		go r.addInstance(cfg.Service(name)).run()
+	for _, sp := range instanceSpecs(cfg, nil) {
+		go r.addInstance(sp).run()
 	}
 	close(r.ready)
-	t.Cleanup(func() { r.stopAll(r.cfg, r.Services()) })
+	t.Cleanup(func() { r.stopAll(r.Services()) })
 	return r
 }
 
@@ -91,7 +93,7 @@ func TestRunnerApply(t *testing.T) {
 
 	changed := svcDeps("change")
 	changed.Env = map[string]string{"NEW": "1"}
-	res := r.apply(cfgOf(svcDeps("keep"), changed, svcDeps("add")))
+	res := r.apply(cfgOf(svcDeps("keep"), changed, svcDeps("add")), nil)
 	want := ApplyResult{Started: []string{"add"}, Restarted: []string{"change"}, Stopped: []string{"remove"}, Unchanged: []string{"keep"}}
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("apply: %+v, want %+v", res, want)
@@ -129,4 +131,75 @@ func processAlive(pid int) bool {
 		}
 	}
 	return true
+}
+
+// TestRunnerSlots: the fleet layer's slots run as instances "<service>/<k>"
+// with their own service IDs and MARIPOSA_INSTANCE; a cluster unit of the
+// node's files runs only in slots; a withdrawn slot stops, a new term of
+// the same slot restarts, and a lost exclusive slot stops its process and
+// keeps it stopped.
+func TestRunnerSlots(t *testing.T) {
+	local := svcDeps("local")
+	unit := svcDeps("api")
+	unit.Placement = &schema.Placement{Count: 3, MaxPerNode: 2}
+	unit.Command = []string{"sh", "-c", `echo "$MARIPOSA_INSTANCE $MARIPOSA_SLOT_KEY $MARIPOSA_SLOT_INDEX" > "$OUT.$MARIPOSA_INSTANCE"; exec sleep 30`}
+	dir := t.TempDir()
+	unit.Env = map[string]string{"OUT": dir + "/slot"}
+	r := localRunner(t, cfgOf(local, unit))
+	r.pid(t, "local")
+	if r.Instance("api") != nil {
+		t.Fatal("a cluster unit ran outside a slot")
+	}
+	slot := func(k int, term uint64, lost, expired chan struct{}) SlotInstance {
+		sl := Slot{SlotInfo: SlotInfo{Unit: "api", Index: k, Key: fmt.Sprintf("mariposa/slots/api/%d", k), Session: "s1", Term: term}}
+		if lost != nil {
+			sl.Lost, sl.Expired = lost, expired
+		}
+		return SlotInstance{Service: unit, Slot: sl}
+	}
+	lost0, expired0 := make(chan struct{}), make(chan struct{})
+	res := r.apply(cfgOf(local, unit), []SlotInstance{slot(0, 10, lost0, expired0), slot(2, 12, nil, nil)})
+	if !slices.Equal(res.Started, []string{"api/0", "api/2"}) || !slices.Equal(res.Unchanged, []string{"local"}) {
+		t.Fatalf("apply: %+v", res)
+	}
+	pid0, pid2 := r.pid(t, "api/0"), r.pid(t, "api/2")
+	if id := r.Instance("api/2").id; id != "api-2" {
+		t.Errorf("service ID %q, want api-2", id)
+	}
+	waitFor(t, "the children wrote their slot", 5*time.Second, func() bool {
+		b, err := os.ReadFile(dir + "/slot.2")
+		return err == nil && string(b) == "2 mariposa/slots/api/2 12\n"
+	})
+	if sn := r.Instance("api/0").Snapshot(); sn.Slot != "api/0" || sn.Report.Term != 10 {
+		t.Errorf("snapshot: %+v", sn)
+	}
+
+	// Withdraw slot 2; slot 0 is the same hold: untouched.
+	res = r.apply(cfgOf(local, unit), []SlotInstance{slot(0, 10, lost0, expired0)})
+	if !slices.Equal(res.Stopped, []string{"api/2"}) || !slices.Contains(res.Unchanged, "api/0") {
+		t.Fatalf("withdraw: %+v", res)
+	}
+	if processAlive(pid2) {
+		t.Error("a withdrawn slot's process still runs")
+	}
+	if r.pid(t, "api/0") != pid0 {
+		t.Error("an unchanged slot restarted")
+	}
+
+	// The hold ends: the process stops and stays stopped.
+	close(lost0)
+	waitFor(t, "slot 0 stopped", 10*time.Second, func() bool {
+		sn := r.Instance("api/0").Snapshot()
+		return sn.State == StateStopped && sn.PID == 0 && !processAlive(pid0)
+	})
+	if sn := r.Instance("api/0").Snapshot(); !strings.Contains(sn.Output, "slot api/0 lost") {
+		t.Errorf("reason %q", sn.Output)
+	}
+
+	// The same slot under a new term: a new instance.
+	res = r.apply(cfgOf(local, unit), []SlotInstance{slot(0, 20, nil, nil)})
+	if !slices.Equal(res.Restarted, []string{"api/0"}) {
+		t.Fatalf("new term: %+v", res)
+	}
+	r.pid(t, "api/0")
 }

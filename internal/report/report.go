@@ -28,6 +28,8 @@ type Instance struct {
 	Reason   string    `json:"reason"`              // the human line: why it is in this state
 	Version  string    `json:"version,omitempty"`   // the service's version
 	Role     string    `json:"role,omitempty"`      // leader | follower | "" (no election)
+	Slot     string    `json:"slot,omitempty"`      // "<unit>/<k>" for an instance in a count slot
+	Term     uint64    `json:"term_index,omitempty"` // the slot's fencing token
 	Since    time.Time `json:"since"`               // when it entered this state
 	Until    time.Time `json:"until,omitzero"`      // backoff: when the next start is due
 	LastExit string    `json:"last_exit,omitempty"` // how the last run ended ("exit 1", "killed by SIGKILL")

@@ -1,0 +1,59 @@
+package supervisor
+
+import (
+	"strconv"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// SlotInfo identifies a count slot (CLUSTER.md section 3) that this node
+// holds: the fleet layer acquires it, the instance runs in it.
+type SlotInfo struct {
+	// Unit is the service, or the group, whose slot this is.
+	Unit  string
+	Index int
+	// Key is the KV key locked by Session; Term is its ModifyIndex right
+	// after the acquisition: the child's fencing token.
+	Key     string
+	Session string
+	Term    uint64
+}
+
+// Name is "<unit>/<k>".
+func (s *SlotInfo) Name() string { return s.Unit + "/" + strconv.Itoa(s.Index) }
+
+// Slot is a held slot as the supervisor needs it.
+type Slot struct {
+	SlotInfo
+	// Lost and Expired are the hold's channels for an exclusive slot: the
+	// process stops when Lost closes, with SIGKILL at once when Expired
+	// closes (the slot may be another node's from then on). Both nil for
+	// a non-exclusive slot, whose process keeps running while Consul
+	// cannot be reached: the fleet layer withdraws it when it must stop.
+	Lost, Expired <-chan struct{}
+	// Err says why the hold ended, once Lost is closed; may be nil.
+	Err func() error
+}
+
+// SlotInstance is one instance the fleet layer asks this node to run: a
+// service of a cluster unit, in a slot the node holds. A group's members
+// share one slot: one SlotInstance each, with the same Slot.
+type SlotInstance struct {
+	Service *schema.Service
+	Slot    Slot
+}
+
+// instanceKey names an instance within the runner: the service name, or
+// "<service>/<k>" for an instance in a count slot.
+func instanceKey(svc *schema.Service, slot *SlotInfo) string {
+	if slot == nil {
+		return svc.Name
+	}
+	return svc.Name + "/" + strconv.Itoa(slot.Index)
+}
+
+// slotServiceID is the Consul service ID of an instance in a slot:
+// "<service>-<k>", the same on whichever node holds the slot.
+func slotServiceID(svc *schema.Service, slot *SlotInfo) string {
+	return svc.Name + "-" + strconv.Itoa(slot.Index)
+}
