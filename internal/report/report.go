@@ -22,18 +22,18 @@ const Prefix = "mariposa-state: "
 
 // Instance is what one instance is doing, as data.
 type Instance struct {
-	State    string    `json:"state"`               // starting | waiting | running | backoff | failed | completed | standby | stopping | stopped
-	PID      int       `json:"pid,omitempty"`       // the running child's PID
-	Restarts int       `json:"restarts"`            // restarts since mariposa started this instance
-	Reason   string    `json:"reason"`              // the human line: why it is in this state
-	Version  string    `json:"version,omitempty"`   // the service's version
-	Role     string    `json:"role,omitempty"`      // leader | follower | "" (no election)
-	Slot     string    `json:"slot,omitempty"`      // "<unit>/<k>" for an instance in a count slot
+	State    string    `json:"state"`                // starting | waiting | running | backoff | failed | completed | standby | stopping | stopped
+	PID      int       `json:"pid,omitempty"`        // the running child's PID
+	Restarts int       `json:"restarts"`             // restarts since mariposa started this instance
+	Reason   string    `json:"reason"`               // the human line: why it is in this state
+	Version  string    `json:"version,omitempty"`    // the service's version
+	Role     string    `json:"role,omitempty"`       // leader | follower | "" (no election)
+	Slot     string    `json:"slot,omitempty"`       // "<unit>/<k>" for an instance in a count slot
 	Term     uint64    `json:"term_index,omitempty"` // the slot's fencing token
-	Since    time.Time `json:"since"`               // when it entered this state
-	Until    time.Time `json:"until,omitzero"`      // backoff: when the next start is due
-	LastExit string    `json:"last_exit,omitempty"` // how the last run ended ("exit 1", "killed by SIGKILL")
-	Stderr   string    `json:"stderr,omitempty"`    // the child's last line on stderr, if any
+	Since    time.Time `json:"since"`                // when it entered this state
+	Until    time.Time `json:"until,omitzero"`       // backoff: when the next start is due
+	LastExit string    `json:"last_exit,omitempty"`  // how the last run ended ("exit 1", "killed by SIGKILL")
+	Stderr   string    `json:"stderr,omitempty"`     // the child's last line on stderr, if any
 }
 
 // maxOutput bounds the whole check output (Consul keeps 4 KiB by default).
