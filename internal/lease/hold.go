@@ -26,7 +26,18 @@ type Hold struct {
 	// next renewal, within TTL/2) or another confirmed hold's read sees
 	// the session gone. Leaders and exclusive slots are confirmed.
 	Unconfirmed bool
+	// Claim, if set, makes the acquisition one transaction built from the
+	// key's current value (nil when absent), read by a consistent read:
+	// check that the key is unchanged since, lock it with the returned
+	// value (Value is ignored), and apply ops in the same transaction (an
+	// audit record of the claim). An error aborts the acquisition and is
+	// returned as is. A count slot carries its history in its value.
+	Claim func(cur *api.KVPair) (value []byte, ops api.TxnOps, err error)
 }
+
+// ErrKeyHeld is TryAcquire's answer (errors.Is) when another session holds
+// the key.
+var ErrKeyHeld = errors.New("held by another session")
 
 // key reservations in Lease.keys.
 const (
@@ -40,6 +51,15 @@ type errHeld struct{ pair *api.KVPair }
 
 func (e *errHeld) Error() string {
 	return fmt.Sprintf("%s is held by session %s", e.pair.Key, e.pair.Session)
+}
+
+func (e *errHeld) Unwrap() error { return ErrKeyHeld }
+
+// TryAcquire is Acquire that fails with ErrKeyHeld when another session
+// holds the key, instead of waiting for it. A free key refused for its
+// lock delay is retried until ctx ends.
+func (l *Lease) TryAcquire(ctx context.Context, h Hold) (*Term, error) {
+	return l.acquire(ctx, h, true)
 }
 
 // Acquire waits until the lease's current session (created first if there
@@ -99,7 +119,7 @@ func (l *Lease) acquire(ctx context.Context, h Hold, failIfHeld bool) (*Term, er
 		return nil, err
 	}
 
-	t := newTerm(l, s, h.Key, h.Value, log, sent)
+	t := newTerm(l, s, h.Key, pair.Value, log, sent)
 	t.unconfirmed = h.Unconfirmed
 	t.Index, t.LockIndex = pair.ModifyIndex, pair.LockIndex
 	// The acquisition itself may be stale already (a slow answer, a freeze).
@@ -168,17 +188,39 @@ func (l *Lease) bestEffortRelease(s *session, h Hold) {
 	if s.isInvalid() {
 		return
 	}
-	if err := l.releaseKey(h.Key, h.Value, s.id); err != nil {
+	if err := l.releaseKey(heldKey{key: h.Key, value: h.Value}, s.id); err != nil {
 		l.log.Debug("cannot release a key acquired without a term", "key", h.Key, "error", err)
 	}
 }
 
-func (l *Lease) releaseKey(key string, value []byte, session string) error {
+func (l *Lease) releaseKey(k heldKey, session string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), l.t.cleanup)
 	defer cancel()
-	_, _, err := l.cfg.Client.KV().Release(&api.KVPair{Key: key, Value: value, Session: session},
-		(&api.WriteOptions{}).WithContext(ctx))
-	return err
+	wo := (&api.WriteOptions{}).WithContext(ctx)
+	if len(k.ops) == 0 {
+		_, _, err := l.cfg.Client.KV().Release(&api.KVPair{Key: k.key, Value: k.value, Session: session}, wo)
+		return err
+	}
+	ops := append(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: k.key, Value: k.value, Session: session}}}, k.ops...)
+	ok, resp, _, err := l.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return txnError(resp)
+	}
+	return nil
+}
+
+// txnError describes a transaction Consul rolled back.
+func txnError(resp *api.TxnResponse) error {
+	var msgs []string
+	if resp != nil {
+		for _, e := range resp.Errors {
+			msgs = append(msgs, fmt.Sprintf("op %d: %s", e.OpIndex, e.What))
+		}
+	}
+	return fmt.Errorf("transaction rolled back: %s", strings.Join(msgs, "; "))
 }
 
 // detach releases t's key and takes t off its session; see Term.Release.
@@ -187,14 +229,14 @@ func (l *Lease) detach(t *Term) error {
 	t.released.Store(true)
 	var err error
 	if !s.isInvalid() {
-		err = l.releaseKey(t.Key, t.value, s.id)
+		err = l.releaseKey(heldKey{key: t.Key, value: t.value, ops: t.releaseOps}, s.id)
 	}
 	l.mu.Lock()
 	delete(s.terms, t)
 	if err != nil {
 		// The key stays reserved until a retry releases it.
 		l.keys[t.Key] = keyPending
-		s.pending = append(s.pending, heldKey{key: t.Key, value: t.value})
+		s.pending = append(s.pending, heldKey{key: t.Key, value: t.value, ops: t.releaseOps})
 	} else {
 		delete(l.keys, t.Key)
 	}
@@ -259,9 +301,18 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 			continue // held by another session: block until it changes
 		}
 		rctx, cancel = context.WithTimeout(ctx, l.t.request)
-		ok, _, err := kv.Acquire(&api.KVPair{Key: h.Key, Value: h.Value, Session: s.id},
-			(&api.WriteOptions{}).WithContext(rctx))
+		var ok bool
+		if h.Claim != nil {
+			ok, err = s.claim(rctx, h, pair)
+		} else {
+			ok, _, err = kv.Acquire(&api.KVPair{Key: h.Key, Value: h.Value, Session: s.id},
+				(&api.WriteOptions{}).WithContext(rctx))
+		}
 		cancel()
+		var aborted *claimAborted
+		if errors.As(err, &aborted) {
+			return time.Time{}, nil, aborted.err
+		}
 		index = 0 // read again at once to see what happened
 		switch {
 		case err != nil && strings.Contains(err.Error(), "invalid session"):
@@ -281,4 +332,37 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 			}
 		}
 	}
+}
+
+// claimAborted carries Hold.Claim's own error out of contend unchanged.
+type claimAborted struct{ err error }
+
+func (e *claimAborted) Error() string { return e.err.Error() }
+
+// claim acquires h.Key in one transaction built by h.Claim from cur, the
+// value just read: the key unchanged since, the lock, and the claim's ops.
+// false: refused (changed meanwhile, lock delay, another session first).
+func (s *session) claim(ctx context.Context, h Hold, cur *api.KVPair) (bool, error) {
+	value, extra, err := h.Claim(cur)
+	if err != nil {
+		return false, &claimAborted{err}
+	}
+	check := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: h.Key}
+	if cur != nil {
+		check = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.Key, Index: cur.ModifyIndex}
+	}
+	ops := append(api.TxnOps{{KV: check}, {KV: &api.KVTxnOp{Verb: api.KVLock, Key: h.Key, Value: value, Session: s.id}}}, extra...)
+	ok, resp, _, err := s.l.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		for _, e := range resp.Errors {
+			if strings.Contains(e.What, "invalid session") {
+				return false, fmt.Errorf("acquire %s: invalid session: %s", h.Key, e.What)
+			}
+		}
+		return false, nil
+	}
+	return true, nil
 }

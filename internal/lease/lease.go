@@ -152,6 +152,7 @@ type orphan struct {
 type heldKey struct {
 	key   string
 	value []byte
+	ops   api.TxnOps // applied with the release, in one transaction
 }
 
 // New returns a Lease for cfg, filling in defaults.

@@ -221,7 +221,7 @@ func (s *session) retryPending() {
 	l.mu.Unlock()
 	var kept []heldKey
 	for _, k := range todo {
-		if err := l.releaseKey(k.key, k.value, s.id); err != nil {
+		if err := l.releaseKey(k, s.id); err != nil {
 			kept = append(kept, k)
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 )
 
@@ -23,6 +24,7 @@ type Term struct {
 	l           *Lease
 	s           *session
 	value       []byte
+	releaseOps  api.TxnOps // ReleaseWith's
 	log         hclog.Logger
 	releaseOnce sync.Once
 	released    atomic.Bool // its owner released it: nothing more to say
@@ -87,6 +89,19 @@ func (t *Term) Release() error {
 	t.End(ErrReleased)
 	var err error
 	t.releaseOnce.Do(func() { err = t.l.detach(t) })
+	return err
+}
+
+// ReleaseWith is Release that leaves value in the key and applies ops in
+// the same transaction as the unlock: a record of the release that exists
+// exactly when the release does. Retried releases carry both.
+func (t *Term) ReleaseWith(value []byte, ops api.TxnOps) error {
+	t.End(ErrReleased)
+	var err error
+	t.releaseOnce.Do(func() {
+		t.value, t.releaseOps = value, ops
+		err = t.l.detach(t)
+	})
 	return err
 }
 

@@ -1,0 +1,98 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// TestClaimAndReleaseWith: a claim locks a key and writes its record in one
+// transaction built from the value it read; a key changed between the read
+// and the transaction is read again; another session's claim fails with
+// ErrKeyHeld; ReleaseWith leaves a value and writes its record with the
+// unlock; a claim that refuses writes nothing.
+func TestClaimAndReleaseWith(t *testing.T) {
+	c := dev(t)
+	l1 := New(Config{Client: c, Checks: []string{consultest.StartLiveness(t, c, "n1").CheckID}, Log: consultest.Logger(t, "n1")})
+	t.Cleanup(l1.Close)
+	ctx := context.Background()
+	kv := c.KV()
+	const key = "mariposa/slots/api/0"
+	set := func(k, v string) *api.TxnOp {
+		return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: k, Value: []byte(v)}}
+	}
+
+	// A refusing claim writes nothing.
+	errNo := errors.New("slot failed")
+	if _, err := l1.TryAcquire(ctx, Hold{Key: key, Claim: func(*api.KVPair) ([]byte, api.TxnOps, error) {
+		return nil, nil, errNo
+	}}); !errors.Is(err, errNo) {
+		t.Fatalf("refused claim: %v", err)
+	}
+	if p, _, _ := kv.Get(key, nil); p != nil {
+		t.Fatalf("a refused claim wrote %q", p.Value)
+	}
+
+	// The first read sees the value "old"; before the transaction another
+	// writer changes it: the check fails, and the claim is built again
+	// from the new value.
+	if _, err := kv.Put(&api.KVPair{Key: key, Value: []byte("old")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	term, err := l1.TryAcquire(ctx, Hold{Key: key, Claim: func(cur *api.KVPair) ([]byte, api.TxnOps, error) {
+		seen = append(seen, string(cur.Value))
+		if len(seen) == 1 {
+			if _, err := kv.Put(&api.KVPair{Key: key, Value: []byte("newer")}, nil); err != nil {
+				t.Error(err)
+			}
+		}
+		return []byte("claimed after " + string(cur.Value)), api.TxnOps{set("mariposa/audit/1", "claim")}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 2 || seen[1] != "newer" {
+		t.Fatalf("claim built from %q; want a second build from the changed value", seen)
+	}
+	p, _, _ := kv.Get(key, nil)
+	if p == nil || p.Session != term.Session || string(p.Value) != "claimed after newer" || term.Index != p.ModifyIndex {
+		t.Fatalf("key after claim: %+v (term %+v)", p, term)
+	}
+	if a, _, _ := kv.Get("mariposa/audit/1", nil); a == nil || string(a.Value) != "claim" {
+		t.Fatal("the claim's record is missing")
+	}
+
+	// Another node's try fails at once.
+	l2 := New(Config{Client: c, Checks: []string{consultest.StartLiveness(t, c, "n2").CheckID}, Log: consultest.Logger(t, "n2")})
+	t.Cleanup(l2.Close)
+	if _, err := l2.TryAcquire(ctx, Hold{Key: key, Claim: func(*api.KVPair) ([]byte, api.TxnOps, error) {
+		return []byte("mine"), nil, nil
+	}}); !errors.Is(err, ErrKeyHeld) {
+		t.Fatalf("claim of a held key: %v", err)
+	}
+
+	// Release with a final value and a record, in one transaction.
+	if err := term.ReleaseWith([]byte("released"), api.TxnOps{set("mariposa/audit/2", "release")}); err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ = kv.Get(key, nil)
+	if p == nil || p.Session != "" || string(p.Value) != "released" {
+		t.Fatalf("key after release: %+v", p)
+	}
+	if a, _, _ := kv.Get("mariposa/audit/2", nil); a == nil || string(a.Value) != "release" {
+		t.Fatal("the release's record is missing")
+	}
+	// Released: no lock delay, the other node claims at once.
+	t2, err := l2.TryAcquire(ctx, Hold{Key: key, Claim: func(cur *api.KVPair) ([]byte, api.TxnOps, error) {
+		return []byte("n2 after " + string(cur.Value)), nil, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = t2.Release()
+}
