@@ -26,7 +26,7 @@ func TestClaimDelay(t *testing.T) {
 		{1, 0, 0, DefaultStep, true}, // step <= 0: the default
 		{1, -time.Second, 0, DefaultStep, true},
 		{3, 200 * ms, 0, 0, false}, // beyond the first round
-		{1 << 40, 200 * ms, 0, 0, false},
+		{math.MaxInt, 200 * ms, 0, 0, false},
 		{-1, 200 * ms, 0, 0, false}, // infeasible
 	}
 	for _, c := range cases {

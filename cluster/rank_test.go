@@ -412,7 +412,7 @@ func FuzzAssign(f *testing.F) {
 			v.Holders[rng.IntN(4)] = "ghost"
 			v.Holders[-3] = "n00"
 			v.Load["n01"] = -5
-			free = append(free, -7, 1<<40)
+			free = append(free, -7, math.MaxInt32)
 		}
 		a := Assign(u, free, v, t0)
 		checkAssignment(t, "fuzz", u, v, free, a)
