@@ -1,0 +1,71 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// NodeInfo is what placement knows of one node, from Consul.
+type NodeInfo struct {
+	// Name is the Consul node name. A node without a name is never
+	// feasible (an empty name means "free" in View.Holders).
+	Name            string
+	Datacenter      string
+	MariposaVersion string
+	// Meta is the agent's node_meta.
+	Meta map[string]string
+	// Live: the node's mariposa liveness check passes. Eligible: the node
+	// accepts new slots. Draining: the node is giving its slots away.
+	Live, Eligible, Draining bool
+	// Services are the Consul services registered on the node, by name:
+	// how many instances (the service.<name> attribute).
+	Services map[string]int
+}
+
+// Unit is a cluster unit: a service with a count, or a group with one.
+type Unit struct {
+	// Name is the service's or the group's name: slots are Name/0..count-1.
+	Name string
+	// Placement is the unit's placement; nil means a count of 0.
+	Placement *schema.Placement
+	// HasVolume: the unit keeps data on the node (volume block), so a slot
+	// prefers the node that held it last (the stickiness score).
+	HasVolume bool
+}
+
+// View is one node's picture of the cluster for one unit. Every field may
+// be nil or empty. Nodes must have unique names; for a repeated name the
+// first entry counts.
+type View struct {
+	Nodes []NodeInfo
+	// Holders maps a slot of the unit to the node holding it; "" or absent:
+	// free. Slots at or above the count (being stopped) still count as
+	// held on their node.
+	Holders map[int]string
+	// Previous maps a slot to the node that held it last (stickiness, for
+	// units with a volume).
+	Previous map[int]string
+	// Penalties maps a node to the end of its reschedule penalty for this
+	// unit (penalty/<unit>/<node>).
+	Penalties map[string]time.Time
+	// Load maps a node to the slots of all units it holds.
+	Load map[string]int
+	// Paused: placement of the unit is paused (control/pause).
+	Paused bool
+}
+
+// placement returns u's placement with the defaults that matter here.
+func placement(u Unit) schema.Placement {
+	var p schema.Placement
+	if u.Placement != nil {
+		p = *u.Placement
+	}
+	if p.Count < 0 {
+		p.Count = 0
+	}
+	if p.MaxPerNode <= 0 {
+		p.MaxPerNode = schema.DefaultMaxPerNode
+	}
+	return p
+}
