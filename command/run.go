@@ -41,6 +41,7 @@ func (c *RunCommand) Synopsis() string { return "Runs and supervises services fr
 func (c *RunCommand) Help() string {
 	return strings.TrimSpace(`
 Usage: mariposa run [options] PATH...
+       mariposa run -cluster [options] [PATH...]
 
   Registers each service in the HCL files (a directory means every *.hcl in
   it) with the local Consul agent, starts its process and supervises it until
@@ -67,6 +68,10 @@ Options:
                      Run even when another mariposa supervises this node
                      (by default the node lock refuses a second one, which
                      would take over the first one's registrations).
+  -cluster           Take part in the fleet: run the instances of cluster
+                     units (services with a count, deployed with "mariposa
+                     deploy" or in these files) whose slots this node
+                     claims. Without it, a service with a count is an error.
   -dev               If no Consul agent answers, start a local dev agent
                      (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                      of "make consul", or PATH) and stop it on exit.
@@ -103,6 +108,7 @@ func (c *RunCommand) Run(args []string) int {
 		liveness    time.Duration
 		controlSock string
 		allowSecond bool
+		clusterMode bool
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -114,7 +120,8 @@ func (c *RunCommand) Run(args []string) int {
 	fs.DurationVar(&liveness, "liveness-ttl", 3*time.Second, "")
 	fs.StringVar(&controlSock, "control-socket", "", "")
 	fs.BoolVar(&allowSecond, "allow-second-supervisor", false, "")
-	paths, ok := parsePaths(c.UI, fs, args, c.Help(), "mariposa run: no service files given")
+	fs.BoolVar(&clusterMode, "cluster", false, "")
+	paths, ok := parsePathsOpt(c.UI, fs, args, c.Help(), "mariposa run: no service files given", &clusterMode)
 	if !ok {
 		return 1
 	}
@@ -142,6 +149,15 @@ func (c *RunCommand) Run(args []string) int {
 		_ = diags.WriteText(&b, 100, false)
 		c.UI.Error(strings.TrimRight(b.String(), "\n"))
 		return 1
+	}
+
+	if !clusterMode {
+		for _, svc := range cfg.Services {
+			if svc.Placement != nil {
+				c.UI.Error(fmt.Sprintf("mariposa run: service %q has a count: it runs in slots across the fleet; start mariposa with -cluster (%s)", svc.Name, svc.SourceFile))
+				return 1
+			}
+		}
 	}
 
 	stderr := c.Stderr
@@ -197,9 +213,15 @@ func (c *RunCommand) Run(args []string) int {
 	// The last lines of each service's output, for `mariposa logs`: fed
 	// from the children's pipes directly, so a slow log never loses them.
 	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
+	fl := newFleetMember(clusterMode, client, log)
+	logEvents := supervisor.LogEvents(log)
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
 		AllowSecondSupervisor: allowSecond, Started: time.Now(),
-		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) }})
+		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
+		Events:   func(e supervisor.Event) { logEvents(e); fl.event(e) },
+		Stopped:  fl.stopped,
+	})
+	fl.start(r, cfg)
 	// The local control channel (mariposa restart, reset, logs).
 	srv, err := control.Listen(control.ResolvePath(controlSock), controlTarget{r}, rings, log)
 	if err != nil {
@@ -221,6 +243,15 @@ func (c *RunCommand) Run(args []string) int {
 			if ndiags.Len() > 0 {
 				log.Warn("configuration warnings\n" + b.String())
 			}
+			if !clusterMode {
+				for _, svc := range ncfg.Services {
+					if svc.Placement != nil {
+						log.Error("reload failed: service " + svc.Name + " has a count, and this mariposa runs without -cluster; the running configuration is unchanged")
+						return nil
+					}
+				}
+			}
+			fl.setLocal(ncfg)
 			return ncfg
 		},
 		Applied: func(res supervisor.ApplyResult) {
@@ -228,7 +259,7 @@ func (c *RunCommand) Run(args []string) int {
 				rings.Remove(name)
 			}
 		},
-		Stopping: func() { srv.Close() }, // no operator requests while stopping
+		Stopping: func() { srv.Close(); fl.halt() }, // no operator requests, no claims while stopping
 	})
 	var held *lease.HeldError
 	switch {

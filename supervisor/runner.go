@@ -56,6 +56,11 @@ type Options struct {
 	AllowSecondSupervisor bool
 	// Started is when this mariposa started (the node lock's value).
 	Started time.Time
+	// Stopped, if set, is called when mariposa stops, once every instance
+	// has stopped and deregistered, and before the node lock is released
+	// and mariposa deregisters itself (which ends the node's session): the
+	// fleet layer releases its slots here, cleanly, with their records.
+	Stopped func()
 }
 
 // Runner supervises every service of one configuration on this node.
@@ -118,6 +123,10 @@ func New(cfg *schema.Config, o Options) *Runner {
 	return &Runner{cfg: cfg, opts: o, log: o.Logger, instances: map[string]*Instance{},
 		ready: make(chan struct{}), killc: make(chan struct{}), applyc: make(chan applyReq)}
 }
+
+// Leases is the node's lease manager: one session per (session TTL, lock
+// delay), bound to serfHealth and mariposa's liveness. Valid after Ready.
+func (r *Runner) Leases() *lease.Manager { return r.leases }
 
 // Ready is closed once every instance has been started.
 func (r *Runner) Ready() <-chan struct{} { return r.ready }
@@ -368,6 +377,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	if err := reg.Flush(dctx); err != nil {
 		log.Warn("some services could not be deregistered", "error", err)
+	}
+	if r.opts.Stopped != nil {
+		r.opts.Stopped()
 	}
 	// The node lock goes once the services are deregistered (a mariposa
 	// starting now must not register what this one is still

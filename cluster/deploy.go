@@ -1,0 +1,72 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// DeployResult says what Deploy did.
+type DeployResult struct {
+	N         uint64 // the desired spec now
+	Unchanged bool   // the same spec was desired already
+}
+
+// ErrConcurrentDeploy: another deploy moved the desired spec first.
+var ErrConcurrentDeploy = errors.New("another deploy of this deployment happened at the same time; run it again")
+
+// Deploy writes spec as the deployment's next spec and makes it desired:
+// the spec key is written only if absent (specs are immutable), then one
+// transaction checks that desired has not moved since it was read, moves
+// it, and records the deploy.
+func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
+	kv := client.KV()
+	cur, _, err := kv.Get(DesiredKey(spec.Name), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return DeployResult{}, err
+	}
+	var prev Desired
+	if cur != nil {
+		if err := json.Unmarshal(cur.Value, &prev); err != nil {
+			return DeployResult{}, fmt.Errorf("%s holds no desired spec (%v): fix or delete it", cur.Key, err)
+		}
+		if prev.Hash == spec.Hash {
+			return DeployResult{N: prev.N, Unchanged: true}, nil
+		}
+	}
+	now := time.Now().UTC()
+	spec.N, spec.By, spec.At = prev.N+1, by, now
+	b, err := spec.Encode()
+	if err != nil {
+		return DeployResult{}, err
+	}
+	ok, _, err := kv.CAS(&api.KVPair{Key: SpecKey(spec.Name, spec.N), Value: b, ModifyIndex: 0}, nil)
+	if err != nil {
+		return DeployResult{}, err
+	}
+	if !ok {
+		return DeployResult{}, ErrConcurrentDeploy
+	}
+	d, _ := json.Marshal(Desired{N: spec.N, Hash: spec.Hash, By: by, At: now})
+	check := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: DesiredKey(spec.Name)}
+	if cur != nil {
+		check = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: DesiredKey(spec.Name), Index: cur.ModifyIndex}
+	}
+	ops := api.TxnOps{
+		{KV: check},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: DesiredKey(spec.Name), Value: d}},
+		AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Service: spec.Name, Action: "deploy",
+			From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: "spec " + spec.Hash}),
+	}
+	ok, _, _, err = client.Txn().Txn(ops, nil)
+	if err != nil {
+		return DeployResult{}, err
+	}
+	if !ok {
+		return DeployResult{}, ErrConcurrentDeploy
+	}
+	return DeployResult{N: spec.N}, nil
+}

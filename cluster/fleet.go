@@ -1,0 +1,551 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/internal/lease"
+	"github.com/mariposa-sh/mariposa/schema"
+	"github.com/mariposa-sh/mariposa/supervisor"
+)
+
+// Runner is what the fleet needs of the node's supervisor.
+type Runner interface {
+	ApplySlots(ctx context.Context, slots []supervisor.SlotInstance) (supervisor.ApplyResult, error)
+}
+
+// FleetConfig configures a node's part in the fleet.
+type FleetConfig struct {
+	Client *api.Client
+	// Node is this node's Consul node name.
+	Node string
+	// Lease is the node's lease the slots are held under (its session is
+	// bound to serfHealth and mariposa's liveness check).
+	Lease  *lease.Lease
+	Runner Runner
+	Log    hclog.Logger
+	// Step is the spacing between claim ranks (default DefaultStep).
+	Step time.Duration
+	// Now and Rand are the clock and the jitter source (tests).
+	Now  func() time.Time
+	Rand func() float64
+}
+
+// Fleet is this node's part in the fleet. It follows the deployed units,
+// the live supervisors and the slots with one blocking query each, claims
+// the free slots it ranks first for (Assign, ClaimDelay), gives up the slots
+// it must (scaled down, removed, rescheduled), and hands the runner the
+// instances of the slots it holds. Safety comes from the slot locks, never
+// from this ranking: see doc.go.
+type Fleet struct {
+	cfg  FleetConfig
+	log  hclog.Logger
+	poke chan struct{}
+
+	mu      sync.Mutex
+	local   []UnitSpec // from the node's files
+	remote  map[string]*Spec
+	haveDep bool
+	slots   map[string]map[int]slotKV // unit -> k -> the key as last read
+	haveSl  bool
+	nodes   []NodeInfo
+	haveNd  bool
+	penalty map[string]map[string]time.Time // unit -> node -> until
+	held    map[string]*heldSlot            // "<unit>/<k>" -> what this node holds
+	vacant  map[string]vacancy              // free slots: since when, with which jitter
+	resched map[string]string               // "<unit>/<k>" -> why its instance failed for good
+	running bool
+}
+
+type slotKV struct {
+	value       SlotValue
+	session     string
+	modifyIndex uint64
+	corrupt     error
+}
+
+type heldSlot struct {
+	unit  UnitSpec
+	k     int
+	term  *lease.Term
+	value SlotValue // as claimed
+}
+
+type vacancy struct {
+	since  time.Time
+	jitter float64
+}
+
+// NewFleet returns a node's fleet member; Run starts it.
+func NewFleet(cfg FleetConfig) *Fleet {
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	if cfg.Step <= 0 {
+		cfg.Step = DefaultStep
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Float64
+	}
+	return &Fleet{cfg: cfg, log: cfg.Log.Named("fleet"), poke: make(chan struct{}, 1),
+		remote: map[string]*Spec{}, slots: map[string]map[int]slotKV{}, penalty: map[string]map[string]time.Time{},
+		held: map[string]*heldSlot{}, vacant: map[string]vacancy{}, resched: map[string]string{}}
+}
+
+func (f *Fleet) wake() {
+	select {
+	case f.poke <- struct{}{}:
+	default:
+	}
+}
+
+// SetLocal makes cfg's cluster units (services with a count in the node's
+// own files) units of the fleet, beside the deployed ones.
+func (f *Fleet) SetLocal(cfg *schema.Config) {
+	f.mu.Lock()
+	f.local = unitsOf(cfg.Services, cfg.Groups)
+	f.mu.Unlock()
+	f.wake()
+}
+
+// Event takes the supervisor's events: an instance in a slot that failed
+// for good, with restart.on_exhausted = "reschedule", gives its slot up
+// for another node.
+func (f *Fleet) Event(e supervisor.Event) {
+	if e.Slot == "" || e.Kind != supervisor.EventFailed {
+		return
+	}
+	f.mu.Lock()
+	h, ok := f.held[e.Slot]
+	if ok && h.unit.rescheduleOnExhausted() {
+		f.resched[e.Slot] = e.Reason
+	}
+	f.mu.Unlock()
+	if ok {
+		f.wake()
+	}
+}
+
+func (u UnitSpec) rescheduleOnExhausted() bool {
+	for _, s := range u.Services {
+		if s.Restart.OnExhausted == "reschedule" {
+			return true
+		}
+	}
+	return false
+}
+
+// units is every unit by name: deployed ones, then the node's own (a name
+// deployed and also in the node's files is the deployed one).
+func (f *Fleet) unitsLocked() map[string]UnitSpec {
+	out := map[string]UnitSpec{}
+	names := make([]string, 0, len(f.remote))
+	for n := range f.remote {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		for _, u := range f.remote[n].Units() {
+			if _, dup := out[u.Unit.Name]; dup {
+				f.log.Error("a unit is deployed twice; keeping the first", "unit", u.Unit.Name, "deployment", n)
+				continue
+			}
+			out[u.Unit.Name] = u
+		}
+	}
+	for _, u := range f.local {
+		if _, dup := out[u.Unit.Name]; !dup {
+			out[u.Unit.Name] = u
+		}
+	}
+	return out
+}
+
+// Run takes part in the fleet until ctx ends. It returns with the slots
+// still held; Release gives them up once their instances have stopped.
+func (f *Fleet) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for _, w := range []func(context.Context){f.watchDeploy, f.watchSlots, f.watchNodes, f.watchPenalties} {
+		wg.Add(1)
+		go func() { defer wg.Done(); w(ctx) }()
+	}
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		next := f.reconcile(ctx)
+		if next <= 0 || next > time.Minute {
+			next = time.Minute
+		}
+		timer.Reset(next)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.poke:
+		case <-timer.C:
+		}
+	}
+}
+
+// Release gives up every slot this node holds, with a record of each:
+// called once their instances have stopped (mariposa stopping), so the
+// next holders start at once, without a lock delay.
+func (f *Fleet) Release(reason string) {
+	f.mu.Lock()
+	held := f.held
+	f.held = map[string]*heldSlot{}
+	f.mu.Unlock()
+	for id, h := range held {
+		f.release(h, SlotReleased, reason, nil)
+		f.log.Info("released slot", "slot", id, "reason", reason)
+	}
+}
+
+// release gives h up with a final value and its record; history, if set,
+// is the slot's new reschedule tracker.
+func (f *Fleet) release(h *heldSlot, state, reason string, ops api.TxnOps) {
+	now := f.cfg.Now()
+	v := SlotValue{Node: f.cfg.Node, State: state, Since: now, Reason: reason, Reschedules: h.value.Reschedules}
+	if state != SlotHeld && len(ops) > 0 {
+		v.Reschedules = append(slices.Clone(v.Reschedules), RescheduleEvent{Node: f.cfg.Node, At: now, Reason: reason})
+		if len(v.Reschedules) > maxReschedules {
+			v.Reschedules = v.Reschedules[len(v.Reschedules)-maxReschedules:]
+		}
+	}
+	action := "release"
+	switch {
+	case state == SlotFailed:
+		action = "fail"
+	case len(ops) > 0:
+		action = "reschedule"
+	}
+	ops = append(ops, AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: h.unit.Unit.Name, Slot: slotName(h.unit.Unit.Name, h.k),
+		Action: action, From: f.cfg.Node, To: state, Reason: reason, TermIndex: h.term.Index}))
+	if err := h.term.ReleaseWith(v.encode(), ops); err != nil {
+		f.log.Warn("could not release a slot; retrying in the background", "slot", slotName(h.unit.Unit.Name, h.k), "error", err)
+	}
+}
+
+func slotName(unit string, k int) string { return fmt.Sprintf("%s/%d", unit, k) }
+
+// reconcile gives up what must go, claims what is due, and hands the
+// runner the instances of the held slots. It returns when to look again.
+func (f *Fleet) reconcile(ctx context.Context) time.Duration {
+	now := f.cfg.Now()
+	f.mu.Lock()
+	units := f.unitsLocked()
+	type giveUp struct {
+		h      *heldSlot
+		state  string
+		reason string
+		ops    api.TxnOps
+	}
+	var gone []giveUp
+	changed := false
+	for id, h := range f.held {
+		u, ok := units[h.unit.Unit.Name]
+		lost := false
+		select {
+		case <-h.term.Lost():
+			lost = true
+		default:
+		}
+		switch {
+		case lost:
+			delete(f.held, id)
+			gone = append(gone, giveUp{h: h})
+			f.log.Warn("lost slot", "slot", id, "error", h.term.Err())
+		case !ok:
+			delete(f.held, id)
+			gone = append(gone, giveUp{h: h, state: SlotReleased, reason: "unit removed"})
+		case h.k >= count(u):
+			delete(f.held, id)
+			gone = append(gone, giveUp{h: h, state: SlotReleased, reason: fmt.Sprintf("count is %d", count(u))})
+		case f.resched[id] != "":
+			reason := f.resched[id]
+			delete(f.held, id)
+			delete(f.resched, id)
+			p := u.Unit.Placement.Reschedule
+			hist := append(slices.Clone(h.value.Reschedules), RescheduleEvent{Node: f.cfg.Node, At: now, Reason: reason})
+			_, exhausted := NextDelay(p, hist, now)
+			state := SlotReleased
+			if exhausted {
+				state = SlotFailed
+			}
+			pen, _ := json.Marshal(map[string]any{"until": now.Add(p.Penalty), "reason": reason})
+			ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: PenaltyKey(u.Unit.Name, f.cfg.Node), Value: pen}}}
+			gone = append(gone, giveUp{h: h, state: state, reason: "rescheduled: " + reason, ops: ops})
+		default:
+			if !reflect.DeepEqual(h.unit, u) {
+				h.unit = u // a new deployment of the unit: its instances restart
+				changed = true
+			}
+			continue
+		}
+		changed = true
+	}
+	f.mu.Unlock()
+
+	if changed {
+		f.applyHeld(ctx)
+	}
+	for _, g := range gone {
+		if g.state == "" {
+			_ = g.h.term.Release() // lost: nothing of ours to write
+			continue
+		}
+		f.release(g.h, g.state, g.reason, g.ops)
+		f.log.Info("released slot", "slot", slotName(g.h.unit.Unit.Name, g.h.k), "state", g.state, "reason", g.reason)
+	}
+
+	next, claims := f.plan(units, now)
+	claimed := false
+	for _, c := range claims {
+		if ctx.Err() != nil {
+			break
+		}
+		if f.claim(ctx, c.u, c.k, c.rank) {
+			claimed = true
+		}
+	}
+	if claimed {
+		f.applyHeld(ctx)
+		next = 0 // look again at once: more may be due
+	}
+	if next == 0 && claimed {
+		return time.Millisecond
+	}
+	return next
+}
+
+type claimPlan struct {
+	u    UnitSpec
+	k    int
+	rank int
+}
+
+func count(u UnitSpec) int {
+	if u.Unit.Placement == nil {
+		return 0
+	}
+	return u.Unit.Placement.Count
+}
+
+// plan lists the claims due now and how long until the next one is.
+func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, []claimPlan) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.haveDep || !f.haveSl || !f.haveNd {
+		return time.Second, nil
+	}
+	var next time.Duration
+	var due []claimPlan
+	load := map[string]int{}
+	for _, ks := range f.slots {
+		for _, s := range ks {
+			if s.session != "" {
+				load[s.value.Node]++
+			}
+		}
+	}
+	stillVacant := map[string]bool{}
+	names := make([]string, 0, len(units))
+	for n := range units {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		u := units[name]
+		p := u.Unit.Placement
+		holders := map[int]string{}
+		var free []int
+		notBefore := map[int]time.Time{}
+		for k := 0; k < count(u); k++ {
+			id := slotName(name, k)
+			if _, mine := f.held[id]; mine {
+				holders[k] = f.cfg.Node
+				continue
+			}
+			s, ok := f.slots[name][k]
+			if ok && s.corrupt != nil {
+				continue // reported by the watcher; never claimed blindly
+			}
+			if ok && s.session != "" {
+				holders[k] = s.value.Node
+				continue
+			}
+			if ok && s.value.State == SlotFailed {
+				continue
+			}
+			vac, seen := f.vacant[id]
+			if !seen {
+				vac = vacancy{since: now, jitter: f.cfg.Rand()}
+				f.vacant[id] = vac
+			}
+			stillVacant[id] = true
+			nb := vac.since
+			if ok && len(s.value.Reschedules) > 0 {
+				d, _ := NextDelay(p.Reschedule, s.value.Reschedules, now)
+				if t := s.value.Reschedules[len(s.value.Reschedules)-1].At.Add(d); t.After(nb) {
+					nb = t
+				}
+			}
+			if ok && s.value.State == SlotHeld && s.value.Node != f.cfg.Node && p.Reschedule.NodeLostAfter > 0 {
+				// Lost with its node: give the node time to come back.
+				if t := vac.since.Add(p.Reschedule.NodeLostAfter); t.After(nb) {
+					nb = t
+				}
+			}
+			notBefore[k] = nb
+			free = append(free, k)
+		}
+		if len(free) == 0 {
+			continue
+		}
+		v := View{Nodes: f.nodes, Holders: holders, Penalties: f.penalty[name], Load: load}
+		asg := Assign(u.Unit, free, v, now)
+		for _, k := range free {
+			r, ok := asg.Of(k, f.cfg.Node)
+			if !ok || !r.Verdict.OK {
+				continue
+			}
+			vac := f.vacant[slotName(name, k)]
+			d, first := ClaimDelay(r.Rank, f.cfg.Step, vac.jitter)
+			if !first {
+				d, _ = SecondRoundDelay(r.HRWRank, f.cfg.Step, vac.jitter)
+			}
+			at := vac.since.Add(d)
+			if notBefore[k].After(vac.since) {
+				at = notBefore[k].Add(d)
+			}
+			if !now.Before(at) {
+				due = append(due, claimPlan{u: u, k: k, rank: r.Rank})
+				continue
+			}
+			if w := at.Sub(now); next == 0 || w < next {
+				next = w
+			}
+		}
+	}
+	for id := range f.vacant {
+		if !stillVacant[id] {
+			delete(f.vacant, id)
+		}
+	}
+	return next, due
+}
+
+var errSlotFailed = errors.New("the slot has failed: reset it with mariposa reset")
+
+// claim tries to take slot k of u; true if it did.
+func (f *Fleet) claim(ctx context.Context, u UnitSpec, k, rank int) bool {
+	name := u.Unit.Name
+	id := slotName(name, k)
+	lockDelay := f.cfg.Lease.LockDelay()
+	cctx, cancel := context.WithTimeout(ctx, lockDelay+2*time.Second)
+	defer cancel()
+	var claimed SlotValue
+	exclusive := u.Unit.Placement != nil && u.Unit.Placement.Exclusive
+	t, err := f.cfg.Lease.TryAcquire(cctx, lease.Hold{
+		Key:         SlotKey(name, k),
+		Unconfirmed: !exclusive,
+		Log:         f.log.With("slot", id),
+		Claim: func(cur *api.KVPair) ([]byte, api.TxnOps, error) {
+			var prev SlotValue
+			if cur != nil {
+				v, err := DecodeSlotValue(cur.Value)
+				if err != nil {
+					return nil, nil, fmt.Errorf("slot %s: %w", id, err)
+				}
+				prev = v
+			}
+			if prev.State == SlotFailed {
+				return nil, nil, errSlotFailed
+			}
+			now := f.cfg.Now()
+			claimed = SlotValue{Node: f.cfg.Node, State: SlotHeld, Since: now, Reschedules: prev.Reschedules}
+			from := ""
+			if cur != nil {
+				from = prev.Node
+			}
+			return claimed.encode(), api.TxnOps{AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: name, Slot: id,
+				Action: "claim", From: from, To: f.cfg.Node, Reason: fmt.Sprintf("rank %d", rank)})}, nil
+		},
+	})
+	if err != nil {
+		switch {
+		case errors.Is(err, lease.ErrKeyHeld):
+			f.log.Debug("slot taken by another node", "slot", id)
+		case errors.Is(err, errSlotFailed):
+		case ctx.Err() != nil:
+		default:
+			f.log.Debug("claim failed; trying again", "slot", id, "error", err)
+		}
+		return false
+	}
+	f.mu.Lock()
+	f.held[id] = &heldSlot{unit: u, k: k, term: t, value: claimed}
+	delete(f.vacant, id)
+	f.mu.Unlock()
+	f.log.Info("claimed slot", "slot", id, "rank", rank, "term_index", t.Index)
+	go func() {
+		select {
+		case <-t.Lost():
+			f.wake()
+		case <-ctx.Done():
+		}
+	}()
+	return true
+}
+
+// applyHeld hands the runner the instances of every held slot.
+func (f *Fleet) applyHeld(ctx context.Context) {
+	f.mu.Lock()
+	ids := make([]string, 0, len(f.held))
+	for id := range f.held {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []supervisor.SlotInstance
+	for _, id := range ids {
+		h := f.held[id]
+		sl := supervisor.Slot{SlotInfo: supervisor.SlotInfo{Unit: h.unit.Unit.Name, Index: h.k, Key: h.term.Key,
+			Session: h.term.Session, Term: h.term.Index}}
+		if h.unit.Unit.Placement != nil && h.unit.Unit.Placement.Exclusive {
+			sl.Lost, sl.Expired, sl.Err = h.term.Lost(), h.term.Expired(), h.term.Err
+		}
+		for _, svc := range h.unit.Services {
+			out = append(out, supervisor.SlotInstance{Service: svc, Slot: sl})
+		}
+	}
+	f.mu.Unlock()
+	if _, err := f.cfg.Runner.ApplySlots(ctx, out); err != nil && ctx.Err() == nil {
+		f.log.Warn("could not hand the slots to the supervisor", "error", err)
+	}
+}
+
+// Held lists the slots this node holds ("<unit>/<k>"), sorted.
+func (f *Fleet) Held() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.held))
+	for id := range f.held {
+		out = append(out, id)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,61 @@
+package cluster
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// The KV layout under Prefix (CLUSTER.md section 2). One ACL policy covers
+// it: key_prefix "mariposa/" write, session write, service write.
+const (
+	Prefix        = "mariposa/"
+	DeployPrefix  = Prefix + "deploy/"
+	SlotsPrefix   = Prefix + "slots/"
+	PenaltyPrefix = Prefix + "penalty/"
+	AuditPrefix   = Prefix + "audit/"
+)
+
+// SpecKey is deploy/<name>/spec/<n>: an immutable reified spec.
+func SpecKey(name string, n uint64) string {
+	return DeployPrefix + name + "/spec/" + strconv.FormatUint(n, 10)
+}
+
+// DesiredKey is deploy/<name>/desired: which spec the fleet runs.
+func DesiredKey(name string) string { return DeployPrefix + name + "/desired" }
+
+// SlotKey is slots/<unit>/<k>: the lock of slot k of a unit.
+func SlotKey(unit string, k int) string { return SlotsPrefix + unit + "/" + strconv.Itoa(k) }
+
+// PenaltyKey is penalty/<unit>/<node>.
+func PenaltyKey(unit, node string) string { return PenaltyPrefix + unit + "/" + node }
+
+// parseSlotKey splits slots/<unit>/<k>.
+func parseSlotKey(key string) (unit string, k int, ok bool) {
+	rest, found := strings.CutPrefix(key, SlotsPrefix)
+	if !found {
+		return "", 0, false
+	}
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return "", 0, false
+	}
+	k, err := strconv.Atoi(rest[i+1:])
+	if err != nil || k < 0 || strconv.Itoa(k) != rest[i+1:] {
+		return "", 0, false
+	}
+	return rest[:i], k, true
+}
+
+// ParseSlot reads "<unit>/<k>" as operators write it.
+func ParseSlot(s string) (unit string, k int, err error) {
+	i := strings.LastIndexByte(s, '/')
+	if i <= 0 {
+		return "", 0, fmt.Errorf("%q is not a slot: write SERVICE/K, e.g. api/2", s)
+	}
+	k, err = strconv.Atoi(s[i+1:])
+	if err != nil || k < 0 {
+		return "", 0, fmt.Errorf("%q is not a slot: K must be a number from 0, e.g. api/2", s)
+	}
+	return s[:i], k, nil
+}

@@ -1,0 +1,139 @@
+package cluster
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+func TestReifyAndDecode(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, dir+"/tmpl.ctmpl", "port {{ env \"PORT\" }}")
+	p := &schema.Placement{Count: 3, MaxPerNode: 1, Reschedule: schema.Reschedule{Delay: 5 * time.Second}}
+	cfg := &schema.Config{Services: []*schema.Service{
+		{Name: "api", Command: []string{"api"}, Placement: p, SourceFile: dir + "/a.hcl", SourceDir: dir,
+			Templates: []*schema.Template{{Source: "tmpl.ctmpl", Destination: "/tmp/x"}}},
+		{Name: "web", Group: "front", Command: []string{"web"}, Placement: &schema.Placement{Count: 2}},
+		{Name: "side", Group: "front", Command: []string{"side"}, Placement: &schema.Placement{Count: 2}},
+	}, Groups: []*schema.Group{{Name: "front", Services: []string{"web", "side"}}}}
+	sp, err := Reify("shop", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.Services[0].Templates[0]; got.Source != "" || got.Contents != "port {{ env \"PORT\" }}" {
+		t.Errorf("template not inlined: %+v", got)
+	}
+	if sp.Services[0].SourceDir != "" || cfg.Services[0].Templates[0].Source == "" {
+		t.Error("reify kept machine paths or changed the loaded config")
+	}
+	b, err := sp.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := DecodeSpec(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hashOf(back) != sp.Hash {
+		t.Error("the hash does not survive a round trip")
+	}
+	units := back.Units()
+	if len(units) != 2 || units[0].Unit.Name != "api" || units[1].Unit.Name != "front" || len(units[1].Services) != 2 {
+		t.Fatalf("units %+v", units)
+	}
+
+	// Again with another deployer and time: the same hash.
+	sp2, _ := Reify("shop", cfg)
+	if sp2.Hash != sp.Hash {
+		t.Error("the hash depends on more than what runs")
+	}
+
+	// A service without a count cannot be deployed.
+	cfg.Services = append(cfg.Services, &schema.Service{Name: "plain", Command: []string{"x"}, SourceFile: "b.hcl"})
+	if _, err := Reify("shop", cfg); err == nil || !strings.Contains(err.Error(), `service "plain" has no count`) {
+		t.Errorf("reify of a service without count: %v", err)
+	}
+	if _, err := Reify("bad name", &schema.Config{}); err == nil {
+		t.Error("a deployment name with a space was accepted")
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	for name, in := range map[string]string{
+		"not json":     `{`,
+		"no name":      `{"services":[{"Command":["x"],"Placement":{"Count":1}}]}`,
+		"no command":   `{"services":[{"Name":"a","Placement":{"Count":1}}]}`,
+		"no placement": `{"services":[{"Name":"a","Command":["x"]}]}`,
+		"negative":     `{"services":[{"Name":"a","Command":["x"],"Placement":{"Count":-1}}]}`,
+		"duplicate":    `{"services":[{"Name":"a","Command":["x"],"Placement":{"Count":1}},{"Name":"a","Command":["x"],"Placement":{"Count":1}}]}`,
+		"null check":   `{"services":[{"Name":"a","Command":["x"],"Placement":{"Count":1},"Checks":[null]}]}`,
+		"null service": `{"services":[null]}`,
+	} {
+		if _, err := DecodeSpec([]byte(in)); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestSlotKeysAndValues(t *testing.T) {
+	for key, want := range map[string]struct {
+		unit string
+		k    int
+		ok   bool
+	}{
+		"mariposa/slots/api/2":  {"api", 2, true},
+		"mariposa/slots/a/b/10": {"a/b", 10, true},
+		"mariposa/slots/api/02": {"", 0, false},
+		"mariposa/slots/api/-1": {"", 0, false},
+		"mariposa/slots/api":    {"", 0, false},
+		"mariposa/slots//1":     {"", 0, false},
+		"mariposa/other/api/1":  {"", 0, false},
+		"mariposa/slots/api/1x": {"", 0, false},
+	} {
+		u, k, ok := parseSlotKey(key)
+		if ok != want.ok || (ok && (u != want.unit || k != want.k)) {
+			t.Errorf("%s: %q %d %v", key, u, k, ok)
+		}
+	}
+	if _, err := DecodeSlotValue([]byte(`{"state":"weird"}`)); err == nil {
+		t.Error("unknown state accepted")
+	}
+	if v, err := DecodeSlotValue(nil); err != nil || v.State != "" {
+		t.Error("empty value")
+	}
+	v := SlotValue{Node: "n1", State: SlotReleased, Since: time.Unix(1, 0).UTC()}
+	if back, err := DecodeSlotValue(v.encode()); err != nil || back.Node != "n1" || back.State != SlotReleased {
+		t.Errorf("round trip: %+v %v", back, err)
+	}
+	if _, _, err := ParseSlot("api"); err == nil {
+		t.Error("ParseSlot without /K")
+	}
+	if u, k, err := ParseSlot("api/3"); err != nil || u != "api" || k != 3 {
+		t.Error("ParseSlot api/3")
+	}
+}
+
+// FuzzDecode: anything read from Consul under mariposa/ decodes or fails,
+// never panics, and a decoded spec's units can be listed.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"services":[{"Name":"a","Command":["x"],"Placement":{"Count":1}}]}`))
+	f.Add([]byte(`{"node":"n","state":"held","reschedules":[{"node":"n"}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if sp, err := DecodeSpec(b); err == nil {
+			_ = sp.Units()
+			_ = hashOf(sp)
+		}
+		_, _ = DecodeSlotValue(b)
+	})
+}
+
+func writeFile(t *testing.T, path, text string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

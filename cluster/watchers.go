@@ -1,0 +1,192 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/checks"
+)
+
+// watch runs a blocking query until ctx ends: fetch(index) returns the new
+// index; errors back off (capped at 5s) and are logged once per streak.
+func (f *Fleet) watch(ctx context.Context, what string, fetch func(q *api.QueryOptions) (uint64, error)) {
+	var index uint64
+	failures := 0
+	for ctx.Err() == nil {
+		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx)
+		idx, err := fetch(q)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			if failures == 1 || failures%20 == 0 {
+				f.log.Warn("cannot read from Consul; retrying", "what", what, "error", err)
+			}
+			select {
+			case <-time.After(min(100*time.Millisecond<<min(failures, 6), 5*time.Second)):
+			case <-ctx.Done():
+			}
+			index = 0
+			continue
+		}
+		failures = 0
+		if idx < index {
+			index = 0 // the index went backwards: start over
+		} else {
+			index = idx
+		}
+	}
+}
+
+// watchDeploy follows deploy/: each deployment's desired spec.
+func (f *Fleet) watchDeploy(ctx context.Context) {
+	reported := map[string]bool{}
+	f.watch(ctx, "deployments", func(q *api.QueryOptions) (uint64, error) {
+		pairs, meta, err := f.cfg.Client.KV().List(DeployPrefix, q)
+		if err != nil {
+			return 0, err
+		}
+		byKey := map[string]*api.KVPair{}
+		for _, p := range pairs {
+			byKey[p.Key] = p
+		}
+		specs := map[string]*Spec{}
+		for _, p := range pairs {
+			rest := strings.TrimPrefix(p.Key, DeployPrefix)
+			name, tail, ok := strings.Cut(rest, "/")
+			if !ok || tail != "desired" {
+				continue
+			}
+			var d Desired
+			if err := json.Unmarshal(p.Value, &d); err != nil {
+				f.reportOnce(reported, p.Key, "a corrupt desired pointer; skipping the deployment", err)
+				continue
+			}
+			sp := byKey[SpecKey(name, d.N)]
+			if sp == nil {
+				f.reportOnce(reported, p.Key, "the desired spec is missing; skipping the deployment", nil)
+				continue
+			}
+			spec, err := DecodeSpec(sp.Value)
+			if err != nil {
+				f.reportOnce(reported, sp.Key, "a corrupt spec; skipping the deployment", err)
+				continue
+			}
+			specs[name] = spec
+		}
+		f.mu.Lock()
+		f.remote, f.haveDep = specs, true
+		f.mu.Unlock()
+		f.wake()
+		return meta.LastIndex, nil
+	})
+}
+
+func (f *Fleet) reportOnce(seen map[string]bool, key, msg string, err error) {
+	if seen[key] {
+		return
+	}
+	seen[key] = true
+	f.log.Error(msg, "key", key, "error", err)
+}
+
+// watchSlots follows slots/: every slot's holder and value.
+func (f *Fleet) watchSlots(ctx context.Context) {
+	reported := map[string]bool{}
+	f.watch(ctx, "slots", func(q *api.QueryOptions) (uint64, error) {
+		pairs, meta, err := f.cfg.Client.KV().List(SlotsPrefix, q)
+		if err != nil {
+			return 0, err
+		}
+		slots := map[string]map[int]slotKV{}
+		for _, p := range pairs {
+			unit, k, ok := parseSlotKey(p.Key)
+			if !ok {
+				f.reportOnce(reported, p.Key, "a key under slots/ that is not a slot; ignoring it", nil)
+				continue
+			}
+			v, err := DecodeSlotValue(p.Value)
+			if err != nil {
+				f.reportOnce(reported, p.Key, "a corrupt slot value; the slot is not claimed until it is fixed or deleted", err)
+			}
+			if slots[unit] == nil {
+				slots[unit] = map[int]slotKV{}
+			}
+			slots[unit][k] = slotKV{value: v, session: p.Session, modifyIndex: p.ModifyIndex, corrupt: err}
+		}
+		f.mu.Lock()
+		f.slots, f.haveSl = slots, true
+		f.mu.Unlock()
+		f.wake()
+		return meta.LastIndex, nil
+	})
+}
+
+// watchNodes follows the service "mariposa": every supervisor, its node's
+// meta, and whether it is live (every check of it passing: serfHealth and
+// its liveness).
+func (f *Fleet) watchNodes(ctx context.Context) {
+	f.watch(ctx, "supervisors", func(q *api.QueryOptions) (uint64, error) {
+		entries, meta, err := f.cfg.Client.Health().Service("mariposa", "", false, q)
+		if err != nil {
+			return 0, err
+		}
+		var nodes []NodeInfo
+		for _, e := range entries {
+			if e.Node == nil || e.Service == nil || e.Service.Meta[checks.ManagedByKey] != checks.ManagedByValue {
+				continue
+			}
+			live := true
+			for _, c := range e.Checks {
+				if c.Status != api.HealthPassing {
+					live = false
+				}
+			}
+			nodes = append(nodes, NodeInfo{Name: e.Node.Node, Datacenter: e.Node.Datacenter, Meta: e.Node.Meta,
+				MariposaVersion: e.Service.Meta["version"], Live: live, Eligible: e.Service.Meta["eligible"] != "false",
+				Draining: e.Service.Meta["draining"] == "true"})
+		}
+		f.mu.Lock()
+		f.nodes, f.haveNd = nodes, true
+		f.mu.Unlock()
+		f.wake()
+		return meta.LastIndex, nil
+	})
+}
+
+// watchPenalties follows penalty/<unit>/<node>.
+func (f *Fleet) watchPenalties(ctx context.Context) {
+	f.watch(ctx, "penalties", func(q *api.QueryOptions) (uint64, error) {
+		pairs, meta, err := f.cfg.Client.KV().List(PenaltyPrefix, q)
+		if err != nil {
+			return 0, err
+		}
+		pen := map[string]map[string]time.Time{}
+		for _, p := range pairs {
+			unit, node, ok := strings.Cut(strings.TrimPrefix(p.Key, PenaltyPrefix), "/")
+			if !ok {
+				continue
+			}
+			var v struct {
+				Until time.Time `json:"until"`
+			}
+			if json.Unmarshal(p.Value, &v) != nil {
+				continue
+			}
+			if pen[unit] == nil {
+				pen[unit] = map[string]time.Time{}
+			}
+			pen[unit][node] = v.Until
+		}
+		f.mu.Lock()
+		f.penalty = pen
+		f.mu.Unlock()
+		f.wake()
+		return meta.LastIndex, nil
+	})
+}

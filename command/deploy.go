@@ -1,0 +1,109 @@
+package command
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strings"
+
+	"github.com/mitchellh/cli"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/render"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// DeployCommand writes a reified spec to Consul for the fleet to run.
+type DeployCommand struct {
+	UI cli.Ui
+}
+
+func (c *DeployCommand) Synopsis() string { return "Deploys services to the fleet through Consul" }
+
+func (c *DeployCommand) Help() string {
+	return strings.TrimSpace(`
+Usage: mariposa deploy [options] PATH...
+
+  Validates the files, then writes what they declare to Consul as the next
+  spec of a deployment, for every "mariposa run -cluster" to run: each
+  service with a count (or group with a count) runs in that many slots
+  across the fleet, where its constraints allow. The spec is reified:
+  variables resolved, template sources read into the spec, so nodes need
+  none of the files. Deploying the same files again changes nothing.
+
+  Two deploys at once cannot both win: the desired spec moves with a
+  check-and-set, and the loser is told to try again.
+
+Options:
+
+  -name=NAME         The deployment (default "default"). Each deployment
+                     holds its own services; a service name must be unique
+                     across deployments.
+  -var NAME=VALUE    Set a variable; repeatable. MARIPOSA_VAR_NAME works too.
+
+` + consulFlagsHelp + `
+`)
+}
+
+func (c *DeployCommand) Run(args []string) int {
+	vars := varFlags{}
+	var (
+		cf   consulFlags
+		name string
+	)
+	fs := flag.NewFlagSet("deploy", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cf.register(fs)
+	fs.Var(vars, "var", "")
+	fs.StringVar(&name, "name", "default", "")
+	paths, ok := parsePaths(c.UI, fs, args, c.Help(), "mariposa deploy: no service files given")
+	if !ok {
+		return 1
+	}
+	cfg, diags := schema.Load(paths, schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate})
+	if diags.Len() > 0 {
+		var b strings.Builder
+		_ = diags.WriteText(&b, 100, false)
+		if diags.HasErrors() {
+			c.UI.Error(strings.TrimRight(b.String(), "\n"))
+			return 1
+		}
+		c.UI.Warn(strings.TrimRight(b.String(), "\n"))
+	}
+	spec, err := cluster.Reify(name, cfg)
+	if err != nil {
+		c.UI.Error("mariposa deploy: " + err.Error())
+		return 1
+	}
+	client, err := cf.client()
+	if err != nil {
+		c.UI.Error("mariposa deploy: " + err.Error())
+		return 1
+	}
+	res, err := cluster.Deploy(client, spec, actor())
+	if err != nil {
+		c.UI.Error("mariposa deploy: " + err.Error())
+		return 1
+	}
+	if res.Unchanged {
+		c.UI.Output(fmt.Sprintf("Deployment %s: no change (spec %d, %s is already desired)", name, res.N, spec.Hash))
+		return 0
+	}
+	var units []string
+	for _, u := range spec.Units() {
+		units = append(units, fmt.Sprintf("%s (count %d)", u.Unit.Name, u.Unit.Placement.Count))
+	}
+	c.UI.Output(fmt.Sprintf("Deployment %s: spec %d (%s) is desired: %s", name, res.N, spec.Hash, strings.Join(units, ", ")))
+	return 0
+}
+
+// actor names who acts, for the record: user@host.
+func actor() string {
+	host, _ := os.Hostname()
+	if u, err := user.Current(); err == nil {
+		return u.Username + "@" + host
+	}
+	return host
+}

@@ -1,0 +1,88 @@
+package command
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/schema"
+	"github.com/mariposa-sh/mariposa/supervisor"
+)
+
+// fleetMember is run -cluster's part in the fleet: a cluster.Fleet started
+// once the runner is ready, fed the runner's events, and stopped when the
+// runner has stopped every instance, so it can release the slots cleanly.
+// Without -cluster every method does nothing.
+type fleetMember struct {
+	on     bool
+	client *api.Client
+	log    hclog.Logger
+
+	f      atomic.Pointer[cluster.Fleet]
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func newFleetMember(on bool, client *api.Client, log hclog.Logger) *fleetMember {
+	return &fleetMember{on: on, client: client, log: log, done: make(chan struct{})}
+}
+
+func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
+	if !m.on {
+		close(m.done)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m.cancel = cancel
+	go func() {
+		defer close(m.done)
+		select {
+		case <-r.Ready():
+		case <-ctx.Done():
+			return
+		}
+		f := cluster.NewFleet(cluster.FleetConfig{Client: m.client, Node: r.Node(), Lease: r.Leases().Lease(0, 0),
+			Runner: r, Log: m.log})
+		f.SetLocal(cfg)
+		m.f.Store(f)
+		_ = f.Run(ctx)
+	}()
+}
+
+func (m *fleetMember) event(e supervisor.Event) {
+	if f := m.f.Load(); f != nil {
+		f.Event(e)
+	}
+}
+
+func (m *fleetMember) setLocal(cfg *schema.Config) {
+	if f := m.f.Load(); f != nil {
+		f.SetLocal(cfg)
+	}
+}
+
+// halt stops claiming (mariposa is stopping); the slots held stay held
+// until stopped releases them.
+func (m *fleetMember) halt() {
+	if m.cancel != nil {
+		m.cancel()
+	}
+}
+
+// stopped: every instance has stopped; give the slots up.
+func (m *fleetMember) stopped() {
+	m.once.Do(func() {
+		if m.cancel != nil {
+			m.cancel()
+		}
+		<-m.done
+		if f := m.f.Load(); f != nil {
+			f.Release("mariposa stopped")
+		}
+	})
+}
