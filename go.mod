@@ -7,6 +7,7 @@ require (
 	github.com/hashicorp/consul-template v0.41.1
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/hashicorp/go-hclog v1.6.3
+	github.com/hashicorp/go-version v1.9.0
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/mitchellh/cli v1.1.5
 	github.com/zclconf/go-cty v1.19.0
