@@ -270,7 +270,7 @@ type SpreadTarget struct {
 type Reschedule struct {
 	Attempts      int           // within Interval; ignored when Unlimited
 	Interval      time.Duration // window for Attempts
-	Unlimited     bool          // default true, but false when attempts or interval is set without it
+	Unlimited     bool          // default true, but false when attempts is set without it
 	Delay         time.Duration // default 5s
 	DelayFunction string        // constant | exponential (default) | fibonacci
 	MaxDelay      time.Duration // default 5m

@@ -673,18 +673,28 @@ func (l *loader) decodeReschedule(e *evaluator, b *hcl.Block) Reschedule {
 	if hasInterval {
 		r.Interval, intervalOK = e.Duration(intervalAttr)
 	}
-	// Setting a bound turns unlimited off, unless it is set too (Nomad
-	// keeps unlimited on and silently ignores the bound).
-	if hasAttempts || hasInterval {
+	// Setting attempts turns unlimited off, unless unlimited is set too
+	// (Nomad keeps unlimited on and silently ignores attempts).
+	if hasAttempts {
 		r.Unlimited = false
 	}
 	if hasUnlim {
 		if v, ok := e.Bool(unlimAttr); ok {
 			r.Unlimited = v
-			if v && hasAttempts {
-				l.warnf(attemptsAttr.NameRange, "attempts not used",
-					"With unlimited = true every instance that exhausts its restarts moves to another node, and attempts and interval are not used; set unlimited = false to bound how often it moves.")
+		}
+	}
+	if r.Unlimited {
+		for _, attr := range []*hcl.Attribute{attemptsAttr, intervalAttr} {
+			if attr == nil {
+				continue
 			}
+			why := "unlimited = true"
+			if !hasUnlim {
+				why = "unlimited, which is true unless attempts is set,"
+			}
+			l.warnf(attr.NameRange, attr.Name+" not used",
+				"With %s every instance that exhausts its restarts moves to another node, and attempts and interval are not used. Set attempts (and unlimited = false) to bound how often it moves.", why)
+			break
 		}
 	}
 	if !r.Unlimited && attemptsOK && intervalOK && r.Attempts > 0 && r.Interval <= 0 {

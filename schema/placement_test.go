@@ -193,8 +193,8 @@ service "b" {
 	}
 }
 
-// TestRescheduleUnlimited: a bound (attempts or interval) turns unlimited
-// off unless it is set too, in which case the bound draws a warning.
+// TestRescheduleUnlimited: attempts turns unlimited off unless it is set
+// too; attempts or interval with unlimited draws a warning.
 func TestRescheduleUnlimited(t *testing.T) {
 	for _, tt := range []struct {
 		body      string
@@ -207,6 +207,8 @@ func TestRescheduleUnlimited(t *testing.T) {
 		{"attempts = 3\n    interval = \"1h\"", false, nil},
 		{"unlimited = false", false, nil},
 		{"unlimited = true\n    attempts  = 3\n    interval  = \"1h\"", true, []string{"attempts not used"}},
+		{`interval = "1h"`, true, []string{"interval not used"}},
+		{"unlimited = false\n    interval  = \"1h\"", false, nil},
 	} {
 		src := "service \"s\" {\n  command = [\"s\"]\n  count   = 1\n  reschedule {\n    " + tt.body + "\n  }\n}\n"
 		cfg, diags := loadSrc(t, t.TempDir(), src, LoadOptions{Environ: []string{}})
