@@ -150,7 +150,9 @@ func sortAttrs(attrs []*hcl.Attribute) {
 	}
 }
 
-func (l *loader) decodeRestart(e *evaluator, block *hcl.Block, hasChecks bool) Restart {
+// decodeRestart decodes svc's restart block; svc.Placement says whether
+// on_exhausted may be "reschedule".
+func (l *loader) decodeRestart(e *evaluator, block *hcl.Block, hasChecks bool, svc *Service) Restart {
 	r := Restart{
 		Policy:      RestartOnFailure,
 		OnUnhealthy: hasChecks,
@@ -239,11 +241,15 @@ func (l *loader) decodeRestart(e *evaluator, block *hcl.Block, hasChecks bool) R
 	}
 	if attr, ok := attrs["on_exhausted"]; ok {
 		if s, ok := e.Enum(attr, "Invalid on_exhausted", onExhaustedValues); ok {
-			if s == "reschedule" {
-				l.errorf(attr.Expr.Range(), "Not supported yet",
-					`on_exhausted = "reschedule" is reserved for mariposa's cluster phase and is not supported yet; use "fail".`)
-			} else {
+			switch {
+			case s != "reschedule" || svc.Placement != nil:
 				r.OnExhausted = s
+			case svc.Group != "":
+				l.errorf(attr.Expr.Range(), "Reschedule without count",
+					`on_exhausted = "reschedule" hands the instance's slot to another node, and only cluster units have slots: add count = N to group %q (its services move as one), or use "fail".`, svc.Group)
+			default:
+				l.errorf(attr.Expr.Range(), "Reschedule without count",
+					`on_exhausted = "reschedule" hands the instance's slot to another node, and only cluster units have slots: add count = N to service %q, or use "fail".`, svc.Name)
 			}
 		}
 	}

@@ -138,7 +138,7 @@ func load(srcs []source, opts LoadOptions) (*Config, *Diagnostics) {
 		for _, block := range p.content.Blocks {
 			switch block.Type {
 			case "service":
-				l.decodeService(e, block, p, "")
+				l.decodeService(e, block, p, "", nil)
 			case "group":
 				l.decodeGroup(e, block, p)
 			}
@@ -183,11 +183,6 @@ func (l *loader) checkName(kind, name string, rng hcl.Range) bool {
 	return true
 }
 
-func (l *loader) notSupportedAttr(attr *hcl.Attribute) {
-	l.errorf(attr.NameRange, "Not supported yet",
-		"The argument %q is reserved for mariposa's cluster phase and is not supported yet; remove it.", attr.Name)
-}
-
 func (l *loader) notSupportedBlock(block *hcl.Block) {
 	l.errorf(block.DefRange, "Not supported yet",
 		"The %q block is reserved for mariposa's cluster phase and is not supported yet; remove it.", block.Type)
@@ -214,17 +209,25 @@ func (l *loader) decodeGroup(e *evaluator, block *hcl.Block, p *parsed) {
 	content, diags := bodyContent(block.Body, groupSchema)
 	l.diags = append(l.diags, diags...)
 	g := &Group{Name: name}
-	for _, attr := range content.Attributes {
-		l.notSupportedAttr(attr)
-	}
+	u := unit{kind: "group", name: name}
+	var members, placement []*hcl.Block
 	for _, b := range content.Blocks {
-		if b.Type == "service" {
-			if svc := l.decodeService(e, b, p, name); svc != nil {
-				g.Services = append(g.Services, svc.Name)
-			}
-			continue
+		switch {
+		case b.Type == "service":
+			members = append(members, b)
+			u.members = append(u.members, b.Labels[0])
+		case isPlacementBlock(b.Type):
+			placement = append(placement, b)
+		default:
+			l.notSupportedBlock(b)
 		}
-		l.notSupportedBlock(b)
+	}
+	// The group's placement is one value that every member shares.
+	g.Placement = l.decodePlacement(e, u, content.Attributes, placement)
+	for _, b := range members {
+		if svc := l.decodeService(e, b, p, name, g.Placement); svc != nil {
+			g.Services = append(g.Services, svc.Name)
+		}
 	}
 	if len(g.Services) == 0 && !diags.HasErrors() {
 		l.errorf(block.DefRange, "Empty group", "Group %q has no service blocks; a group holds the services that run together.", name)
@@ -245,7 +248,9 @@ var metaKey = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
 // envName is a portable environment variable name.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group string) *Service {
+// decodeService decodes a service block; group is the enclosing group's
+// name and groupPlacement its placement (nil without a count), or "" and nil.
+func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group string, groupPlacement *Placement) *Service {
 	name := block.Labels[0]
 	svc := &Service{Name: name, Group: group, SourceFile: p.abs, SourceDir: p.dir}
 	decl := &serviceDecl{svc: svc, block: block, deps: map[*Dependency]hcl.Range{}, tmpls: map[*Template]hcl.Range{}}
@@ -319,9 +324,6 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 	if attr, ok := attrs["version"]; ok {
 		svc.Version, _ = e.String(attr)
 	}
-	if attr, ok := attrs["count"]; ok {
-		l.notSupportedAttr(attr)
-	}
 
 	// Singleton blocks are decoded after the loop: restart's defaults depend
 	// on whether the service has checks.
@@ -334,6 +336,7 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		}
 		*slot = b
 	}
+	var placement []*hcl.Block
 	checkNames := map[string]hcl.Range{}
 	depNames := map[string]hcl.Range{}
 	prefixes := map[string]hcl.Range{}
@@ -375,12 +378,23 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		case "stop":
 			single(b, &stop)
 		default:
-			if isReservedBlock(b.Type) {
+			if isPlacementBlock(b.Type) {
+				placement = append(placement, b)
+			} else if isReservedBlock(b.Type) {
 				l.notSupportedBlock(b)
 			}
 		}
 	}
-	svc.Restart = l.decodeRestart(e, restart, len(svc.Checks) > 0)
+	if group != "" {
+		l.memberPlacement(name, group, attrs, placement)
+		svc.Placement = groupPlacement
+	} else {
+		svc.Placement = l.decodePlacement(e, unit{kind: "service", name: name, members: []string{name}}, attrs, placement)
+	}
+	if svc.Placement != nil {
+		l.clusterService(svc, decl, leader)
+	}
+	svc.Restart = l.decodeRestart(e, restart, len(svc.Checks) > 0, svc)
 	if leader != nil {
 		svc.Leader = l.decodeLeader(e, leader, name)
 		decl.lead = leader.DefRange.Ptr()
@@ -393,6 +407,26 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 	l.cfg.Services = append(l.cfg.Services, svc)
 	l.decls = append(l.decls, decl)
 	return svc
+}
+
+// clusterService reports what a service in slots cannot have: a leader
+// block, and an explicit ID.
+func (l *loader) clusterService(svc *Service, decl *serviceDecl, leader *hcl.Block) {
+	counted := fmt.Sprintf("Service %q has count = %d", svc.Name, svc.Placement.Count)
+	where := ""
+	if svc.Group != "" {
+		counted = fmt.Sprintf("Service %q is a member of group %q, which has count = %d", svc.Name, svc.Group, svc.Placement.Count)
+		where = fmt.Sprintf(" on group %q", svc.Group)
+	}
+	if leader != nil {
+		l.errorf(leader.DefRange, "Leader with count",
+			"%s: each of its instances holds a slot, which is already a Consul lock held by one node, so there is nothing left to elect. For a single active instance, remove the leader block and set count = 1 and exclusive = true%s.",
+			counted, where)
+	}
+	if decl.id != nil {
+		l.errorf(*decl.id, "Service ID with count",
+			"%s: mariposa derives the Consul service ID of each instance from its slot, so that two instances never share one. Remove id.", counted)
+	}
 }
 
 // checkMeta applies Consul's rules for service meta, plus mariposa's own keys.

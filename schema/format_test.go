@@ -13,6 +13,8 @@ func TestFormat(t *testing.T) {
 		{"\xEF\xBB\xBFa = 1\n", "a = 1\n"},
 		{"x = <<EOT\n  keep   this\nEOT\n", "x = <<EOT\n  keep   this\nEOT\n"},
 		{"", ""},
+		{"service \"a\" {\ncount=2\nconstraint{\nattribute=\"node.meta.zone\"\noperator=\"!=\"\n}\nspread {\n  attribute = \"node.meta.zone\"\n target \"z1\" { percent = 50 }\n}\n}\n",
+			"service \"a\" {\n  count = 2\n  constraint {\n    attribute = \"node.meta.zone\"\n    operator  = \"!=\"\n  }\n  spread {\n    attribute = \"node.meta.zone\"\n    target \"z1\" { percent = 50 }\n  }\n}\n"},
 	}
 	for _, tt := range tests {
 		got, diags := Format([]byte(tt.in), "t.hcl")

@@ -46,6 +46,21 @@ func fuzzSeeds() []string {
 		`service "a" { command = [tostring(null)] }`,
 		`service "a" { command = [sensitive("x")] }`,
 		`group "g" { group "h" {} service "a" { command = ["x"] depends_on "a" {} } }`,
+		// placement
+		`service "a" { command = ["x"] count = 1e99 max_per_node = -1e99 }`,
+		`service "a" { command = ["x"] count = null exclusive = null stop_after = null }`,
+		`service "a" { command = ["x"] count = 2 spread { attribute = "node.meta.z" target "a" "b" { percent = 1 } target { } } }`,
+		`service "a" { command = ["x"] count = 2 spread { attribute = "node.meta.z" target "a" { percent = 1e99 } target "" { percent = -1 } } }`,
+		`service "a" { command = ["x"] count = 2 constraint { attribute = "${node.meta}" } constraint { attribute = "${node[0]}" } }`,
+		`service "a" { command = ["x"] count = 2 constraint { attribute = "${node.meta.x}${y}" } affinity { attribute = "${var.x}" } }`,
+		`service "a" { command = ["x"] count = 1 constraint { attribute = "node.name" operator = "version" value = "~>" } }`,
+		`service "a" { command = ["x"] count = 1 constraint { attribute = ["x"] operator = {} value = [] } }`,
+		`service "a" { command = ["x"] count = 1 affinity { attribute = "service." operator = "==~" weight = 1e99 } }`,
+		`service "a" { command = ["x"] count = 1 reschedule { attempts = 1e99 interval = null unlimited = null } reschedule {} }`,
+		`service "a" { command = ["x"] restart { on_exhausted = "reschedule" } reschedule {} }`,
+		`group "g" { count = 1 service "a" { command = ["x"] count = 1 } service "a" { command = ["x"] } }`,
+		`group "g" { count = 1 constraint { attribute = "service.a" } service "a" { command = ["x"] leader {} id = "x" } }`,
+		`group "g" { spread { attribute = "node.name" } update {} }`,
 	}
 }
 

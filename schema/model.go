@@ -190,8 +190,8 @@ type Stop struct {
 // with a count, or a group with one) run: CLUSTER.md sections 1, 3 and 4.
 // Names and defaults follow Nomad's where they fit.
 type Placement struct {
-	// Count is the number of slots, 0..Count-1. 0 is allowed (scaled to
-	// nothing).
+	// Count is the number of slots, 0..Count-1, at most 10000. 0 is
+	// allowed (scaled to nothing; validation warns).
 	Count       int
 	Constraints []*Constraint // hard: a node that fails one never runs it
 	Affinities  []*Affinity   // soft preferences
@@ -233,16 +233,17 @@ const (
 // anti-co-location with other services.
 type Constraint struct {
 	Attribute string
-	Operator  string
+	Operator  string // one of the Op* above but OpPrefer and OpAvoid; default OpEqual
 	Value     string
-	// Pos is "file:line:col" of the block, for runtime explanations.
+	// Pos is "file:line:col" of the block (the file as named to Load), for
+	// runtime explanations.
 	Pos string
 }
 
 // Affinity is one `affinity` block: a soft preference with a weight.
 type Affinity struct {
 	Attribute string
-	Operator  string // OpPrefer | OpAvoid, or a constraint operator (== and the rest) counted as a preference
+	Operator  string // OpPrefer (default) | OpAvoid, or a constraint operator (== and the rest) counted as a preference
 	Value     string
 	Weight    int // 1..100, default 50
 	Pos       string
@@ -269,7 +270,7 @@ type SpreadTarget struct {
 type Reschedule struct {
 	Attempts      int           // within Interval; ignored when Unlimited
 	Interval      time.Duration // window for Attempts
-	Unlimited     bool          // default true
+	Unlimited     bool          // default true, but false when attempts is set without it
 	Delay         time.Duration // default 5s
 	DelayFunction string        // constant | exponential (default) | fibonacci
 	MaxDelay      time.Duration // default 5m

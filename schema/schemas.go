@@ -3,8 +3,9 @@ package schema
 import "github.com/hashicorp/hcl/v2"
 
 // Block schemas, one per block type. Reserved names of the cluster phase
-// (SPEC section 7) are in the schemas so they parse and then get a
-// "not supported yet" error instead of "unsupported argument".
+// (SPEC section 7) that are not implemented yet are in the schemas so they
+// parse and then get a "not supported yet" error instead of "unsupported
+// argument".
 
 var rootSchema = &hcl.BodySchema{
 	Blocks: []hcl.BlockHeaderSchema{
@@ -22,18 +23,32 @@ var variableSchema = &hcl.BodySchema{
 	},
 }
 
-// reservedBlocks are the cluster-phase block names, valid in service and
-// group bodies (the attribute `count` is reserved in the schemas).
-var reservedBlocks = []string{"constraint", "affinity", "update"}
+// reservedBlocks are the block names reserved for later cluster features,
+// valid in service and group bodies: they parse and are rejected with "Not
+// supported yet".
+var reservedBlocks = []string{"update"}
+
+// placementAttrs and placementBlocks say where and how many instances of a
+// cluster unit run (a service with count, or a group with one): see
+// placement.go. A group's members may not set them.
+var (
+	placementAttrs  = []string{"count", "max_per_node", "exclusive", "stop_after"}
+	placementBlocks = []string{"constraint", "affinity", "spread", "reschedule"}
+)
 
 var groupSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
 		{Name: "count"},
+		{Name: "max_per_node"},
+		{Name: "exclusive"},
+		{Name: "stop_after"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "service", LabelNames: []string{"name"}},
 		{Type: "constraint"},
 		{Type: "affinity"},
+		{Type: "spread"},
+		{Type: "reschedule"},
 		{Type: "update"},
 	},
 }
@@ -50,6 +65,9 @@ var serviceSchema = &hcl.BodySchema{
 		{Name: "meta"},
 		{Name: "version"},
 		{Name: "count"},
+		{Name: "max_per_node"},
+		{Name: "exclusive"},
+		{Name: "stop_after"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "check", LabelNames: []string{"name"}},
@@ -60,6 +78,8 @@ var serviceSchema = &hcl.BodySchema{
 		{Type: "stop"},
 		{Type: "constraint"},
 		{Type: "affinity"},
+		{Type: "spread"},
+		{Type: "reschedule"},
 		{Type: "update"},
 	},
 }
@@ -143,6 +163,52 @@ var stopSchema = &hcl.BodySchema{
 	},
 }
 
+var constraintSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "attribute", Required: true},
+		{Name: "operator"},
+		{Name: "value"},
+	},
+}
+
+var affinitySchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "attribute", Required: true},
+		{Name: "operator"},
+		{Name: "value"},
+		{Name: "weight"},
+	},
+}
+
+var spreadSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "attribute", Required: true},
+		{Name: "weight"},
+	},
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "target", LabelNames: []string{"value"}},
+	},
+}
+
+var spreadTargetSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "percent", Required: true},
+	},
+}
+
+var rescheduleSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "attempts"},
+		{Name: "interval"},
+		{Name: "unlimited"},
+		{Name: "delay"},
+		{Name: "delay_function"},
+		{Name: "max_delay"},
+		{Name: "penalty"},
+		{Name: "node_lost_after"},
+	},
+}
+
 // Enumerations.
 var (
 	restartPolicies     = []string{"always", "on-failure", "never"}
@@ -151,4 +217,10 @@ var (
 	templateChangeModes = []string{"restart", "signal", "command", "noop"}
 	leaderModes         = []string{"standby", "tag"}
 	leaderChangeModes   = []string{"restart", "signal", "noop"}
+	delayFunctions      = []string{DelayConstant, DelayExponential, DelayFibonacci}
+	// constraintOperators are the hard operators; "=" is accepted as "==".
+	constraintOperators = []string{OpEqual, OpNotEqual, OpRegexp, OpVersion, OpSetContains, OpIsSet, OpIsNotSet}
+	// affinityOperators are the soft ones, and the hard ones counted as a
+	// preference.
+	affinityOperators = append([]string{OpPrefer, OpAvoid}, constraintOperators...)
 )

@@ -48,6 +48,29 @@ func TestDidYouMeanInDiagnostics(t *testing.T) {
 		{`dependson "db" {}`, `Did you mean "depends_on"?`},
 		{`environment = {}`, `Did you mean "env"?`},
 		{`restart { max = "1s" }`, `Did you mean "max_delay"?`},
+		{`afinity {}`, `Did you mean "affinity"?`},
+		{`constrain {}`, `Did you mean "constraint"?`},
+		{`max_per_nodes = 1`, `Did you mean "max_per_node"?`},
+		{`reshedule {}`, `Did you mean "reschedule"?`},
+		{`count = 1
+  reschedule { delay_fuction = "constant" }`, `Did you mean "delay_function"?`},
+		{`count = 1
+  reschedule { delay_function = "fibonaci" }`, `Did you mean "fibonacci"?`},
+		{`count = 1
+  constraint {
+    attribute = "node.name"
+    operater  = "=="
+  }`, `Did you mean "operator"?`},
+		{`count = 1
+  spread {
+    attribute = "node.name"
+    targets "a" {}
+  }`, `Did you mean "target"?`},
+		{`count = 1
+  spread {
+    attribute = "node.name"
+    target "a" { percentage = 5 }
+  }`, `Did you mean "percent"?`},
 	}
 	for _, tt := range tests {
 		src := "service \"s\" {\n  command = [\"s\"]\n  " + tt.body + "\n}\n"

@@ -67,6 +67,33 @@ func TestWarnings(t *testing.T) {
     change_mode = "restart"
   }
 }`, nil},
+		{"count zero", `service "a" {
+  command = ["a"]
+  count   = 0
+}`, []string{"No instance will run"}},
+		{"group count zero", `group "g" {
+  count = 0
+  service "a" {
+    command = ["a"]
+  }
+}`, []string{"No instance will run"}},
+		{"reschedule attempts with unlimited", `service "a" {
+  command = ["a"]
+  count   = 2
+  reschedule {
+    unlimited = true
+    attempts  = 3
+    interval  = "1h"
+  }
+}`, []string{"attempts not used"}},
+		{"cluster service", `service "a" {
+  command = ["a"]
+  count   = 2
+  constraint {
+    attribute = "node.meta.zone"
+    value     = "z1"
+  }
+}`, nil},
 		{"no warnings", `service "a" {
   command = ["a"]
   check "c" {

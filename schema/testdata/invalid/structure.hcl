@@ -2,7 +2,7 @@
 service "web" {        # ERROR: Missing required argument
   comand  = ["python3"] # ERROR: Unsupported argument
   enviroment = {}       # ERROR: Unsupported argument
-  count   = 3           # ERROR: Not supported yet
+  replicas = 3          # ERROR: Unsupported argument
 
   chek "http" {         # ERROR: Unsupported block type
     http = "http://127.0.0.1/"
@@ -12,14 +12,10 @@ service "web" {        # ERROR: Missing required argument
     polcy = "always"    # ERROR: Unsupported argument
   }
 
-  constraint {          # ERROR: Not supported yet
-    attribute = "meta.rack"
-  }
-
   update {              # ERROR: Not supported yet
     max_parallel = 1
   }
-  affinity {}           # ERROR: Not supported yet
+  afinity {}            # ERROR: Unsupported block type
 
   stop {}
   stop {}               # ERROR: Duplicate stop block
@@ -49,15 +45,16 @@ service "bad.name" {    # ERROR: Invalid service name
 }
 
 group "empty" {         # ERROR: Empty group
-  count = 2             # ERROR: Not supported yet
+  count = 2
 }
 
 group "g" {
   service "in-group" {
     command = ["x"]
     restart {
-      on_exhausted = "reschedule" # ERROR: Not supported yet
+      on_exhausted = "reschedule" # ERROR: Reschedule without count
     }
   }
   task "t" {}           # ERROR: Unsupported block type
+  update {}             # ERROR: Not supported yet
 }
