@@ -231,6 +231,12 @@ type operand struct {
 
 func (l *loader) decodeConstraint(e *evaluator, b *hcl.Block, u unit) *Constraint {
 	content, diags := bodyContent(b.Body, constraintSchema)
+	for _, d := range diags {
+		// Nomad's shorthand: constraint { distinct_hosts = true }.
+		if m := unsupportedName.FindStringSubmatch(d.Detail); m != nil && nomadOperators[m[1]] != "" {
+			d.Detail += " " + nomadOperators[m[1]]
+		}
+	}
 	l.diags = append(l.diags, diags...)
 	o := l.decodeOperand(e, b, "constraint", content.Attributes)
 	ok := o.attrOK && o.opOK && o.valueOK

@@ -312,6 +312,9 @@ func TestPlacementDetails(t *testing.T) {
       percent = 50
     }
   }`, `target "eu-west-1a" { percent = 50 }`},
+		{`constraint {
+    distinct_hosts = true
+  }`, `An argument named "distinct_hosts" is not expected here. Instances already run on distinct nodes: max_per_node defaults to 1.`},
 		{`leader {}`, `set count = 1 and exclusive = true`},
 		{`exclusive  = true
   stop_after = "1m"`, `exclusive = true already stops an instance`},
