@@ -143,7 +143,13 @@ func (c *RunCommand) Run(args []string) int {
 	// The same checks as validate: templates parse, programs and dirs
 	// exist here (warnings).
 	loadOpts := schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate, CheckHost: true}
-	cfg, diags := schema.Load(paths, loadOpts)
+	load := func() (*schema.Config, *schema.Diagnostics) {
+		if len(paths) == 0 { // run -cluster with no files: only what is deployed
+			return &schema.Config{}, &schema.Diagnostics{}
+		}
+		return schema.Load(paths, loadOpts)
+	}
+	cfg, diags := load()
 	if diags.HasErrors() {
 		var b strings.Builder
 		_ = diags.WriteText(&b, 100, false)
@@ -233,7 +239,7 @@ func (c *RunCommand) Run(args []string) int {
 	err = r.RunWithSignals(supervisor.SignalOptions{
 		Signals: sigs,
 		Load: func() *schema.Config {
-			ncfg, ndiags := schema.Load(paths, loadOpts)
+			ncfg, ndiags := load()
 			var b strings.Builder
 			_ = ndiags.WriteText(&b, 100, false)
 			if ndiags.HasErrors() {

@@ -518,24 +518,44 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 
 // removeStale deregisters what a previous run on this node left behind that
 // this run will not register at once: a standby's service is registered only
-// once it leads, so a registration left by a crashed leader would otherwise
-// linger. Best effort: without an agent there is nothing to clean.
+// once it leads, an instance in a count slot only once its slot is held
+// again, and a service no longer in the files never. A registration left by
+// a crashed mariposa would otherwise linger, and pass again as soon as this
+// mariposa's liveness check does. With AllowSecondSupervisor another
+// mariposa may own the others, so only this configuration's standbys go.
+// Best effort: without an agent there is nothing to clean.
 func (r *Runner) removeStale(ctx context.Context) {
 	have, err := r.opts.Client.Agent().ServicesWithFilterOpts("", (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return
 	}
+	keep := map[string]bool{checks.SupervisorServiceID(r.node): true}
 	for _, svc := range r.cfg.Services {
-		if svc.Leader == nil || svc.Leader.Mode != "standby" {
+		if svc.Placement != nil {
 			continue
 		}
-		id := checks.ServiceID(svc, r.node)
-		if s, ok := have[id]; ok && s.Meta[checks.ManagedByKey] == checks.ManagedByValue {
-			r.log.Info("removing the registration a previous run left", "service_id", id)
-			dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			_ = r.reg.Deregister(dctx, id)
-			cancel()
+		if svc.Leader == nil || svc.Leader.Mode != "standby" {
+			keep[checks.ServiceID(svc, r.node)] = true
 		}
+	}
+	var stale []string
+	for id, s := range have {
+		if s.Meta[checks.ManagedByKey] != checks.ManagedByValue || keep[id] {
+			continue
+		}
+		if r.opts.AllowSecondSupervisor {
+			if svc := r.cfg.Service(s.Service); svc == nil || checks.ServiceID(svc, r.node) != id {
+				continue
+			}
+		}
+		stale = append(stale, id)
+	}
+	sort.Strings(stale)
+	for _, id := range stale {
+		r.log.Info("removing the registration a previous run left", "service_id", id)
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = r.reg.Deregister(dctx, id)
+		cancel()
 	}
 }
 
