@@ -52,9 +52,13 @@ type Ports struct {
 
 // Agent is one running consul agent.
 type Agent struct {
-	Name    string
-	Server  bool
-	Dev     bool
+	Name   string
+	Server bool
+	Dev    bool
+	// Addr is the loopback address Serf and server RPC bind to and
+	// advertise: 127.0.0.1, or the agent's own one in a fleet (NewFleet).
+	// HTTP and DNS are always on 127.0.0.1.
+	Addr    string
 	Ports   Ports
 	DataDir string
 	LogPath string
@@ -62,14 +66,19 @@ type Agent struct {
 
 	bin     string
 	args    []string
+	gid     uint32 // the agent's group in a fleet, which Cut matches its sockets by; 0 otherwise
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	done    chan struct{}
 	logFile *os.File
+	cut     string // the nft table that cuts it off, "" when not cut
 }
 
 // HTTPAddr is host:port of the HTTP API.
 func (a *Agent) HTTPAddr() string { return fmt.Sprintf("127.0.0.1:%d", a.Ports.HTTP) }
+
+// SerfAddr is host:port of Serf LAN, what other agents join.
+func (a *Agent) SerfAddr() string { return net.JoinHostPort(a.Addr, strconv.Itoa(a.Ports.SerfLAN)) }
 
 // DNSAddr is host:port of the DNS interface (UDP and TCP).
 func (a *Agent) DNSAddr() string { return fmt.Sprintf("127.0.0.1:%d", a.Ports.DNS) }
@@ -109,6 +118,9 @@ type Options struct {
 	// ACL enables ACLs with default policy deny; ManagementToken is then
 	// the initial management (and agent) token, used by Client.
 	ACL bool
+
+	addr string // bind and advertise address, default 127.0.0.1
+	gid  uint32 // run the agent in this group (fleet agents, as root)
 }
 
 // ManagementToken is the management token of agents started with ACL.
@@ -146,15 +158,19 @@ func newAgent(t testing.TB, o Options, dev, server bool) *Agent {
 	if name == "" {
 		name = fmt.Sprintf("node-%d", nextID())
 	}
+	addr := o.addr
+	if addr == "" {
+		addr = "127.0.0.1"
+	}
 	dir := t.TempDir()
 	ports := Ports{}
 	ps := FreePorts(t, 5)
 	ports.HTTP, ports.DNS, ports.SerfLAN, ports.SerfWAN, ports.Server = ps[0], ps[1], ps[2], ps[3], ps[4]
 	cfg := map[string]any{
 		"node_name":               name,
-		"bind_addr":               "127.0.0.1",
+		"bind_addr":               addr,
 		"client_addr":             "127.0.0.1",
-		"advertise_addr":          "127.0.0.1",
+		"advertise_addr":          addr,
 		"disable_host_node_id":    true,
 		"disable_update_check":    true,
 		"log_level":               "info",
@@ -189,10 +205,11 @@ func newAgent(t testing.TB, o Options, dev, server bool) *Agent {
 	if dev {
 		args = append(args, "-dev")
 	}
-	a := &Agent{Name: name, Dev: dev, Server: server || dev, Ports: ports, DataDir: dir,
-		LogPath: filepath.Join(dir, "consul.log"), bin: bin, args: args, ACL: o.ACL}
+	a := &Agent{Name: name, Dev: dev, Server: server || dev, Addr: addr, Ports: ports, DataDir: dir,
+		LogPath: filepath.Join(dir, "consul.log"), bin: bin, args: args, ACL: o.ACL, gid: o.gid}
 	t.Cleanup(func() {
 		a.Kill()
+		a.heal()
 		if t.Failed() {
 			a.dumpLog(t)
 		}
@@ -214,7 +231,7 @@ func (a *Agent) start(t testing.TB) {
 	cmd := exec.Command(a.bin, a.args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
 	// Own group, and die with the test binary so no agent outlives a crash.
-	cmd.SysProcAttr = agentProcAttr()
+	cmd.SysProcAttr = agentProcAttr(a.gid)
 	if err := cmd.Start(); err != nil {
 		lf.Close()
 		t.Fatalf("start consul: %v", err)
@@ -250,6 +267,9 @@ func (a *Agent) signalAndWait(sig syscall.Signal, grace time.Duration) {
 		return
 	}
 	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	if sig != syscall.SIGKILL {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGCONT) // a frozen agent must see it
+	}
 	if grace > 0 {
 		select {
 		case <-done:
@@ -311,28 +331,42 @@ type Cluster struct {
 
 // NewCluster starts `servers` servers (bootstrap-expect) and `clients` client
 // agents, all joined, and waits for a leader and for every node to be in the
-// catalog.
+// catalog. Every agent binds 127.0.0.1, with Consul's own gossip timing;
+// NewFleet gives each its own address, for network faults.
 func NewCluster(t testing.TB, servers, clients int) *Cluster {
+	t.Helper()
+	return newCluster(t, servers, clients, func(server bool, i int) Options { return Options{} })
+}
+
+// newCluster starts the agents, with the options opts(server, i) gives the
+// i-th server or client (its name is set here).
+func newCluster(t testing.TB, servers, clients int, opts func(server bool, i int) Options) *Cluster {
 	t.Helper()
 	if servers < 1 {
 		t.Fatal("consultest: a cluster needs a server")
 	}
 	c := &Cluster{}
 	for i := 0; i < servers; i++ {
-		a := newAgent(t, Options{Name: fmt.Sprintf("server-%d-%d", i+1, nextID()), ExtraConfig: map[string]any{
-			"server": true, "bootstrap_expect": servers,
-		}}, false, true)
-		c.Servers = append(c.Servers, a)
+		o := opts(true, i)
+		o.Name = fmt.Sprintf("server-%d-%d", i+1, nextID())
+		extra := map[string]any{"server": true, "bootstrap_expect": servers}
+		for k, v := range o.ExtraConfig {
+			extra[k] = v
+		}
+		o.ExtraConfig = extra
+		c.Servers = append(c.Servers, newAgent(t, o, false, true))
 	}
 	var join []string
 	for _, s := range c.Servers {
-		join = append(join, fmt.Sprintf("127.0.0.1:%d", s.Ports.SerfLAN))
+		join = append(join, s.SerfAddr())
 	}
 	for _, s := range c.Servers {
 		s.args = append(s.args, retryJoin(join)...)
 	}
 	for i := 0; i < clients; i++ {
-		a := newAgent(t, Options{Name: fmt.Sprintf("client-%d-%d", i+1, nextID())}, false, false)
+		o := opts(false, i)
+		o.Name = fmt.Sprintf("client-%d-%d", i+1, nextID())
+		a := newAgent(t, o, false, false)
 		a.args = append(a.args, retryJoin(join)...)
 		c.Clients = append(c.Clients, a)
 	}
