@@ -70,3 +70,40 @@ func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
 	}
 	return DeployResult{N: spec.N}, nil
 }
+
+// ResetSlot clears a failed slot's reschedule history so that nodes claim it
+// again (mariposa reset UNIT/K), with its record, in one transaction that
+// fails if the slot changed since it was read.
+func ResetSlot(client *api.Client, unit string, k int, by string) error {
+	key := SlotKey(unit, k)
+	p, _, err := client.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("slot %s/%d has never been held: nothing to reset", unit, k)
+	}
+	if p.Session != "" {
+		return fmt.Errorf("slot %s/%d is held; reset clears a failed slot (to restart its instance, run mariposa restart on its node)", unit, k)
+	}
+	v, err := DecodeSlotValue(p.Value)
+	if err != nil {
+		return fmt.Errorf("slot %s/%d: %w", unit, k, err)
+	}
+	now := time.Now().UTC()
+	nv := SlotValue{Node: v.Node, State: SlotReleased, Since: now, Reason: "reset by " + by}
+	ops := api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: p.ModifyIndex}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key, Value: nv.encode()}},
+		AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Service: unit, Slot: fmt.Sprintf("%s/%d", unit, k),
+			Action: "reset", From: v.State, To: SlotReleased, Reason: v.Reason}),
+	}
+	ok, _, _, err := client.Txn().Txn(ops, nil)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("the slot changed while it was being reset; look again with mariposa why")
+	}
+	return nil
+}

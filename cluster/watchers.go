@@ -51,34 +51,7 @@ func (f *Fleet) watchDeploy(ctx context.Context) {
 		if err != nil {
 			return 0, err
 		}
-		byKey := map[string]*api.KVPair{}
-		for _, p := range pairs {
-			byKey[p.Key] = p
-		}
-		specs := map[string]*Spec{}
-		for _, p := range pairs {
-			rest := strings.TrimPrefix(p.Key, DeployPrefix)
-			name, tail, ok := strings.Cut(rest, "/")
-			if !ok || tail != "desired" {
-				continue
-			}
-			var d Desired
-			if err := json.Unmarshal(p.Value, &d); err != nil {
-				f.reportOnce(reported, p.Key, "a corrupt desired pointer; skipping the deployment", err)
-				continue
-			}
-			sp := byKey[SpecKey(name, d.N)]
-			if sp == nil {
-				f.reportOnce(reported, p.Key, "the desired spec is missing; skipping the deployment", nil)
-				continue
-			}
-			spec, err := DecodeSpec(sp.Value)
-			if err != nil {
-				f.reportOnce(reported, sp.Key, "a corrupt spec; skipping the deployment", err)
-				continue
-			}
-			specs[name] = spec
-		}
+		specs := parseDeploy(pairs, func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) })
 		f.mu.Lock()
 		f.remote, f.haveDep = specs, true
 		f.mu.Unlock()
@@ -103,22 +76,7 @@ func (f *Fleet) watchSlots(ctx context.Context) {
 		if err != nil {
 			return 0, err
 		}
-		slots := map[string]map[int]slotKV{}
-		for _, p := range pairs {
-			unit, k, ok := parseSlotKey(p.Key)
-			if !ok {
-				f.reportOnce(reported, p.Key, "a key under slots/ that is not a slot; ignoring it", nil)
-				continue
-			}
-			v, err := DecodeSlotValue(p.Value)
-			if err != nil {
-				f.reportOnce(reported, p.Key, "a corrupt slot value; the slot is not claimed until it is fixed or deleted", err)
-			}
-			if slots[unit] == nil {
-				slots[unit] = map[int]slotKV{}
-			}
-			slots[unit][k] = slotKV{value: v, session: p.Session, modifyIndex: p.ModifyIndex, corrupt: err}
-		}
+		slots := parseSlots(pairs, func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) })
 		f.mu.Lock()
 		f.slots, f.haveSl = slots, true
 		f.mu.Unlock()
@@ -136,21 +94,7 @@ func (f *Fleet) watchNodes(ctx context.Context) {
 		if err != nil {
 			return 0, err
 		}
-		var nodes []NodeInfo
-		for _, e := range entries {
-			if e.Node == nil || e.Service == nil || e.Service.Meta[checks.ManagedByKey] != checks.ManagedByValue {
-				continue
-			}
-			live := true
-			for _, c := range e.Checks {
-				if c.Status != api.HealthPassing {
-					live = false
-				}
-			}
-			nodes = append(nodes, NodeInfo{Name: e.Node.Node, Datacenter: e.Node.Datacenter, Meta: e.Node.Meta,
-				MariposaVersion: e.Service.Meta["version"], Live: live, Eligible: e.Service.Meta["eligible"] != "false",
-				Draining: e.Service.Meta["draining"] == "true"})
-		}
+		nodes := parseNodes(entries)
 		f.mu.Lock()
 		f.nodes, f.haveNd = nodes, true
 		f.mu.Unlock()
@@ -166,27 +110,108 @@ func (f *Fleet) watchPenalties(ctx context.Context) {
 		if err != nil {
 			return 0, err
 		}
-		pen := map[string]map[string]time.Time{}
-		for _, p := range pairs {
-			unit, node, ok := strings.Cut(strings.TrimPrefix(p.Key, PenaltyPrefix), "/")
-			if !ok {
-				continue
-			}
-			var v struct {
-				Until time.Time `json:"until"`
-			}
-			if json.Unmarshal(p.Value, &v) != nil {
-				continue
-			}
-			if pen[unit] == nil {
-				pen[unit] = map[string]time.Time{}
-			}
-			pen[unit][node] = v.Until
-		}
+		pen := parsePenalties(pairs)
 		f.mu.Lock()
 		f.penalty = pen
 		f.mu.Unlock()
 		f.wake()
 		return meta.LastIndex, nil
 	})
+}
+
+// parseDeploy reads deploy/: each deployment's desired spec. Corrupt values
+// are reported and skipped.
+func parseDeploy(pairs api.KVPairs, report func(key, msg string, err error)) map[string]*Spec {
+	byKey := map[string]*api.KVPair{}
+	for _, p := range pairs {
+		byKey[p.Key] = p
+	}
+	specs := map[string]*Spec{}
+	for _, p := range pairs {
+		rest := strings.TrimPrefix(p.Key, DeployPrefix)
+		name, tail, ok := strings.Cut(rest, "/")
+		if !ok || tail != "desired" {
+			continue
+		}
+		var d Desired
+		if err := json.Unmarshal(p.Value, &d); err != nil {
+			report(p.Key, "a corrupt desired pointer; skipping the deployment", err)
+			continue
+		}
+		sp := byKey[SpecKey(name, d.N)]
+		if sp == nil {
+			report(p.Key, "the desired spec is missing; skipping the deployment", nil)
+			continue
+		}
+		spec, err := DecodeSpec(sp.Value)
+		if err != nil {
+			report(sp.Key, "a corrupt spec; skipping the deployment", err)
+			continue
+		}
+		specs[name] = spec
+	}
+	return specs
+}
+
+// parseSlots reads slots/: unit -> k -> the key.
+func parseSlots(pairs api.KVPairs, report func(key, msg string, err error)) map[string]map[int]slotKV {
+	slots := map[string]map[int]slotKV{}
+	for _, p := range pairs {
+		unit, k, ok := parseSlotKey(p.Key)
+		if !ok {
+			report(p.Key, "a key under slots/ that is not a slot; ignoring it", nil)
+			continue
+		}
+		v, err := DecodeSlotValue(p.Value)
+		if err != nil {
+			report(p.Key, "a corrupt slot value; the slot is not claimed until it is fixed or deleted", err)
+		}
+		if slots[unit] == nil {
+			slots[unit] = map[int]slotKV{}
+		}
+		slots[unit][k] = slotKV{value: v, session: p.Session, modifyIndex: p.ModifyIndex, corrupt: err}
+	}
+	return slots
+}
+
+// parseNodes reads the health of the service "mariposa".
+func parseNodes(entries []*api.ServiceEntry) []NodeInfo {
+	var nodes []NodeInfo
+	for _, e := range entries {
+		if e.Node == nil || e.Service == nil || e.Service.Meta[checks.ManagedByKey] != checks.ManagedByValue {
+			continue
+		}
+		live := true
+		for _, c := range e.Checks {
+			if c.Status != api.HealthPassing {
+				live = false
+			}
+		}
+		nodes = append(nodes, NodeInfo{Name: e.Node.Node, Datacenter: e.Node.Datacenter, Meta: e.Node.Meta,
+			MariposaVersion: e.Service.Meta["version"], Live: live, Eligible: e.Service.Meta["eligible"] != "false",
+			Draining: e.Service.Meta["draining"] == "true"})
+	}
+	return nodes
+}
+
+// parsePenalties reads penalty/<unit>/<node>.
+func parsePenalties(pairs api.KVPairs) map[string]map[string]time.Time {
+	pen := map[string]map[string]time.Time{}
+	for _, p := range pairs {
+		unit, node, ok := strings.Cut(strings.TrimPrefix(p.Key, PenaltyPrefix), "/")
+		if !ok {
+			continue
+		}
+		var v struct {
+			Until time.Time `json:"until"`
+		}
+		if json.Unmarshal(p.Value, &v) != nil {
+			continue
+		}
+		if pen[unit] == nil {
+			pen[unit] = map[string]time.Time{}
+		}
+		pen[unit][node] = v.Until
+	}
+	return pen
 }

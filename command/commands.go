@@ -16,6 +16,7 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"restart":  func() (cli.Command, error) { return &RestartCommand{UI: ui}, nil },
 		"reset":    func() (cli.Command, error) { return &ResetCommand{UI: ui}, nil },
 		"deploy":   func() (cli.Command, error) { return &DeployCommand{UI: ui}, nil },
+		"why":      func() (cli.Command, error) { return &WhyCommand{UI: ui}, nil },
 		"logs":     func() (cli.Command, error) { return &LogsCommand{UI: ui}, nil },
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/report"
 )
 
@@ -55,6 +56,7 @@ type InstanceStatus struct {
 	Health    string    `json:"health"` // aggregated status of the service's own checks
 	Version   string    `json:"version,omitempty"`
 	Leader    string    `json:"leader,omitempty"` // leader | follower | "" (no election)
+	Slot      string    `json:"slot,omitempty"`   // "<unit>/<k>" for an instance in a count slot
 	Tags      []string  `json:"tags"`
 	Since     time.Time `json:"since,omitzero"`      // when it entered State
 	Until     time.Time `json:"until,omitzero"`      // backoff: when the next start is due
@@ -104,7 +106,46 @@ func (c *StatusCommand) Run(args []string) int {
 		now = c.now()
 	}
 	c.UI.Output(statusTable(rows, now))
+	if st, err := cluster.ReadState(client); err == nil && len(st.Units) > 0 {
+		c.UI.Output("\n" + unitsTable(st, fs.Arg(0)))
+	}
 	return 0
+}
+
+// unitsTable summarises the fleet's units: count, and slots held, free and
+// failed, with the node of each held slot.
+func unitsTable(st *cluster.State, only string) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UNIT	COUNT	HELD	FREE	FAILED	NODES")
+	names := make([]string, 0, len(st.Units))
+	for n := range st.Units {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if only != "" && n != only {
+			continue
+		}
+		u := st.Units[n]
+		held, free, failed := 0, 0, 0
+		var nodes []string
+		for k := 0; k < u.Unit.Placement.Count; k++ {
+			s := st.Slots[n][k]
+			switch {
+			case s.Session != "":
+				held++
+				nodes = append(nodes, fmt.Sprintf("%d:%s", k, s.Value.Node))
+			case s.Value.State == cluster.SlotFailed:
+				failed++
+			default:
+				free++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", n, u.Unit.Placement.Count, held, free, failed, dash(strings.Join(nodes, " ")))
+	}
+	tw.Flush()
+	return strings.TrimRight(b.String(), "\n")
 }
 
 // statusTable renders rows for a terminal. DETAIL is last and never cut: a
@@ -208,6 +249,7 @@ func fromSupervisorCheck(r *InstanceStatus, hc *api.HealthCheck) {
 		r.Detail = i.Reason
 	}
 	r.Since, r.Until, r.PID, r.Restarts, r.LastExit, r.Stderr = i.Since, i.Until, i.PID, i.Restarts, i.LastExit, i.Stderr
+	r.Slot = i.Slot
 	if i.Role != "" {
 		r.Leader = i.Role // fresher than the registration's meta
 	}

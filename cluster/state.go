@@ -1,0 +1,159 @@
+package cluster
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// State is the fleet as one consistent look at Consul shows it: what the
+// commands (status, why) read, with the same parsing the nodes use.
+type State struct {
+	Units     map[string]UnitSpec
+	Slots     map[string]map[int]SlotState
+	Nodes     []NodeInfo
+	Penalties map[string]map[string]time.Time
+	// Problems are corrupt values found (and skipped), by key.
+	Problems map[string]string
+}
+
+// SlotState is one slot key as read.
+type SlotState struct {
+	Value   SlotValue
+	Session string // the holder's session; "" when free
+	Corrupt string // why the value could not be read, if it could not
+}
+
+// ReadState reads the fleet's state from Consul.
+func ReadState(client *api.Client) (*State, error) {
+	q := &api.QueryOptions{RequireConsistent: true}
+	st := &State{Problems: map[string]string{}}
+	report := func(key, msg string, err error) {
+		if err != nil {
+			msg += ": " + err.Error()
+		}
+		st.Problems[key] = msg
+	}
+	dep, _, err := client.KV().List(DeployPrefix, q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", DeployPrefix, err)
+	}
+	specs := parseDeploy(dep, report)
+	st.Units = map[string]UnitSpec{}
+	names := make([]string, 0, len(specs))
+	for n := range specs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		for _, u := range specs[n].Units() {
+			if _, dup := st.Units[u.Unit.Name]; !dup {
+				st.Units[u.Unit.Name] = u
+			}
+		}
+	}
+	sl, _, err := client.KV().List(SlotsPrefix, q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", SlotsPrefix, err)
+	}
+	st.Slots = map[string]map[int]SlotState{}
+	for unit, ks := range parseSlots(sl, report) {
+		st.Slots[unit] = map[int]SlotState{}
+		for k, s := range ks {
+			ss := SlotState{Value: s.value, Session: s.session}
+			if s.corrupt != nil {
+				ss.Corrupt = s.corrupt.Error()
+			}
+			st.Slots[unit][k] = ss
+		}
+	}
+	entries, _, err := client.Health().Service("mariposa", "", false, q)
+	if err != nil {
+		return nil, fmt.Errorf("read the mariposa service: %w", err)
+	}
+	st.Nodes = parseNodes(entries)
+	pen, _, err := client.KV().List(PenaltyPrefix, q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", PenaltyPrefix, err)
+	}
+	st.Penalties = parsePenalties(pen)
+	return st, nil
+}
+
+// View is the placement view of unit as this state shows it.
+func (st *State) View(unit string) View {
+	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}}
+	for u, ks := range st.Slots {
+		for k, s := range ks {
+			if s.Session == "" {
+				continue
+			}
+			v.Load[s.Value.Node]++
+			if u == unit {
+				v.Holders[k] = s.Value.Node
+			}
+		}
+	}
+	return v
+}
+
+// Why explains, for each slot of unit, where it is and, for a free one,
+// how every node ranks for it (feasibility verdict, score components,
+// rank), from this state.
+func (st *State) Why(unit string, now time.Time) (string, error) {
+	u, ok := st.Units[unit]
+	if !ok {
+		return "", fmt.Errorf("no deployed unit %q", unit)
+	}
+	v := st.View(unit)
+	out := fmt.Sprintf("%s: count %d, exclusive %v, max_per_node %d\n", unit, count(u), u.Unit.Placement.Exclusive, max(1, u.Unit.Placement.MaxPerNode))
+	var free []int
+	for k := 0; k < count(u); k++ {
+		s, ok := st.Slots[unit][k]
+		switch {
+		case ok && s.Corrupt != "":
+			out += fmt.Sprintf("  slot %d: corrupt value (%s): never claimed until fixed or deleted\n", k, s.Corrupt)
+		case ok && s.Session != "":
+			out += fmt.Sprintf("  slot %d: held by %s since %s\n", k, s.Value.Node, s.Value.Since.Format(time.RFC3339))
+		case ok && s.Value.State == SlotFailed:
+			out += fmt.Sprintf("  slot %d: failed (%s); mariposa reset %s/%d clears it\n", k, s.Value.Reason, unit, k)
+		default:
+			free = append(free, k)
+		}
+	}
+	asg := Assign(u.Unit, free, v, now)
+	for _, k := range free {
+		out += fmt.Sprintf("  slot %d: free\n", k)
+		out += indent(Explain(unit, k, asg[k]), "    ")
+	}
+	if len(free) == 0 {
+		// Where a new slot would go: slot count's ranking.
+		out += "  every slot is held; a vacancy in slot 0 would rank the nodes so:\n"
+		v0 := v
+		v0.Holders = map[int]string{}
+		for k, n := range v.Holders {
+			if k != 0 {
+				v0.Holders[k] = n
+			}
+		}
+		out += indent(Explain(unit, 0, Rank(u.Unit, 0, v0, now)), "    ")
+	}
+	return out, nil
+}
+
+func indent(s, pre string) string {
+	out := ""
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			out += pre + s[start:i+1]
+			start = i + 1
+		}
+	}
+	if start < len(s) {
+		out += pre + s[start:] + "\n"
+	}
+	return out
+}
