@@ -1,0 +1,202 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/leader/leadertest"
+)
+
+// Placement, a network cut and rescheduling on a fleet whose nodes carry
+// node meta (3 servers and 4 clients, each on its own loopback address):
+//   - a hard constraint is never violated, and an affinity is preferred;
+//   - `mariposa why` names the failed constraint with its position;
+//   - an exclusive slot's holder cut off from the servers (nftables drops
+//     its agent's traffic) kills its child, and another node takes the slot
+//     only after that;
+//   - a service that exhausts its restarts is rescheduled, with the history
+//     in the slot and a penalty for the node, until its reschedules run out
+//     and the slot is failed; `mariposa reset` clears it.
+func TestFleetPlacementCutReschedule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fault injection in -short mode")
+	}
+	consultest.RequireFirewall(t)
+	meta := []map[string]string{
+		{"zone": "z1", "disk": "ssd"},
+		{"zone": "z2", "disk": "hdd"},
+		{"zone": "z2", "disk": "ssd"},
+		{"zone": "z3", "disk": "ssd"},
+	}
+	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 3, Clients: 4,
+		NodeMeta: func(i int) map[string]string { return meta[i] }})
+	c := cl.Servers[0].Client(t)
+	zone := map[string]string{}
+	disk := map[string]string{}
+	for i, a := range cl.Clients {
+		zone[a.Name], disk[a.Name] = meta[i]["zone"], meta[i]["disk"]
+	}
+	dir := t.TempDir()
+	ms := fleetOf(t, cl)
+
+	// Placement: not in z3, prefer ssd: the two ssd nodes of z1 and z2.
+	web := writeHCL(t, fmt.Sprintf(`
+service "web" {
+  command = [%q, "-stamp-file", "%s/web.stamps"]
+  count   = 2
+  constraint {
+    attribute = "node.meta.zone"
+    operator  = "!="
+    value     = "z3"
+  }
+  affinity {
+    attribute = "node.meta.disk"
+    operator  = "==~"
+    value     = "ssd"
+    weight    = 100
+  }
+}
+`, childBin, dir))
+	deploy(t, cl.Servers[0], web)
+	waitFor(t, 60*time.Second, "web on the two ssd nodes outside z3", func() (bool, string) {
+		h := slotHolders(t, c, "web")
+		ok := len(h) == 2
+		for _, n := range h {
+			ok = ok && n != "" && zone[n] != "z3" && disk[n] == "ssd"
+		}
+		return ok && len(passingInstances(c, "web")) == 2, fmt.Sprint(h)
+	})
+	out, err := exec.Command(mariposaBin, "why", "-consul-addr", cl.Servers[0].HTTPAddr(), "web").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `node.meta.zone = "z3" fails != "z3"`) || !strings.Contains(string(out), "services.hcl:") {
+		t.Errorf("mariposa why web: %v\n%s", err, out)
+	}
+
+	// A network cut of an exclusive holder.
+	db := writeHCL(t, fmt.Sprintf(`
+service "db" {
+  command   = ["/bin/sh", "-c", "exec %s -stamp-file %s/db.$MARIPOSA_NODE.stamps"]
+  count     = 1
+  exclusive = true
+  stop {
+    timeout = "2s"
+  }
+}
+`, childBin, dir))
+	watches := map[string]*childWatch{}
+	for _, a := range cl.Clients {
+		watches[a.Name] = watchChildren(t, filepath.Join(dir, "db."+a.Name+".stamps"))
+	}
+	deploy(t, cl.Servers[0], "-name", "db", db)
+	var holder string
+	waitFor(t, 60*time.Second, "db placed", func() (bool, string) {
+		holder = slotHolders(t, c, "db")[0]
+		return holder != "" && len(watches[holder].running()) == 1, holder
+	})
+	victim := cl.Agent(holder)
+	victim.Cut(t)
+	waitFor(t, 30*time.Second, "db taken over from the cut node", func() (bool, string) {
+		h := slotHolders(t, c, "db")[0]
+		return h != "" && h != holder && len(watches[h].running()) == 1, h
+	})
+	if n := len(watches[holder].running()); n != 0 {
+		t.Errorf("the cut node still runs %d db children after another node took over", n)
+	}
+	victim.Heal(t)
+	cl.Rejoin(t, victim)
+	var all []runOf
+	for n, w := range watches {
+		for _, iv := range w.intervals(t) {
+			all = append(all, runOf{node: n, iv: iv})
+		}
+	}
+	for i := range all {
+		for j := i + 1; j < len(all); j++ {
+			if overlaps(all[i].iv, all[j].iv) {
+				t.Errorf("two db children overlapped: %s %s and %s %s", all[i].node, all[i].iv, all[j].node, all[j].iv)
+			}
+		}
+	}
+
+	// Exhausted restarts reschedule, twice, then the slot fails.
+	flaky := writeHCL(t, `
+service "flaky" {
+  command = ["/bin/sh", "-c", "exit 3"]
+  count   = 1
+  restart {
+    attempts     = 1
+    delay        = "100ms"
+    on_exhausted = "reschedule"
+  }
+  reschedule {
+    attempts = 2
+    interval = "1h"
+    delay    = "1s"
+  }
+}
+`)
+	deploy(t, cl.Servers[0], "-name", "flaky", flaky)
+	var v cluster.SlotValue
+	waitFor(t, 60*time.Second, "flaky's slot failed after its reschedules", func() (bool, string) {
+		p, _, err := c.KV().Get(cluster.SlotKey("flaky", 0), nil)
+		if err != nil || p == nil {
+			return false, fmt.Sprint(err)
+		}
+		v, _ = cluster.DecodeSlotValue(p.Value)
+		return p.Session == "" && v.State == cluster.SlotFailed, fmt.Sprintf("%+v", v)
+	})
+	if len(v.Reschedules) != 3 {
+		t.Errorf("reschedule history %+v, want 3 entries (2 reschedules, then the failure)", v.Reschedules)
+	}
+	nodes := map[string]bool{}
+	for _, e := range v.Reschedules {
+		nodes[e.Node] = true
+	}
+	if len(nodes) < 2 {
+		t.Errorf("flaky was not moved between nodes: %+v", v.Reschedules)
+	}
+	pens, _, _ := c.KV().List(cluster.PenaltyPrefix+"flaky/", nil)
+	if len(pens) < 2 {
+		t.Errorf("penalties: %d keys", len(pens))
+	}
+	consistently(t, 3*time.Second, "a failed slot stays unclaimed", func() (bool, string) {
+		p, _, _ := c.KV().Get(cluster.SlotKey("flaky", 0), nil)
+		return p != nil && p.Session == "", ""
+	})
+	out, err = exec.Command(mariposaBin, "reset", "-consul-addr", cl.Servers[0].HTTPAddr(), "flaky/0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("mariposa reset flaky/0: %v\n%s", err, out)
+	}
+	waitFor(t, 30*time.Second, "flaky claimed again after the reset", func() (bool, string) {
+		p, _, _ := c.KV().Get(cluster.SlotKey("flaky", 0), nil)
+		if p == nil {
+			return false, "missing"
+		}
+		nv, _ := cluster.DecodeSlotValue(p.Value)
+		return p.Session != "" || len(nv.Reschedules) > 0 && nv.Reschedules[0].At.After(v.Since), fmt.Sprintf("%+v", nv)
+	})
+	recs, _, _ := c.KV().List(cluster.AuditPrefix, nil)
+	actions := map[string]int{}
+	for _, p := range recs {
+		var e cluster.AuditEvent
+		_ = json.Unmarshal(p.Value, &e)
+		if e.Service == "flaky" {
+			actions[e.Action]++
+		}
+	}
+	if actions["reschedule"] != 2 || actions["fail"] != 1 || actions["reset"] != 1 {
+		t.Errorf("flaky's audit actions: %v", actions)
+	}
+	_ = ms
+}
+
+type runOf struct {
+	node string
+	iv   leadertest.Interval
+}
