@@ -49,12 +49,21 @@ func slotHolders(t *testing.T, c *api.Client, unit string) map[int]string {
 	return out
 }
 
-// fleetOf starts `mariposa run -cluster` next to every client agent.
+// fleetOf starts `mariposa run -cluster` next to every client agent and
+// waits until every one is live in Consul: placement ranks only live
+// supervisors, and a slot placed before the best node was up stays where it
+// is (running instances never move for a better score).
 func fleetOf(t *testing.T, cl *consultest.Cluster, files ...string) map[string]*mariposa {
+	t.Helper()
 	ms := map[string]*mariposa{}
 	for _, a := range cl.Clients {
 		ms[a.Name] = startMariposa(t, a, nil, append([]string{"-cluster"}, files...)...)
 	}
+	c := cl.Servers[0].Client(t)
+	waitFor(t, 60*time.Second, "every supervisor live", func() (bool, string) {
+		live := passingInstances(c, "mariposa")
+		return len(live) == len(cl.Clients), fmt.Sprint(len(live))
+	})
 	return ms
 }
 
