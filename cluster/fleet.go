@@ -80,6 +80,10 @@ type heldSlot struct {
 	k     int
 	term  *lease.Term
 	value SlotValue // as claimed
+	// orphan: the term of a non-exclusive slot ended (the node's session
+	// was lost) and its instance keeps running, until another node holds
+	// the slot or this one claims it again.
+	orphan bool
 }
 
 type vacancy struct {
@@ -255,6 +259,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		ops    api.TxnOps
 	}
 	var gone []giveUp
+	var reclaim []claimPlan
 	changed := false
 	for id, h := range f.held {
 		u, ok := units[h.unit.Unit.Name]
@@ -265,6 +270,21 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		default:
 		}
 		switch {
+		case lost && ok && h.k < count(u) && !h.unit.exclusive():
+			// A non-exclusive instance keeps running without its lock
+			// (SPEC section 3) until another node holds the slot.
+			if !h.orphan {
+				h.orphan = true
+				f.log.Warn("lost slot; its instance keeps running until another node holds the slot", "slot", id, "error", h.term.Err())
+				go func() { _ = h.term.Release() }()
+			}
+			if s := f.slots[u.Unit.Name][h.k]; s.session != "" && s.value.Node != f.cfg.Node {
+				delete(f.held, id)
+				f.log.Warn("slot held by another node now; stopping this node's instance", "slot", id, "holder", s.value.Node)
+				break
+			}
+			reclaim = append(reclaim, claimPlan{u: u, k: h.k, rank: -1})
+			continue
 		case lost:
 			delete(f.held, id)
 			gone = append(gone, giveUp{h: h})
@@ -313,6 +333,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	}
 
 	next, claims := f.plan(units, now)
+	claims = append(reclaim, claims...)
 	claimed := false
 	for _, c := range claims {
 		if ctx.Err() != nil {
@@ -337,6 +358,8 @@ type claimPlan struct {
 	k    int
 	rank int
 }
+
+func (u UnitSpec) exclusive() bool { return u.Unit.Placement != nil && u.Unit.Placement.Exclusive }
 
 func count(u UnitSpec) int {
 	if u.Unit.Placement == nil {

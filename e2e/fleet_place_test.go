@@ -49,7 +49,7 @@ func TestFleetPlacementCutReschedule(t *testing.T) {
 	// Placement: not in z3, prefer ssd: the two ssd nodes of z1 and z2.
 	web := writeHCL(t, fmt.Sprintf(`
 service "web" {
-  command = [%q, "-stamp-file", "%s/web.stamps"]
+  command = ["/bin/sh", "-c", "exec %s -stamp-file %s/web.$MARIPOSA_NODE.stamps"]
   count   = 2
   constraint {
     attribute = "node.meta.zone"
@@ -64,6 +64,10 @@ service "web" {
   }
 }
 `, childBin, dir))
+	webWatch := map[string]*childWatch{}
+	for _, a := range cl.Clients {
+		webWatch[a.Name] = watchChildren(t, filepath.Join(dir, "web."+a.Name+".stamps"))
+	}
 	deploy(t, cl.Servers[0], web)
 	waitFor(t, 60*time.Second, "web on the two ssd nodes outside z3", func() (bool, string) {
 		h := slotHolders(t, c, "web")
@@ -123,6 +127,27 @@ service "db" {
 			}
 		}
 	}
+
+	// A network cut of a non-exclusive holder: its child keeps running
+	// while it is cut off (SPEC section 3), another node replaces the slot
+	// once Consul has invalidated the cut node's session, and once the cut
+	// heals the old holder sees the slot taken and stops its child.
+	hs := slotHolders(t, c, "web")
+	cut := cl.Agent(hs[0])
+	cutPID := webWatch[hs[0]].running()
+	cut.Cut(t)
+	waitFor(t, 30*time.Second, "web/0 replaced on another node", func() (bool, string) {
+		h := slotHolders(t, c, "web")[0]
+		return h != "" && h != cut.Name && len(webWatch[h].running()) == 1, h
+	})
+	if got := webWatch[cut.Name].running(); len(got) != 1 || got[0] != cutPID[0] {
+		t.Errorf("the cut non-exclusive holder's child did not keep running: %v, was %v", got, cutPID)
+	}
+	cut.Heal(t)
+	cl.Rejoin(t, cut)
+	waitFor(t, 30*time.Second, "the healed old holder's web child stopped", func() (bool, string) {
+		return len(webWatch[cut.Name].running()) == 0, fmt.Sprint(webWatch[cut.Name].running())
+	})
 
 	// Exhausted restarts reschedule, twice, then the slot fails.
 	flaky := writeHCL(t, `

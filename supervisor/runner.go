@@ -644,11 +644,17 @@ func (r *Runner) apply(cfg *schema.Config, slots []SlotInstance) ApplyResult {
 	return res
 }
 
-// sameSlot: the same hold (a slot lost and claimed again is a new term,
-// and its instance starts anew).
+// sameSlot: the same hold (an exclusive slot lost and claimed again is a
+// new term, and its instance starts anew).
+// A non-exclusive slot claimed again after its node's session was lost
+// (no Lost channel) is the same slot: its instance kept running without
+// the lock and goes on (with the fencing token of its first term).
 func sameSlot(a, b *Slot) bool {
 	if a == nil || b == nil {
 		return a == b
+	}
+	if a.Lost == nil && b.Lost == nil {
+		return a.Unit == b.Unit && a.Index == b.Index && a.Key == b.Key
 	}
 	return a.SlotInfo == b.SlotInfo
 }
