@@ -20,7 +20,7 @@ import (
 )
 
 // deploy runs `mariposa deploy` against agent and returns its output.
-func deploy(t *testing.T, agent *consultest.Agent, args ...string) string {
+func deploy(t testing.TB, agent *consultest.Agent, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(mariposaBin, append([]string{"deploy", "-consul-addr", agent.HTTPAddr()}, args...)...).CombinedOutput()
 	if err != nil {

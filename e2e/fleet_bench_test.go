@@ -1,0 +1,231 @@
+package e2e
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// BenchmarkFleetNodeLoss: a fleet of real client agents (fleetNodes, each
+// with its own mariposa -cluster) runs 10 services of count 3..7 (45
+// slots, max_per_node 1); one node in ten is lost (kill -9 of its agent
+// and its mariposa). Printed: per affected service, the time from the kill
+// until it is back at full count on live nodes with every instance passing
+// (p50, p99 over the services and rounds), the Raft log entries per vacancy
+// in that window (every write: claims, session invalidations, health and
+// coordinate updates), and over-runs: more children than count of any
+// exclusive service at any sample (must be 0).
+func BenchmarkFleetNodeLoss(b *testing.B) {
+	// Consul's own gossip timing, and the harness's faster one (Serf marks
+	// a dead node failed in 1-2 s instead of about 5 s).
+	for _, gossip := range []string{"consul", "fast"} {
+		b.Run("gossip="+gossip, func(b *testing.B) { fleetNodeLoss(b, gossip == "consul") })
+	}
+}
+
+func fleetNodeLoss(b *testing.B, consulGossip bool) {
+	const fleetNodes = 10
+	cl := consultest.NewFleet(b, consultest.FleetOptions{Servers: 3, Clients: fleetNodes, ConsulGossip: consulGossip,
+		NodeMeta: func(i int) map[string]string { return map[string]string{"zone": "z" + strconv.Itoa(i%3)} }})
+	c := cl.Servers[0].Client(b)
+	ms := map[string]*mariposa{}
+	for _, a := range cl.Clients {
+		ms[a.Name] = startMariposa(b, a, nil, "-cluster", "-log-level", "warn")
+	}
+	waitFor(b, 60*time.Second, "every supervisor live", func() (bool, string) {
+		return len(passingInstances(c, "mariposa")) == fleetNodes, ""
+	})
+	var hcl strings.Builder
+	counts := map[string]int{}
+	for i := 0; i < 10; i++ {
+		name := fmt.Sprintf("svc%d", i)
+		counts[name] = 3 + i%5
+		fmt.Fprintf(&hcl, "service %q {\n  command = [%q]\n  env = { STAMP_SLEEP_MS = \"-1\" }\n  count = %d\n  exclusive = %v\n}\n",
+			name, stampBin, counts[name], i%2 == 0)
+	}
+	deploy(b, cl.Servers[0], writeHCL(b, hcl.String()))
+
+	full := func(dead map[string]bool) (map[string]bool, int) {
+		done := map[string]bool{}
+		over := 0
+		for name, n := range counts {
+			es, _, err := c.Health().Service(name, "", false, &api.QueryOptions{AllowStale: true})
+			if err != nil {
+				continue
+			}
+			passing, running := 0, 0
+			for _, e := range es {
+				if dead[e.Node.Node] {
+					continue
+				}
+				running++
+				if e.Checks.AggregatedStatus() == api.HealthPassing {
+					passing++
+				}
+			}
+			if running > n {
+				over++
+			}
+			h := slotHoldersOf(c, name)
+			ok := passing == n
+			for k := 0; k < n; k++ {
+				ok = ok && h[k] != "" && !dead[h[k]]
+			}
+			done[name] = ok
+		}
+		return done, over
+	}
+	waitFor(b, 120*time.Second, "every service at full count", func() (bool, string) {
+		d, _ := full(nil)
+		for _, ok := range d {
+			if !ok {
+				return false, fmt.Sprint(d)
+			}
+		}
+		return true, ""
+	})
+
+	var times []time.Duration
+	var entries, vacancies, overRuns int
+	dead := map[string]bool{}
+	for i := 0; i < b.N && len(dead) < fleetNodes/2; i++ {
+		// The victim: the live node holding the most slots.
+		load := map[string]int{}
+		for name := range counts {
+			for _, n := range slotHoldersOf(c, name) {
+				if n != "" && !dead[n] {
+					load[n]++
+				}
+			}
+		}
+		victim, most := "", -1
+		for n, l := range load {
+			if l > most || (l == most && n < victim) {
+				victim, most = n, l
+			}
+		}
+		affected := map[string]bool{}
+		for name := range counts {
+			for _, n := range slotHoldersOf(c, name) {
+				if n == victim {
+					affected[name] = true
+				}
+			}
+		}
+		idx0 := raftIndex(b, cl)
+		t0 := time.Now()
+		_ = ms[victim].cmd.Process.Signal(syscall.SIGKILL)
+		cl.Agent(victim).Kill()
+		dead[victim] = true
+		got := map[string]time.Duration{}
+		deadline := time.Now().Add(60 * time.Second)
+		for len(got) < len(affected) && time.Now().Before(deadline) {
+			d, over := full(dead)
+			overRuns += over
+			for name := range affected {
+				if _, seen := got[name]; !seen && d[name] {
+					got[name] = time.Since(t0)
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(got) < len(affected) {
+			b.Fatalf("round %d: only %d of %d services back at full count within 60s", i, len(got), len(affected))
+		}
+		entries += int(raftIndex(b, cl) - idx0)
+		vacancies += most
+		for _, d := range got {
+			times = append(times, d)
+		}
+	}
+	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
+	p := func(q float64) time.Duration { return times[min(len(times)-1, int(q*float64(len(times))))] }
+	fmt.Printf("fleet of %d real nodes (Consul gossip timing: %v), 10 services (45 slots), one node lost per round, %d rounds: back at full count p50=%.1fs p99=%.1fs max=%.1fs; %.1f Raft entries per vacancy (%d vacancies); over-runs %d\n",
+		fleetNodes, consulGossip, len(dead), p(0.5).Seconds(), p(0.99).Seconds(), times[len(times)-1].Seconds(),
+		float64(entries)/float64(max(vacancies, 1)), vacancies, overRuns)
+	b.ReportMetric(p(0.5).Seconds(), "p50-s")
+	b.ReportMetric(p(0.99).Seconds(), "p99-s")
+	b.ReportMetric(float64(overRuns), "over-runs")
+	b.ReportMetric(0, "ns/op")
+}
+
+// slotHoldersOf is slotHolders without a test.
+func slotHoldersOf(c *api.Client, unit string) map[int]string {
+	pairs, _, err := c.KV().List(cluster.SlotsPrefix+unit+"/", &api.QueryOptions{AllowStale: true})
+	out := map[int]string{}
+	if err != nil {
+		return out
+	}
+	for _, p := range pairs {
+		k, _ := strconv.Atoi(p.Key[strings.LastIndexByte(p.Key, '/')+1:])
+		v, _ := cluster.DecodeSlotValue(p.Value)
+		if p.Session != "" {
+			out[k] = v.Node
+		}
+	}
+	return out
+}
+
+// raftIndex is the Raft leader's last log index.
+func raftIndex(b testing.TB, cl *consultest.Cluster) uint64 {
+	var best uint64
+	for _, s := range cl.Servers {
+		self, err := s.Client(b).Agent().Self()
+		if err != nil {
+			continue
+		}
+		stats, _ := self["Stats"]["raft"].(map[string]any)
+		v, _ := strconv.ParseUint(fmt.Sprint(stats["last_log_index"]), 10, 64)
+		best = max(best, v)
+	}
+	return best
+}
+
+// BenchmarkFleetSteadyState: what a node holding 10 slots costs Consul
+// when nothing happens: its requests per minute (through a counting proxy)
+// and, of them, the consistent confirmation reads per second; the slots
+// are exclusive (confirmed) or not.
+func BenchmarkFleetSteadyState(b *testing.B) {
+	for _, exclusive := range []bool{false, true} {
+		b.Run(fmt.Sprintf("exclusive=%v", exclusive), func(b *testing.B) {
+			agent := consultest.NewDev(b)
+			c := agent.Client(b)
+			proxy := newCountingProxy(b, agent.HTTPAddr())
+			var hcl strings.Builder
+			for i := 0; i < 10; i++ {
+				fmt.Fprintf(&hcl, "service \"s%d\" {\n  command = [%q]\n  env = { STAMP_SLEEP_MS = \"-1\" }\n  count = 1\n  exclusive = %v\n}\n", i, stampBin, exclusive)
+			}
+			for i := 0; i < b.N; i++ {
+				m := startMariposaAt(b, proxy.addr, "-cluster")
+				deploy(b, agent, writeHCL(b, hcl.String()))
+				waitFor(b, 60*time.Second, "10 slots held and passing", func() (bool, string) {
+					n := 0
+					for j := 0; j < 10; j++ {
+						if len(passingInstances(c, fmt.Sprintf("s%d", j))) == 1 {
+							n++
+						}
+					}
+					return n == 10, fmt.Sprint(n)
+				})
+				time.Sleep(3 * time.Second)
+				r0, t0 := proxy.n.Load(), time.Now()
+				time.Sleep(60 * time.Second)
+				reqs := float64(proxy.n.Load()-r0) / time.Since(t0).Minutes()
+				fmt.Printf("one node holding 10 %s slots, idle: %.0f Consul requests/min (%.1f/s)\n",
+					map[bool]string{true: "exclusive", false: "non-exclusive"}[exclusive], reqs, reqs/60)
+				b.ReportMetric(reqs, "requests/min")
+				b.ReportMetric(0, "ns/op")
+				m.stop(b, syscall.SIGTERM, time.Minute)
+			}
+		})
+	}
+}
