@@ -222,23 +222,7 @@ func (l *loader) decodeRestart(e *evaluator, block *hcl.Block, hasChecks bool, s
 			delayOK = false
 		}
 	}
-	maxOK := true
-	if attr, ok := attrs["max_delay"]; ok {
-		if d, ok := e.Duration(attr); ok {
-			r.MaxDelay = d
-		} else {
-			maxOK = false
-		}
-	}
-	if delayOK && maxOK && r.MaxDelay < r.Delay {
-		if attr, ok := attrs["max_delay"]; ok {
-			l.errorf(attr.Expr.Range(), "max_delay less than delay",
-				"The backoff starts at delay (%s) and doubles up to max_delay (%s); max_delay must be at least delay.", r.Delay, r.MaxDelay)
-		} else {
-			l.errorf(attrs["delay"].Expr.Range(), "max_delay less than delay",
-				"The backoff starts at delay (%s) and doubles up to max_delay, which defaults to %s; raise max_delay too.", r.Delay, r.MaxDelay)
-		}
-	}
+	l.checkMaxDelay(e, attrs, delayOK, r.Delay, &r.MaxDelay, "The backoff starts at delay (%s) and doubles")
 	if attr, ok := attrs["on_exhausted"]; ok {
 		if s, ok := e.Enum(attr, "Invalid on_exhausted", onExhaustedValues); ok {
 			switch {
@@ -596,4 +580,30 @@ func errorsCause(err error) error {
 		return pe.Err
 	}
 	return err
+}
+
+// checkMaxDelay reads max_delay into *maxDelay (which holds the default)
+// and, when delay and max_delay are both valid, says so if max_delay is
+// below delay: at max_delay if it was written, else at delay (whose raise
+// passed the default). starts describes how the delay grows, with a %s
+// for delay.
+func (l *loader) checkMaxDelay(e *evaluator, attrs hcl.Attributes, delayOK bool, delay time.Duration, maxDelay *time.Duration, starts string) {
+	maxOK := true
+	if attr, ok := attrs["max_delay"]; ok {
+		if d, ok := e.Duration(attr); ok {
+			*maxDelay = d
+		} else {
+			maxOK = false
+		}
+	}
+	if !delayOK || !maxOK || *maxDelay >= delay {
+		return
+	}
+	if attr, ok := attrs["max_delay"]; ok {
+		l.errorf(attr.Expr.Range(), "max_delay less than delay",
+			starts+" up to max_delay (%s); max_delay must be at least delay.", delay, *maxDelay)
+	} else {
+		l.errorf(attrs["delay"].Expr.Range(), "max_delay less than delay",
+			starts+" up to max_delay, which defaults to %s; raise max_delay too.", delay, *maxDelay)
+	}
 }

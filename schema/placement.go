@@ -725,23 +725,7 @@ func (l *loader) decodeReschedule(e *evaluator, b *hcl.Block) Reschedule {
 			r.DelayFunction = s
 		}
 	}
-	maxOK := true
-	if attr, ok := attrs["max_delay"]; ok {
-		if d, ok := e.Duration(attr); ok {
-			r.MaxDelay = d
-		} else {
-			maxOK = false
-		}
-	}
-	if delayOK && maxOK && r.MaxDelay < r.Delay {
-		if attr, ok := attrs["max_delay"]; ok {
-			l.errorf(attr.Expr.Range(), "max_delay less than delay",
-				"The wait before another node takes the slot starts at delay (%s) and grows up to max_delay (%s); max_delay must be at least delay.", r.Delay, r.MaxDelay)
-		} else {
-			l.errorf(attrs["delay"].Expr.Range(), "max_delay less than delay",
-				"The wait before another node takes the slot starts at delay (%s) and grows up to max_delay, which defaults to %s; raise max_delay too.", r.Delay, r.MaxDelay)
-		}
-	}
+	l.checkMaxDelay(e, attrs, delayOK, r.Delay, &r.MaxDelay, "The wait before another node takes the slot starts at delay (%s) and grows")
 	for _, name := range []string{"penalty", "node_lost_after"} {
 		attr, ok := attrs[name]
 		if !ok {
