@@ -65,6 +65,7 @@ type Fleet struct {
 	held    map[string]*heldSlot            // "<unit>/<k>" -> what this node holds
 	vacant  map[string]vacancy              // free slots: since when, with which jitter
 	resched map[string]string               // "<unit>/<k>" -> why its instance failed for good
+	failed  map[string]string               // "<unit>/<k>" -> why a member of its group failed for good
 	running bool
 }
 
@@ -107,7 +108,7 @@ func NewFleet(cfg FleetConfig) *Fleet {
 	}
 	return &Fleet{cfg: cfg, log: cfg.Log.Named("fleet"), poke: make(chan struct{}, 1),
 		remote: map[string]*Spec{}, slots: map[string]map[int]slotKV{}, penalty: map[string]map[string]time.Time{},
-		held: map[string]*heldSlot{}, vacant: map[string]vacancy{}, resched: map[string]string{}}
+		held: map[string]*heldSlot{}, vacant: map[string]vacancy{}, resched: map[string]string{}, failed: map[string]string{}}
 }
 
 func (f *Fleet) wake() {
@@ -128,15 +129,22 @@ func (f *Fleet) SetLocal(cfg *schema.Config) {
 
 // Event takes the supervisor's events: an instance in a slot that failed
 // for good, with restart.on_exhausted = "reschedule", gives its slot up
-// for another node.
+// for another node; a member of a group that failed for good otherwise
+// fails the group: every member stops and the slot is failed (the group
+// moves and fails as one), until mariposa reset.
 func (f *Fleet) Event(e supervisor.Event) {
 	if e.Slot == "" || e.Kind != supervisor.EventFailed {
 		return
 	}
 	f.mu.Lock()
 	h, ok := f.held[e.Slot]
-	if ok && h.unit.rescheduleOnExhausted() {
-		f.resched[e.Slot] = e.Reason
+	switch {
+	case ok && h.unit.rescheduleOnExhausted():
+		f.resched[e.Slot] = e.Service + ": " + e.Reason
+	case ok && len(h.unit.Services) > 1:
+		f.failed[e.Slot] = "member " + e.Service + " failed: " + e.Reason
+	default:
+		ok = false
 	}
 	f.mu.Unlock()
 	if ok {
@@ -295,6 +303,11 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		case h.k >= count(u):
 			delete(f.held, id)
 			gone = append(gone, giveUp{h: h, state: SlotReleased, reason: fmt.Sprintf("count is %d", count(u))})
+		case f.failed[id] != "":
+			reason := f.failed[id]
+			delete(f.held, id)
+			delete(f.failed, id)
+			gone = append(gone, giveUp{h: h, state: SlotFailed, reason: reason})
 		case f.resched[id] != "":
 			reason := f.resched[id]
 			delete(f.held, id)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/leader/leadertest"
@@ -194,6 +196,10 @@ service "flaky" {
 		p, _, _ := c.KV().Get(cluster.SlotKey("flaky", 0), nil)
 		return p != nil && p.Session == "", ""
 	})
+	// Before the reset: two reschedules, then the failure, each recorded.
+	if a := auditActions(t, c, "flaky"); a["reschedule"] != 2 || a["fail"] != 1 || a["reset"] != 0 {
+		t.Errorf("flaky's audit actions: %v", a)
+	}
 	out, err = exec.Command(mariposaBin, "reset", "-consul-addr", cl.Servers[0].HTTPAddr(), "flaky/0").CombinedOutput()
 	if err != nil {
 		t.Fatalf("mariposa reset flaky/0: %v\n%s", err, out)
@@ -206,19 +212,67 @@ service "flaky" {
 		nv, _ := cluster.DecodeSlotValue(p.Value)
 		return p.Session != "" || len(nv.Reschedules) > 0 && nv.Reschedules[0].At.After(v.Since), fmt.Sprintf("%+v", nv)
 	})
-	recs, _, _ := c.KV().List(cluster.AuditPrefix, nil)
+	if a := auditActions(t, c, "flaky"); a["reset"] != 1 {
+		t.Errorf("flaky's audit actions after the reset: %v", a)
+	}
+	// A group moves and fails as one: its members share one slot on one
+	// node, and a member that fails for good fails the group's slot and
+	// stops the others.
+	pod := writeHCL(t, fmt.Sprintf(`
+group "pod" {
+  count = 1
+  service "good" {
+    command = ["/bin/sh", "-c", "exec %s -stamp-file %s/good.stamps -env-file %s/good.env"]
+  }
+  service "bad" {
+    command = ["/bin/sh", "-c", "echo bad env >&2; exit 3"]
+    restart {
+      attempts = 1
+      delay    = "2s"
+    }
+  }
+}
+`, childBin, dir, dir))
+	good := watchChildren(t, filepath.Join(dir, "good.stamps"))
+	deploy(t, cl.Servers[0], "-name", "pod", pod)
+	env := readEnv(t, filepath.Join(dir, "good.env"))
+	if env["MARIPOSA_INSTANCE"] != "0" || env["MARIPOSA_SLOT_KEY"] != cluster.SlotKey("pod", 0) {
+		t.Errorf("a group member's env: %v", env)
+	}
+	waitFor(t, 30*time.Second, "the pod's slot failed and its good member stopped", func() (bool, string) {
+		p, _, _ := c.KV().Get(cluster.SlotKey("pod", 0), nil)
+		if p == nil {
+			return false, "no slot"
+		}
+		pv, _ := cluster.DecodeSlotValue(p.Value)
+		return p.Session == "" && pv.State == cluster.SlotFailed && strings.Contains(pv.Reason, "member bad failed") &&
+			len(good.running()) == 0, fmt.Sprintf("%+v, good running %v", pv, good.running())
+	})
+
+	if a := auditActions(t, c, "pod"); a["fail"] != 1 {
+		t.Errorf("pod's audit actions: %v", a)
+	}
+	_ = ms
+}
+
+// auditActions counts the audit records of a unit by action.
+func auditActions(t *testing.T, c *api.Client, unit string) map[string]int {
+	t.Helper()
+	recs, _, err := c.KV().List(cluster.AuditPrefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	actions := map[string]int{}
 	for _, p := range recs {
 		var e cluster.AuditEvent
-		_ = json.Unmarshal(p.Value, &e)
-		if e.Service == "flaky" {
+		if err := json.Unmarshal(p.Value, &e); err != nil {
+			t.Errorf("audit record %s: %v", p.Key, err)
+		}
+		if e.Service == unit {
 			actions[e.Action]++
 		}
 	}
-	if actions["reschedule"] != 2 || actions["fail"] != 1 || actions["reset"] != 1 {
-		t.Errorf("flaky's audit actions: %v", actions)
-	}
-	_ = ms
+	return actions
 }
 
 type runOf struct {

@@ -81,6 +81,19 @@ func TestSignalMainSparesTheGroup(t *testing.T) {
 	if _, err := fmt.Sscanf(next(), "helper %d", &helper); err != nil {
 		t.Fatal(err)
 	}
+	// Until the helper has exec'd sleep it is a copy of the shell, with its
+	// trap: a signal then would be the trap's, and sleep would never see it.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", helper))
+		if strings.HasPrefix(string(b), "sleep\x00") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the helper %d never became sleep: %q", helper, b)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	if err := p.SignalMain(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +106,7 @@ func TestSignalMainSparesTheGroup(t *testing.T) {
 	// Mutation: the group signal kills the helper (sleep dies of SIGHUP;
 	// the shell may not reap it at once, so a zombie counts as dead).
 	_ = p.Signal(syscall.SIGHUP)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline = time.Now().Add(5 * time.Second)
 	for living(helper) {
 		if time.Now().After(deadline) {
 			t.Fatal("a group signal did not reach the helper: the test cannot tell the two apart")
