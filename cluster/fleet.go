@@ -66,7 +66,10 @@ type Fleet struct {
 	vacant  map[string]vacancy              // free slots: since when, with which jitter
 	resched map[string]string               // "<unit>/<k>" -> why its instance failed for good
 	failed  map[string]string               // "<unit>/<k>" -> why a member of its group failed for good
-	running bool
+	// The nodes of the services named by service.<name> attributes.
+	svcWatch map[string]context.CancelFunc
+	svcNodes map[string]map[string]int
+	running  bool
 }
 
 type slotKV struct {
@@ -108,7 +111,8 @@ func NewFleet(cfg FleetConfig) *Fleet {
 	}
 	return &Fleet{cfg: cfg, log: cfg.Log.Named("fleet"), poke: make(chan struct{}, 1),
 		remote: map[string]*Spec{}, slots: map[string]map[int]slotKV{}, penalty: map[string]map[string]time.Time{},
-		held: map[string]*heldSlot{}, vacant: map[string]vacancy{}, resched: map[string]string{}, failed: map[string]string{}}
+		held: map[string]*heldSlot{}, vacant: map[string]vacancy{}, resched: map[string]string{}, failed: map[string]string{},
+		svcWatch: map[string]context.CancelFunc{}, svcNodes: map[string]map[string]int{}}
 }
 
 func (f *Fleet) wake() {
@@ -345,6 +349,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		f.log.Info("released slot", "slot", slotName(g.h.unit.Unit.Name, g.h.k), "state", g.state, "reason", g.reason)
 	}
 
+	f.followServices(ctx, units)
 	next, claims := f.plan(units, now)
 	claims = append(reclaim, claims...)
 	claimed := false
@@ -452,7 +457,7 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 		if len(free) == 0 {
 			continue
 		}
-		v := View{Nodes: f.nodes, Holders: holders, Penalties: f.penalty[name], Load: load}
+		v := View{Nodes: withServices(f.nodes, f.svcNodes), Holders: holders, Penalties: f.penalty[name], Load: load}
 		asg := Assign(u.Unit, free, v, now)
 		for _, k := range free {
 			r, ok := asg.Of(k, f.cfg.Node)

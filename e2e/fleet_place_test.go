@@ -249,6 +249,31 @@ group "pod" {
 			len(good.running()) == 0, fmt.Sprintf("%+v, good running %v", pv, good.running())
 	})
 
+	// Co-location: a constraint on service.db places cache on db's node.
+	var dbNode string
+	waitFor(t, 30*time.Second, "one db instance registered", func() (bool, string) {
+		inst := instancesOf(c, "db")
+		for n := range inst {
+			dbNode = n
+		}
+		return len(inst) == 1, fmt.Sprint(len(inst))
+	})
+	cache := writeHCL(t, fmt.Sprintf(`
+service "cache" {
+  command = [%q, "-stamp-file", "%s/cache.stamps"]
+  count   = 1
+  constraint {
+    attribute = "service.db"
+    operator  = "is_set"
+  }
+}
+`, childBin, dir))
+	deploy(t, cl.Servers[0], "-name", "cache", cache)
+	waitFor(t, 30*time.Second, "cache on db's node "+dbNode, func() (bool, string) {
+		h := slotHolders(t, c, "cache")[0]
+		return h == dbNode, h
+	})
+
 	if a := auditActions(t, c, "pod"); a["fail"] != 1 {
 		t.Errorf("pod's audit actions: %v", a)
 	}

@@ -1,0 +1,107 @@
+package cluster
+
+import (
+	"context"
+	"sort"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// referencedServices lists the services named by service.<name> attributes
+// in the units' constraints and affinities: the ones placement needs to
+// know the nodes of.
+func referencedServices(units map[string]UnitSpec) []string {
+	seen := map[string]bool{}
+	add := func(attr string) {
+		a := trimAttr(attr)
+		if name, ok := strings.CutPrefix(a, AttrServicePrefix); ok && name != "" {
+			seen[name] = true
+		}
+	}
+	for _, u := range units {
+		p := u.Unit.Placement
+		if p == nil {
+			continue
+		}
+		for _, c := range p.Constraints {
+			add(c.Attribute)
+		}
+		for _, a := range p.Affinities {
+			add(a.Attribute)
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// countByNode counts a service's instances per node.
+func countByNode(entries []*api.ServiceEntry) map[string]int {
+	out := map[string]int{}
+	for _, e := range entries {
+		if e.Node != nil {
+			out[e.Node.Node]++
+		}
+	}
+	return out
+}
+
+// followServices keeps one blocking query per referenced service, started
+// and stopped as the units change; each updates f.svcNodes.
+func (f *Fleet) followServices(ctx context.Context, units map[string]UnitSpec) {
+	want := referencedServices(units)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keep := map[string]bool{}
+	for _, name := range want {
+		keep[name] = true
+		if _, ok := f.svcWatch[name]; ok {
+			continue
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		f.svcWatch[name] = cancel
+		go f.watch(wctx, "service "+name, func(q *api.QueryOptions) (uint64, error) {
+			entries, meta, err := f.cfg.Client.Health().Service(name, "", false, q)
+			if err != nil {
+				return 0, err
+			}
+			counts := countByNode(entries)
+			f.mu.Lock()
+			if _, still := f.svcWatch[name]; still {
+				f.svcNodes[name] = counts
+			}
+			f.mu.Unlock()
+			f.wake()
+			return meta.LastIndex, nil
+		})
+	}
+	for name, cancel := range f.svcWatch {
+		if !keep[name] {
+			cancel()
+			delete(f.svcWatch, name)
+			delete(f.svcNodes, name)
+		}
+	}
+}
+
+// withServices returns nodes with Services filled from svcNodes.
+func withServices(nodes []NodeInfo, svcNodes map[string]map[string]int) []NodeInfo {
+	if len(svcNodes) == 0 {
+		return nodes
+	}
+	out := make([]NodeInfo, len(nodes))
+	for i, n := range nodes {
+		n.Services = map[string]int{}
+		for svc, byNode := range svcNodes {
+			if c := byNode[n.Name]; c > 0 {
+				n.Services[svc] = c
+			}
+		}
+		out[i] = n
+	}
+	return out
+}
