@@ -307,6 +307,13 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		case h.k >= count(u):
 			delete(f.held, id)
 			gone = append(gone, giveUp{h: h, state: SlotReleased, reason: fmt.Sprintf("count is %d", count(u))})
+		case !lost && cutOff(h, now, f.cfg.Lease.TTL()):
+			// stop_after: a non-exclusive holder cut off from Consul stops
+			// its child; the release follows once Consul answers.
+			delete(f.held, id)
+			gone = append(gone, giveUp{h: h, state: SlotReleased,
+				reason: fmt.Sprintf("cut off from Consul for longer than stop_after (%s)", h.unit.Unit.Placement.StopAfter)})
+			f.log.Warn("cut off from Consul: stopping the instance (stop_after)", "slot", id)
 		case f.failed[id] != "":
 			reason := f.failed[id]
 			delete(f.held, id)
@@ -365,7 +372,21 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		f.applyHeld(ctx)
 		next = 0 // look again at once: more may be due
 	}
-	if next == 0 && claimed {
+	// Look again when a held slot's stop_after could run out.
+	f.mu.Lock()
+	for _, h := range f.held {
+		if p := h.unit.Unit.Placement; p != nil && !p.Exclusive && p.StopAfter > 0 && !h.orphan {
+			due := h.term.LastRenewed().Add(f.cfg.Lease.TTL()/2 + p.StopAfter).Sub(now)
+			if due < 100*time.Millisecond {
+				due = 100 * time.Millisecond
+			}
+			if next <= 0 || due < next {
+				next = due
+			}
+		}
+	}
+	f.mu.Unlock()
+	if claimed {
 		return time.Millisecond
 	}
 	return next
@@ -375,6 +396,27 @@ type claimPlan struct {
 	u    UnitSpec
 	k    int
 	rank int
+}
+
+// cutOff: h's unit has a stop_after, and the node's session has not been
+// renewed for that long past the renewal that was due (renewals come every
+// TTL/2): the node is cut off from Consul.
+func cutOff(h *heldSlot, now time.Time, ttl time.Duration) bool {
+	p := h.unit.Unit.Placement
+	if p == nil || p.Exclusive || p.StopAfter <= 0 {
+		return false
+	}
+	return now.Sub(h.term.LastRenewed()) > ttl/2+p.StopAfter
+}
+
+// maxStop is the longest a member's stop may take (drain, then the stop
+// signal's timeout before SIGKILL).
+func (u UnitSpec) maxStop() time.Duration {
+	var d time.Duration
+	for _, s := range u.Services {
+		d = max(d, s.Stop.Drain+s.Stop.Timeout)
+	}
+	return d
 }
 
 func (u UnitSpec) exclusive() bool { return u.Unit.Placement != nil && u.Unit.Placement.Exclusive }
@@ -445,9 +487,19 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 					nb = t
 				}
 			}
-			if ok && s.value.State == SlotHeld && s.value.Node != f.cfg.Node && p.Reschedule.NodeLostAfter > 0 {
-				// Lost with its node: give the node time to come back.
-				if t := vac.since.Add(p.Reschedule.NodeLostAfter); t.After(nb) {
+			if ok && s.value.State == SlotHeld && s.value.Node != f.cfg.Node {
+				// Lost with its node (invalidated, not released): give the
+				// node time to come back (node_lost_after), and a cut-off
+				// holder time to stop its child (stop_after).
+				wait := p.Reschedule.NodeLostAfter
+				if p.StopAfter > 0 {
+					// A cut-off holder decides to stop at most TTL/2 (a
+					// renewal period) plus stop_after after the cut, and
+					// its stop takes up to drain + timeout; a second more
+					// for scheduling.
+					wait = max(wait, p.StopAfter+f.cfg.Lease.TTL()/2+u.maxStop()+time.Second)
+				}
+				if t := vac.since.Add(wait); t.After(nb) {
 					nb = t
 				}
 			}

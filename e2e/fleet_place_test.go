@@ -151,6 +151,51 @@ service "db" {
 		return len(webWatch[cut.Name].running()) == 0, fmt.Sprint(webWatch[cut.Name].running())
 	})
 
+	// stop_after: a non-exclusive holder cut off from Consul stops its
+	// child within a renewal period (TTL/2 = 5s) plus stop_after, and the
+	// replacement waits as long: no two children at once.
+	lazy := writeHCL(t, fmt.Sprintf(`
+service "lazy" {
+  command    = ["/bin/sh", "-c", "exec %s -stamp-file %s/lazy.$MARIPOSA_NODE.stamps"]
+  count      = 1
+  stop_after = "2s"
+}
+`, childBin, dir))
+	lazyWatch := map[string]*childWatch{}
+	for _, a := range cl.Clients {
+		lazyWatch[a.Name] = watchChildren(t, filepath.Join(dir, "lazy."+a.Name+".stamps"))
+	}
+	deploy(t, cl.Servers[0], "-name", "lazy", lazy)
+	var lazyHolder string
+	waitFor(t, 30*time.Second, "lazy placed", func() (bool, string) {
+		lazyHolder = slotHolders(t, c, "lazy")[0]
+		return lazyHolder != "" && len(lazyWatch[lazyHolder].running()) == 1, lazyHolder
+	})
+	lazyCut := cl.Agent(lazyHolder)
+	lazyCut.Cut(t)
+	waitFor(t, 30*time.Second, "the cut holder's lazy child stopped while still cut off", func() (bool, string) {
+		return len(lazyWatch[lazyHolder].running()) == 0, fmt.Sprint(lazyWatch[lazyHolder].running())
+	})
+	waitFor(t, 30*time.Second, "lazy replaced on another node", func() (bool, string) {
+		h := slotHolders(t, c, "lazy")[0]
+		return h != "" && h != lazyHolder && len(lazyWatch[h].running()) == 1, h
+	})
+	lazyCut.Heal(t)
+	cl.Rejoin(t, lazyCut)
+	var lazyRuns []runOf
+	for n, w := range lazyWatch {
+		for _, iv := range w.intervals(t) {
+			lazyRuns = append(lazyRuns, runOf{node: n, iv: iv})
+		}
+	}
+	for i := range lazyRuns {
+		for j := i + 1; j < len(lazyRuns); j++ {
+			if overlaps(lazyRuns[i].iv, lazyRuns[j].iv) {
+				t.Errorf("stop_after: two lazy children overlapped: %s %s and %s %s", lazyRuns[i].node, lazyRuns[i].iv, lazyRuns[j].node, lazyRuns[j].iv)
+			}
+		}
+	}
+
 	// Exhausted restarts reschedule, twice, then the slot fails.
 	flaky := writeHCL(t, `
 service "flaky" {

@@ -105,6 +105,11 @@ func (t *Term) ReleaseWith(value []byte, ops api.TxnOps) error {
 	return err
 }
 
+// LastRenewed is when the session's last successful renewal (or its
+// creation) was sent; renewals come every TTL/2. A node that cannot reach
+// Consul sees it fall behind.
+func (t *Term) LastRenewed() time.Time { return t.s.renewedAt() }
+
 func (t *Term) isExpired() bool { return isClosed(t.expired) }
 
 // confirm records that a read sent at sent showed the lock held. A late
