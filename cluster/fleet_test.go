@@ -1,0 +1,99 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// planFleet is a Fleet with a view and no Consul: plan is a function of
+// that view and now.
+func planFleet(me string, nodes []string, slots map[int]slotKV) *Fleet {
+	f := NewFleet(FleetConfig{Node: me, Rand: func() float64 { return 0 }})
+	f.haveDep, f.haveSl, f.haveNd = true, true, true
+	for _, n := range nodes {
+		f.nodes = append(f.nodes, NodeInfo{Name: n, Live: true, Eligible: true})
+	}
+	f.slots["api"] = slots
+	return f
+}
+
+func TestPlanTiming(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	unit := func(mod func(*schema.Placement)) map[string]UnitSpec {
+		p := &schema.Placement{Count: 1, MaxPerNode: 1, Reschedule: schema.Reschedule{Unlimited: true, Delay: 5 * time.Second,
+			DelayFunction: schema.DelayConstant, MaxDelay: time.Minute}}
+		if mod != nil {
+			mod(p)
+		}
+		return map[string]UnitSpec{"api": {Unit: Unit{Name: "api", Placement: p}, Services: []*schema.Service{{Name: "api"}}}}
+	}
+	nodes := []string{"n1", "n2", "n3"}
+	// Which node ranks first for api/0 among n1..n3 (rendezvous hash).
+	first := Assign(Unit{Name: "api", Placement: &schema.Placement{Count: 1, MaxPerNode: 1}}, []int{0},
+		View{Nodes: planFleet("n1", nodes, nil).nodes}, t0)[0][0].Node
+	second := Assign(Unit{Name: "api", Placement: &schema.Placement{Count: 1, MaxPerNode: 1}}, []int{0},
+		View{Nodes: planFleet("n1", nodes, nil).nodes}, t0)[0][1].Node
+
+	for _, tc := range []struct {
+		name  string
+		me    string
+		units map[string]UnitSpec
+		slot  *slotKV
+		after time.Duration // plan at t0, then at t0+after
+		due   bool          // a claim is due at t0+after
+		next  time.Duration // at t0 (0: none)
+	}{
+		{name: "free, rank 0: at once", me: first, units: unit(nil), due: true},
+		{name: "free, rank 1: one step later", me: second, units: unit(nil), next: DefaultStep},
+		{name: "free, rank 1, after a step", me: second, units: unit(nil), after: DefaultStep, due: true},
+		{name: "released after a reschedule: the policy's delay", me: first, units: unit(nil),
+			slot: &slotKV{value: SlotValue{Node: "n9", State: SlotReleased, Reschedules: []RescheduleEvent{{Node: "n9", At: t0}}}},
+			after: 4 * time.Second, next: 5 * time.Second},
+		{name: "reschedule delay over", me: first, units: unit(nil),
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotReleased, Reschedules: []RescheduleEvent{{Node: "n9", At: t0}}}},
+			after: 5 * time.Second, due: true},
+		{name: "lost with its node: node_lost_after", me: first,
+			units: unit(func(p *schema.Placement) { p.Reschedule.NodeLostAfter = time.Minute }),
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}}, after: 59 * time.Second, next: time.Minute},
+		{name: "node_lost_after over", me: first,
+			units: unit(func(p *schema.Placement) { p.Reschedule.NodeLostAfter = time.Minute }),
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}}, after: time.Minute, due: true},
+		{name: "released, not lost: node_lost_after does not apply", me: first,
+			units: unit(func(p *schema.Placement) { p.Reschedule.NodeLostAfter = time.Minute }),
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotReleased}}, due: true},
+		{name: "failed: never", me: first, units: unit(nil),
+			slot: &slotKV{value: SlotValue{State: SlotFailed}}, after: time.Hour},
+		{name: "corrupt: never", me: first, units: unit(nil),
+			slot: &slotKV{corrupt: errSlotFailed}, after: time.Hour},
+		{name: "held by another: never", me: first, units: unit(nil),
+			slot: &slotKV{session: "s", value: SlotValue{Node: "n2", State: SlotHeld}}, after: time.Hour},
+		{name: "infeasible here: never", me: first,
+			units: unit(func(p *schema.Placement) {
+				p.Constraints = []*schema.Constraint{{Attribute: "node.name", Operator: "!=", Value: first}}
+			}), after: time.Hour},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			slots := map[int]slotKV{}
+			if tc.slot != nil {
+				slots[0] = *tc.slot
+			}
+			f := planFleet(tc.me, nodes, slots)
+			next, due := f.plan(tc.units, t0)
+			if tc.after == 0 {
+				if (len(due) == 1) != tc.due || next != tc.next {
+					t.Fatalf("at t0: due %v, next %v; want due %v, next %v", due, next, tc.due, tc.next)
+				}
+				return
+			}
+			if tc.next != 0 && next != tc.next {
+				t.Errorf("at t0: next %v, want %v", next, tc.next)
+			}
+			_, due = f.plan(tc.units, t0.Add(tc.after))
+			if (len(due) == 1) != tc.due {
+				t.Fatalf("at t0+%v: due %v, want %v", tc.after, due, tc.due)
+			}
+		})
+	}
+}
