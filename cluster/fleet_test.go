@@ -49,7 +49,7 @@ func TestPlanTiming(t *testing.T) {
 		{name: "free, rank 1: one step later", me: second, units: unit(nil), next: DefaultStep},
 		{name: "free, rank 1, after a step", me: second, units: unit(nil), after: DefaultStep, due: true},
 		{name: "released after a reschedule: the policy's delay", me: first, units: unit(nil),
-			slot: &slotKV{value: SlotValue{Node: "n9", State: SlotReleased, Reschedules: []RescheduleEvent{{Node: "n9", At: t0}}}},
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotReleased, Reschedules: []RescheduleEvent{{Node: "n9", At: t0}}}},
 			after: 4 * time.Second, next: 5 * time.Second},
 		{name: "reschedule delay over", me: first, units: unit(nil),
 			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotReleased, Reschedules: []RescheduleEvent{{Node: "n9", At: t0}}}},
