@@ -295,6 +295,11 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 				f.log.Warn("slot held by another node now; stopping this node's instance", "slot", id, "holder", s.value.Node)
 				break
 			}
+			if cutOff(h, now, f.cfg.Lease.TTL()) {
+				delete(f.held, id)
+				f.log.Warn("cut off from Consul: stopping the instance (stop_after)", "slot", id)
+				break
+			}
 			reclaim = append(reclaim, claimPlan{u: u, k: h.k, rank: -1})
 			continue
 		case lost:
@@ -375,7 +380,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	// Look again when a held slot's stop_after could run out.
 	f.mu.Lock()
 	for _, h := range f.held {
-		if p := h.unit.Unit.Placement; p != nil && !p.Exclusive && p.StopAfter > 0 && !h.orphan {
+		if p := h.unit.Unit.Placement; p != nil && !p.Exclusive && p.StopAfter > 0 {
 			due := h.term.LastRenewed().Add(f.cfg.Lease.TTL()/2 + p.StopAfter).Sub(now)
 			if due < 100*time.Millisecond {
 				due = 100 * time.Millisecond
@@ -388,6 +393,11 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	f.mu.Unlock()
 	if claimed {
 		return time.Millisecond
+	}
+	if len(claims) > 0 && (next <= 0 || next > time.Second) {
+		// A due claim failed (no session yet, lock delay, Consul away):
+		// try again soon, not at the next change.
+		next = time.Second
 	}
 	return next
 }

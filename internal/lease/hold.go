@@ -234,9 +234,18 @@ func (l *Lease) detach(t *Term) error {
 	l.mu.Lock()
 	delete(s.terms, t)
 	if err != nil {
-		// The key stays reserved until a retry releases it.
+		// The key stays reserved until a retry releases it: with the
+		// session's pending releases while it lives, else (it was retired
+		// and finished meanwhile) as an orphan of its own, which reserve
+		// and Close retry; a finished session's pending list is never
+		// looked at again, and the key would stay reserved for good.
 		l.keys[t.Key] = keyPending
-		s.pending = append(s.pending, heldKey{key: t.Key, value: t.value, ops: t.releaseOps})
+		hk := heldKey{key: t.Key, value: t.value, ops: t.releaseOps}
+		if _, live := l.live[s]; live {
+			s.pending = append(s.pending, hk)
+		} else {
+			l.orphans = append(l.orphans, orphan{id: s.id, keys: []heldKey{hk}})
+		}
 	} else {
 		delete(l.keys, t.Key)
 	}
