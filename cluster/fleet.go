@@ -69,7 +69,6 @@ type Fleet struct {
 	// The nodes of the services named by service.<name> attributes.
 	svcWatch map[string]context.CancelFunc
 	svcNodes map[string]map[string]int
-	running  bool
 }
 
 type slotKV struct {

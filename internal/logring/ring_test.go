@@ -240,7 +240,7 @@ func TestSetGetCreatesOnce(t *testing.T) {
 	if _, ok := s.Lookup("a"); ok {
 		t.Fatal("Lookup created a ring")
 	}
-	if s.Get("a") != s.Get("a") {
+	if first, second := s.Get("a"), s.Get("a"); first != second {
 		t.Fatal("Get created two rings")
 	}
 	s.Add("a", Line{Text: "x"})
