@@ -162,6 +162,7 @@ func (l *Lease) reserve(key string) error {
 		for _, s := range l.liveSessions() {
 			s.retryPending()
 		}
+		l.forgetUntracked(key)
 	}
 }
 
@@ -199,15 +200,27 @@ func (l *Lease) releaseKey(k heldKey, session string) error {
 	wo := (&api.WriteOptions{}).WithContext(ctx)
 	if len(k.ops) == 0 {
 		_, _, err := l.cfg.Client.KV().Release(&api.KVPair{Key: k.key, Value: k.value, Session: session}, wo)
+		if sessionGone(err) {
+			return nil
+		}
 		return err
 	}
 	ops := append(api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: k.key, Value: k.value, Session: session}}}, k.ops...)
 	ok, resp, _, err := l.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
+		if sessionGone(err) {
+			return nil
+		}
 		return err
 	}
 	if !ok {
-		return txnError(resp)
+		// Rolled back because the session no longer holds the key (it was
+		// invalidated, and Consul released the lock then): there is
+		// nothing to release, and the record would describe a release
+		// that did not happen.
+		if err := txnError(resp); !sessionGone(err) && !strings.Contains(err.Error(), "lock isn't held") {
+			return err
+		}
 	}
 	return nil
 }
@@ -374,4 +387,31 @@ func (s *session) claim(ctx context.Context, h Hold, cur *api.KVPair) (bool, err
 		return false, nil
 	}
 	return true, nil
+}
+
+// forgetUntracked clears key's pending mark when no retry knows of it any
+// more (no live session's pending list, no orphan): nothing would ever
+// release it, and the key could never be held again under this lease.
+func (l *Lease) forgetUntracked(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.keys[key] != keyPending {
+		return
+	}
+	for s := range l.live {
+		for _, k := range s.pending {
+			if k.key == key {
+				return
+			}
+		}
+	}
+	for _, o := range l.orphans {
+		for _, k := range o.keys {
+			if k.key == key {
+				return
+			}
+		}
+	}
+	l.log.Debug("no release of the key is pending any more; taking it again", "key", key)
+	delete(l.keys, key)
 }

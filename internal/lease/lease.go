@@ -465,7 +465,7 @@ func (l *Lease) clean(o orphan) error {
 	defer cancel()
 	w := (&api.WriteOptions{}).WithContext(ctx)
 	for _, k := range o.keys {
-		if _, _, err := l.cfg.Client.KV().Release(&api.KVPair{Key: k.key, Value: k.value, Session: o.id}, w); err != nil {
+		if _, _, err := l.cfg.Client.KV().Release(&api.KVPair{Key: k.key, Value: k.value, Session: o.id}, w); err != nil && !sessionGone(err) {
 			return err
 		}
 	}
@@ -524,4 +524,12 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// sessionGone: Consul refused a release because the session no longer
+// exists: when it invalidated the session it released every lock of it, so
+// there is nothing left to release (and retrying would keep the key
+// reserved for good).
+func sessionGone(err error) bool {
+	return err != nil && strings.Contains(strings.ToLower(err.Error()), "invalid session")
 }
