@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
 // tool finds a command the build tests need; missing in CI is a failure.
@@ -35,9 +37,7 @@ func run(t *testing.T, env []string, name string, args ...string) string {
 // mariposa builds elsewhere than Linux: validate, fmt and status work there,
 // and run says it needs Linux. e2e is left out: it runs "mariposa run".
 func TestCrossCompile(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cross-compiles the tree")
-	}
+	consultest.SkipShort(t, "cross-compiles the tree")
 	goBin := tool(t, "go")
 	run(t, []string{"GOOS=darwin", "GOARCH=arm64", "CGO_ENABLED=0"}, goBin, "build", "-o", t.TempDir(), "./...")
 	env := []string{"GOOS=freebsd", "GOARCH=amd64", "CGO_ENABLED=0"}
@@ -53,9 +53,7 @@ func TestCrossCompile(t *testing.T) {
 // make build stamps the commit: `mariposa version` names it, with -dirty
 // when the tree has changes.
 func TestMakeBuildStampsCommit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds mariposa")
-	}
+	consultest.SkipShort(t, "builds mariposa")
 	makeBin, gitBin := tool(t, "make"), tool(t, "git")
 	tool(t, "go")
 	head, err := exec.Command(gitBin, "rev-parse", "--short", "HEAD").Output()

@@ -28,9 +28,7 @@ type frozenWindow struct {
 // agent, and SIGSTOP/SIGCONT of its mariposa (the documented exception,
 // where the stale leader's fenced write must fail).
 func TestLeaderFaultsNeverOverlap(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault injection in -short mode")
-	}
+	consultest.SkipShort(t, "fault injection in -short mode")
 	cl := consultest.NewCluster(t, 3, 3)
 	c := cl.Servers[0].Client(t)
 	dir := t.TempDir()

@@ -27,9 +27,7 @@ import (
 //     in the slot and a penalty for the node, until its reschedules run out
 //     and the slot is failed; `mariposa reset` clears it.
 func TestFleetPlacementCutReschedule(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault injection in -short mode")
-	}
+	consultest.SkipShort(t, "fault injection in -short mode")
 	consultest.RequireFirewall(t)
 	meta := []map[string]string{
 		{"zone": "z1", "disk": "ssd"},
@@ -116,19 +114,7 @@ service "db" {
 	}
 	victim.Heal(t)
 	cl.Rejoin(t, victim)
-	var all []runOf
-	for n, w := range watches {
-		for _, iv := range w.intervals(t) {
-			all = append(all, runOf{node: n, iv: iv})
-		}
-	}
-	for i := range all {
-		for j := i + 1; j < len(all); j++ {
-			if overlaps(all[i].iv, all[j].iv) {
-				t.Errorf("two db children overlapped: %s %s and %s %s", all[i].node, all[i].iv, all[j].node, all[j].iv)
-			}
-		}
-	}
+	noOverlap(t, "db", watches)
 
 	// A network cut of a non-exclusive holder: its child keeps running
 	// while it is cut off (SPEC section 3), another node replaces the slot
@@ -194,19 +180,7 @@ service "lazy" {
 		h := slotHolders(t, c, "lazy")[0]
 		return h == dbNow && len(lazyWatch[h].running()) == 1, h
 	})
-	var lazyRuns []runOf
-	for n, w := range lazyWatch {
-		for _, iv := range w.intervals(t) {
-			lazyRuns = append(lazyRuns, runOf{node: n, iv: iv})
-		}
-	}
-	for i := range lazyRuns {
-		for j := i + 1; j < len(lazyRuns); j++ {
-			if overlaps(lazyRuns[i].iv, lazyRuns[j].iv) {
-				t.Errorf("stop_after: two lazy children overlapped: %s %s and %s %s", lazyRuns[i].node, lazyRuns[i].iv, lazyRuns[j].node, lazyRuns[j].iv)
-			}
-		}
-	}
+	noOverlap(t, "stop_after: lazy", lazyWatch)
 
 	// Exhausted restarts reschedule, twice, then the slot fails.
 	flaky := writeHCL(t, `
@@ -357,7 +331,25 @@ func auditActions(t *testing.T, c *api.Client, unit string) map[string]int {
 	return actions
 }
 
-type runOf struct {
-	node string
-	iv   leadertest.Interval
+// noOverlap fails the test if two children of the watches (one per node)
+// ever ran at the same time.
+func noOverlap(t *testing.T, what string, watches map[string]*childWatch) {
+	t.Helper()
+	type runOf struct {
+		node string
+		iv   leadertest.Interval
+	}
+	var all []runOf
+	for n, w := range watches {
+		for _, iv := range w.intervals(t) {
+			all = append(all, runOf{node: n, iv: iv})
+		}
+	}
+	for i := range all {
+		for j := i + 1; j < len(all); j++ {
+			if overlaps(all[i].iv, all[j].iv) {
+				t.Errorf("%s: two children overlapped: %s %s and %s %s", what, all[i].node, all[i].iv, all[j].node, all[j].iv)
+			}
+		}
+	}
 }

@@ -76,9 +76,7 @@ func fleetOf(t *testing.T, cl *consultest.Cluster, files ...string) map[string]*
 // count in all, outside the frozen window. Every claim and release has its
 // audit record.
 func TestFleetExclusiveSlots(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fault injection in -short mode")
-	}
+	consultest.SkipShort(t, "fault injection in -short mode")
 	cl := consultest.NewCluster(t, 3, 4)
 	c := cl.Servers[0].Client(t)
 	dir := t.TempDir()

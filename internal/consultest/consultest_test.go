@@ -37,9 +37,7 @@ func TestDevAgent(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster test in -short mode")
-	}
+	SkipShort(t, "cluster test in -short mode")
 	cl := NewCluster(t, 3, 2)
 	c := cl.Clients[0].Client(t)
 	nodes, _, err := c.Catalog().Nodes(nil)

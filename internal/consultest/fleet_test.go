@@ -16,9 +16,7 @@ import (
 // One fleet, its faults in turn: addresses and node meta, a network cut and
 // its healing, kill -9 of an agent and its restart, a frozen agent.
 func TestFleet(t *testing.T) {
-	if testing.Short() {
-		t.Skip("fleet test in -short mode")
-	}
+	SkipShort(t, "fleet test in -short mode")
 	RequireFirewall(t)
 	cl := NewFleet(t, FleetOptions{Clients: 2, NodeMeta: func(i int) map[string]string {
 		return map[string]string{"zone": fmt.Sprintf("z%d", i+1)}

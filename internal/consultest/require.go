@@ -18,3 +18,12 @@ func Require(t testing.TB, ok bool, why string) {
 	}
 	t.Skip(why)
 }
+
+// SkipShort skips a long test under -short on a developer's machine; in CI
+// (CI=true) the test always runs, -short or not.
+func SkipShort(t testing.TB, why string) {
+	t.Helper()
+	if testing.Short() && os.Getenv("CI") != "true" {
+		t.Skip(why)
+	}
+}

@@ -45,9 +45,7 @@ type clusterEnv struct {
 
 func newClusterEnv(t *testing.T, key string) *clusterEnv {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("cluster test in -short mode")
-	}
+	consultest.SkipShort(t, "cluster test in -short mode")
 	env := &clusterEnv{cl: consultest.NewCluster(t, 3, 2)}
 	for _, a := range env.cl.Servers {
 		env.servers = append(env.servers, a.Client(t))
