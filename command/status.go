@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -33,13 +34,18 @@ Usage: mariposa status [options] [SERVICE]
 
   Lists every instance that mariposa manages, on every node, as Consul sees
   it: node, state, health, version, leader role, since when it is in its
-  state, and why (what it waits for, how it last exited). With SERVICE, only
-  that service's instances. Works on any system that can reach an agent.
+  state, and why (what it waits for, how it last exited). Then, for the units
+  deployed to the fleet, each unit's count and its slots: held, free, failed,
+  and the node, state and health of the instances in each. With SERVICE, only
+  that service's instances and unit (or, for a group's name, its members').
+  Works on any system that can reach an agent.
 
 Options:
 
-  -json                   Print JSON: one object per instance, with the
-                          absolute times.
+  -json                   Print JSON: one object with "instances" (one per
+                          instance, with the absolute times), "units" (per
+                          fleet unit: count, and each slot's state, node and
+                          instances) and "problems" (what could not be read).
 
 ` + consulFlagsHelp + `
 `)
@@ -67,6 +73,59 @@ type InstanceStatus struct {
 	Detail    string    `json:"detail"`              // the supervisor check's human output, whole
 }
 
+// StatusOutput is what mariposa status -json prints.
+type StatusOutput struct {
+	Instances []InstanceStatus `json:"instances"` // never null
+	Units     []UnitStatus     `json:"units"`     // never null
+	// Problems are what could not be read, by key: corrupt values under
+	// mariposa/, or (under "") why the fleet's state could not be read.
+	Problems map[string]string `json:"problems,omitempty"`
+}
+
+// UnitStatus is one fleet unit (a service or group with count).
+type UnitStatus struct {
+	Unit      string       `json:"unit"`
+	Count     int          `json:"count"`
+	Exclusive bool         `json:"exclusive"`
+	Held      int          `json:"held"`
+	Free      int          `json:"free"`   // free and lost slots
+	Failed    int          `json:"failed"` // failed and corrupt slots: nobody claims them until an operator acts
+	Slots     []SlotStatus `json:"slots"`  // one per k in 0..count-1
+}
+
+// Slot states in UnitStatus.
+const (
+	slotHeld    = "held"    // a node's session holds the lock
+	slotFree    = "free"    // nobody holds it (released, or never claimed)
+	slotLost    = "lost"    // its value says held but no session holds it: its node was lost; it awaits takeover
+	slotFailed  = "failed"  // reschedules exhausted: mariposa reset UNIT/K
+	slotCorrupt = "corrupt" // its value cannot be read: fix or delete the key
+)
+
+// SlotStatus is one slot of a unit.
+type SlotStatus struct {
+	Slot  string `json:"slot"` // "<unit>/<k>"
+	Index int    `json:"index"`
+	State string `json:"state"` // held | free | lost | failed | corrupt
+	// Node is the holder, else the node the slot's value names last (a lost
+	// slot's last holder, where a failed one failed).
+	Node        string         `json:"node,omitempty"`
+	Since       time.Time      `json:"since,omitzero"`
+	Reason      string         `json:"reason,omitempty"` // from the value; for corrupt, why it cannot be read
+	Reschedules int            `json:"reschedules"`      // reschedules the value records
+	Instances   []SlotInstance `json:"instances"`        // never null
+}
+
+// SlotInstance is an instance registered in a slot, in brief: the
+// InstanceStatus row with the same service_id and node has the rest.
+type SlotInstance struct {
+	Service   string `json:"service"`
+	ServiceID string `json:"service_id"`
+	Node      string `json:"node"`
+	State     string `json:"state"`
+	Health    string `json:"health"`
+}
+
 func (c *StatusCommand) Run(args []string) int {
 	var cf consulFlags
 	var asJSON bool
@@ -82,70 +141,180 @@ func (c *StatusCommand) Run(args []string) int {
 		c.UI.Error("mariposa status: at most one SERVICE\n\n" + c.Help())
 		return 1
 	}
+	only := fs.Arg(0)
 	client, err := cf.client()
 	if err != nil {
 		c.UI.Error("mariposa status: " + err.Error())
 		return 1
 	}
-	rows, err := Instances(client, fs.Arg(0))
+	rows, err := Instances(client, only)
 	if err != nil {
 		c.UI.Error("mariposa status: " + err.Error())
 		return 1
 	}
+	out := StatusOutput{Units: []UnitStatus{}}
+	// The fleet's state needs key:read on mariposa/: without it (or
+	// without a fleet) status still lists the instances.
+	st, stErr := cluster.ReadState(client)
+	if stErr == nil {
+		if u, ok := st.Units[only]; ok && only != "" {
+			// A group's name: its members' instances.
+			for _, svc := range u.Services {
+				if svc.Name == only {
+					continue
+				}
+				more, err := Instances(client, svc.Name)
+				if err != nil {
+					c.UI.Error("mariposa status: " + err.Error())
+					return 1
+				}
+				rows = append(rows, more...)
+			}
+			sortRows(rows)
+		}
+		out.Units = unitsStatus(st, rows, only)
+		if len(st.Problems) > 0 {
+			out.Problems = st.Problems
+		}
+	} else {
+		out.Problems = map[string]string{"": "the fleet's state: " + stErr.Error()}
+	}
+	out.Instances = rows
 	if asJSON {
-		b, _ := json.MarshalIndent(rows, "", "  ")
+		b, _ := json.MarshalIndent(out, "", "  ")
 		c.UI.Output(string(b))
 		return 0
 	}
 	if len(rows) == 0 {
 		c.UI.Output("No instances managed by mariposa.")
-		return 0
+	} else {
+		now := time.Now()
+		if c.now != nil {
+			now = c.now()
+		}
+		c.UI.Output(statusTable(rows, now))
 	}
-	now := time.Now()
-	if c.now != nil {
-		now = c.now()
-	}
-	c.UI.Output(statusTable(rows, now))
-	if st, err := cluster.ReadState(client); err == nil && len(st.Units) > 0 {
-		c.UI.Output("\n" + unitsTable(st, fs.Arg(0)))
+	if len(out.Units) > 0 {
+		c.UI.Output("\n" + unitsTable(out.Units))
 	}
 	return 0
 }
 
-// unitsTable summarises the fleet's units: count, and slots held, free and
-// failed, with the node of each held slot.
-func unitsTable(st *cluster.State, only string) string {
-	var b strings.Builder
-	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "UNIT	COUNT	HELD	FREE	FAILED	NODES")
+// unitMatches: only is "" (every unit), the unit's name, or one of its
+// services.
+func unitMatches(u cluster.UnitSpec, only string) bool {
+	if only == "" || u.Unit.Name == only {
+		return true
+	}
+	for _, svc := range u.Services {
+		if svc.Name == only {
+			return true
+		}
+	}
+	return false
+}
+
+// unitsStatus is the fleet's units (all, or the one that only names or
+// that has the service only) as st shows them, sorted by name, with the
+// rows registered in each slot. Both -json and the units table are made
+// of it.
+func unitsStatus(st *cluster.State, rows []InstanceStatus, only string) []UnitStatus {
+	bySlot := map[string][]SlotInstance{}
+	for _, r := range rows {
+		if r.Slot != "" {
+			bySlot[r.Slot] = append(bySlot[r.Slot], SlotInstance{Service: r.Service, ServiceID: r.ServiceID,
+				Node: r.Node, State: r.State, Health: r.Health})
+		}
+	}
 	names := make([]string, 0, len(st.Units))
 	for n := range st.Units {
 		names = append(names, n)
 	}
 	sort.Strings(names)
+	units := []UnitStatus{}
 	for _, n := range names {
-		if only != "" && n != only {
+		u := st.Units[n]
+		if !unitMatches(u, only) {
 			continue
 		}
-		u := st.Units[n]
-		held, free, failed := 0, 0, 0
-		var nodes []string
-		for k := 0; k < u.Unit.Placement.Count; k++ {
-			s := st.Slots[n][k]
-			switch {
-			case s.Session != "":
-				held++
-				nodes = append(nodes, fmt.Sprintf("%d:%s", k, s.Value.Node))
-			case s.Value.State == cluster.SlotFailed:
-				failed++
-			default:
-				free++
-			}
+		us := UnitStatus{Unit: n, Slots: []SlotStatus{}}
+		if p := u.Unit.Placement; p != nil {
+			us.Count, us.Exclusive = p.Count, p.Exclusive
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", n, u.Unit.Placement.Count, held, free, failed, dash(strings.Join(nodes, " ")))
+		for k := 0; k < us.Count; k++ {
+			s, ok := st.Slots[n][k]
+			ss := SlotStatus{Slot: n + "/" + strconv.Itoa(k), Index: k, Node: s.Value.Node, Since: s.Value.Since,
+				Reason: s.Value.Reason, Reschedules: len(s.Value.Reschedules)}
+			switch {
+			case ok && s.Corrupt != "":
+				ss.State, ss.Reason = slotCorrupt, s.Corrupt
+				us.Failed++
+			case ok && s.Session != "":
+				ss.State = slotHeld
+				us.Held++
+			case ok && s.Value.State == cluster.SlotFailed:
+				ss.State = slotFailed
+				us.Failed++
+			case ok && s.Value.State == cluster.SlotHeld:
+				ss.State = slotLost
+				us.Free++
+			default:
+				ss.State = slotFree
+				us.Free++
+			}
+			ss.Instances = bySlot[ss.Slot]
+			if ss.Instances == nil {
+				ss.Instances = []SlotInstance{}
+			}
+			us.Slots = append(us.Slots, ss)
+		}
+		units = append(units, us)
+	}
+	return units
+}
+
+// unitsTable summarises the fleet's units: count, slots held, free and
+// failed, and each slot in SLOTS: "k:node state/health" for a held slot
+// (its instances' state and health, joined by "+" for a group, "@node"
+// after an instance on another node than the holder; "held" before any
+// registers), "k:node lost" for a lost one, "k:free", "k:failed" and
+// "k:corrupt" for the others.
+func unitsTable(units []UnitStatus) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UNIT\tCOUNT\tHELD\tFREE\tFAILED\tSLOTS")
+	for _, u := range units {
+		slots := make([]string, 0, len(u.Slots))
+		for _, s := range u.Slots {
+			slots = append(slots, slotCell(s))
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", u.Unit, u.Count, u.Held, u.Free, u.Failed, dash(strings.Join(slots, ", ")))
 	}
 	tw.Flush()
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// slotCell is one slot in the SLOTS column.
+func slotCell(s SlotStatus) string {
+	k := strconv.Itoa(s.Index) + ":"
+	switch s.State {
+	case slotHeld:
+		if len(s.Instances) == 0 {
+			return k + dash(s.Node) + " held"
+		}
+		var parts []string
+		for _, in := range s.Instances {
+			p := in.State + "/" + in.Health
+			if in.Node != s.Node {
+				p += "@" + in.Node
+			}
+			parts = append(parts, p)
+		}
+		return k + dash(s.Node) + " " + strings.Join(parts, "+")
+	case slotLost:
+		return k + dash(s.Node) + " lost"
+	}
+	return k + s.State
 }
 
 // statusTable renders rows for a terminal. DETAIL is last and never cut: a
@@ -192,13 +361,21 @@ func Instances(client *api.Client, only string) ([]InstanceStatus, error) {
 			rows = append(rows, instanceRow(e))
 		}
 	}
+	sortRows(rows)
+	return rows, nil
+}
+
+// sortRows sorts by service, node and service ID.
+func sortRows(rows []InstanceStatus) {
 	sort.Slice(rows, func(i, j int) bool {
 		if rows[i].Service != rows[j].Service {
 			return rows[i].Service < rows[j].Service
 		}
-		return rows[i].Node < rows[j].Node
+		if rows[i].Node != rows[j].Node {
+			return rows[i].Node < rows[j].Node
+		}
+		return rows[i].ServiceID < rows[j].ServiceID
 	})
-	return rows, nil
 }
 
 func instanceRow(e *api.ServiceEntry) InstanceStatus {

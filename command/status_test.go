@@ -60,13 +60,18 @@ service "job" {
 		}
 		return ui.OutputWriter.String()
 	}
-	var rows []InstanceStatus
+	var out StatusOutput
 	if !consultest.WaitFor(20*time.Second, func() bool {
-		rows = nil
-		_ = json.Unmarshal([]byte(run("-json")), &rows)
-		return len(rows) == 2 && rows[0].State == "completed" && rows[1].State == "running"
+		out = StatusOutput{}
+		_ = json.Unmarshal([]byte(run("-json")), &out)
+		return len(out.Instances) == 2 && out.Instances[0].State == "completed" && out.Instances[1].State == "running"
 	}) {
-		t.Fatalf("rows: %+v", rows)
+		t.Fatalf("rows: %+v", out.Instances)
+	}
+	rows := out.Instances
+	// No fleet: no units, and nothing that could not be read.
+	if out.Units == nil || len(out.Units) != 0 || out.Problems != nil {
+		t.Errorf("units %+v, problems %v", out.Units, out.Problems)
 	}
 	web := rows[1]
 	if web.Service != "web" || web.Node != agent.Name || web.Version != "1.4.2" || web.Port != 8080 ||
@@ -140,11 +145,11 @@ func TestStatusReport(t *testing.T) {
 	if code := (&StatusCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), "-json"}); code != 0 {
 		t.Fatalf("exit %d: %s", code, ui.ErrorWriter.String())
 	}
-	var rows []InstanceStatus
-	if err := json.Unmarshal(ui.OutputWriter.Bytes(), &rows); err != nil || len(rows) != 1 {
-		t.Fatalf("rows %+v (%v):\n%s", rows, err, ui.OutputWriter.String())
+	var st StatusOutput
+	if err := json.Unmarshal(ui.OutputWriter.Bytes(), &st); err != nil || len(st.Instances) != 1 {
+		t.Fatalf("rows %+v (%v):\n%s", st.Instances, err, ui.OutputWriter.String())
 	}
-	r := rows[0]
+	r := st.Instances[0]
 	if r.State != "backoff" || r.Detail != reason || !r.Since.Equal(since) || !r.Until.Equal(since.Add(2*time.Second)) ||
 		r.Restarts != 3 || r.LastExit != "exit 1" || r.Stderr != "permission denied" || r.Leader != "follower" ||
 		r.Version != "2.0.0" {
