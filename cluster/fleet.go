@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,6 +70,15 @@ type Fleet struct {
 	// The nodes of the services named by service.<name> attributes.
 	svcWatch map[string]context.CancelFunc
 	svcNodes map[string]map[string]int
+	// The storm brake (storm.go): control/storm as read, and the
+	// supervisors seen vanishing.
+	storm    *StormRecord
+	haveCtl  bool
+	vanish   vanishTracker
+	vanished []string
+	base     int
+	// control/takeovers as read: the takeover budget's log.
+	takeovers TakeoverLog
 }
 
 type slotKV struct {
@@ -195,7 +205,7 @@ func (f *Fleet) unitsLocked() map[string]UnitSpec {
 func (f *Fleet) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for _, w := range []func(context.Context){f.watchDeploy, f.watchSlots, f.watchNodes, f.watchPenalties} {
+	for _, w := range []func(context.Context){f.watchDeploy, f.watchSlots, f.watchNodes, f.watchPenalties, f.watchControl} {
 		wg.Add(1)
 		go func() { defer wg.Done(); w(ctx) }()
 	}
@@ -361,6 +371,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	}
 
 	f.followServices(ctx, units)
+	f.brake(now)
 	next, claims := f.plan(units, now)
 	claims = append(reclaim, claims...)
 	claimed := false
@@ -368,7 +379,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		if ctx.Err() != nil {
 			break
 		}
-		if f.claim(ctx, c.u, c.k, c.rank) {
+		if f.claim(ctx, c) {
 			claimed = true
 		}
 	}
@@ -401,10 +412,49 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	return next
 }
 
+// brake engages the storm brake when this node sees a storm and the brake
+// is not engaged yet: one txn that creates control/storm only if it does
+// not exist, with its record. Every node that sees the storm tries; one
+// writes.
+func (f *Fleet) brake(now time.Time) {
+	f.mu.Lock()
+	if !f.haveCtl || !f.haveNd || f.storm != nil {
+		f.mu.Unlock()
+		return
+	}
+	vanished, base := f.vanish.observe(f.nodes, now) // ages the window
+	f.vanished, f.base = vanished, base
+	f.mu.Unlock()
+	if !Storm(len(vanished), base) {
+		return
+	}
+	rec := StormRecord{At: now, Node: f.cfg.Node, Vanished: vanished, Base: base}
+	ok, _, _, err := f.cfg.Client.Txn().Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: StormKey}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: StormKey, Value: rec.encode()}},
+		AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Action: "storm-brake",
+			Reason: rec.Reason() + "; takeovers of lost slots paused until mariposa resume"}),
+	}, nil)
+	switch {
+	case err != nil:
+		f.log.Warn("storm: could not engage the brake; trying again", "error", err)
+	case ok:
+		f.mu.Lock()
+		if f.storm == nil {
+			f.storm = &rec
+		}
+		f.mu.Unlock()
+		f.log.Error("storm brake engaged: takeovers of lost slots are paused until mariposa resume",
+			"vanished", strings.Join(vanished, ","), "of", base)
+	}
+}
+
 type claimPlan struct {
 	u    UnitSpec
 	k    int
 	rank int
+	// budget is the fleet's takeover budget, should the claim be one.
+	budget int
 }
 
 // cutOff: h's unit has a stop_after, and the node's session has not been
@@ -456,9 +506,13 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 	}
 	stillVacant := map[string]bool{}
 	names := make([]string, 0, len(units))
-	for n := range units {
+	instances := 0
+	for n, u := range units {
 		names = append(names, n)
+		instances += count(u)
 	}
+	budget := TakeoverBudget(instances)
+	used, oldest := f.takeovers.since(now.Add(-TakeoverWindow))
 	sort.Strings(names)
 	for _, name := range names {
 		u := units[name]
@@ -466,6 +520,7 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 		holders := map[int]string{}
 		var free []int
 		notBefore := map[int]time.Time{}
+		takeover := map[int]bool{}
 		for k := 0; k < count(u); k++ {
 			id := slotName(name, k)
 			if _, mine := f.held[id]; mine {
@@ -496,7 +551,8 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 					nb = t
 				}
 			}
-			if ok && s.value.State == SlotHeld && s.value.Node != f.cfg.Node {
+			if ok && isTakeover(s.value, f.cfg.Node) {
+				takeover[k] = true
 				// Lost with its node (invalidated, not released): give the
 				// node time to come back (node_lost_after), and a cut-off
 				// holder time to stop its child (stop_after).
@@ -534,8 +590,21 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 			if notBefore[k].After(vac.since) {
 				at = notBefore[k].Add(d)
 			}
+			if !now.Before(at) && takeover[k] {
+				if f.storm != nil {
+					continue // the brake: resume wakes us
+				}
+				if used >= budget {
+					if oldest.IsZero() {
+						oldest = now
+					}
+					at = oldest.Add(TakeoverWindow + d) // ranks still apart
+				} else {
+					used++
+				}
+			}
 			if !now.Before(at) {
-				due = append(due, claimPlan{u: u, k: k, rank: r.Rank})
+				due = append(due, claimPlan{u: u, k: k, rank: r.Rank, budget: budget})
 				continue
 			}
 			if w := at.Sub(now); next == 0 || w < next {
@@ -554,7 +623,8 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 var errSlotFailed = errors.New("the slot has failed: reset it with mariposa reset")
 
 // claim tries to take slot k of u; true if it did.
-func (f *Fleet) claim(ctx context.Context, u UnitSpec, k, rank int) bool {
+func (f *Fleet) claim(ctx context.Context, c claimPlan) bool {
+	u, k, rank := c.u, c.k, c.rank
 	name := u.Unit.Name
 	id := slotName(name, k)
 	lockDelay := f.cfg.Lease.LockDelay()
@@ -579,13 +649,25 @@ func (f *Fleet) claim(ctx context.Context, u UnitSpec, k, rank int) bool {
 				return nil, nil, errSlotFailed
 			}
 			now := f.cfg.Now()
-			claimed = SlotValue{Node: f.cfg.Node, State: SlotHeld, Since: now, Reschedules: prev.Reschedules}
+			claimed = SlotValue{Node: f.cfg.Node, State: SlotHeld, Since: now, Reschedules: prev.Reschedules,
+				Takeover: cur != nil && cur.Session == "" && isTakeover(prev, f.cfg.Node)}
 			from := ""
 			if cur != nil {
 				from = prev.Node
 			}
-			return claimed.encode(), api.TxnOps{AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: name, Slot: id,
-				Action: "claim", From: from, To: f.cfg.Node, Reason: fmt.Sprintf("rank %d", rank)})}, nil
+			reason := fmt.Sprintf("rank %d", rank)
+			var ops api.TxnOps
+			if claimed.Takeover {
+				reason += "; takeover from a lost node"
+				op, err := budgetOp(f.cfg.Client, Takeover{Slot: id, Node: f.cfg.Node, From: prev.Node, At: now}, max(c.budget, 1))
+				if err != nil {
+					return nil, nil, err
+				}
+				ops = append(ops, op)
+			}
+			ops = append(ops, AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: name, Slot: id,
+				Action: "claim", From: from, To: f.cfg.Node, Reason: reason}))
+			return claimed.encode(), ops, nil
 		},
 	})
 	if err != nil {
@@ -593,6 +675,8 @@ func (f *Fleet) claim(ctx context.Context, u UnitSpec, k, rank int) bool {
 		case errors.Is(err, lease.ErrKeyHeld):
 			f.log.Debug("slot taken by another node", "slot", id)
 		case errors.Is(err, errSlotFailed):
+		case errors.Is(err, errBudget):
+			f.log.Debug("takeover deferred: the fleet's takeover budget is spent", "slot", id)
 		case ctx.Err() != nil:
 		default:
 			f.log.Debug("claim failed; trying again", "slot", id, "error", err)

@@ -44,6 +44,8 @@ func TestPlanTiming(t *testing.T) {
 		after time.Duration // plan at t0, then at t0+after
 		due   bool          // a claim is due at t0+after
 		next  time.Duration // at t0 (0: none)
+		storm bool          // the storm brake is engaged
+		other *Takeover     // in the takeover log
 	}{
 		{name: "free, rank 0: at once", me: first, units: unit(nil), due: true},
 		{name: "free, rank 1: one step later", me: second, units: unit(nil), next: DefaultStep},
@@ -63,6 +65,25 @@ func TestPlanTiming(t *testing.T) {
 		{name: "released, not lost: node_lost_after does not apply", me: first,
 			units: unit(func(p *schema.Placement) { p.Reschedule.NodeLostAfter = time.Minute }),
 			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotReleased}}, due: true},
+		{name: "lost with its node, brake engaged: never", me: first, units: unit(nil), storm: true,
+			slot: &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}}, after: time.Hour},
+		{name: "released, brake engaged: at once", me: first, units: unit(nil), storm: true,
+			slot: &slotKV{value: SlotValue{Node: "n9", State: SlotReleased}}, due: true},
+		{name: "free, brake engaged: at once", me: first, units: unit(nil), storm: true, due: true},
+		{name: "lost by this node, brake engaged: at once (not a takeover)", me: first, units: unit(nil), storm: true,
+			slot: &slotKV{value: SlotValue{Node: first, State: SlotHeld}}, due: true},
+		{name: "lost with its node, budget spent: when the window moves on", me: first, units: unit(nil),
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}},
+			other: &Takeover{Slot: "web/0", Node: "n8", From: "n7", At: t0.Add(-2 * time.Second)},
+			after: 8 * time.Second, next: 8 * time.Second, due: true},
+		{name: "lost with its node, budget spent: not before", me: first, units: unit(nil),
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}},
+			other: &Takeover{Slot: "web/0", Node: "n8", From: "n7", At: t0.Add(-2 * time.Second)},
+			after: 7 * time.Second},
+		{name: "lost with its node, an old takeover: at once", me: first, units: unit(nil),
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}},
+			other: &Takeover{Slot: "web/0", Node: "n8", From: "n7", At: t0.Add(-TakeoverWindow - time.Second)},
+			due:   true},
 		{name: "failed: never", me: first, units: unit(nil),
 			slot: &slotKV{value: SlotValue{State: SlotFailed}}, after: time.Hour},
 		{name: "corrupt: never", me: first, units: unit(nil),
@@ -80,6 +101,12 @@ func TestPlanTiming(t *testing.T) {
 				slots[0] = *tc.slot
 			}
 			f := planFleet(tc.me, nodes, slots)
+			if tc.storm {
+				f.storm = &StormRecord{At: t0}
+			}
+			if tc.other != nil {
+				f.takeovers = TakeoverLog{Takeovers: []Takeover{*tc.other}}
+			}
 			next, due := f.plan(tc.units, t0)
 			if tc.after == 0 {
 				if (len(due) == 1) != tc.due || next != tc.next {

@@ -14,6 +14,11 @@ const (
 	SlotsPrefix   = Prefix + "slots/"
 	PenaltyPrefix = Prefix + "penalty/"
 	AuditPrefix   = Prefix + "audit/"
+	ControlPrefix = Prefix + "control/"
+	// StormKey is control/storm: present while the storm brake is engaged.
+	StormKey = ControlPrefix + "storm"
+	// TakeoversKey is control/takeovers: the takeover budget's log.
+	TakeoversKey = ControlPrefix + "takeovers"
 )
 
 // SpecKey is deploy/<name>/spec/<n>: an immutable reified spec.

@@ -27,6 +27,9 @@ type SlotValue struct {
 	// Reschedules is the slot's reschedule tracker: it lives in the key, so
 	// it survives the loss of any node.
 	Reschedules []RescheduleEvent `json:"reschedules,omitempty"`
+	// Takeover: this claim took the slot over from a node that lost it
+	// (counted against the takeover budget, storm.go).
+	Takeover bool `json:"takeover,omitempty"`
 }
 
 // maxReschedules bounds the tracker kept in the key.

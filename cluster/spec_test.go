@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"github.com/hashicorp/consul/api"
 	"os"
 	"strings"
 	"testing"
@@ -122,12 +123,19 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"services":[{"Name":"a","Command":["x"],"Placement":{"Count":1}}]}`))
 	f.Add([]byte(`{"node":"n","state":"held","reschedules":[{"node":"n"}]}`))
 	f.Add([]byte(`null`))
+	f.Add([]byte(`{"at":"2026-11-23T10:00:00Z","node":"n1","vanished":["n2","n3"],"base":4}`))
+	f.Add([]byte(`{"takeovers":[{"slot":"api/1","node":"n1","from":"n2","at":"2026-11-23T10:00:00Z"}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if sp, err := DecodeSpec(b); err == nil {
 			_ = sp.Units()
 			_ = hashOf(sp)
 		}
 		_, _ = DecodeSlotValue(b)
+		if r, err := DecodeStormRecord(b); err == nil {
+			_ = r.Reason()
+		}
+		_, l := parseControl(api.KVPairs{{Key: StormKey, Value: b}, {Key: TakeoversKey, Value: b}}, func(string, string, error) {})
+		_, _ = l.with(Takeover{}).since(time.Time{})
 	})
 }
 

@@ -97,6 +97,7 @@ func (f *Fleet) watchNodes(ctx context.Context) {
 		nodes := parseNodes(entries)
 		f.mu.Lock()
 		f.nodes, f.haveNd = nodes, true
+		f.vanished, f.base = f.vanish.observe(nodes, f.cfg.Now())
 		f.mu.Unlock()
 		f.wake()
 		return meta.LastIndex, nil
@@ -117,6 +118,57 @@ func (f *Fleet) watchPenalties(ctx context.Context) {
 		f.wake()
 		return meta.LastIndex, nil
 	})
+}
+
+// watchControl follows control/: the storm brake (and, later, pause).
+func (f *Fleet) watchControl(ctx context.Context) {
+	reported := map[string]bool{}
+	f.watch(ctx, "control", func(q *api.QueryOptions) (uint64, error) {
+		pairs, meta, err := f.cfg.Client.KV().List(ControlPrefix, q)
+		if err != nil {
+			return 0, err
+		}
+		storm, takeovers := parseControl(pairs, func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) })
+		f.mu.Lock()
+		f.takeovers = takeovers
+		if f.storm != nil && storm == nil {
+			// Resumed: the vanishings that engaged the brake are dealt
+			// with; only new ones count towards the next storm.
+			f.vanish.forget()
+		}
+		f.storm, f.haveCtl = storm, true
+		f.mu.Unlock()
+		f.wake()
+		return meta.LastIndex, nil
+	})
+}
+
+// parseControl reads control/: the storm record, if the brake is engaged,
+// and the takeover log. A corrupt record is reported and skipped (the
+// brake is not engaged); a corrupt log is reported and counts as empty
+// (the next takeover overwrites it).
+func parseControl(pairs api.KVPairs, report func(key, msg string, err error)) (*StormRecord, TakeoverLog) {
+	var storm *StormRecord
+	var log TakeoverLog
+	for _, p := range pairs {
+		switch p.Key {
+		case StormKey:
+			r, err := DecodeStormRecord(p.Value)
+			if err != nil {
+				report(p.Key, "a corrupt storm record; ignoring it (mariposa resume deletes it)", err)
+				continue
+			}
+			storm = &r
+		case TakeoversKey:
+			l, err := DecodeTakeoverLog(p.Value)
+			if err != nil {
+				report(p.Key, "a corrupt takeover log; counting it as empty", err)
+				continue
+			}
+			log = l
+		}
+	}
+	return storm, log
 }
 
 // parseDeploy reads deploy/: each deployment's desired spec. Corrupt values

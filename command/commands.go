@@ -18,5 +18,6 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"deploy":   func() (cli.Command, error) { return &DeployCommand{UI: ui}, nil },
 		"why":      func() (cli.Command, error) { return &WhyCommand{UI: ui}, nil },
 		"logs":     func() (cli.Command, error) { return &LogsCommand{UI: ui}, nil },
+		"resume":   func() (cli.Command, error) { return &ResumeCommand{UI: ui}, nil },
 	}
 }

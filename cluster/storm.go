@@ -1,0 +1,262 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// The storm brake (CLUSTER.md section 4). A takeover is a claim of a slot
+// lost with its node: the value still says held by another node, and no
+// session holds the key. Two things bound takeovers; neither is a safety
+// property (the slot locks are):
+//
+//   - the budget: at most TakeoverBudget(instances) takeovers start in any
+//     TakeoverWindow across the fleet. control/takeovers lists the recent
+//     ones; a takeover's claim txn compare-and-sets it, so the budget is
+//     exact at no extra Raft write (the claim is one txn either way), and
+//     two nodes racing for the last token cannot both win;
+//   - the brake: when more than half of the live supervisors vanish within
+//     StormWindow (and at least two do), the first node to see it writes
+//     control/storm with its record in one txn, and while that key exists no
+//     node takes over a lost slot. Released slots are still placed, and a
+//     node coming back claims its own lost slots again. `mariposa resume`
+//     deletes the key.
+//
+// A supervisor vanishes when its mariposa entry in the catalog turns from
+// live to not live (serfHealth or the liveness check critical): a node
+// lost, cut off or crashed. A mariposa that stops gracefully deregisters
+// and releases its slots, so a fleet-wide restart of mariposa never trips
+// the brake. Slots lost before the brake engages (the first nodes of a
+// storm to vanish) may be taken over within the budget: until more than
+// half are gone, a lost node is a node loss.
+//
+// The brake is fleet-wide, not per zone as CLUSTER.md first sketched: with
+// zones of one or two nodes a per-zone majority is a single failure, and a
+// whole zone lost is exactly when its slots should move to the other zones.
+// What the brake is for is the fleet's own view being wrong (the servers
+// cut off from most nodes, a flapping network): that shows fleet-wide.
+
+const (
+	// StormWindow is how recently a supervisor must have vanished to count.
+	StormWindow = 60 * time.Second
+	// TakeoverWindow is the budget's window.
+	TakeoverWindow = 10 * time.Second
+)
+
+// StormRecord is the value of control/storm.
+type StormRecord struct {
+	At   time.Time `json:"at"`
+	Node string    `json:"node"` // the node that engaged the brake
+	// Vanished are the supervisors that vanished within StormWindow, of
+	// Base supervisors live at some point in that window.
+	Vanished []string `json:"vanished"`
+	Base     int      `json:"base"`
+}
+
+// Reason is the record's one-line explanation.
+func (r StormRecord) Reason() string {
+	return fmt.Sprintf("%d of %d supervisors vanished within %s", len(r.Vanished), r.Base, StormWindow)
+}
+
+// DecodeStormRecord reads control/storm's value.
+func DecodeStormRecord(b []byte) (StormRecord, error) {
+	var r StormRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return StormRecord{}, fmt.Errorf("not a mariposa storm record: %w", err)
+	}
+	if r.At.IsZero() {
+		return StormRecord{}, fmt.Errorf("not a mariposa storm record: no time")
+	}
+	return r, nil
+}
+
+func (r StormRecord) encode() []byte {
+	b, _ := json.Marshal(r)
+	return b
+}
+
+// Storm says whether vanished of base supervisors is a storm: more than
+// half, and at least two (a two-node fleet losing one is a node loss).
+func Storm(vanished, base int) bool {
+	return vanished >= 2 && 2*vanished > base
+}
+
+// TakeoverBudget is how many takeovers may start in a TakeoverWindow: a
+// tenth of the fleet's instances, rounded up, at least one.
+func TakeoverBudget(instances int) int {
+	return max(1, (instances+9)/10)
+}
+
+// vanishTracker follows which supervisors vanished, and when.
+type vanishTracker struct {
+	live map[string]bool      // as last observed
+	gone map[string]time.Time // vanished (live -> not live), when
+}
+
+// observe takes the supervisors as now read and returns those that
+// vanished within StormWindow (sorted) and how many were live at some
+// point in it (live now plus vanished).
+func (t *vanishTracker) observe(nodes []NodeInfo, now time.Time) (vanished []string, base int) {
+	if t.live == nil {
+		t.live, t.gone = map[string]bool{}, map[string]time.Time{}
+	}
+	seen := map[string]bool{}
+	liveNow := 0
+	for _, n := range nodes {
+		seen[n.Name] = true
+		if n.Live {
+			liveNow++
+			delete(t.gone, n.Name)
+		} else if t.live[n.Name] {
+			t.gone[n.Name] = now
+		}
+		t.live[n.Name] = n.Live
+	}
+	for n := range t.live {
+		if !seen[n] {
+			// Deregistered: a graceful stop (its slots were released), or
+			// the node reaped. Not a vanishing.
+			delete(t.live, n)
+			delete(t.gone, n)
+		}
+	}
+	for n, at := range t.gone {
+		if now.Sub(at) > StormWindow {
+			delete(t.gone, n)
+			continue
+		}
+		vanished = append(vanished, n)
+	}
+	sort.Strings(vanished)
+	return vanished, liveNow + len(vanished)
+}
+
+// forget drops the vanishings seen so far.
+func (t *vanishTracker) forget() { clear(t.gone) }
+
+// isTakeover: claiming s (read with no session) would take over a slot
+// lost with another node.
+func isTakeover(v SlotValue, node string) bool {
+	return v.State == SlotHeld && v.Node != "" && v.Node != node
+}
+
+// TakeoverLog is the value of control/takeovers: the takeovers started
+// within the last TakeoverWindow (older ones are dropped at each write).
+type TakeoverLog struct {
+	Takeovers []Takeover `json:"takeovers"`
+}
+
+// Takeover is one takeover in the log.
+type Takeover struct {
+	Slot string    `json:"slot"`
+	Node string    `json:"node"` // the node that took it over
+	From string    `json:"from"` // the node it was lost with
+	At   time.Time `json:"at"`
+}
+
+// DecodeTakeoverLog reads control/takeovers' value.
+func DecodeTakeoverLog(b []byte) (TakeoverLog, error) {
+	var l TakeoverLog
+	if err := json.Unmarshal(b, &l); err != nil {
+		return TakeoverLog{}, fmt.Errorf("not a mariposa takeover log: %w", err)
+	}
+	return l, nil
+}
+
+// since counts the takeovers at or after t, and returns the oldest of them.
+func (l TakeoverLog) since(t time.Time) (n int, oldest time.Time) {
+	for _, e := range l.Takeovers {
+		if e.At.Before(t) {
+			continue
+		}
+		n++
+		if oldest.IsZero() || e.At.Before(oldest) {
+			oldest = e.At
+		}
+	}
+	return n, oldest
+}
+
+// with is the log with e added and the entries out of the window dropped.
+func (l TakeoverLog) with(e Takeover) TakeoverLog {
+	out := TakeoverLog{Takeovers: []Takeover{}}
+	for _, x := range l.Takeovers {
+		if !x.At.Before(e.At.Add(-TakeoverWindow)) {
+			out.Takeovers = append(out.Takeovers, x)
+		}
+	}
+	out.Takeovers = append(out.Takeovers, e)
+	return out
+}
+
+func (l TakeoverLog) encode() []byte {
+	b, _ := json.Marshal(l)
+	return b
+}
+
+// errBudget: the takeover budget is spent; the claim waits for the window.
+var errBudget = errors.New("the takeover budget is spent")
+
+// budgetOp reads control/takeovers (consistently) and returns the op that
+// records e in it, compare-and-set on the value read, or errBudget.
+func budgetOp(client *api.Client, e Takeover, budget int) (*api.TxnOp, error) {
+	p, _, err := client.KV().Get(TakeoversKey, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", TakeoversKey, err)
+	}
+	var l TakeoverLog
+	var index uint64
+	if p != nil {
+		index = p.ModifyIndex
+		l, _ = DecodeTakeoverLog(p.Value) // corrupt: reported by the watch, overwritten here
+	}
+	if n, _ := l.since(e.At.Add(-TakeoverWindow)); n >= budget {
+		return nil, errBudget
+	}
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: TakeoversKey, Index: index, Value: l.with(e).encode()}}, nil
+}
+
+// ReadStorm reads control/storm: nil when the brake is not engaged.
+func ReadStorm(client *api.Client) (*StormRecord, error) {
+	p, _, err := client.KV().Get(StormKey, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || p == nil {
+		return nil, err
+	}
+	r, err := DecodeStormRecord(p.Value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", StormKey, err)
+	}
+	return &r, nil
+}
+
+// Resume lifts the storm brake: deletes control/storm (only the record it
+// read) with its audit record, in one txn. It returns the record lifted,
+// or nil if the brake was not engaged. A corrupt record is deleted too.
+func Resume(client *api.Client, by string) (*StormRecord, error) {
+	p, _, err := client.KV().Get(StormKey, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || p == nil {
+		return nil, err
+	}
+	r, derr := DecodeStormRecord(p.Value)
+	reason := "corrupt storm record"
+	if derr == nil {
+		reason = "storm brake engaged by " + r.Node + " at " + r.At.UTC().Format(time.RFC3339) + ": " + r.Reason()
+	}
+	now := time.Now().UTC()
+	ok, _, _, err := client.Txn().Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: StormKey, Index: p.ModifyIndex}},
+		AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Action: "resume", Reason: reason}),
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, fmt.Errorf("%s changed while resuming; run mariposa resume again", StormKey)
+	}
+	return &r, nil
+}

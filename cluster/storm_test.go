@@ -1,0 +1,184 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+func TestStorm(t *testing.T) {
+	for _, tc := range []struct {
+		vanished, base int
+		want           bool
+	}{
+		{0, 0, false},
+		{1, 1, false}, // a one-node fleet losing its node: a node loss
+		{1, 2, false},
+		{2, 3, true},
+		{2, 4, false}, // half is not more than half
+		{3, 5, true},
+		{5, 10, false},
+		{6, 10, true},
+		{51, 100, true},
+	} {
+		if got := Storm(tc.vanished, tc.base); got != tc.want {
+			t.Errorf("Storm(%d, %d) = %v, want %v", tc.vanished, tc.base, got, tc.want)
+		}
+	}
+}
+
+func TestTakeoverBudget(t *testing.T) {
+	for in, want := range map[int]int{0: 1, 1: 1, 10: 1, 11: 2, 45: 5, 650: 65} {
+		if got := TakeoverBudget(in); got != want {
+			t.Errorf("TakeoverBudget(%d) = %d, want %d", in, got, want)
+		}
+	}
+}
+
+// TestVanishTracker: a sequence of reads of the supervisors, and what
+// counts as vanished after each.
+func TestVanishTracker(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	live := func(names ...string) []NodeInfo {
+		var out []NodeInfo
+		for _, n := range names {
+			out = append(out, NodeInfo{Name: n, Live: true})
+		}
+		return out
+	}
+	dead := func(nodes []NodeInfo, names ...string) []NodeInfo {
+		out := slices.Clone(nodes)
+		for i := range out {
+			if slices.Contains(names, out[i].Name) {
+				out[i].Live = false
+			}
+		}
+		return out
+	}
+	all := live("a", "b", "c", "d", "e")
+	var tr vanishTracker
+	for _, st := range []struct {
+		name     string
+		at       time.Duration
+		nodes    []NodeInfo
+		forget   bool
+		vanished []string
+		base     int
+	}{
+		{name: "first read", nodes: all, base: 5},
+		{name: "already dead at the first read would not count", at: time.Second, nodes: all, base: 5},
+		{name: "two go critical", at: 2 * time.Second, nodes: dead(all, "a", "b"), vanished: []string{"a", "b"}, base: 5},
+		{name: "read again: no change", at: 3 * time.Second, nodes: dead(all, "a", "b"), vanished: []string{"a", "b"}, base: 5},
+		{name: "a third: a storm", at: 10 * time.Second, nodes: dead(all, "a", "b", "c"), vanished: []string{"a", "b", "c"}, base: 5},
+		{name: "one comes back", at: 20 * time.Second, nodes: dead(all, "a", "b"), vanished: []string{"a", "b"}, base: 5},
+		{name: "out of the window", at: 63 * time.Second, nodes: dead(all, "a", "b"), base: 3},
+		{name: "a graceful stop deregisters: not a vanishing", at: 64 * time.Second, nodes: live("c", "d"), base: 2},
+		{name: "a new node", at: 65 * time.Second, nodes: live("c", "d", "f"), base: 3},
+		{name: "resume forgets", at: 66 * time.Second, nodes: dead(live("c", "d", "f"), "c", "d"), forget: true, base: 1},
+		{name: "only new vanishings count after", at: 67 * time.Second, nodes: dead(live("c", "d", "f"), "c", "d", "f"), vanished: []string{"f"}, base: 1},
+	} {
+		if st.forget {
+			tr.observe(st.nodes, t0.Add(st.at))
+			tr.forget()
+		}
+		v, base := tr.observe(st.nodes, t0.Add(st.at))
+		if !slices.Equal(v, st.vanished) || base != st.base {
+			t.Fatalf("%s: vanished %v of %d, want %v of %d", st.name, v, base, st.vanished, st.base)
+		}
+	}
+}
+
+func TestTakeoverLog(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	var l TakeoverLog
+	for _, d := range []time.Duration{-20 * time.Second, -3 * time.Second, -1 * time.Second} {
+		l.Takeovers = append(l.Takeovers, Takeover{Slot: "api/0", At: t0.Add(d)})
+	}
+	n, oldest := l.since(t0.Add(-TakeoverWindow))
+	if n != 2 || !oldest.Equal(t0.Add(-3*time.Second)) {
+		t.Fatalf("takeovers %d, oldest %v", n, oldest)
+	}
+	l2 := l.with(Takeover{Slot: "api/1", At: t0})
+	if len(l2.Takeovers) != 3 || l2.Takeovers[0].At != t0.Add(-3*time.Second) || l2.Takeovers[2].Slot != "api/1" {
+		t.Fatalf("with: %+v", l2)
+	}
+	if len(l.Takeovers) != 3 || l.Takeovers[0].At != t0.Add(-20*time.Second) {
+		t.Fatal("with changed the log it was called on")
+	}
+	if _, err := DecodeTakeoverLog([]byte("{")); err == nil {
+		t.Error("a corrupt log decoded")
+	}
+}
+
+func TestDecodeStormRecord(t *testing.T) {
+	if _, err := DecodeStormRecord([]byte(`{"node":"n1"}`)); err == nil {
+		t.Error("a record without a time decoded")
+	}
+	if _, err := DecodeStormRecord([]byte(`[1]`)); err == nil {
+		t.Error("an array decoded")
+	}
+	r, err := DecodeStormRecord([]byte(`{"at":"2026-11-23T10:00:00Z","node":"n1","vanished":["n2","n3"],"base":4}`))
+	if err != nil || r.Reason() != "2 of 4 supervisors vanished within 1m0s" {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
+
+// TestBudgetOpRace: nodes racing for the takeover budget on a real Consul
+// each read control/takeovers and compare-and-set it in their claim txn;
+// however they interleave, no more than the budget win.
+func TestBudgetOpRace(t *testing.T) {
+	c := consultest.NewDev(t).Client(t)
+	now := time.Now()
+	const budget, racers = 2, 6
+	var mu sync.Mutex
+	won := 0
+	var wg sync.WaitGroup
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				op, err := budgetOp(c, Takeover{Slot: fmt.Sprintf("api/%d", i), Node: fmt.Sprintf("n%d", i), At: now}, budget)
+				if errors.Is(err, errBudget) {
+					return
+				}
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ok, _, _, err := c.Txn().Txn(api.TxnOps{op}, nil)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if ok {
+					mu.Lock()
+					won++
+					mu.Unlock()
+					return
+				}
+				// Lost the compare-and-set: read again.
+			}
+		}()
+	}
+	wg.Wait()
+	p, _, err := c.KV().Get(TakeoversKey, nil)
+	if err != nil || p == nil {
+		t.Fatalf("control/takeovers: %v", err)
+	}
+	l, err := DecodeTakeoverLog(p.Value)
+	if won != budget || err != nil || len(l.Takeovers) != budget {
+		t.Fatalf("%d won, log %+v (%v); want %d", won, l, err, budget)
+	}
+	// Out of the window, the budget is there again.
+	if _, err := budgetOp(c, Takeover{Slot: "api/9", At: now.Add(TakeoverWindow + time.Second)}, budget); err != nil {
+		t.Fatalf("after the window: %v", err)
+	}
+}
