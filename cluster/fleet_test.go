@@ -124,3 +124,59 @@ func TestPlanTiming(t *testing.T) {
 		})
 	}
 }
+
+// TestWaiting: what a node's liveness check says about the free slots it
+// could run.
+func TestWaiting(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	nodes := []string{"n1", "n2", "n3"}
+	p := &schema.Placement{Count: 1, MaxPerNode: 1, Reschedule: schema.Reschedule{Unlimited: true, NodeLostAfter: time.Minute}}
+	units := map[string]UnitSpec{"api": {Unit: Unit{Name: "api", Placement: p}, Services: []*schema.Service{{Name: "api"}}}}
+	ranking := Assign(units["api"].Unit, []int{0}, View{Nodes: planFleet("n1", nodes, nil).nodes}, t0)[0]
+	first, second := ranking[0].Node, ranking[1].Node
+	lost := &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}}
+	for _, tc := range []struct {
+		name   string
+		me     string
+		slot   *slotKV
+		storm  bool
+		budget bool
+		want   string
+	}{
+		{name: "claiming now: nothing to say", me: first},
+		{name: "rank 2", me: second, want: "slot api/0 free; rank 2 of 3, claiming in 200ms"},
+		{name: "node_lost_after", me: first, slot: lost,
+			want: "slot api/0 lost with n9; rank 1 of 3, after the reschedule delay or node_lost_after, claiming in 1m0s"},
+		{name: "storm brake", me: first, storm: true,
+			slot: &slotKV{value: SlotValue{Node: "n9", State: SlotHeld, Since: t0.Add(-time.Hour)}},
+			want: "slot api/0 lost with n9; rank 1 of 3, takeovers paused by the storm brake (mariposa resume)"},
+		{name: "budget", me: first, budget: true,
+			slot: &slotKV{value: SlotValue{Node: "n9", State: SlotHeld, Since: t0.Add(-time.Hour)}},
+			want: "slot api/0 lost with n9; rank 1 of 3, the takeover budget is spent, claiming in 8s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			slots := map[int]slotKV{}
+			if tc.slot != nil {
+				slots[0] = *tc.slot
+			}
+			f := planFleet(tc.me, nodes, slots)
+			u := units
+			if tc.storm || tc.budget {
+				// No node_lost_after: the takeover is due at once.
+				q := *p
+				q.Reschedule.NodeLostAfter = 0
+				u = map[string]UnitSpec{"api": {Unit: Unit{Name: "api", Placement: &q}, Services: units["api"].Services}}
+			}
+			if tc.storm {
+				f.storm = &StormRecord{At: t0}
+			}
+			if tc.budget {
+				f.takeovers = TakeoverLog{Takeovers: []Takeover{{Slot: "web/0", At: t0.Add(-2 * time.Second)}}}
+			}
+			f.plan(u, t0)
+			if got := f.Waiting(); got != tc.want {
+				t.Errorf("Waiting() = %q\nwant        %q", got, tc.want)
+			}
+		})
+	}
+}

@@ -49,6 +49,7 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 		f := cluster.NewFleet(cluster.FleetConfig{Client: m.client, Node: r.Node(), Lease: r.Leases().Lease(0, 0),
 			Runner: r, Log: m.log})
 		f.SetLocal(cfg)
+		r.SetLivenessNote(f.Waiting)
 		m.f.Store(f)
 		_ = f.Run(ctx)
 	}()

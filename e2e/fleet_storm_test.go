@@ -22,8 +22,9 @@ import (
 // node engages the brake (control/storm, with its audit record); the slots
 // lost with the dead nodes are not taken over, well past the lock delay and
 // rank delays that normally move them within a few seconds, while a newly
-// deployed unit is still placed; `mariposa resume` lifts the brake and the
-// survivors take the lost slots over.
+// deployed unit is still placed, and the survivors' liveness checks say
+// why they wait; `mariposa resume` lifts the brake and the survivors take
+// the lost slots over.
 func TestFleetStormBrake(t *testing.T) {
 	consultest.SkipShort(t, "fault injection in -short mode")
 	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 3, Clients: 5})
@@ -126,6 +127,25 @@ service %q {
 		n, s := free()
 		return n == lostNow, s
 	})
+
+	// Each survivor's liveness check says why it waits (the agent's own
+	// view: output changes reach the catalog only every 5 minutes).
+	for _, n := range names[3:] {
+		ac := cl.Agent(n).Client(t).Agent()
+		waitFor(t, 10*time.Second, n+"'s liveness check names the brake", func() (bool, string) {
+			cs, err := ac.Checks()
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, hc := range cs {
+				if hc.ServiceName == "mariposa" {
+					return strings.Contains(hc.Output, "lost with client-") &&
+						strings.Contains(hc.Output, "takeovers paused by the storm brake (mariposa resume)"), hc.Output
+				}
+			}
+			return false, "no liveness check"
+		})
+	}
 
 	out, err := exec.Command(mariposaBin, "resume", "-consul-addr", cl.Servers[0].HTTPAddr()).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "is lifted") {

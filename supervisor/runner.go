@@ -82,6 +82,8 @@ type Runner struct {
 	// abandoned: another supervisor holds the node now; stop without
 	// touching the registrations, which are its own.
 	abandoned atomic.Bool
+	// note adds to the liveness check's output (SetLivenessNote).
+	note atomic.Pointer[func() string]
 
 	// Set by Run before any instance starts.
 	leases  *lease.Manager
@@ -402,6 +404,14 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
+// SetLivenessNote makes note's answer, when not empty, the lines below
+// "alive" in mariposa's liveness check output, from the next heartbeat: the
+// fleet says there which free slots this node waits for and why. An output
+// change alone costs no Raft write (the agent syncs it to the catalog at
+// check_update_interval, 5 minutes by default); the agent's own API shows
+// it at once.
+func (r *Runner) SetLivenessNote(note func() string) { r.note.Store(&note) }
+
 // heartbeat keeps mariposa's liveness check passing, every third of its
 // TTL, until ctx ends. Before the registry has registered the check the
 // agent refuses the update; the next beat tries again.
@@ -415,8 +425,14 @@ func (r *Runner) heartbeat(ctx context.Context, checkID string) {
 			return
 		case <-t.C:
 		}
+		out := "alive"
+		if note := r.note.Load(); note != nil {
+			if n := (*note)(); n != "" {
+				out += "\n" + n
+			}
+		}
 		cctx, cancel := context.WithTimeout(ctx, every)
-		_ = r.opts.Client.Agent().UpdateTTLOpts(checkID, "alive", api.HealthPassing, (&api.QueryOptions{}).WithContext(cctx))
+		_ = r.opts.Client.Agent().UpdateTTLOpts(checkID, out, api.HealthPassing, (&api.QueryOptions{}).WithContext(cctx))
 		cancel()
 	}
 }
