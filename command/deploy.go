@@ -36,7 +36,16 @@ Usage: mariposa deploy [options] PATH...
   Two deploys at once cannot both win: the desired spec moves with a
   check-and-set, and the loser is told to try again.
 
+  Before writing, each unit is checked against the live supervisors: one
+  that no live node can run (every node fails a constraint on its own
+  attributes) is an error that names each node and the constraint it
+  fails, and nothing is deployed; one whose count the feasible nodes
+  cannot hold at its max_per_node is a warning with the numbers.
+
 Options:
+
+  -allow-unplaced    Deploy even a unit no live node can run now, to wait
+                     for nodes that qualify.
 
   -name=NAME         The deployment (default "default"). Each deployment
                      holds its own services; a service name must be unique
@@ -50,14 +59,16 @@ Options:
 func (c *DeployCommand) Run(args []string) int {
 	vars := varFlags{}
 	var (
-		cf   consulFlags
-		name string
+		cf            consulFlags
+		name          string
+		allowUnplaced bool
 	)
 	fs := flag.NewFlagSet("deploy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cf.register(fs)
 	fs.Var(vars, "var", "")
 	fs.StringVar(&name, "name", "default", "")
+	fs.BoolVar(&allowUnplaced, "allow-unplaced", false, "")
 	paths, ok := parsePaths(c.UI, fs, args, c.Help(), "mariposa deploy: no service files given")
 	if !ok {
 		return 1
@@ -80,6 +91,25 @@ func (c *DeployCommand) Run(args []string) int {
 	client, err := cf.client()
 	if err != nil {
 		c.UI.Error("mariposa deploy: " + err.Error())
+		return 1
+	}
+	fits, err := cluster.FitSpec(client, spec)
+	if err != nil {
+		c.UI.Error("mariposa deploy: " + err.Error())
+		return 1
+	}
+	var unplaceable []string
+	for _, f := range fits {
+		switch {
+		case f.Unplaceable && !allowUnplaced:
+			unplaceable = append(unplaceable, f.String())
+		case f.String() != "":
+			c.UI.Warn("Warning: " + f.String())
+		}
+	}
+	if len(unplaceable) > 0 {
+		c.UI.Error("mariposa deploy: " + strings.Join(unplaceable, "\n") +
+			"\nNothing was deployed. Fix the constraints, or deploy with -allow-unplaced to wait for nodes that qualify.")
 		return 1
 	}
 	res, err := cluster.Deploy(client, spec, actor())
