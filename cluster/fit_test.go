@@ -33,7 +33,7 @@ func TestFitOf(t *testing.T) {
 			want: "api: count 3, but 2 of 3 live nodes are feasible at max_per_node 1: room for 2; 1 slot stays free until more nodes qualify:\n" +
 				"  n3: node.meta.zone = \"z3\" fails != \"z3\" (a.hcl:4:3)"},
 		{name: "a service constraint alone is never unplaceable (it may start with the deployment)",
-			p:    schema.Placement{Count: 1, MaxPerNode: 1, Constraints: []*schema.Constraint{{Attribute: "service.cache", Operator: "is_set"}}},
+			p: schema.Placement{Count: 1, MaxPerNode: 1, Constraints: []*schema.Constraint{{Attribute: "service.cache", Operator: "is_set"}}},
 			want: "api: count 1, but 0 of 3 live nodes are feasible at max_per_node 1: room for 0; 1 slot stays free until more nodes qualify:\n" +
 				"  n1: service.cache not set fails is_set\n  n2: service.cache not set fails is_set\n  n3: service.cache not set fails is_set"},
 		{name: "co-located with db: short", p: schema.Placement{Count: 2, MaxPerNode: 1, Constraints: []*schema.Constraint{svc}},

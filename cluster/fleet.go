@@ -510,13 +510,17 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 	}
 	stillVacant := map[string]bool{}
 	names := make([]string, 0, len(units))
-	instances := 0
-	for n, u := range units {
+	for n := range units {
 		names = append(names, n)
-		instances += count(u)
 	}
-	budget := TakeoverBudget(instances)
-	used, oldest := f.takeovers.since(now.Add(-TakeoverWindow))
+	live := 0
+	for _, n := range f.nodes {
+		if n.Live {
+			live++
+		}
+	}
+	budget := TakeoverBudget(max(f.base, live))
+	tlog := f.takeovers // with the takeovers planned below
 	sort.Strings(names)
 	for _, name := range names {
 		u := units[name]
@@ -606,14 +610,12 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 					f.waiting = append(f.waiting, fmt.Sprintf("slot %s; %s, takeovers paused by the storm brake (mariposa resume)", what, ranked))
 					continue // the brake: resume wakes us
 				}
-				if used >= budget {
-					if oldest.IsZero() {
-						oldest = now
-					}
+				from := f.slots[name][k].value.Node
+				if ok, oldest := tlog.allows(from, now, budget); !ok {
 					at = oldest.Add(TakeoverWindow + d) // ranks still apart
 					why = ", the takeover budget is spent"
 				} else {
-					used++
+					tlog = tlog.with(Takeover{Slot: id, Node: f.cfg.Node, From: from, At: now})
 				}
 			}
 			if !now.Before(at) {

@@ -80,6 +80,10 @@ func TestPlanTiming(t *testing.T) {
 			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}},
 			other: &Takeover{Slot: "web/0", Node: "n8", From: "n7", At: t0.Add(-2 * time.Second)},
 			after: 7 * time.Second},
+		{name: "lost with its node, budget spent on the same node: at once", me: first, units: unit(nil),
+			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}},
+			other: &Takeover{Slot: "web/0", Node: "n8", From: "n9", At: t0.Add(-2 * time.Second)},
+			due:   true},
 		{name: "lost with its node, an old takeover: at once", me: first, units: unit(nil),
 			slot:  &slotKV{value: SlotValue{Node: "n9", State: SlotHeld}},
 			other: &Takeover{Slot: "web/0", Node: "n8", From: "n7", At: t0.Add(-TakeoverWindow - time.Second)},
@@ -171,7 +175,7 @@ func TestWaiting(t *testing.T) {
 				f.storm = &StormRecord{At: t0}
 			}
 			if tc.budget {
-				f.takeovers = TakeoverLog{Takeovers: []Takeover{{Slot: "web/0", At: t0.Add(-2 * time.Second)}}}
+				f.takeovers = TakeoverLog{Takeovers: []Takeover{{Slot: "web/0", From: "n7", At: t0.Add(-2 * time.Second)}}}
 			}
 			f.plan(u, t0)
 			if got := f.Waiting(); got != tc.want {

@@ -135,7 +135,7 @@ func FuzzDecode(f *testing.F) {
 			_ = r.Reason()
 		}
 		_, l := parseControl(api.KVPairs{{Key: StormKey, Value: b}, {Key: TakeoversKey, Value: b}}, func(string, string, error) {})
-		_, _ = l.with(Takeover{}).since(time.Time{})
+		_, _ = l.with(Takeover{}).allows("", time.Time{}, 1)
 	})
 }
 

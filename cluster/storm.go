@@ -15,11 +15,15 @@ import (
 // session holds the key. Two things bound takeovers; neither is a safety
 // property (the slot locks are):
 //
-//   - the budget: at most TakeoverBudget(instances) takeovers start in any
-//     TakeoverWindow across the fleet. control/takeovers lists the recent
-//     ones; a takeover's claim txn compare-and-sets it, so the budget is
-//     exact at no extra Raft write (the claim is one txn either way), and
-//     two nodes racing for the last token cannot both win;
+//   - the budget: the slots of at most TakeoverBudget(supervisors) lost
+//     nodes are taken over in any TakeoverWindow across the fleet, a tenth
+//     of the supervisors, rounded up (Kubernetes' node eviction rate, 0.1
+//     node/s, is the same idea). It counts nodes, not instances: every slot
+//     of one lost node moves at once, however many it held, so a plain
+//     node loss is never slowed. control/takeovers lists the recent
+//     takeovers; a takeover's claim txn compare-and-sets it, so the budget
+//     is exact at no extra Raft write (the claim is one txn either way),
+//     and two nodes racing for the last token cannot both win;
 //   - the brake: when more than half of the live supervisors vanish within
 //     StormWindow (and at least two do), the first node to see it writes
 //     control/storm with its record in one txn, and while that key exists no
@@ -86,10 +90,10 @@ func Storm(vanished, base int) bool {
 	return vanished >= 2 && 2*vanished > base
 }
 
-// TakeoverBudget is how many takeovers may start in a TakeoverWindow: a
-// tenth of the fleet's instances, rounded up, at least one.
-func TakeoverBudget(instances int) int {
-	return max(1, (instances+9)/10)
+// TakeoverBudget is how many lost nodes' slots may be taken over within a
+// TakeoverWindow: a tenth of the supervisors, rounded up, at least one.
+func TakeoverBudget(supervisors int) int {
+	return max(1, (supervisors+9)/10)
 }
 
 // vanishTracker follows which supervisors vanished, and when.
@@ -168,18 +172,22 @@ func DecodeTakeoverLog(b []byte) (TakeoverLog, error) {
 	return l, nil
 }
 
-// since counts the takeovers at or after t, and returns the oldest of them.
-func (l TakeoverLog) since(t time.Time) (n int, oldest time.Time) {
+// allows says whether a takeover from the lost node from, at, fits the
+// budget: its node's slots are already being taken over in the window, or
+// fewer than budget nodes' are. If not, oldest is the oldest takeover in
+// the window (the budget frees up a window after it).
+func (l TakeoverLog) allows(from string, at time.Time, budget int) (ok bool, oldest time.Time) {
+	nodes := map[string]bool{}
 	for _, e := range l.Takeovers {
-		if e.At.Before(t) {
+		if e.At.Before(at.Add(-TakeoverWindow)) {
 			continue
 		}
-		n++
+		nodes[e.From] = true
 		if oldest.IsZero() || e.At.Before(oldest) {
 			oldest = e.At
 		}
 	}
-	return n, oldest
+	return nodes[from] || len(nodes) < budget, oldest
 }
 
 // with is the log with e added and the entries out of the window dropped.
@@ -215,7 +223,7 @@ func budgetOp(client *api.Client, e Takeover, budget int) (*api.TxnOp, error) {
 		index = p.ModifyIndex
 		l, _ = DecodeTakeoverLog(p.Value) // corrupt: reported by the watch, overwritten here
 	}
-	if n, _ := l.since(e.At.Add(-TakeoverWindow)); n >= budget {
+	if ok, _ := l.allows(e.From, e.At, budget); !ok {
 		return nil, errBudget
 	}
 	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: TakeoversKey, Index: index, Value: l.with(e).encode()}}, nil

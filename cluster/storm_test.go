@@ -35,7 +35,7 @@ func TestStorm(t *testing.T) {
 }
 
 func TestTakeoverBudget(t *testing.T) {
-	for in, want := range map[int]int{0: 1, 1: 1, 10: 1, 11: 2, 45: 5, 650: 65} {
+	for in, want := range map[int]int{0: 1, 1: 1, 5: 1, 10: 1, 11: 2, 100: 10, 101: 11} {
 		if got := TakeoverBudget(in); got != want {
 			t.Errorf("TakeoverBudget(%d) = %d, want %d", in, got, want)
 		}
@@ -97,19 +97,34 @@ func TestVanishTracker(t *testing.T) {
 
 func TestTakeoverLog(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	var l TakeoverLog
-	for _, d := range []time.Duration{-20 * time.Second, -3 * time.Second, -1 * time.Second} {
-		l.Takeovers = append(l.Takeovers, Takeover{Slot: "api/0", At: t0.Add(d)})
+	l := TakeoverLog{Takeovers: []Takeover{
+		{Slot: "api/0", From: "old", At: t0.Add(-20 * time.Second)}, // out of the window
+		{Slot: "api/1", From: "n1", At: t0.Add(-3 * time.Second)},
+		{Slot: "web/1", From: "n1", At: t0.Add(-2 * time.Second)},
+		{Slot: "api/2", From: "n2", At: t0.Add(-1 * time.Second)},
+	}}
+	for _, tc := range []struct {
+		from   string
+		budget int
+		ok     bool
+	}{
+		{"n1", 1, true}, // n1's slots are already moving: the rest of them go too
+		{"n2", 1, true},
+		{"n3", 1, false},
+		{"n3", 2, false},
+		{"n3", 3, true},
+		{"old", 2, false},
+	} {
+		ok, oldest := l.allows(tc.from, t0, tc.budget)
+		if ok != tc.ok || !oldest.Equal(t0.Add(-3*time.Second)) {
+			t.Errorf("allows(%s, budget %d) = %v, %v; want %v", tc.from, tc.budget, ok, oldest, tc.ok)
+		}
 	}
-	n, oldest := l.since(t0.Add(-TakeoverWindow))
-	if n != 2 || !oldest.Equal(t0.Add(-3*time.Second)) {
-		t.Fatalf("takeovers %d, oldest %v", n, oldest)
-	}
-	l2 := l.with(Takeover{Slot: "api/1", At: t0})
-	if len(l2.Takeovers) != 3 || l2.Takeovers[0].At != t0.Add(-3*time.Second) || l2.Takeovers[2].Slot != "api/1" {
+	l2 := l.with(Takeover{Slot: "api/3", From: "n3", At: t0})
+	if len(l2.Takeovers) != 4 || l2.Takeovers[0].Slot != "api/1" || l2.Takeovers[3].Slot != "api/3" {
 		t.Fatalf("with: %+v", l2)
 	}
-	if len(l.Takeovers) != 3 || l.Takeovers[0].At != t0.Add(-20*time.Second) {
+	if len(l.Takeovers) != 4 || l.Takeovers[0].Slot != "api/0" {
 		t.Fatal("with changed the log it was called on")
 	}
 	if _, err := DecodeTakeoverLog([]byte("{")); err == nil {
@@ -130,9 +145,9 @@ func TestDecodeStormRecord(t *testing.T) {
 	}
 }
 
-// TestBudgetOpRace: nodes racing for the takeover budget on a real Consul
-// each read control/takeovers and compare-and-set it in their claim txn;
-// however they interleave, no more than the budget win.
+// TestBudgetOpRace: nodes racing to take over the slots of different lost
+// nodes each read control/takeovers and compare-and-set it in their claim
+// txn; however they interleave, no more lost nodes than the budget win.
 func TestBudgetOpRace(t *testing.T) {
 	c := consultest.NewDev(t).Client(t)
 	now := time.Now()
@@ -145,7 +160,7 @@ func TestBudgetOpRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				op, err := budgetOp(c, Takeover{Slot: fmt.Sprintf("api/%d", i), Node: fmt.Sprintf("n%d", i), At: now}, budget)
+				op, err := budgetOp(c, Takeover{Slot: fmt.Sprintf("api/%d", i), Node: "n0", From: fmt.Sprintf("lost%d", i), At: now}, budget)
 				if errors.Is(err, errBudget) {
 					return
 				}
@@ -178,7 +193,10 @@ func TestBudgetOpRace(t *testing.T) {
 		t.Fatalf("%d won, log %+v (%v); want %d", won, l, err, budget)
 	}
 	// Out of the window, the budget is there again.
-	if _, err := budgetOp(c, Takeover{Slot: "api/9", At: now.Add(TakeoverWindow + time.Second)}, budget); err != nil {
+	if _, err := budgetOp(c, Takeover{Slot: "api/8", From: l.Takeovers[0].From, At: now}, budget); err != nil {
+		t.Fatalf("another slot of a node already moving: %v", err)
+	}
+	if _, err := budgetOp(c, Takeover{Slot: "api/9", From: "another", At: now.Add(TakeoverWindow + time.Second)}, budget); err != nil {
 		t.Fatalf("after the window: %v", err)
 	}
 }
