@@ -145,9 +145,25 @@ service "web" {
 		})
 	}
 	wantDNS(3, holders)
+	// Scaling down stops slot 2's instance only: the ones that stay keep
+	// running (a count is the fleet's business, not the process's).
+	webWatch := map[int]*childWatch{}
+	before := map[int][]int{}
+	for k := 0; k < 2; k++ {
+		webWatch[k] = watchChildren(t, filepath.Join(dir, "web."+holders[k]+".stamps"))
+		waitFor(t, 10*time.Second, fmt.Sprintf("web/%d's child seen", k), func() (bool, string) {
+			before[k] = webWatch[k].running()
+			return len(before[k]) == 1, fmt.Sprint(before[k])
+		})
+	}
 	deploy(t, cl.Servers[0], "-name", "web", web(2))
 	holders = placed(2)
 	wantDNS(2, holders)
+	for k := 0; k < 2; k++ {
+		if got := webWatch[k].running(); !slices.Equal(got, before[k]) {
+			t.Errorf("scale-down restarted web/%d: children %v, were %v", k, got, before[k])
+		}
+	}
 
 	// (b) node_lost_after on a non-exclusive slot.
 	const lostAfter = 20 * time.Second

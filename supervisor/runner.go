@@ -620,7 +620,7 @@ func (r *Runner) apply(cfg *schema.Config, slots []SlotInstance) ApplyResult {
 		switch {
 		case !ok:
 			stop = append(stop, key)
-		case !reflect.DeepEqual(sp.svc, in.svc) || !sameSlot(sp.slot, in.slot):
+		case !sameService(sp.svc, in.svc) || !sameSlot(sp.slot, in.slot):
 			restart = append(restart, key)
 		default:
 			res.Unchanged = append(res.Unchanged, key)
@@ -658,6 +658,21 @@ func (r *Runner) apply(cfg *schema.Config, slots []SlotInstance) ApplyResult {
 	res.Stopped = stop
 	r.log.Info("applied", "started", res.Started, "restarted", res.Restarted, "stopped", res.Stopped, "unchanged", len(res.Unchanged))
 	return res
+}
+
+// sameService: a and b run the same way. Placement (count, constraints,
+// ...) is the fleet's business, not the process's: scaling a unit from 3
+// to 2 must not restart the instances that stay.
+func sameService(a, b *schema.Service) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := *a, *b
+	if (x.Placement == nil) != (y.Placement == nil) {
+		return false // a local service becoming a cluster unit, or back
+	}
+	x.Placement, y.Placement = nil, nil
+	return reflect.DeepEqual(&x, &y)
 }
 
 // sameSlot: the same hold (an exclusive slot lost and claimed again is a
