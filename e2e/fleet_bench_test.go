@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,10 +17,13 @@ import (
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
-// BenchmarkFleetNodeLoss: a fleet of real client agents (fleetNodes, each
-// with its own mariposa -cluster) runs 10 services of count 3..7 (45
-// slots, max_per_node 1); one node in ten is lost (kill -9 of its agent
-// and its mariposa). Printed: per affected service, the time from the kill
+// BenchmarkFleetNodeLoss: a fleet of real client agents (10, or
+// MARIPOSA_BENCH_NODES; each with its own mariposa -cluster) runs 10
+// services of count 3..10 (59 slots, max_per_node 1); a tenth of the nodes
+// (at least one), those holding the most slots, are lost at once (kill -9
+// of their agents and mariposas), for MARIPOSA_BENCH_ROUNDS rounds (default
+// one) or until half are gone.
+// Printed: per affected service, the time from the kill
 // until it is back at full count on live nodes with every instance passing
 // (p50, p99 over the services and rounds), the Raft log entries per vacancy
 // in that window (every write: claims, session invalidations, health and
@@ -32,8 +37,22 @@ func BenchmarkFleetNodeLoss(b *testing.B) {
 	}
 }
 
+// benchFleetNodes is the fleet's size: MARIPOSA_BENCH_NODES, default 10
+// (make bench-fleet NODES=n).
+func benchFleetNodes(b *testing.B) int {
+	n := 10
+	if v := os.Getenv("MARIPOSA_BENCH_NODES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 2 {
+			b.Fatalf("MARIPOSA_BENCH_NODES=%q: want a number of nodes, at least 2", v)
+		}
+	}
+	return n
+}
+
 func fleetNodeLoss(b *testing.B, consulGossip bool) {
-	const fleetNodes = 10
+	fleetNodes := benchFleetNodes(b)
+	perRound := max(1, fleetNodes/10) // a tenth of the fleet at once
 	cl := consultest.NewFleet(b, consultest.FleetOptions{Servers: 3, Clients: fleetNodes, ConsulGossip: consulGossip,
 		NodeMeta: func(i int) map[string]string { return map[string]string{"zone": "z" + strconv.Itoa(i%3)} }})
 	c := cl.Servers[0].Client(b)
@@ -46,9 +65,11 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	})
 	var hcl strings.Builder
 	counts := map[string]int{}
+	slotsTotal := 0
 	for i := 0; i < 10; i++ {
 		name := fmt.Sprintf("svc%d", i)
-		counts[name] = 3 + i%5
+		counts[name] = 3 + i%8
+		slotsTotal += counts[name]
 		fmt.Fprintf(&hcl, "service %q {\n  command = [%q]\n  env = { STAMP_SLEEP_MS = \"-1\" }\n  count = %d\n  exclusive = %v\n}\n",
 			name, stampBin, counts[name], i%2 == 0)
 	}
@@ -97,8 +118,12 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	var times []time.Duration
 	var entries, vacancies, overRuns int
 	dead := map[string]bool{}
-	for i := 0; i < b.N && len(dead) < fleetNodes/2; i++ {
-		// The victim: the live node holding the most slots.
+	rounds := b.N
+	if v, err := strconv.Atoi(os.Getenv("MARIPOSA_BENCH_ROUNDS")); err == nil && v > rounds {
+		rounds = v
+	}
+	for i := 0; i < rounds && len(dead)+perRound <= fleetNodes/2; i++ {
+		// The victims: the live nodes holding the most slots.
 		load := map[string]int{}
 		for name := range counts {
 			for _, n := range slotHoldersOf(c, name) {
@@ -107,25 +132,36 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 				}
 			}
 		}
-		victim, most := "", -1
-		for n, l := range load {
-			if l > most || (l == most && n < victim) {
-				victim, most = n, l
+		byLoad := make([]string, 0, len(load))
+		for n := range load {
+			byLoad = append(byLoad, n)
+		}
+		sort.Slice(byLoad, func(i, j int) bool {
+			if load[byLoad[i]] != load[byLoad[j]] {
+				return load[byLoad[i]] > load[byLoad[j]]
 			}
+			return byLoad[i] < byLoad[j]
+		})
+		victims := byLoad[:min(perRound, len(byLoad))]
+		most := 0
+		for _, v := range victims {
+			most += load[v]
 		}
 		affected := map[string]bool{}
 		for name := range counts {
 			for _, n := range slotHoldersOf(c, name) {
-				if n == victim {
+				if slices.Contains(victims, n) {
 					affected[name] = true
 				}
 			}
 		}
 		idx0 := raftIndex(b, cl)
 		t0 := time.Now()
-		_ = ms[victim].cmd.Process.Signal(syscall.SIGKILL)
-		cl.Agent(victim).Kill()
-		dead[victim] = true
+		for _, victim := range victims {
+			_ = ms[victim].cmd.Process.Signal(syscall.SIGKILL)
+			cl.Agent(victim).Kill()
+			dead[victim] = true
+		}
 		got := map[string]time.Duration{}
 		deadline := time.Now().Add(60 * time.Second)
 		for len(got) < len(affected) && time.Now().Before(deadline) {
@@ -149,8 +185,8 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	}
 	sort.Slice(times, func(i, j int) bool { return times[i] < times[j] })
 	p := func(q float64) time.Duration { return times[min(len(times)-1, int(q*float64(len(times))))] }
-	fmt.Printf("fleet of %d real nodes (Consul gossip timing: %v), 10 services (45 slots), one node lost per round, %d rounds: back at full count p50=%.1fs p99=%.1fs max=%.1fs; %.1f Raft entries per vacancy (%d vacancies); over-runs %d\n",
-		fleetNodes, consulGossip, len(dead), p(0.5).Seconds(), p(0.99).Seconds(), times[len(times)-1].Seconds(),
+	fmt.Printf("fleet of %d real nodes (Consul gossip timing: %v), 10 services (%d slots), %d node(s) lost at once per round, %d rounds: back at full count p50=%.1fs p99=%.1fs max=%.1fs; %.1f Raft entries per vacancy (%d vacancies); over-runs %d\n",
+		fleetNodes, consulGossip, slotsTotal, perRound, len(dead)/perRound, p(0.5).Seconds(), p(0.99).Seconds(), times[len(times)-1].Seconds(),
 		float64(entries)/float64(max(vacancies, 1)), vacancies, overRuns)
 	b.ReportMetric(p(0.5).Seconds(), "p50-s")
 	b.ReportMetric(p(0.99).Seconds(), "p99-s")
