@@ -183,20 +183,6 @@ func (l *loader) checkName(kind, name string, rng hcl.Range) bool {
 	return true
 }
 
-func (l *loader) notSupportedBlock(block *hcl.Block) {
-	l.errorf(block.DefRange, "Not supported yet",
-		"The %q block is reserved for mariposa's cluster phase and is not supported yet; remove it.", block.Type)
-}
-
-func isReservedBlock(t string) bool {
-	for _, r := range reservedBlocks {
-		if r == t {
-			return true
-		}
-	}
-	return false
-}
-
 func (l *loader) decodeGroup(e *evaluator, block *hcl.Block, p *parsed) {
 	name := block.Labels[0]
 	l.checkName("group", name, block.LabelRanges[0])
@@ -218,8 +204,6 @@ func (l *loader) decodeGroup(e *evaluator, block *hcl.Block, p *parsed) {
 			u.members = append(u.members, b.Labels[0])
 		case isPlacementBlock(b.Type):
 			placement = append(placement, b)
-		default:
-			l.notSupportedBlock(b)
 		}
 	}
 	// The group's placement is one value that every member shares.
@@ -380,8 +364,6 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		default:
 			if isPlacementBlock(b.Type) {
 				placement = append(placement, b)
-			} else if isReservedBlock(b.Type) {
-				l.notSupportedBlock(b)
 			}
 		}
 	}

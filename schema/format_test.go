@@ -15,6 +15,8 @@ func TestFormat(t *testing.T) {
 		{"", ""},
 		{"service \"a\" {\ncount=2\nconstraint{\nattribute=\"node.meta.zone\"\noperator=\"!=\"\n}\nspread {\n  attribute = \"node.meta.zone\"\n target \"z1\" { percent = 50 }\n}\n}\n",
 			"service \"a\" {\n  count = 2\n  constraint {\n    attribute = \"node.meta.zone\"\n    operator  = \"!=\"\n  }\n  spread {\n    attribute = \"node.meta.zone\"\n    target \"z1\" { percent = 50 }\n  }\n}\n"},
+		{"service \"a\" {\ncount=2\nupdate{\nmax_parallel=2\nhealth_check=\"checks\"\n  min_healthy_time = \"10s\"\n}\n}\n",
+			"service \"a\" {\n  count = 2\n  update {\n    max_parallel     = 2\n    health_check     = \"checks\"\n    min_healthy_time = \"10s\"\n  }\n}\n"},
 	}
 	for _, tt := range tests {
 		got, diags := Format([]byte(tt.in), "t.hcl")

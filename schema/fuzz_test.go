@@ -61,6 +61,9 @@ func fuzzSeeds() []string {
 		`group "g" { count = 1 service "a" { command = ["x"] count = 1 } service "a" { command = ["x"] } }`,
 		`group "g" { count = 1 constraint { attribute = "service.a" } service "a" { command = ["x"] leader {} id = "x" } }`,
 		`group "g" { spread { attribute = "node.name" } update {} }`,
+		`service "a" { command = ["x"] count = 1e99 update { max_parallel = 1e99 canary = -1e99 auto_promote = null } update {} }`,
+		`service "a" { command = ["x"] count = 2 update { healthy_deadline = null min_healthy_time = "1h" progress_deadline = "1ns" health_check = [] } }`,
+		`group "g" { count = 1 update { canary = 5 auto_promote = true } service "a" { command = ["x"] update {} } }`,
 	}
 }
 

@@ -208,6 +208,7 @@ type Placement struct {
 	// before taking over a slot lost by invalidation.
 	StopAfter  time.Duration
 	Reschedule Reschedule
+	Update     Update
 }
 
 // Constraint operators. "=" is accepted and normalised to "==".
@@ -287,6 +288,55 @@ const (
 	DelayConstant    = "constant"
 	DelayExponential = "exponential"
 	DelayFibonacci   = "fibonacci"
+)
+
+// Update is the `update` block: how a new spec of a cluster unit replaces
+// its instances (CLUSTER.md section 5). Nomad's names and defaults.
+//
+// Only the language exists yet: rolling updates are being built, and today
+// a new spec replaces instances all at once whatever this says.
+type Update struct {
+	// MaxParallel is how many instances update at once (default 1). 0
+	// replaces every instance at once, without a rolling update (Nomad's
+	// forced update): the other fields are then not used.
+	MaxParallel int
+	// HealthCheck is what makes an updated instance healthy: UpdateChecks
+	// (default: its checks and the supervisor check passing), UpdateRunning
+	// (running, checks ignored) or UpdateManual (an operator says so).
+	HealthCheck string
+	// MinHealthyTime is how long an updated instance must stay healthy to
+	// count as healthy (default 10s); a restart resets it.
+	MinHealthyTime time.Duration
+	// HealthyDeadline is how long an updated instance has to become
+	// healthy (default 5m); always more than MinHealthyTime.
+	HealthyDeadline time.Duration
+	// ProgressDeadline fails the deployment when no instance becomes
+	// healthy for this long (default 10m); more than HealthyDeadline, or 0:
+	// no deadline, the first unhealthy instance fails the deployment.
+	ProgressDeadline time.Duration
+	// Canary instances update first, and the rest wait for a promotion
+	// (default 0: no canaries). At most Count of them exist.
+	Canary int
+	// AutoPromote promotes once every canary is healthy (needs Canary > 0).
+	AutoPromote bool
+	// AutoRevert deploys the last successful spec again when a deployment
+	// fails.
+	AutoRevert bool
+}
+
+// Health checks of Update.
+const (
+	UpdateChecks  = "checks"
+	UpdateRunning = "running"
+	UpdateManual  = "manual"
+)
+
+// Update defaults (Nomad's).
+const (
+	DefaultUpdateMaxParallel      = 1
+	DefaultUpdateMinHealthyTime   = 10 * time.Second
+	DefaultUpdateHealthyDeadline  = 5 * time.Minute
+	DefaultUpdateProgressDeadline = 10 * time.Minute
 )
 
 // Reschedule defaults.

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	version "github.com/hashicorp/go-version"
 	"github.com/hashicorp/hcl/v2"
@@ -33,6 +34,13 @@ func defaultPlacement() *Placement {
 			DelayFunction: DelayExponential,
 			MaxDelay:      DefaultRescheduleMaxDelay,
 			Penalty:       DefaultReschedulePenalty,
+		},
+		Update: Update{
+			MaxParallel:      DefaultUpdateMaxParallel,
+			HealthCheck:      UpdateChecks,
+			MinHealthyTime:   DefaultUpdateMinHealthyTime,
+			HealthyDeadline:  DefaultUpdateHealthyDeadline,
+			ProgressDeadline: DefaultUpdateProgressDeadline,
 		},
 	}
 }
@@ -100,6 +108,7 @@ func (l *loader) memberPlacement(svc, group string, attrs hcl.Attributes, blocks
 func (l *loader) decodePlacement(e *evaluator, u unit, attrs hcl.Attributes, blocks []*hcl.Block) *Placement {
 	p := defaultPlacement()
 	countAttr, hasCount := attrs["count"]
+	count := -1 // unknown: absent or invalid
 	if hasCount {
 		if n, ok := e.Int(countAttr, math.MinInt64, math.MaxInt64); ok {
 			switch {
@@ -110,7 +119,7 @@ func (l *loader) decodePlacement(e *evaluator, u unit, attrs hcl.Attributes, blo
 				l.errorf(countAttr.Expr.Range(), "Invalid count",
 					"count must be at most %d, got %d: every node watches each slot of a cluster service.", maxSlots, n)
 			default:
-				p.Count = n
+				p.Count, count = n, n
 				if n == 0 {
 					l.warnf(countAttr.Expr.Range(), "No instance will run",
 						"count = 0 keeps %s declared, but no node runs an instance of it: the holders of its slots stop and release them. Raise count to run it.", u)
@@ -141,7 +150,7 @@ func (l *loader) decodePlacement(e *evaluator, u unit, attrs hcl.Attributes, blo
 		}
 	}
 
-	var resched *hcl.Block
+	var resched, update *hcl.Block
 	spreads := map[string]hcl.Range{}
 	for _, b := range blocks {
 		switch b.Type {
@@ -172,10 +181,20 @@ func (l *loader) decodePlacement(e *evaluator, u unit, attrs hcl.Attributes, blo
 				continue
 			}
 			resched = b
+		case "update":
+			if update != nil {
+				l.errorf(b.DefRange, "Duplicate update block",
+					"%s already has an update block at %s; there can be only one.", u, at(update.DefRange))
+				continue
+			}
+			update = b
 		}
 	}
 	if resched != nil {
 		p.Reschedule = l.decodeReschedule(e, resched)
+	}
+	if update != nil {
+		p.Update = l.decodeUpdate(e, update, u, count)
 	}
 
 	if !hasCount {
@@ -740,4 +759,160 @@ func (l *loader) decodeReschedule(e *evaluator, b *hcl.Block) Reschedule {
 		}
 	}
 	return r
+}
+
+// nomadUpdate explains the arguments of Nomad's update block that mariposa
+// has not.
+var nomadUpdate = map[string]string{
+	"stagger": "Nomad's stagger paces the updates of system jobs; here max_parallel and min_healthy_time pace an update.",
+}
+
+// decodeUpdate decodes the update block of u, whose count is count (-1
+// when it is absent or invalid).
+func (l *loader) decodeUpdate(e *evaluator, b *hcl.Block, u unit, count int) Update {
+	up := defaultPlacement().Update
+	content, diags := bodyContent(b.Body, updateSchema)
+	for _, d := range diags {
+		if m := unsupportedName.FindStringSubmatch(d.Detail); m != nil && nomadUpdate[m[1]] != "" {
+			d.Detail += " " + nomadUpdate[m[1]]
+		}
+	}
+	l.diags = append(l.diags, diags...)
+	attrs := content.Attributes
+
+	// instances decodes max_parallel or canary: from 0 (which means zero)
+	// to maxSlots; what is what the number counts.
+	instances := func(attr *hcl.Attribute, what, zero string) (int, bool) {
+		n, ok := e.Int(attr, math.MinInt64, math.MaxInt64)
+		if !ok {
+			return 0, false
+		}
+		if n < 0 || n > maxSlots {
+			l.errorf(attr.Expr.Range(), "Invalid "+attr.Name, "%s is how many instances of %s %s, from 0 (%s) to %d; got %d.",
+				attr.Name, u, what, zero, maxSlots, n)
+			return 0, false
+		}
+		return n, true
+	}
+	mpAttr, hasMP := attrs["max_parallel"]
+	mpOK := true
+	if hasMP {
+		up.MaxParallel, mpOK = instances(mpAttr, "update at once", "every instance at once: no rolling update")
+	}
+	canAttr, hasCanary := attrs["canary"]
+	canOK := true
+	if hasCanary {
+		up.Canary, canOK = instances(canAttr, "update first, while the others wait for a promotion", "no canaries")
+	}
+
+	if attr, ok := attrs["health_check"]; ok {
+		if s, ok := e.String(attr); ok {
+			if l.healthCheck(attr, s) {
+				up.HealthCheck = s
+			}
+		}
+	}
+
+	minOK, healthyOK, progressOK := true, true, true
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+		ok   *bool
+	}{
+		{"min_healthy_time", &up.MinHealthyTime, &minOK},
+		{"healthy_deadline", &up.HealthyDeadline, &healthyOK},
+		{"progress_deadline", &up.ProgressDeadline, &progressOK},
+	} {
+		if attr, ok := attrs[d.name]; ok {
+			*d.dst, *d.ok = e.Duration(attr)
+		}
+	}
+	minAttr := attrs["min_healthy_time"]
+	healthyAttr, hasHealthy := attrs["healthy_deadline"]
+	progressAttr, hasProgress := attrs["progress_deadline"]
+	switch {
+	case !healthyOK:
+	case up.HealthyDeadline == 0:
+		l.errorf(healthyAttr.Expr.Range(), "Invalid healthy_deadline",
+			`healthy_deadline is how long an updated instance of %s has to become healthy; it must be more than zero (the default is "5m").`, u)
+		healthyOK = false
+	case minOK && up.MinHealthyTime >= up.HealthyDeadline:
+		if hasHealthy {
+			l.errorf(healthyAttr.Expr.Range(), "healthy_deadline too short",
+				"An updated instance must stay healthy for min_healthy_time (%s) before healthy_deadline (%s) passes: healthy_deadline must be longer than min_healthy_time.",
+				up.MinHealthyTime, up.HealthyDeadline)
+		} else {
+			l.errorf(minAttr.Expr.Range(), "healthy_deadline too short",
+				"An updated instance must stay healthy for min_healthy_time (%s) before healthy_deadline, which defaults to %s, passes; raise healthy_deadline too.",
+				up.MinHealthyTime, up.HealthyDeadline)
+		}
+	}
+	if healthyOK && progressOK && up.ProgressDeadline != 0 && up.ProgressDeadline <= up.HealthyDeadline {
+		const why = "The deployment fails when no instance becomes healthy for progress_deadline"
+		if hasProgress {
+			l.errorf(progressAttr.Expr.Range(), "progress_deadline too short",
+				"%s (%s), and an updated instance has healthy_deadline (%s) to become healthy: progress_deadline must be longer than healthy_deadline, or \"0s\" to fail the deployment at the first unhealthy instance.",
+				why, up.ProgressDeadline, up.HealthyDeadline)
+		} else {
+			l.errorf(healthyAttr.Expr.Range(), "progress_deadline too short",
+				"%s, which defaults to %s, and an updated instance has healthy_deadline (%s) to become healthy; raise progress_deadline too, or set it to \"0s\" to fail the deployment at the first unhealthy instance.",
+				why, up.ProgressDeadline, up.HealthyDeadline)
+		}
+	}
+
+	if attr, ok := attrs["auto_promote"]; ok {
+		if v, ok := e.Bool(attr); ok {
+			up.AutoPromote = v
+			if v && canOK && up.Canary == 0 {
+				given := "canary is 0, the default"
+				if hasCanary {
+					given = "canary = 0"
+				}
+				l.errorf(attr.NameRange, "auto_promote without canary",
+					"auto_promote = true promotes the canaries of %s once all of them are healthy, and %s: there are none. Set canary = 1 or more, or remove auto_promote.", u, given)
+			}
+		}
+	}
+	if attr, ok := attrs["auto_revert"]; ok {
+		up.AutoRevert, _ = e.Bool(attr)
+	}
+
+	// What the count makes of the numbers, and what max_parallel = 0
+	// leaves unused.
+	rolling := !mpOK || up.MaxParallel > 0
+	if rolling && count > 0 && canOK && up.Canary > count {
+		l.warnf(canAttr.Expr.Range(), "More canaries than instances",
+			"canary = %d, but %s has count = %d: a canary updates in place, in its own slot, so only %d instances can be canaries, and none is left on the old spec while the deployment waits for the promotion. Lower canary to less than count to keep old instances serving.",
+			up.Canary, u, count, count)
+	}
+	if count > 1 && mpOK && up.MaxParallel > count {
+		l.warnf(mpAttr.Expr.Range(), "max_parallel above count",
+			"max_parallel = %d, but %s has count = %d: an update replaces all %d instances at once, and none is left serving while the new ones start. Lower max_parallel to update a few at a time.",
+			up.MaxParallel, u, count, count)
+	}
+	if !rolling {
+		for _, a := range updateSchema.Attributes {
+			if attr, ok := attrs[a.Name]; ok && a.Name != "max_parallel" {
+				l.warnf(attr.NameRange, "Not used with max_parallel = 0",
+					"max_parallel = 0 replaces every instance of %s at once, without a rolling update, so %s is not used. Set max_parallel to 1 or more for a rolling update, or remove %s.",
+					u, a.Name, a.Name)
+			}
+		}
+	}
+	return up
+}
+
+// healthCheck checks the value of an update's health_check.
+func (l *loader) healthCheck(attr *hcl.Attribute, s string) bool {
+	for _, v := range updateHealthChecks {
+		if s == v {
+			return true
+		}
+	}
+	hint := didYouMean(s, updateHealthChecks)
+	if s == "task_states" {
+		hint = ` Nomad's "task_states" is "running" here: an updated instance is healthy once it runs, whatever its checks say.`
+	}
+	l.errorf(attr.Expr.Range(), "Invalid health_check", "%q is not valid for %q; use %s.%s", s, attr.Name, quotedList(updateHealthChecks), hint)
+	return false
 }

@@ -17,6 +17,15 @@ var defaultReschedule = Reschedule{
 	Penalty:       30 * time.Minute,
 }
 
+// defaultUpdate is Update with every default applied: Nomad's.
+var defaultUpdate = Update{
+	MaxParallel:      1,
+	HealthCheck:      "checks",
+	MinHealthyTime:   10 * time.Second,
+	HealthyDeadline:  5 * time.Minute,
+	ProgressDeadline: 10 * time.Minute,
+}
+
 // TestPlacementDecoded decodes testdata/valid/cluster.hcl into the expected
 // Placement values, defaults included.
 func TestPlacementDecoded(t *testing.T) {
@@ -53,24 +62,37 @@ func TestPlacementDecoded(t *testing.T) {
 			Penalty:       time.Hour,
 			NodeLostAfter: time.Minute,
 		},
+		Update: Update{
+			MaxParallel:     2,
+			HealthCheck:     UpdateRunning,
+			MinHealthyTime:  30 * time.Second,
+			HealthyDeadline: 2 * time.Minute,
+			Canary:          1,
+			AutoPromote:     true,
+			AutoRevert:      true,
+		},
 	}
 	scheduler := &Placement{
 		Count: 1,
 		Constraints: []*Constraint{
-			{Attribute: "node.name", Operator: OpRegexp, Value: "^sched-[0-9]+$", Pos: pos(90)},
+			{Attribute: "node.name", Operator: OpRegexp, Value: "^sched-[0-9]+$", Pos: pos(101)},
 		},
 		MaxPerNode: 1,
 		Exclusive:  true,
 		Reschedule: defaultReschedule,
+		Update:     defaultUpdate,
 	}
 	shopResched := defaultReschedule
 	shopResched.Unlimited, shopResched.Attempts, shopResched.Interval = false, 2, 30*time.Minute
+	shopUpdate := defaultUpdate
+	shopUpdate.HealthCheck, shopUpdate.AutoRevert = UpdateManual, true
 	shop := &Placement{
 		Count:       2,
-		Constraints: []*Constraint{{Attribute: "service.redis", Operator: OpEqual, Pos: pos(101)}},
-		Affinities:  []*Affinity{{Attribute: "node.meta.rack", Operator: OpPrefer, Value: "r1", Weight: 50, Pos: pos(105)}},
+		Constraints: []*Constraint{{Attribute: "service.redis", Operator: OpEqual, Pos: pos(112)}},
+		Affinities:  []*Affinity{{Attribute: "node.meta.rack", Operator: OpPrefer, Value: "r1", Weight: 50, Pos: pos(116)}},
 		MaxPerNode:  1,
 		Reschedule:  shopResched,
+		Update:      shopUpdate,
 	}
 
 	for _, tt := range []struct {
@@ -127,7 +149,7 @@ func dumpPlacement(p *Placement) string {
 		return "nil"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "{Count:%d MaxPerNode:%d Exclusive:%v StopAfter:%s Reschedule:%+v", p.Count, p.MaxPerNode, p.Exclusive, p.StopAfter, p.Reschedule)
+	fmt.Fprintf(&b, "{Count:%d MaxPerNode:%d Exclusive:%v StopAfter:%s Reschedule:%+v Update:%+v", p.Count, p.MaxPerNode, p.Exclusive, p.StopAfter, p.Reschedule, p.Update)
 	for _, c := range p.Constraints {
 		fmt.Fprintf(&b, " Constraint%+v", *c)
 	}
@@ -178,7 +200,7 @@ service "b" {
 	if diags.Len() != 0 || cfg == nil {
 		t.Fatalf("diagnostics: %s", diags.Error())
 	}
-	want := &Placement{Count: 4, MaxPerNode: 1, Reschedule: defaultReschedule}
+	want := &Placement{Count: 4, MaxPerNode: 1, Reschedule: defaultReschedule, Update: defaultUpdate}
 	if got := cfg.Service("a").Placement; !reflect.DeepEqual(got, want) {
 		t.Errorf("a.Placement = %s, want %s", dumpPlacement(got), dumpPlacement(want))
 	}

@@ -2,10 +2,7 @@ package schema
 
 import "github.com/hashicorp/hcl/v2"
 
-// Block schemas, one per block type. Reserved names of the cluster phase
-// (SPEC section 7) that are not implemented yet are in the schemas so they
-// parse and then get a "not supported yet" error instead of "unsupported
-// argument".
+// Block schemas, one per block type.
 
 var rootSchema = &hcl.BodySchema{
 	Blocks: []hcl.BlockHeaderSchema{
@@ -23,17 +20,12 @@ var variableSchema = &hcl.BodySchema{
 	},
 }
 
-// reservedBlocks are the block names reserved for later cluster features,
-// valid in service and group bodies: they parse and are rejected with "Not
-// supported yet".
-var reservedBlocks = []string{"update"}
-
 // placementAttrs and placementBlocks say where and how many instances of a
 // cluster unit run (a service with count, or a group with one): see
 // placement.go. A group's members may not set them.
 var (
 	placementAttrs  = []string{"count", "max_per_node", "exclusive", "stop_after"}
-	placementBlocks = []string{"constraint", "affinity", "spread", "reschedule"}
+	placementBlocks = []string{"constraint", "affinity", "spread", "reschedule", "update"}
 )
 
 var groupSchema = &hcl.BodySchema{
@@ -209,6 +201,19 @@ var rescheduleSchema = &hcl.BodySchema{
 	},
 }
 
+var updateSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "max_parallel"},
+		{Name: "health_check"},
+		{Name: "min_healthy_time"},
+		{Name: "healthy_deadline"},
+		{Name: "progress_deadline"},
+		{Name: "canary"},
+		{Name: "auto_promote"},
+		{Name: "auto_revert"},
+	},
+}
+
 // Enumerations.
 var (
 	restartPolicies     = []string{"always", "on-failure", "never"}
@@ -218,6 +223,7 @@ var (
 	leaderModes         = []string{"standby", "tag"}
 	leaderChangeModes   = []string{"restart", "signal", "noop"}
 	delayFunctions      = []string{DelayConstant, DelayExponential, DelayFibonacci}
+	updateHealthChecks  = []string{UpdateChecks, UpdateRunning, UpdateManual}
 	// constraintOperators are the hard operators; "=" is accepted as "==".
 	constraintOperators = []string{OpEqual, OpNotEqual, OpRegexp, OpVersion, OpSetContains, OpIsSet, OpIsNotSet}
 	// affinityOperators are the soft ones, and the hard ones counted as a

@@ -52,6 +52,11 @@ func TestDidYouMeanInDiagnostics(t *testing.T) {
 		{`constrain {}`, `Did you mean "constraint"?`},
 		{`max_per_nodes = 1`, `Did you mean "max_per_node"?`},
 		{`reshedule {}`, `Did you mean "reschedule"?`},
+		{`updates {}`, `Did you mean "update"?`},
+		{`count = 1
+  update { min_healthy = "1s" }`, `Did you mean "min_healthy_time"?`},
+		{`count = 1
+  update { health_check = "runing" }`, `Did you mean "running"?`},
 		{`count = 1
   reschedule { delay_fuction = "constant" }`, `Did you mean "delay_function"?`},
 		{`count = 1

@@ -12,9 +12,6 @@ service "web" {        # ERROR: Missing required argument
     polcy = "always"    # ERROR: Unsupported argument
   }
 
-  update {              # ERROR: Not supported yet
-    max_parallel = 1
-  }
   afinity {}            # ERROR: Unsupported block type
 
   stop {}
@@ -56,5 +53,4 @@ group "g" {
     }
   }
   task "t" {}           # ERROR: Unsupported block type
-  update {}             # ERROR: Not supported yet
 }

@@ -79,6 +79,17 @@ service "search" {
     penalty         = "1h"
     node_lost_after = "1m"
   }
+
+  update {
+    max_parallel      = 2
+    health_check      = "running"
+    min_healthy_time  = "30s"
+    healthy_deadline  = "2m"
+    progress_deadline = "0s" # the first unhealthy instance fails the deployment
+    canary            = 1
+    auto_promote      = true
+    auto_revert       = true
+  }
 }
 
 # One active instance anywhere, stopped when its node is cut off.
@@ -110,6 +121,11 @@ group "shop" {
   reschedule {
     attempts = 2
     interval = "30m"
+  }
+
+  update {
+    health_check = "manual"
+    auto_revert  = true
   }
 
   service "shop" {
