@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"slices"
@@ -81,7 +80,7 @@ service %q {
 	if !slices.Equal(rec.Vanished, victims) || rec.Base != 5 || slices.Contains(victims, rec.Node) {
 		t.Errorf("storm record %+v; want vanished %v of 5, written by a survivor", rec, victims)
 	}
-	if n := auditActionsAll(t, c)["storm-brake"]; n != 1 {
+	if n := auditActions(t, c, "")["storm-brake"]; n != 1 {
 		t.Errorf("%d storm-brake audit records, want 1", n)
 	}
 
@@ -185,22 +184,4 @@ func passingCount(c *api.Client, name string) int {
 		return -1
 	}
 	return len(es)
-}
-
-// auditActionsAll counts the audit records by action, for every unit.
-func auditActionsAll(t *testing.T, c *api.Client) map[string]int {
-	t.Helper()
-	recs, _, err := c.KV().List(cluster.AuditPrefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int{}
-	for _, p := range recs {
-		var e cluster.AuditEvent
-		if err := json.Unmarshal(p.Value, &e); err != nil {
-			t.Errorf("audit record %s: %v", p.Key, err)
-		}
-		out[e.Action]++
-	}
-	return out
 }
