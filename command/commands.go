@@ -19,5 +19,6 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"why":      func() (cli.Command, error) { return &WhyCommand{UI: ui}, nil },
 		"logs":     func() (cli.Command, error) { return &LogsCommand{UI: ui}, nil },
 		"resume":   func() (cli.Command, error) { return &ResumeCommand{UI: ui}, nil },
+		"plan":     func() (cli.Command, error) { return &PlanCommand{UI: ui}, nil },
 	}
 }

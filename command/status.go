@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -24,6 +26,8 @@ type StatusCommand struct {
 	UI cli.Ui
 	// now replaces time.Now for the SINCE column (tests).
 	now func() time.Time
+	// onVerify, when set, sees each check -verify makes (tests: -wait).
+	onVerify func(VerifyOutput)
 }
 
 func (c *StatusCommand) Synopsis() string { return "Shows the instances mariposa runs, from Consul" }
@@ -31,6 +35,7 @@ func (c *StatusCommand) Synopsis() string { return "Shows the instances mariposa
 func (c *StatusCommand) Help() string {
 	return strings.TrimSpace(`
 Usage: mariposa status [options] [SERVICE]
+       mariposa status -verify VERSION [options] [NODE...]
 
   Lists every instance that mariposa manages, on every node, as Consul sees
   it: node, state, health, version, leader role, since when it is in its
@@ -40,12 +45,34 @@ Usage: mariposa status [options] [SERVICE]
   that service's instances and unit (or, for a group's name, its members').
   Works on any system that can reach an agent.
 
+  With -verify, checks instead of listing, for a pipeline after a deploy:
+  every instance mariposa manages that has a version (on the NODEs given,
+  else on every node) must run VERSION, be running and pass all its checks;
+  without NODEs, every slot of every deployed unit with a version must be
+  held too. A NODE that runs no such instance fails. One line per failure
+  and a summary; exit 0 verified, 2 not verified, 1 on a usage or Consul
+  error. Flags go before the NODEs.
+
 Options:
 
   -json                   Print JSON: one object with "instances" (one per
                           instance, with the absolute times), "units" (per
                           fleet unit: count, and each slot's state, node and
                           instances) and "problems" (what could not be read).
+                          With -verify: {"version", "verified", "instances",
+                          "nodes", "unversioned", "failures"}.
+
+  -verify=VERSION         Verify that everything mariposa runs (or runs on
+                          the NODEs) is at VERSION and healthy, as above.
+
+  -service=SERVICE        Only SERVICE's instances and unit, as the SERVICE
+                          argument (a service, a group, a group's member):
+                          with -verify, where arguments are NODEs.
+
+  -wait=DURATION          With -verify: until verified, check again each time
+                          Consul's data changes (blocking queries), for at
+                          most DURATION; then the last check stands. Default
+                          0: check once.
 
 ` + consulFlagsHelp + `
 `)
@@ -71,6 +98,11 @@ type InstanceStatus struct {
 	LastExit  string    `json:"last_exit,omitempty"` // how the last run ended
 	Stderr    string    `json:"stderr,omitempty"`    // the child's last line on stderr
 	Detail    string    `json:"detail"`              // the supervisor check's human output, whole
+
+	// nodeHealth is the aggregated status of its node's checks (serfHealth,
+	// node maintenance), "" without any; nodeBad names those not passing.
+	// Only -verify reads them.
+	nodeHealth, nodeBad string
 }
 
 // StatusOutput is what mariposa status -json prints.
@@ -129,55 +161,76 @@ type SlotInstance struct {
 func (c *StatusCommand) Run(args []string) int {
 	var cf consulFlags
 	var asJSON bool
+	var version, service string
+	var wait time.Duration
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cf.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "")
+	fs.StringVar(&version, "verify", "", "")
+	fs.StringVar(&service, "service", "", "")
+	fs.DurationVar(&wait, "wait", 0, "")
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa status: " + err.Error() + "\n\n" + c.Help())
-		return 1
+		return c.usage(err.Error())
 	}
-	if fs.NArg() > 1 {
-		c.UI.Error("mariposa status: at most one SERVICE\n\n" + c.Help())
-		return 1
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	verifying := set["verify"]
+	switch {
+	case verifying && strings.TrimSpace(version) == "":
+		return c.usage("-verify needs a VERSION")
+	case verifying && strings.HasPrefix(version, "-"):
+		return c.usage("-verify needs a VERSION, not " + version)
+	case !verifying && set["wait"]:
+		return c.usage("-wait goes with -verify")
+	case wait < 0:
+		return c.usage("-wait must not be negative")
+	case !verifying && fs.NArg() > 1:
+		return c.usage("at most one SERVICE")
+	case !verifying && fs.NArg() == 1 && service != "" && fs.Arg(0) != service:
+		return c.usage("give SERVICE or -service, not both")
 	}
-	only := fs.Arg(0)
+	only := service
+	if !verifying && only == "" {
+		only = fs.Arg(0)
+	}
+	var nodes []string
+	if verifying {
+		seen := map[string]bool{}
+		for _, n := range fs.Args() {
+			if strings.HasPrefix(n, "-") {
+				return c.usage(fmt.Sprintf("%s after a NODE: flags go before the NODEs", n))
+			}
+			if !seen[n] {
+				seen[n] = true
+				nodes = append(nodes, n)
+			}
+		}
+	}
 	client, err := cf.client()
 	if err != nil {
 		c.UI.Error("mariposa status: " + err.Error())
 		return 1
 	}
-	rows, err := Instances(client, only)
+	if verifying {
+		return c.verify(client, verifyRequest{version: version, only: only, nodes: nodes, wait: wait, asJSON: asJSON})
+	}
+	d, err := readStatus(client, only, false)
 	if err != nil {
 		c.UI.Error("mariposa status: " + err.Error())
 		return 1
 	}
+	rows := d.rows
 	out := StatusOutput{Units: []UnitStatus{}}
 	// The fleet's state needs key:read on mariposa/: without it (or
 	// without a fleet) status still lists the instances.
-	st, stErr := cluster.ReadState(client)
-	if stErr == nil {
-		if u, ok := st.Units[only]; ok && only != "" {
-			// A group's name: its members' instances.
-			for _, svc := range u.Services {
-				if svc.Name == only {
-					continue
-				}
-				more, err := Instances(client, svc.Name)
-				if err != nil {
-					c.UI.Error("mariposa status: " + err.Error())
-					return 1
-				}
-				rows = append(rows, more...)
-			}
-			sortRows(rows)
-		}
-		out.Units = unitsStatus(st, rows, only)
-		if len(st.Problems) > 0 {
-			out.Problems = st.Problems
+	if d.stErr == nil {
+		out.Units = unitsStatus(d.st, rows, only)
+		if len(d.st.Problems) > 0 {
+			out.Problems = d.st.Problems
 		}
 	} else {
-		out.Problems = map[string]string{"": "the fleet's state: " + stErr.Error()}
+		out.Problems = map[string]string{"": "the fleet's state: " + d.stErr.Error()}
 	}
 	out.Instances = rows
 	if asJSON {
@@ -198,6 +251,78 @@ func (c *StatusCommand) Run(args []string) int {
 		c.UI.Output("\n" + unitsTable(out.Units))
 	}
 	return 0
+}
+
+// usage reports a wrong invocation: exit 1, as for a Consul error.
+func (c *StatusCommand) usage(msg string) int {
+	c.UI.Error("mariposa status: " + msg + "\n\n" + c.Help())
+	return 1
+}
+
+// statusData is one read of what status shows.
+type statusData struct {
+	rows  []InstanceStatus // sorted
+	st    *cluster.State   // nil when stErr is set
+	stErr error            // why the fleet's state could not be read
+	// index is the index each endpoint read answered at (with watch):
+	// status -verify -wait blocks on them for the next change.
+	index map[watchKey]uint64
+}
+
+// watchKey names an endpoint status reads: the catalog's service list,
+// one service's health, or a KV prefix.
+type watchKey struct {
+	kind string // watchServices | watchHealth | watchKV
+	name string
+}
+
+const (
+	watchServices = "services"
+	watchHealth   = "health"
+	watchKV       = "kv"
+)
+
+// readStatus reads the instances (all, or those of only: a service, a
+// group's members) and the fleet's state. With watch, it also reads the
+// indexes of the KV prefixes the state comes from, before the state, so
+// that a blocking query on them misses no change.
+func readStatus(client *api.Client, only string, watch bool) (statusData, error) {
+	d := statusData{index: map[watchKey]uint64{}}
+	var err error
+	d.rows, err = instances(client, only, d.index)
+	if err != nil {
+		return d, err
+	}
+	if watch {
+		for _, prefix := range []string{cluster.DeployPrefix, cluster.SlotsPrefix} {
+			_, meta, err := client.KV().Keys(prefix, "/", nil)
+			if err != nil {
+				d.stErr = fmt.Errorf("read %s: %w", prefix, err)
+				return d, nil
+			}
+			d.index[watchKey{watchKV, prefix}] = meta.LastIndex
+		}
+	}
+	d.st, d.stErr = cluster.ReadState(client)
+	if d.stErr != nil {
+		d.st = nil
+		return d, nil
+	}
+	if u, ok := d.st.Units[only]; ok && only != "" {
+		// A group's name: its members' instances.
+		for _, svc := range u.Services {
+			if svc.Name == only {
+				continue
+			}
+			more, err := instances(client, svc.Name, d.index)
+			if err != nil {
+				return d, err
+			}
+			d.rows = append(d.rows, more...)
+		}
+		sortRows(d.rows)
+	}
+	return d, nil
 }
 
 // unitMatches: only is "" (every unit), the unit's name, or one of its
@@ -334,12 +459,24 @@ func statusTable(rows []InstanceStatus, now time.Time) string {
 // Instances reads the mariposa-managed instances (all, or of one service)
 // from the catalog, sorted by service and node.
 func Instances(client *api.Client, only string) ([]InstanceStatus, error) {
+	return instances(client, only, nil)
+}
+
+// instances is Instances, noting in index (when not nil) the index each
+// read answered at.
+func instances(client *api.Client, only string, index map[watchKey]uint64) ([]InstanceStatus, error) {
+	note := func(k watchKey, meta *api.QueryMeta) {
+		if index != nil && meta != nil {
+			index[k] = meta.LastIndex
+		}
+	}
 	names := []string{only}
 	if only == "" {
-		svcs, _, err := client.Catalog().Services(nil)
+		svcs, meta, err := client.Catalog().Services(nil)
 		if err != nil {
 			return nil, err
 		}
+		note(watchKey{watchServices, ""}, meta)
 		names = names[:0]
 		for n := range svcs {
 			if n != "mariposa" && n != "consul" {
@@ -350,10 +487,11 @@ func Instances(client *api.Client, only string) ([]InstanceStatus, error) {
 	}
 	rows := []InstanceStatus{}
 	for _, name := range names {
-		entries, _, err := client.Health().Service(name, "", false, nil)
+		entries, meta, err := client.Health().Service(name, "", false, nil)
 		if err != nil {
 			return nil, err
 		}
+		note(watchKey{watchHealth, name}, meta)
 		for _, e := range entries {
 			if e.Service.Meta[checks.ManagedByKey] != checks.ManagedByValue {
 				continue
@@ -388,10 +526,12 @@ func instanceRow(e *api.ServiceEntry) InstanceStatus {
 	if r.Tags == nil {
 		r.Tags = []string{}
 	}
-	var own api.HealthChecks
+	var own, node api.HealthChecks
 	supervisorDead := false
 	for _, hc := range e.Checks {
 		switch {
+		case hc.ServiceID == "":
+			node = append(node, hc)
 		case hc.CheckID == checks.SupervisorCheckID(e.Service.ID):
 			fromSupervisorCheck(&r, hc)
 		case hc.CheckID == checks.CheckID(e.Service.ID, checks.AliveCheckName):
@@ -408,6 +548,16 @@ func instanceRow(e *api.ServiceEntry) InstanceStatus {
 		r.Health = own.AggregatedStatus()
 	} else {
 		r.Health = "-"
+	}
+	if len(node) > 0 {
+		r.nodeHealth = node.AggregatedStatus()
+		var bad []string
+		for _, hc := range node {
+			if hc.Status != api.HealthPassing {
+				bad = append(bad, hc.CheckID)
+			}
+		}
+		r.nodeBad = strings.Join(bad, ", ")
 	}
 	return r
 }
@@ -488,4 +638,415 @@ func ago(t, now time.Time) string {
 		return fmt.Sprintf("%dh ago", int(d/time.Hour))
 	}
 	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
+}
+
+// VerifyOutput is what mariposa status -verify -json prints.
+type VerifyOutput struct {
+	Version  string `json:"version"`
+	Verified bool   `json:"verified"`
+	// Instances is how many instances were checked: those with a version,
+	// on the NODEs given (else every node), of SERVICE's unit (else every
+	// service); Nodes how many nodes they run on.
+	Instances int `json:"instances"`
+	Nodes     int `json:"nodes"`
+	// Unversioned is how many instances in the same scope have no version:
+	// they are not checked.
+	Unversioned int             `json:"unversioned"`
+	Failures    []VerifyFailure `json:"failures"` // never null
+}
+
+// VerifyFailure is one reason status -verify fails. An instance's has its
+// service and node (and slot, in one); a slot's its slot (and the node
+// that holds it, or lost it); a named node running nothing its node; what
+// concerns no one of these (a deployment that cannot be read, nothing to
+// verify) only a reason.
+type VerifyFailure struct {
+	Node    string `json:"node"`
+	Service string `json:"service"`
+	Slot    string `json:"slot"`
+	Reason  string `json:"reason"`
+	kind    failureKind
+}
+
+type failureKind int
+
+const (
+	failInstance failureKind = iota // an instance is not at the version, not running or not healthy
+	failSlot                        // a slot is not held, or its instances are missing
+	failNode                        // a named node runs nothing to verify
+	failFleet                       // the fleet's deployments cannot all be read
+	failNothing                     // nothing to verify
+)
+
+// Line is the failure as -verify prints it: "api/2 on n3: running 1.4.1,
+// want 1.4.2", "api/4: free (no holder)", "n5: runs nothing".
+func (f VerifyFailure) Line() string {
+	label := f.Node
+	switch {
+	case f.Slot != "" && f.Service != "" && slotUnit(f.Slot) != f.Service:
+		label = f.Service + " (" + f.Slot + ")"
+	case f.Slot != "":
+		label = f.Slot
+	case f.Service != "":
+		label = f.Service
+	}
+	if f.Node != "" && label != f.Node {
+		label += " on " + f.Node
+	}
+	if label == "" {
+		return f.Reason
+	}
+	return label + ": " + f.Reason
+}
+
+// slotUnit is the unit of "<unit>/<k>".
+func slotUnit(slot string) string {
+	if i := strings.LastIndexByte(slot, '/'); i > 0 {
+		return slot[:i]
+	}
+	return slot
+}
+
+// Summary is the last line -verify prints.
+func (v VerifyOutput) Summary() string {
+	note := ""
+	if v.Unversioned > 0 {
+		note = fmt.Sprintf(" (%s without a version not checked)", nOf(v.Unversioned, "instance"))
+	}
+	if v.Verified {
+		return fmt.Sprintf("verified: %s on %s at %s%s", nOf(v.Instances, "instance"), nOf(v.Nodes, "node"), v.Version, note)
+	}
+	n := map[failureKind]int{}
+	slots := map[string]bool{}
+	for _, f := range v.Failures {
+		if f.kind == failSlot {
+			if slots[f.Slot] {
+				continue
+			}
+			slots[f.Slot] = true
+		}
+		n[f.kind]++
+	}
+	var parts []string
+	if v.Instances > 0 {
+		parts = append(parts, fmt.Sprintf("%d of %s on %s fail", n[failInstance], nOf(v.Instances, "instance"), nOf(v.Nodes, "node")))
+	}
+	if k := n[failSlot]; k > 0 {
+		parts = append(parts, nOf(k, "slot")+map[bool]string{true: " is", false: " are"}[k == 1]+" not converged")
+	}
+	if k := n[failNode]; k > 0 {
+		parts = append(parts, nOf(k, "named node")+map[bool]string{true: " runs", false: " run"}[k == 1]+" nothing")
+	}
+	if k := n[failFleet]; k > 0 {
+		parts = append(parts, nOf(k, "deployment")+" cannot be read")
+	}
+	if n[failNothing] > 0 {
+		parts = append(parts, "nothing to verify")
+	}
+	return "not verified at " + v.Version + ": " + strings.Join(parts, ", ") + note
+}
+
+// nOf is "1 instance", "2 instances".
+func nOf(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
+}
+
+// verifyRequest is status -verify's arguments.
+type verifyRequest struct {
+	version string
+	only    string   // -service: "" for every service
+	nodes   []string // the NODEs, deduplicated: none for every node
+	wait    time.Duration
+	asJSON  bool
+}
+
+// verify runs status -verify: it reads and checks, and with a wait checks
+// again on each change Consul reports until verified or the wait is over.
+func (c *StatusCommand) verify(client *api.Client, req verifyRequest) int {
+	ctx := context.Background()
+	if req.wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.wait)
+		defer cancel()
+	}
+	var res VerifyOutput
+	for first := true; ; first = false {
+		d, err := readStatus(client, req.only, req.wait > 0)
+		if err == nil && d.stErr != nil {
+			err = fmt.Errorf("-verify needs the fleet's state (key:read on %s): %w", cluster.Prefix, d.stErr)
+		}
+		if err != nil {
+			// The command cannot work (no agent, no permission): say so at
+			// once. A failed read while waiting (an agent restarting)
+			// is tried again each second until the wait is over.
+			if first || req.wait == 0 || !sleepCtx(ctx, time.Second) {
+				c.UI.Error("mariposa status: " + err.Error())
+				return 1
+			}
+			continue
+		}
+		res = verify(req.version, d.rows, d.st, req.only, req.nodes)
+		if c.onVerify != nil {
+			c.onVerify(res)
+		}
+		if res.Verified || req.wait == 0 || !waitChange(ctx, client, d.index) {
+			break
+		}
+	}
+	if req.asJSON {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		c.UI.Output(string(b))
+	} else {
+		c.UI.Output(res.Text())
+	}
+	if !res.Verified {
+		return 2
+	}
+	return 0
+}
+
+// Text is -verify's output: a line per failure, then the summary.
+func (v VerifyOutput) Text() string {
+	var b strings.Builder
+	for _, f := range v.Failures {
+		b.WriteString(f.Line() + "\n")
+	}
+	b.WriteString(v.Summary())
+	return b.String()
+}
+
+// sleepCtx waits d, or until ctx is done: false then.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// waitChange blocks until one of the endpoints in index answers at another
+// index (a blocking query on each, all at once), or a query fails (after a
+// second, so that a dead agent is not hammered): true; or until ctx is
+// done: false.
+func waitChange(ctx context.Context, client *api.Client, index map[watchKey]uint64) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	changed := make(chan struct{}, len(index))
+	for k, i := range index {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				q := (&api.QueryOptions{WaitIndex: max(i, 1), WaitTime: 5 * time.Minute}).WithContext(ctx)
+				var meta *api.QueryMeta
+				var err error
+				switch k.kind {
+				case watchServices:
+					_, meta, err = client.Catalog().Services(q)
+				case watchHealth:
+					_, meta, err = client.Health().Service(k.name, "", false, q)
+				case watchKV:
+					_, meta, err = client.KV().Keys(k.name, "/", q)
+				}
+				switch {
+				case ctx.Err() != nil:
+					return
+				case err != nil:
+					if sleepCtx(ctx, time.Second) {
+						changed <- struct{}{}
+					}
+					return
+				case meta.LastIndex != i:
+					changed <- struct{}{}
+					return
+				}
+				// The same index: the query's wait ran out; block again.
+			}
+		}()
+	}
+	var ok bool
+	select {
+	case <-changed:
+		ok = true
+	case <-ctx.Done():
+	}
+	cancel()
+	wg.Wait()
+	return ok
+}
+
+// verify checks rows and the fleet's state st against version: every
+// instance with a version (on nodes, or on every node without any; of
+// only's unit, or of every service without it) must be at version, running
+// and healthy, with its node healthy and, in a slot, the slot's holder.
+// Without nodes, every slot 0..count-1 of every deployed unit with a
+// version (only's, or all) must also be held, with each of its services
+// registered on the holder. A named node running no instance with a
+// version fails.
+func verify(version string, rows []InstanceStatus, st *cluster.State, only string, nodes []string) VerifyOutput {
+	out := VerifyOutput{Version: version, Failures: []VerifyFailure{}}
+	named := map[string]bool{}
+	for _, n := range nodes {
+		named[n] = true
+	}
+	inScope := func(node string) bool { return len(nodes) == 0 || named[node] }
+	ofOnly := map[string]bool{only: true} // only and, for a group, its members
+	for _, svc := range st.Units[only].Services {
+		ofOnly[svc.Name] = true
+	}
+	onNode := map[string]int{} // instances in scope, with a version or not
+	checked := map[string]bool{}
+	for _, r := range rows {
+		if !inScope(r.Node) || (only != "" && !ofOnly[r.Service]) {
+			continue
+		}
+		onNode[r.Node]++
+		if r.Version == "" {
+			out.Unversioned++
+			continue
+		}
+		out.Instances++
+		checked[r.Node] = true
+		if why := instanceFailure(r, version, st); why != "" {
+			out.Failures = append(out.Failures, VerifyFailure{Node: r.Node, Service: r.Service, Slot: r.Slot, Reason: why, kind: failInstance})
+		}
+	}
+	out.Nodes = len(checked)
+
+	for _, u := range unitsStatus(st, rows, only) {
+		spec := st.Units[u.Unit]
+		var members []string // the unit's services to find in each held slot
+		for _, svc := range spec.Services {
+			if svc.Version != "" && (only == "" || only == u.Unit || only == svc.Name) {
+				members = append(members, svc.Name)
+			}
+		}
+		if len(members) == 0 {
+			continue // nothing with a version: its instances are not checked either
+		}
+		for _, s := range u.Slots {
+			fail := func(node, service, reason string) {
+				// With NODEs, only what a named node holds (or lost).
+				if len(nodes) == 0 || (node != "" && named[node]) {
+					out.Failures = append(out.Failures, VerifyFailure{Node: node, Service: service, Slot: s.Slot, Reason: reason, kind: failSlot})
+				}
+			}
+			switch s.State {
+			case slotHeld:
+				for _, m := range members {
+					found := false
+					for _, in := range s.Instances {
+						found = found || (in.Service == m && in.Node == s.Node)
+					}
+					switch {
+					case found:
+					case m == u.Unit:
+						fail(s.Node, "", "held, no instance registered")
+					default:
+						fail(s.Node, m, "not registered, though "+s.Node+" holds "+s.Slot)
+					}
+				}
+			case slotLost:
+				fail(s.Node, "", "lost: "+s.Node+" was lost, the slot awaits takeover")
+			case slotFree:
+				fail("", "", "free (no holder)")
+			case slotFailed:
+				why := "failed"
+				if s.Node != "" {
+					why += " on " + s.Node
+				}
+				if s.Reason != "" {
+					why += " (" + s.Reason + ")"
+				}
+				fail("", "", why+"; mariposa reset "+s.Slot+" frees it")
+			case slotCorrupt:
+				fail("", "", "its value cannot be read: "+s.Reason)
+			}
+		}
+	}
+
+	for _, n := range nodes {
+		switch {
+		case checked[n]:
+		case onNode[n] == 0:
+			out.Failures = append(out.Failures, VerifyFailure{Node: n, Reason: "runs nothing", kind: failNode})
+		default:
+			out.Failures = append(out.Failures, VerifyFailure{Node: n,
+				Reason: "runs nothing with a version (" + nOf(onNode[n], "instance") + " without one)", kind: failNode})
+		}
+	}
+	if len(nodes) == 0 {
+		keys := make([]string, 0, len(st.Problems))
+		for k := range st.Problems {
+			if strings.HasPrefix(k, cluster.DeployPrefix) {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			out.Failures = append(out.Failures, VerifyFailure{Reason: k + ": " + st.Problems[k], kind: failFleet})
+		}
+		if len(out.Failures) == 0 && out.Instances == 0 {
+			what := "no instance has a version"
+			if only != "" {
+				what = "no instance of " + only + " has a version"
+			}
+			out.Failures = append(out.Failures, VerifyFailure{Reason: "nothing to verify: " + what, kind: failNothing})
+		}
+	}
+	out.Verified = len(out.Failures) == 0
+	return out
+}
+
+// instanceFailure is why r fails verification at version, or "".
+func instanceFailure(r InstanceStatus, version string, st *cluster.State) string {
+	var bad []string
+	if r.Version == version && r.State != "running" {
+		s := "state " + r.State
+		if d := oneLine(r.Detail); d != "" {
+			s += " (" + d + ")"
+		}
+		bad = append(bad, s)
+	}
+	if r.Health != api.HealthPassing && r.Health != "-" {
+		bad = append(bad, "health "+r.Health)
+	}
+	if r.nodeHealth != "" && r.nodeHealth != api.HealthPassing {
+		bad = append(bad, "node "+r.nodeHealth+" ("+r.nodeBad+")")
+	}
+	if r.Slot != "" {
+		unit, k, err := cluster.ParseSlot(r.Slot)
+		u, deployed := st.Units[unit]
+		n := 0
+		if deployed && u.Unit.Placement != nil {
+			n = u.Unit.Placement.Count
+		}
+		switch {
+		case err != nil || !deployed:
+			bad = append(bad, "no deployed unit has the slot "+r.Slot)
+		case k >= n:
+			bad = append(bad, fmt.Sprintf("its slot is past the count (%d)", n))
+		default:
+			if s := st.Slots[unit][k]; s.Session != "" && s.Value.Node != r.Node {
+				bad = append(bad, "its slot is held by "+s.Value.Node)
+			}
+		}
+	}
+	if r.Version != version {
+		why := fmt.Sprintf("%s %s, want %s", r.State, r.Version, version)
+		if len(bad) > 0 {
+			why += "; " + strings.Join(bad, ", ")
+		}
+		return why
+	}
+	if len(bad) == 0 {
+		return ""
+	}
+	return "version " + version + " but " + strings.Join(bad, ", ")
 }
