@@ -73,19 +73,8 @@ func (c *DeployCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	cfg, diags := schema.Load(paths, schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate})
-	if diags.Len() > 0 {
-		var b strings.Builder
-		_ = diags.WriteText(&b, 100, false)
-		if diags.HasErrors() {
-			c.UI.Error(strings.TrimRight(b.String(), "\n"))
-			return 1
-		}
-		c.UI.Warn(strings.TrimRight(b.String(), "\n"))
-	}
-	spec, err := cluster.Reify(name, cfg)
-	if err != nil {
-		c.UI.Error("mariposa deploy: " + err.Error())
+	spec, ok := reifyFiles(c.UI, name, paths, vars, "mariposa deploy: ")
+	if !ok {
 		return 1
 	}
 	client, err := cf.client()
@@ -136,4 +125,26 @@ func actor() string {
 		return u.Username + "@" + host
 	}
 	return host
+}
+
+// reifyFiles loads the service files of a deployment and reifies them, as
+// deploy and plan do: diagnostics printed (warnings go on), false on an
+// error, reported with pfx.
+func reifyFiles(ui cli.Ui, name string, paths []string, vars varFlags, pfx string) (*cluster.Spec, bool) {
+	cfg, diags := schema.Load(paths, schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate})
+	if diags.Len() > 0 {
+		var b strings.Builder
+		_ = diags.WriteText(&b, 100, false)
+		if diags.HasErrors() {
+			ui.Error(strings.TrimRight(b.String(), "\n"))
+			return nil, false
+		}
+		ui.Warn(strings.TrimRight(b.String(), "\n"))
+	}
+	spec, err := cluster.Reify(name, cfg)
+	if err != nil {
+		ui.Error(pfx + err.Error())
+		return nil, false
+	}
+	return spec, true
 }

@@ -9,8 +9,6 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/cluster"
-	"github.com/mariposa-sh/mariposa/render"
-	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // PlanCommand shows what deploy would change, and changes nothing.
@@ -82,19 +80,8 @@ func (c *PlanCommand) Run(args []string) int {
 	if !ok {
 		return 1
 	}
-	cfg, diags := schema.Load(paths, schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate})
-	if diags.Len() > 0 {
-		var b strings.Builder
-		_ = diags.WriteText(&b, 100, false)
-		if diags.HasErrors() {
-			c.UI.Error(strings.TrimRight(b.String(), "\n"))
-			return 1
-		}
-		c.UI.Warn(strings.TrimRight(b.String(), "\n"))
-	}
-	next, err := cluster.Reify(name, cfg)
-	if err != nil {
-		c.UI.Error(errPfx + err.Error())
+	next, ok := reifyFiles(c.UI, name, paths, vars, errPfx)
+	if !ok {
 		return 1
 	}
 	client, err := cf.client()
