@@ -64,10 +64,7 @@ service "web" {
   }
 }
 `, childBin, dir))
-	webWatch := map[string]*childWatch{}
-	for _, a := range cl.Clients {
-		webWatch[a.Name] = watchChildren(t, filepath.Join(dir, "web."+a.Name+".stamps"))
-	}
+	webWatch := clientWatches(t, cl, dir, "web")
 	deploy(t, cl.Servers[0], web)
 	waitFor(t, 60*time.Second, "web on the two ssd nodes outside z3", func() (bool, string) {
 		h := slotHolders(t, c, "web")
@@ -93,10 +90,7 @@ service "db" {
   }
 }
 `, childBin, dir))
-	watches := map[string]*childWatch{}
-	for _, a := range cl.Clients {
-		watches[a.Name] = watchChildren(t, filepath.Join(dir, "db."+a.Name+".stamps"))
-	}
+	watches := clientWatches(t, cl, dir, "db")
 	deploy(t, cl.Servers[0], "-name", "db", db)
 	var holder string
 	waitFor(t, 60*time.Second, "db placed", func() (bool, string) {
@@ -155,10 +149,7 @@ service "lazy" {
   }
 }
 `, childBin, dir, dbNow))
-	lazyWatch := map[string]*childWatch{}
-	for _, a := range cl.Clients {
-		lazyWatch[a.Name] = watchChildren(t, filepath.Join(dir, "lazy."+a.Name+".stamps"))
-	}
+	lazyWatch := clientWatches(t, cl, dir, "lazy")
 	deploy(t, cl.Servers[0], "-name", "lazy", lazy)
 	var lazyHolder string
 	waitFor(t, 30*time.Second, "lazy placed", func() (bool, string) {
@@ -309,6 +300,17 @@ service "cache" {
 		t.Errorf("pod's audit actions: %v", a)
 	}
 	_ = ms
+}
+
+// clientWatches watches the children of every client of cl whose stamp
+// file is dir/<name>.<node>.stamps, by node.
+func clientWatches(t *testing.T, cl *consultest.Cluster, dir, name string) map[string]*childWatch {
+	t.Helper()
+	w := map[string]*childWatch{}
+	for _, a := range cl.Clients {
+		w[a.Name] = watchChildren(t, filepath.Join(dir, name+"."+a.Name+".stamps"))
+	}
+	return w
 }
 
 // auditActions counts the audit records of a unit (every unit: "") by action.

@@ -176,10 +176,7 @@ service "keep" {
   }
 }
 `, childBin, dir, lostAfter))
-	watches := map[string]*childWatch{}
-	for _, a := range cl.Clients {
-		watches[a.Name] = watchChildren(t, filepath.Join(dir, "keep."+a.Name+".stamps"))
-	}
+	watches := clientWatches(t, cl, dir, "keep")
 	deploy(t, cl.Servers[0], "-name", "keep", keep)
 	var holder string
 	waitFor(t, 60*time.Second, "keep placed and running", func() (bool, string) {
