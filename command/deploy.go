@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"strings"
+	"time"
 
 	"github.com/mitchellh/cli"
 
@@ -82,7 +83,8 @@ func (c *DeployCommand) Run(args []string) int {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1
 	}
-	fits, err := cluster.FitSpec(client, spec)
+	var fits []cluster.Fit
+	err = retryNoLeader(func() (err error) { fits, err = cluster.FitSpec(client, spec); return err })
 	if err != nil {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1
@@ -101,7 +103,8 @@ func (c *DeployCommand) Run(args []string) int {
 			"\nNothing was deployed. Fix the constraints, or deploy with -allow-unplaced to wait for nodes that qualify.")
 		return 1
 	}
-	res, err := cluster.Deploy(client, spec, actor())
+	var res cluster.DeployResult
+	err = retryNoLeader(func() (err error) { res, err = cluster.Deploy(client, spec, actor()); return err })
 	if err != nil {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1
@@ -147,4 +150,30 @@ func reifyFiles(ui cli.Ui, name string, paths []string, vars varFlags, pfx strin
 		return nil, false
 	}
 	return spec, true
+}
+
+// noLeaderWait is how long deploy retries while Consul has no leader (an
+// election, or a server that lost its peers for a moment after a network
+// heal). The write is a check-and-set on the spec's hash, so a retry after
+// a write that did land says "no change".
+var noLeaderWait = 10 * time.Second
+
+// retryNoLeader runs f until it succeeds, fails for another reason, or
+// noLeaderWait has passed.
+func retryNoLeader(f func() error) error {
+	deadline := time.Now().Add(noLeaderWait)
+	for delay := 250 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		err := f()
+		if err == nil || !noLeader(err) || time.Now().Add(delay).After(deadline) {
+			return err
+		}
+		time.Sleep(delay)
+	}
+}
+
+// noLeader: Consul answered that it has no leader right now.
+func noLeader(err error) bool {
+	s := err.Error()
+	return strings.Contains(s, "No cluster leader") || strings.Contains(s, "leader not found") ||
+		strings.Contains(s, "rpc error making call: EOF")
 }

@@ -1,10 +1,12 @@
 package command
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/mitchellh/cli"
@@ -106,5 +108,31 @@ func TestDeployDocFit(t *testing.T) {
 		if !strings.Contains(page, want) {
 			t.Errorf("deploy.md does not show:\n%s", want)
 		}
+	}
+}
+
+func TestRetryNoLeader(t *testing.T) {
+	noLeaderErr := errors.New("Unexpected response code: 500 (No cluster leader)")
+	calls := 0
+	err := retryNoLeader(func() error {
+		calls++
+		if calls < 3 {
+			return noLeaderErr
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("a leader back on the third try: %v after %d calls", err, calls)
+	}
+	calls = 0
+	other := errors.New("Unexpected response code: 403 (Permission denied)")
+	if err := retryNoLeader(func() error { calls++; return other }); err != other || calls != 1 {
+		t.Fatalf("another error: %v after %d calls, want no retry", err, calls)
+	}
+	defer func(d time.Duration) { noLeaderWait = d }(noLeaderWait)
+	noLeaderWait = 600 * time.Millisecond
+	calls = 0
+	if err := retryNoLeader(func() error { calls++; return noLeaderErr }); err != noLeaderErr || calls != 2 {
+		t.Fatalf("no leader for good: %v after %d calls, want 2 within the wait", err, calls)
 	}
 }
