@@ -19,7 +19,8 @@ import (
 
 // BenchmarkFleetNodeLoss: a fleet of real client agents (10, or
 // MARIPOSA_BENCH_NODES; each with its own mariposa -cluster) runs 10
-// services of count 3..10 (59 slots, max_per_node 1); a tenth of the nodes
+// services of count 3 up to 10 (3..9 on 10 nodes: 54 slots; max_per_node 1,
+// and full count stays reachable once the lost nodes are gone); a tenth of the nodes
 // (at least one), those holding the most slots, are lost at once (kill -9
 // of their agents and mariposas), for MARIPOSA_BENCH_ROUNDS rounds (default
 // one) or until half are gone.
@@ -53,6 +54,14 @@ func benchFleetNodes(b *testing.B) int {
 func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	fleetNodes := benchFleetNodes(b)
 	perRound := max(1, fleetNodes/10) // a tenth of the fleet at once
+	rounds := b.N
+	if v, err := strconv.Atoi(os.Getenv("MARIPOSA_BENCH_ROUNDS")); err == nil && v > rounds {
+		rounds = v
+	}
+	rounds = min(rounds, max(1, fleetNodes/2/perRound))
+	// Counts from 3 up to 10, but no more than the nodes left after the
+	// last round: max_per_node is 1, and full count must stay reachable.
+	maxCount := max(3, min(10, fleetNodes-rounds*perRound))
 	cl := consultest.NewFleet(b, consultest.FleetOptions{Servers: 3, Clients: fleetNodes, ConsulGossip: consulGossip,
 		NodeMeta: func(i int) map[string]string { return map[string]string{"zone": "z" + strconv.Itoa(i%3)} }})
 	c := cl.Servers[0].Client(b)
@@ -68,7 +77,7 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	slotsTotal := 0
 	for i := 0; i < 10; i++ {
 		name := fmt.Sprintf("svc%d", i)
-		counts[name] = 3 + i%8
+		counts[name] = 3 + i%(maxCount-2)
 		slotsTotal += counts[name]
 		fmt.Fprintf(&hcl, "service %q {\n  command = [%q]\n  env = { STAMP_SLEEP_MS = \"-1\" }\n  count = %d\n  exclusive = %v\n}\n",
 			name, stampBin, counts[name], i%2 == 0)
@@ -118,11 +127,15 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	var times []time.Duration
 	var entries, vacancies, overRuns int
 	dead := map[string]bool{}
-	rounds := b.N
-	if v, err := strconv.Atoi(os.Getenv("MARIPOSA_BENCH_ROUNDS")); err == nil && v > rounds {
-		rounds = v
-	}
+	var lastKill time.Time
 	for i := 0; i < rounds && len(dead)+perRound <= fleetNodes/2; i++ {
+		// Rounds are independent losses: the next one once the takeover
+		// budget's window has moved past this one's takeovers (a wave of
+		// losses closer together moves a tenth of the nodes' slots per
+		// window, by design: cluster/storm.go).
+		if !lastKill.IsZero() {
+			time.Sleep(time.Until(lastKill.Add(cluster.TakeoverWindow + time.Second)))
+		}
 		// The victims: the live nodes holding the most slots.
 		load := map[string]int{}
 		for name := range counts {
@@ -157,6 +170,7 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 		}
 		idx0 := raftIndex(b, cl)
 		t0 := time.Now()
+		lastKill = t0
 		for _, victim := range victims {
 			_ = ms[victim].cmd.Process.Signal(syscall.SIGKILL)
 			cl.Agent(victim).Kill()
