@@ -67,7 +67,7 @@ func fleetOf(t *testing.T, cl *consultest.Cluster, files ...string) map[string]*
 	return ms
 }
 
-// Count slots on a real cluster (3 servers, 4 clients, each with its own
+// Count slots on a real cluster (3 servers, 5 clients, each with its own
 // mariposa -cluster): an exclusive service deployed with count = 2 runs on
 // two distinct nodes; kill -9 of a holder's mariposa, SIGSTOP of one (the
 // documented frozen window, where its fenced write must fail) and kill -9
@@ -77,7 +77,7 @@ func fleetOf(t *testing.T, cl *consultest.Cluster, files ...string) map[string]*
 // audit record.
 func TestFleetExclusiveSlots(t *testing.T) {
 	consultest.SkipShort(t, "fault injection in -short mode")
-	cl := consultest.NewCluster(t, 3, 4)
+	cl := consultest.NewCluster(t, 3, 5)
 	c := cl.Servers[0].Client(t)
 	dir := t.TempDir()
 	spec := func(count int) string {
