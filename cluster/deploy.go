@@ -48,7 +48,7 @@ func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
 		return DeployResult{}, err
 	}
 	if !ok {
-		return DeployResult{}, ErrConcurrentDeploy
+		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
 	}
 	d, _ := json.Marshal(Desired{N: spec.N, Hash: spec.Hash, By: by, At: now})
 	check := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: DesiredKey(spec.Name)}
@@ -66,9 +66,28 @@ func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
 		return DeployResult{}, err
 	}
 	if !ok {
-		return DeployResult{}, ErrConcurrentDeploy
+		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
 	}
 	return DeployResult{N: spec.N}, nil
+}
+
+// concurrentDeploy is ErrConcurrentDeploy naming where the deployment is
+// now, as far as a fresh read says: the spec desired since, or the spec n
+// another deploy wrote and is about to make desired.
+func concurrentDeploy(client *api.Client, name string, n uint64) error {
+	q := &api.QueryOptions{RequireConsistent: true}
+	var d Desired
+	if p, _, err := client.KV().Get(DesiredKey(name), q); err == nil && p != nil && json.Unmarshal(p.Value, &d) == nil && d.N >= n {
+		return fmt.Errorf("deployment %s is at spec %d (%s, by %s at %s) now: %w", name, d.N, d.Hash, d.By,
+			d.At.UTC().Format(time.RFC3339), ErrConcurrentDeploy)
+	}
+	if p, _, err := client.KV().Get(SpecKey(name, n), q); err == nil && p != nil {
+		if sp, err := DecodeSpec(p.Value); err == nil {
+			return fmt.Errorf("deployment %s is moving to spec %d (%s, by %s at %s): %w", name, n, sp.Hash, sp.By,
+				sp.At.UTC().Format(time.RFC3339), ErrConcurrentDeploy)
+		}
+	}
+	return ErrConcurrentDeploy
 }
 
 // ResetSlot clears a failed slot's reschedule history so that nodes claim it

@@ -20,6 +20,10 @@ import (
 // template sources are inlined. Its hash covers the services and groups, so
 // deploying the same files twice is a no-op.
 type Spec struct {
+	// Format is the spec format's version (SpecFormat when written); a
+	// node refuses a spec of a newer format than it reads, rather than
+	// run it half understood. Absent: format 1.
+	Format   int               `json:"format,omitempty"`
 	Name     string            `json:"name"`
 	N        uint64            `json:"n"`
 	Hash     string            `json:"hash"`
@@ -28,6 +32,9 @@ type Spec struct {
 	Services []*schema.Service `json:"services"`
 	Groups   []*schema.Group   `json:"groups,omitempty"`
 }
+
+// SpecFormat is the newest spec format this mariposa reads and writes.
+const SpecFormat = 1
 
 // Desired is deploy/<name>/desired: the spec the fleet runs.
 type Desired struct {
@@ -47,7 +54,7 @@ func Reify(name string, cfg *schema.Config) (*Spec, error) {
 	if !validName.MatchString(name) {
 		return nil, fmt.Errorf("deployment name %q: use letters, digits, '-' and '_'", name)
 	}
-	sp := &Spec{Name: name}
+	sp := &Spec{Format: SpecFormat, Name: name}
 	var errs []error
 	for _, svc := range cfg.Services {
 		if svc.Placement == nil {
@@ -117,6 +124,10 @@ func DecodeSpec(b []byte) (*Spec, error) {
 	var sp Spec
 	if err := json.Unmarshal(b, &sp); err != nil {
 		return nil, fmt.Errorf("not a mariposa spec: %w", err)
+	}
+	if sp.Format > SpecFormat {
+		return nil, fmt.Errorf("spec %d of %q was written by a newer mariposa (spec format %d; this mariposa reads up to %d): upgrade this node's mariposa",
+			sp.N, sp.Name, sp.Format, SpecFormat)
 	}
 	seen := map[string]bool{}
 	for i, svc := range sp.Services {

@@ -164,3 +164,30 @@ func TestReferencedServices(t *testing.T) {
 		t.Errorf("service.db on n2: %q %v", v, set)
 	}
 }
+
+// TestNewerSpecFormat: a spec written by a newer mariposa is reported by
+// the node and not run; older specs (no format) still are.
+func TestNewerSpecFormat(t *testing.T) {
+	body := `"name":"shop","n":7,"hash":"h","services":[{"Name":"api","Command":["x"],"Placement":{"Count":1}}]`
+	for _, tc := range []struct {
+		format string
+		ok     bool
+	}{{"", true}, {`"format":1,`, true}, {`"format":2,`, false}} {
+		b := []byte("{" + tc.format + body + "}")
+		_, err := DecodeSpec(b)
+		if (err == nil) != tc.ok {
+			t.Fatalf("format %q: %v", tc.format, err)
+		}
+		if !tc.ok && !strings.Contains(err.Error(), "spec 7 of \"shop\" was written by a newer mariposa (spec format 2; this mariposa reads up to 1)") {
+			t.Fatalf("format %q: %v", tc.format, err)
+		}
+		var reported []string
+		specs := parseDeploy(api.KVPairs{
+			{Key: DesiredKey("shop"), Value: []byte(`{"n":7,"hash":"h"}`)},
+			{Key: SpecKey("shop", 7), Value: b},
+		}, func(key, msg string, err error) { reported = append(reported, key+": "+msg) })
+		if (specs["shop"] != nil) != tc.ok || (len(reported) == 0) == !tc.ok {
+			t.Fatalf("format %q: specs %v, reported %q", tc.format, specs, reported)
+		}
+	}
+}

@@ -197,7 +197,7 @@ func parseDeploy(pairs api.KVPairs, report func(key, msg string, err error)) map
 		}
 		spec, err := DecodeSpec(sp.Value)
 		if err != nil {
-			report(sp.Key, "a corrupt spec; skipping the deployment", err)
+			report(sp.Key, "cannot read the spec; skipping the deployment", err)
 			continue
 		}
 		specs[name] = spec
