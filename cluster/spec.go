@@ -180,7 +180,28 @@ func DecodeSpec(b []byte) (*Spec, error) {
 			return nil, fmt.Errorf("group %d has no valid name", i)
 		}
 	}
+	seenP := map[*schema.Placement]bool{}
+	for _, svc := range sp.Services {
+		updateDefaults(svc.Placement, seenP)
+	}
+	for _, g := range sp.Groups {
+		updateDefaults(g.Placement, seenP)
+	}
 	return &sp, nil
+}
+
+// updateDefaults gives a placement decoded without an update block (a
+// spec written before the block existed: all zero, which the language
+// never produces, since healthy_deadline must be positive) the block's
+// defaults, as the language gives a unit that has none.
+func updateDefaults(p *schema.Placement, seen map[*schema.Placement]bool) {
+	if p == nil || seen[p] || p.Update != (schema.Update{}) {
+		return
+	}
+	seen[p] = true
+	p.Update = schema.Update{MaxParallel: schema.DefaultUpdateMaxParallel, HealthCheck: schema.UpdateChecks,
+		MinHealthyTime: schema.DefaultUpdateMinHealthyTime, HealthyDeadline: schema.DefaultUpdateHealthyDeadline,
+		ProgressDeadline: schema.DefaultUpdateProgressDeadline}
 }
 
 // maxCount bounds count: a slot is a key and an instance.

@@ -20,6 +20,9 @@ func TestReifyAndDecode(t *testing.T) {
 		{Name: "web", Group: "front", Command: []string{"web"}, Placement: &schema.Placement{Count: 2}},
 		{Name: "side", Group: "front", Command: []string{"side"}, Placement: &schema.Placement{Count: 2}},
 	}, Groups: []*schema.Group{{Name: "front", Services: []string{"web", "side"}}}}
+	for _, svc := range cfg.Services {
+		updateDefaults(svc.Placement, map[*schema.Placement]bool{}) // as the language gives every unit
+	}
 	sp, err := Reify("shop", cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -189,5 +192,26 @@ func TestNewerSpecFormat(t *testing.T) {
 		if (specs["shop"] != nil) != tc.ok || (len(reported) == 0) == !tc.ok {
 			t.Fatalf("format %q: specs %v, reported %q", tc.format, specs, reported)
 		}
+	}
+}
+
+// TestOldSpecUpdateDefaults: a spec written before the update block
+// existed decodes with the block's defaults; one with a block keeps it.
+func TestOldSpecUpdateDefaults(t *testing.T) {
+	old, err := DecodeSpec([]byte(`{"name":"shop","services":[{"Name":"api","Command":["x"],"Placement":{"Count":1}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := old.Services[0].Placement.Update; u.MaxParallel != 1 || u.HealthCheck != schema.UpdateChecks ||
+		u.HealthyDeadline != schema.DefaultUpdateHealthyDeadline || u.MinHealthyTime != schema.DefaultUpdateMinHealthyTime {
+		t.Fatalf("old spec's update: %+v", u)
+	}
+	set, err := DecodeSpec([]byte(`{"name":"shop","services":[{"Name":"api","Command":["x"],"Placement":{"Count":1,
+		"Update":{"MaxParallel":0,"HealthCheck":"running","HealthyDeadline":60000000000}}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := set.Services[0].Placement.Update; u.MaxParallel != 0 || u.HealthCheck != "running" {
+		t.Fatalf("a spec's own update block changed: %+v", u)
 	}
 }
