@@ -24,6 +24,8 @@ import (
 // Runner is what the fleet needs of the node's supervisor.
 type Runner interface {
 	ApplySlots(ctx context.Context, slots []supervisor.SlotInstance) (supervisor.ApplyResult, error)
+	// Snapshots is every instance's state (a rollout waits for health).
+	Snapshots() []supervisor.Snapshot
 }
 
 // FleetConfig configures a node's part in the fleet.
@@ -100,6 +102,10 @@ type heldSlot struct {
 	// was lost) and its instance keeps running, until another node holds
 	// the slot or this one claims it again.
 	orphan bool
+	// updating: a rollout (rollout.go) is replacing or about to replace
+	// the instance; failedSeen: versions whose rollout failed.
+	updating   bool
+	failedSeen map[string]bool
 }
 
 type vacancy struct {
@@ -351,8 +357,17 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 			ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: PenaltyKey(u.Unit.Name, f.cfg.Node), Value: pen}}}
 			gone = append(gone, giveUp{h: h, state: state, reason: "rescheduled: " + reason, ops: ops})
 		default:
-			if !reflect.DeepEqual(h.unit, u) {
-				h.unit = u // a new deployment of the unit: its instances restart
+			switch {
+			case reflect.DeepEqual(h.unit, u):
+			case rolling(h.unit, u):
+				// A new definition with an update block: replaced under a
+				// rollout token, a few at a time (rollout.go).
+				if !h.updating && !h.failedSeen[runHash(u)] {
+					h.updating = true
+					go f.update(ctx, id, h, u)
+				}
+			default:
+				h.unit = u // placement only, or max_parallel = 0: at once
 				changed = true
 			}
 			continue

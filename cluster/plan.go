@@ -810,8 +810,8 @@ func replaceText(u UnitPlan) string {
 	return b.String()
 }
 
-// rolloutText says how the instances are replaced: as the update block
-// says once rolling updates are built, all at once today.
+// rolloutText says how the instances are replaced, as the update block
+// says (canaries are not built yet: the batches go on without them).
 func rolloutText(r *Rollout) string {
 	switch {
 	case r == nil:
@@ -831,7 +831,10 @@ func rolloutText(r *Rollout) string {
 			s = fmt.Sprintf("%s first, then after %s %s", plural(r.Canary, "canary"), promote, s)
 		}
 	}
-	return s + " (rolling updates: not yet built; today all at once)"
+	if r.Canary > 0 {
+		s += " (canaries: not yet built; today the batches go on without them)"
+	}
+	return s
 }
 
 // diffText is one attribute's line: "~ api.count: 3 -> 5", "+ api.check

@@ -118,7 +118,7 @@ func TestNewPlan(t *testing.T) {
 		next: strings.Replace(planAPI, `"-v1"`, `"-v2"`, 1),
 		want: map[string]unitWant{"api": {change: ChangeChange, diffs: []string{`~ api.command: ["app", "-v1"] -> ["app", "-v2"]`},
 			replace: ReplaceAll, services: []string{"api"}}},
-		text: []string{"  replaces: every instance (api/0, api/1, api/2), in 3 batches of 1 (rolling updates: not yet built; today all at once)\n",
+		text: []string{"  replaces: every instance (api/0, api/1, api/2), in 3 batches of 1\n",
 			"3 instances replaced."},
 	}, {
 		name: "env",
@@ -138,7 +138,7 @@ func TestNewPlan(t *testing.T) {
 		next: strings.Replace(planWeb, `["app"]`, `["app", "-v2"]`, 1),
 		want: map[string]unitWant{"web": {change: ChangeChange, diffs: []string{`~ web.app.command: ["app"] -> ["app", "-v2"]`},
 			replace: ReplaceAll, services: []string{"app"}}},
-		text: []string{"  replaces: web.app in every slot (web/0, web/1), in 2 batches of 1 (rolling updates: not yet built; today all at once)\n"},
+		text: []string{"  replaces: web.app in every slot (web/0, web/1), in 2 batches of 1\n"},
 	}, {
 		name: "group member added and removed",
 		cur:  planWeb,
@@ -174,7 +174,7 @@ func TestNewPlan(t *testing.T) {
 		want: map[string]unitWant{"api": {change: ChangeChange, diffs: []string{`~ api.update.max_parallel: 1 -> 2`, `~ api.update.canary: 0 -> 1`,
 			`~ api.update.auto_promote: false -> true`, `~ api.command: ["app", "-v1"] -> ["app", "-v2"]`},
 			replace: ReplaceAll, services: []string{"api"}}},
-		text: []string{"  replaces: every instance (api/0..api/5), 1 canary first, then after their health (auto_promote) in 3 batches of 2 (rolling updates: not yet built; today all at once)\n"},
+		text: []string{"  replaces: every instance (api/0..api/5), 1 canary first, then after their health (auto_promote) in 3 batches of 2 (canaries: not yet built; today the batches go on without them)\n"},
 	}, {
 		name: "rollout all at once",
 		cur:  planAPI,
@@ -347,9 +347,9 @@ func TestPlanHelpers(t *testing.T) {
 		r    *Rollout
 		want string
 	}{
-		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 1}}, 3), "in 3 batches of 1 (rolling updates: not yet built; today all at once)"},
-		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 5}}, 3), "in 1 batch of 5 (rolling updates: not yet built; today all at once)"},
-		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 1, Canary: 2}}, 2), "as 2 canaries, then a promotion (rolling updates: not yet built; today all at once)"},
+		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 1}}, 3), "in 3 batches of 1"},
+		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 5}}, 3), "in 1 batch of 5"},
+		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 1, Canary: 2}}, 2), "as 2 canaries, then a promotion (canaries: not yet built; today the batches go on without them)"},
 		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 0, Canary: 2}}, 2), "all at once (update.max_parallel = 0)"},
 		{nil, "all at once (rolling updates: not yet)"},
 	} {

@@ -37,8 +37,8 @@ Usage: mariposa plan [options] PATH...
 
   A changed service definition (anything but placement) replaces the
   instances in every slot that stays: plan says in how many batches the
-  new spec's update block will do it, and that today, until rolling
-  updates are built, it happens all at once. A change to placement only
+  new spec's update block will do it (all at once with max_parallel = 0;
+  canaries are not built yet). A change to placement only
   (count, constraint, affinity, spread, max_per_node, exclusive,
   stop_after, reschedule, update) replaces none.
 

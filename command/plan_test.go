@@ -90,7 +90,7 @@ func TestPlan(t *testing.T) {
 	want := `~ api
     ~ api.command: ["app", "-v1"] -> ["app", "-v2"]
     ~ api.env.MODE: "a" -> "b"
-  replaces: every instance (api/0, api/1), in 2 batches of 1 (rolling updates: not yet built; today all at once)
+  replaces: every instance (api/0, api/1), in 2 batches of 1
 
 ~ worker
     ~ worker.count: 3 -> 4

@@ -293,8 +293,9 @@ const (
 // Update is the `update` block: how a new spec of a cluster unit replaces
 // its instances (CLUSTER.md section 5). Nomad's names and defaults.
 //
-// Only the language exists yet: rolling updates are being built, and today
-// a new spec replaces instances all at once whatever this says.
+// The fleet acts on MaxParallel, MinHealthyTime, HealthyDeadline and
+// HealthCheck (cluster/rollout.go); canaries, promotion, auto_revert and
+// progress_deadline are not built yet.
 type Update struct {
 	// MaxParallel is how many instances update at once (default 1). 0
 	// replaces every instance at once, without a rolling update (Nomad's

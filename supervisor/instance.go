@@ -43,6 +43,9 @@ type Snapshot struct {
 	Slot      string // "<unit>/<k>" for an instance in a count slot
 	Output    string // the human reason
 	Report    report.Instance
+	// ChecksPassing: every check of the service is passing in the catalog,
+	// as the node's health watch last saw it (true without checks).
+	ChecksPassing bool
 }
 
 // Instance supervises one service's process. One goroutine (run) owns its
@@ -179,11 +182,24 @@ func (in *Instance) operate(ctx context.Context, kind inputKind) error {
 
 func snapshotOf(s *instState) Snapshot {
 	sn := Snapshot{Service: s.svc.Name, ServiceID: s.id, State: s.state, PID: s.pid, Restarts: s.restarts,
-		Output: s.reason, Report: reportOf(s)}
+		Output: s.reason, Report: reportOf(s), ChecksPassing: checksPassing(s)}
 	if s.slot != nil {
 		sn.Slot = s.slot.Name()
 	}
 	return sn
+}
+
+// checksPassing: every check of s's service has been seen passing.
+func checksPassing(s *instState) bool {
+	if len(s.tracks) != len(s.svc.Checks) {
+		return false
+	}
+	for _, t := range s.tracks {
+		if t.Status != "passing" {
+			return false
+		}
+	}
+	return true
 }
 
 func reportOf(s *instState) report.Instance {
