@@ -117,6 +117,15 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		f.mu.Unlock()
 		return
 	}
+	// A newer spec may have come while this waited for its token: start
+	// over with it rather than roll out one already superseded.
+	cur, ok := f.unitsLocked()[next.Unit.Name]
+	if !ok || runHash(cur) != hash {
+		f.mu.Unlock()
+		log.Debug("rollout: superseded while waiting for a token")
+		return
+	}
+	next = cur
 	h.unit = next
 	f.mu.Unlock()
 	log.Info("rollout: replacing the instance")
