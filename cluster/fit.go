@@ -107,15 +107,9 @@ func FitSpec(client *api.Client, spec *Spec) ([]Fit, error) {
 	for _, u := range spec.Units() {
 		units[u.Unit.Name] = u
 	}
-	svcNodes := map[string]map[string]int{}
-	for _, name := range referencedServices(units) {
-		entries, _, err := client.Health().Service(name, "", false, q)
-		if err != nil {
-			return nil, fmt.Errorf("read the service %s: %w", name, err)
-		}
-		svcNodes[name] = countByNode(entries)
+	if nodes, err = withServicesRead(client, nodes, units, q); err != nil {
+		return nil, err
 	}
-	nodes = withServices(nodes, svcNodes)
 	var out []Fit
 	for _, u := range spec.Units() {
 		out = append(out, FitOf(u.Unit, nodes))

@@ -73,14 +73,7 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		return err == nil && pair != nil
 	}
 	if failed() {
-		f.mu.Lock()
-		first := !h.failedSeen[hash]
-		if h.failedSeen == nil {
-			h.failedSeen = map[string]bool{}
-		}
-		h.failedSeen[hash] = true
-		f.mu.Unlock()
-		if first {
+		if f.markFailed(h, hash) {
 			log.Warn("this version's rollout failed; the instance stays on its version")
 		}
 		return
@@ -142,16 +135,26 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 			AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: next.Unit.Name, Slot: id, Action: "rollout-failed",
 				To: hash, Reason: why, TermIndex: h.term.Index}),
 		}, nil)
-		f.mu.Lock()
-		if h.failedSeen == nil {
-			h.failedSeen = map[string]bool{}
-		}
-		h.failedSeen[hash] = true
-		f.mu.Unlock()
+		f.markFailed(h, hash)
 		log.Error("rollout failed: no more instances move to this version", "reason", why, "error", err)
 		return
 	}
 	log.Info("rollout: instance healthy on the new version")
+}
+
+// markFailed notes that the rollout of version hash failed, so that h is
+// not updated to it again; true the first time.
+func (f *Fleet) markFailed(h *heldSlot, hash string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if h.failedSeen[hash] {
+		return false
+	}
+	if h.failedSeen == nil {
+		h.failedSeen = map[string]bool{}
+	}
+	h.failedSeen[hash] = true
+	return true
 }
 
 // waitHealthy waits until slot id's instances of u are healthy for

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -86,6 +87,21 @@ func (f *Fleet) followServices(ctx context.Context, units map[string]UnitSpec) {
 			delete(f.svcNodes, name)
 		}
 	}
+}
+
+// withServicesRead reads the nodes of the services the units' attributes
+// name (one read each, as the commands need them once) and returns nodes
+// with them filled in.
+func withServicesRead(client *api.Client, nodes []NodeInfo, units map[string]UnitSpec, q *api.QueryOptions) ([]NodeInfo, error) {
+	svcNodes := map[string]map[string]int{}
+	for _, name := range referencedServices(units) {
+		entries, _, err := client.Health().Service(name, "", false, q)
+		if err != nil {
+			return nil, fmt.Errorf("read the service %s: %w", name, err)
+		}
+		svcNodes[name] = countByNode(entries)
+	}
+	return withServices(nodes, svcNodes), nil
 }
 
 // withServices returns nodes with Services filled from svcNodes.

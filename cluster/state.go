@@ -79,15 +79,9 @@ func ReadState(client *api.Client) (*State, error) {
 		return nil, fmt.Errorf("read %s: %w", PenaltyPrefix, err)
 	}
 	st.Penalties = parsePenalties(pen)
-	svcNodes := map[string]map[string]int{}
-	for _, name := range referencedServices(st.Units) {
-		entries, _, err := client.Health().Service(name, "", false, q)
-		if err != nil {
-			return nil, fmt.Errorf("read the service %s: %w", name, err)
-		}
-		svcNodes[name] = countByNode(entries)
+	if st.Nodes, err = withServicesRead(client, st.Nodes, st.Units, q); err != nil {
+		return nil, err
 	}
-	st.Nodes = withServices(st.Nodes, svcNodes)
 	return st, nil
 }
 

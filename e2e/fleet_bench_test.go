@@ -266,6 +266,8 @@ func BenchmarkFleetSteadyState(b *testing.B) {
 					}
 					return n == 10, fmt.Sprint(n)
 				})
+				// Pacing, not waiting: let the start's requests pass, then
+				// count the idle requests over one minute.
 				time.Sleep(3 * time.Second)
 				r0, t0 := proxy.n.Load(), time.Now()
 				time.Sleep(60 * time.Second)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"os/exec"
 	"path/filepath"
@@ -224,18 +223,7 @@ service "api" {
 	}
 
 	// The audit log has every claim and release.
-	recs, _, err := c.KV().List(cluster.AuditPrefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	actions := map[string]int{}
-	for _, p := range recs {
-		var e cluster.AuditEvent
-		if err := json.Unmarshal(p.Value, &e); err != nil {
-			t.Errorf("audit record %s: %v", p.Key, err)
-		}
-		actions[e.Action]++
-	}
+	actions := auditActions(t, c, "") // every unit and the deploys
 	if actions["claim"] < 6 || actions["release"] < 2 || actions["deploy"] != 3 {
 		t.Errorf("audit actions %v", actions)
 	}

@@ -62,13 +62,19 @@ func TestFreePortsAcrossProcesses(t *testing.T) {
 		}
 		seen[p] = true
 	}
-	if _, err := exec.LookPath("flock"); err != nil {
-		t.Skip("no flock(1) to play the other process")
-	}
+	requireFlock(t)
 	for _, p := range ps {
 		lock := filepath.Join(os.TempDir(), "mariposa-test-ports", strconv.Itoa(p))
 		if err := exec.Command("flock", "-n", lock, "true").Run(); err == nil {
 			t.Fatalf("port %d is not locked against other processes", p)
 		}
 	}
+}
+
+// requireFlock: flock(1) (util-linux) plays the other process that must
+// find the locks taken; missing, the test is skipped here and fails in CI.
+func requireFlock(t *testing.T) {
+	t.Helper()
+	_, err := exec.LookPath("flock")
+	Require(t, err == nil, "no flock(1) to play the other process")
 }

@@ -192,9 +192,7 @@ func TestLoopbackAddrs(t *testing.T) {
 		}
 		seen[a] = true
 	}
-	if _, err := exec.LookPath("flock"); err != nil {
-		t.Skip("no flock(1) to play the other process")
-	}
+	requireFlock(t)
 	for _, a := range as {
 		if err := exec.Command("flock", "-n", addrLockDir()+"/"+a, "true").Run(); err == nil {
 			t.Fatalf("address %s is not locked against other processes", a)
@@ -207,9 +205,7 @@ func TestLoopbackAddrs(t *testing.T) {
 // place.
 func TestSweepStaleTables(t *testing.T) {
 	RequireFirewall(t)
-	if _, err := exec.LookPath("flock"); err != nil {
-		t.Skip("no flock(1) to play the other process")
-	}
+	requireFlock(t)
 	mine := LoopbackAddrs(t, 1)[0]
 	// An address no one holds, and one that another process holds.
 	free, held := freeAddr(t, ""), ""
