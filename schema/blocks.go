@@ -416,6 +416,15 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 			`change_mode is ignored with env = true; an env template restarts the process, since its environment cannot change otherwise. Remove change_mode = %q, or render a file the process reads instead of its environment.`,
 			t.ChangeMode)
 	}
+	var coord []*hcl.Block
+	for _, b := range content.Blocks {
+		if b.Type == "coordinate" {
+			coord = append(coord, b)
+		}
+	}
+	if len(coord) > 0 {
+		t.Coordinate = l.decodeCoordinate(e, coord, t, svc)
+	}
 	if !ok {
 		return nil, block.DefRange
 	}
@@ -425,6 +434,42 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 		l.checkTemplate(t, conAttr, p, "")
 	}
 	return t, attrs["destination"].Expr.Range()
+}
+
+// decodeCoordinate reads a template's coordinate block (the first of
+// blocks; a template has one): max_parallel from 1 (the default), and a
+// change_mode whose action it can pace, a restart or a signal.
+func (l *loader) decodeCoordinate(e *evaluator, blocks []*hcl.Block, t *Template, svc *Service) *Coordinate {
+	b := blocks[0]
+	for _, dup := range blocks[1:] {
+		l.errorf(dup.DefRange, "Duplicate coordinate block",
+			"This template already has a coordinate block at %s; there can be only one.", at(b.DefRange))
+	}
+	c := &Coordinate{MaxParallel: DefaultCoordinateMaxParallel}
+	content, diags := bodyContent(b.Body, coordinateSchema)
+	l.diags = append(l.diags, diags...)
+	if attr, ok := content.Attributes["max_parallel"]; ok {
+		if n, ok := e.Int(attr, math.MinInt64, math.MaxInt64); ok {
+			if n < 1 || n > maxSlots {
+				l.errorf(attr.Expr.Range(), "Invalid max_parallel",
+					"max_parallel is how many instances of service %q restart or signal at once after a change of this template, from 1 to %d; got %d. To let every instance act at once, remove the coordinate block.",
+					svc.Name, maxSlots, n)
+			} else {
+				c.MaxParallel = n
+			}
+		}
+	}
+	if !t.Env {
+		switch t.ChangeMode {
+		case "noop":
+			l.errorf(b.DefRange, "Nothing to coordinate",
+				`change_mode = "noop" neither restarts nor signals the process after a change, so coordinate has nothing to pace. Use change_mode = "restart" or "signal", or remove the coordinate block.`)
+		case "command":
+			l.errorf(b.DefRange, "Nothing to coordinate",
+				`coordinate paces the restarts and signals a change causes; change_mode = "command" runs the template's command instead, whose end says nothing about the instance's health. Use change_mode = "restart" or "signal", or remove the coordinate block.`)
+		}
+	}
+	return c
 }
 
 // decodeWait reads { min = "2s", max = "10s" }. As in consul-template, a

@@ -165,7 +165,24 @@ type Template struct {
 	WaitMin     time.Duration
 	WaitMax     time.Duration
 	Env         bool
+	// Coordinate, when set, paces the restarts or signals a change of this
+	// template causes across every instance of the service (or of its
+	// unit): a few at a time, under Consul semaphore tokens. nil: each
+	// instance acts at once. Omitted from JSON when nil, so specs and their
+	// hashes stay as they were without it.
+	Coordinate *Coordinate `json:",omitempty"`
 }
+
+// Coordinate is a template's `coordinate` block.
+type Coordinate struct {
+	// MaxParallel is how many instances act on one change at once: hold a
+	// token between the restart (or signal) and the moment they are running
+	// again with their checks passing. At least 1 (the default).
+	MaxParallel int
+}
+
+// DefaultCoordinateMaxParallel is coordinate's max_parallel when unset.
+const DefaultCoordinateMaxParallel = 1
 
 // Leader is the `leader` block.
 type Leader struct {

@@ -132,6 +132,15 @@ var templateSchema = &hcl.BodySchema{
 		{Name: "wait"},
 		{Name: "env"},
 	},
+	Blocks: []hcl.BlockHeaderSchema{
+		{Type: "coordinate"},
+	},
+}
+
+var coordinateSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "max_parallel"},
+	},
 }
 
 var leaderSchema = &hcl.BodySchema{
