@@ -368,3 +368,24 @@ func TestAgentRestart(t *testing.T) {
 		t.Fatalf("file %q", got)
 	}
 }
+
+// TestHashesFollowOutput: a template's hash names its output, whatever the
+// destination, so instances that rendered the same data agree on it (the
+// key of coordinated reloads); a change of the output changes it.
+func TestHashesFollowOutput(t *testing.T) {
+	a, c := newAgent(t)
+	m := startManager(t, a.HTTPAddr())
+	put(t, c, "app/config", "v1")
+	one := follow(m.Service(templateService(t.TempDir(), "one", "value={{ key \"app/config\" }}\n", "static\n")))
+	two := follow(m.Service(templateService(t.TempDir(), "two", "value={{ key \"app/config\" }}\n")))
+	s1 := one.until(t, "one rendered", func(s ServiceState) bool { return s.TemplatesReady })
+	s2 := two.until(t, "two rendered", func(s ServiceState) bool { return s.TemplatesReady })
+	if len(s1.Hashes) != 2 || len(s2.Hashes) != 1 || s1.Hashes[0] == "" || s1.Hashes[0] != s2.Hashes[0] || s1.Hashes[1] == s1.Hashes[0] {
+		t.Fatalf("hashes %q and %q: want one per template, equal for equal outputs", s1.Hashes, s2.Hashes)
+	}
+	put(t, c, "app/config", "v2")
+	s1 = one.until(t, "one re-rendered", func(ServiceState) bool { return len(one.events) == 1 })
+	if s1.Hashes[0] == s2.Hashes[0] {
+		t.Fatalf("hash %q unchanged after the output changed", s1.Hashes[0])
+	}
+}

@@ -42,6 +42,11 @@ type ServiceState struct {
 	// TemplateEnv are the KEY=VALUE lines of env = true templates, in
 	// template order.
 	TemplateEnv []string
+	// Hashes are, per template in the service's order, a hash of the
+	// output of its last good render ("" before the first). Instances that
+	// rendered the same data have the same hashes: coordinated reloads
+	// contend on them.
+	Hashes []string
 	// Events are the renders that changed a file since the previous State
 	// call (first renders are not events: nothing runs yet). State hands
 	// each event out once.
@@ -167,6 +172,7 @@ func (sd *ServiceData) State() ServiceState {
 		if r.t.Env {
 			st.TemplateEnv = append(st.TemplateEnv, r.env...)
 		}
+		st.Hashes = append(st.Hashes, r.hash)
 	}
 	st.Events, sd.events = sd.events, nil
 	return st

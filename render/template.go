@@ -2,6 +2,8 @@ package render
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -43,7 +45,8 @@ type templateRunner struct {
 	waiting  string
 	err      string
 	env      []string
-	renders  int // files written, for tests
+	hash     string // of the last good output
+	renders  int    // files written, for tests
 }
 
 func newTemplateRunner(sd *ServiceData, t *schema.Template, sb *sandbox) *templateRunner {
@@ -203,6 +206,7 @@ func (r *templateRunner) render() {
 	r.waiting, r.err = waiting, errMsg
 	if errMsg == "" && out != nil {
 		r.rendered = true
+		r.hash = outputHash(out)
 		notify = notify || !before || !equalStrings(r.env, env)
 		r.env = env
 		if changed {
@@ -350,4 +354,11 @@ func equalStrings(a, b []string) bool {
 		}
 	}
 	return true
+}
+
+// outputHash names a rendered output: the first 16 bytes of its SHA-256, in
+// hex.
+func outputHash(out []byte) string {
+	h := sha256.Sum256(out)
+	return hex.EncodeToString(h[:16])
 }
