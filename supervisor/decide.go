@@ -25,23 +25,24 @@ import (
 type inputKind int
 
 const (
-	inBoot         inputKind = iota // the loop starts: register, then start
-	inStarted                       // actStart succeeded: pid, started
-	inStartFailed                   // actStart failed: err
-	inExited                        // the process ended (asked to or not): pid, exit, stderr
-	inHealth                        // a new view of the node's health: states, reset
-	inData                          // dependencies or templates changed: data
-	inTimer                         // a timer fired: timer
-	inTermGained                    // leadership acquired: term
-	inTermLost                      // leadership ended: expired, why
-	inTermExpired                   // the held term's deadline passed: kill whatever is still stopping
-	inSlotLost                      // the count slot's hold ended: expired, why
-	inSlotExpired                   // the slot's deadline passed: kill whatever is still stopping
-	inDeregistered                  // actDeregister returned
-	inStop                          // stop for good (shutdown, reload, removal)
-	inKill                          // a stop in progress must not wait any longer
-	inRestart                       // an operator asked for a restart
-	inReset                         // an operator asked to clear a failure
+	inBoot          inputKind = iota // the loop starts: register, then start
+	inStarted                        // actStart succeeded: pid, started
+	inStartFailed                    // actStart failed: err
+	inExited                         // the process ended (asked to or not): pid, exit, stderr
+	inHealth                         // a new view of the node's health: states, reset
+	inData                           // dependencies or templates changed: data
+	inTimer                          // a timer fired: timer
+	inTermGained                     // leadership acquired: term
+	inTermLost                       // leadership ended: expired, why
+	inTermExpired                    // the held term's deadline passed: kill whatever is still stopping
+	inSlotLost                       // the count slot's hold ended: expired, why
+	inSlotExpired                    // the slot's deadline passed: kill whatever is still stopping
+	inDeregistered                   // actDeregister returned
+	inStop                           // stop for good (shutdown, reload, removal)
+	inKill                           // a stop in progress must not wait any longer
+	inRestart                        // an operator asked for a restart
+	inReset                          // an operator asked to clear a failure
+	inReloadGranted                  // the reload token of request seq was granted
 )
 
 // input is one event for decide.
@@ -60,6 +61,7 @@ type input struct {
 	term    termInfo
 	expired bool
 	why     string
+	seq     uint64 // inReloadGranted
 }
 
 // termInfo is what the instance needs of a leadership term.
@@ -76,6 +78,7 @@ const (
 	timerDep                   // the next dependency timeout
 	timerHealth                // look at the checks again
 	timerDrain                 // the drain before the stop signal
+	timerReload                // look again whether a reloaded instance may give its token back
 	numTimers
 )
 
@@ -95,6 +98,8 @@ const (
 	actReleaseTerm                     // the leader-only work has stopped: let the elector go on
 	actEmit                            // an event for the sinks
 	actReply                           // answer an operator's request with err
+	actAcquireReload                   // ask for a reload token (request seq); completion: inReloadGranted
+	actReleaseReload                   // give back the reload token of request seq, or stop asking for it
 	actDone                            // the instance has stopped for good
 )
 
@@ -110,6 +115,9 @@ type action struct {
 	tmpl  *schema.Template
 	ev    Event
 	err   error
+	// actAcquireReload, actReleaseReload.
+	seq    uint64
+	reload ReloadRequest
 }
 
 // afterStop is what follows once a process mariposa is stopping has exited.
@@ -169,6 +177,12 @@ type instState struct {
 	expired  bool      // the term's deadline passed: no stop may wait
 	gaveUp   bool      // restarts exhausted: stopped contending
 
+	// Coordinated reloads (reload.go): reload waits for its token or holds
+	// it; nextReload is a newer change to ask for once it is given back.
+	reload     *reloadReq
+	nextReload *reloadReq
+	reloadSeq  uint64
+
 	registered   bool // a registration was asked for and not withdrawn
 	shutdown     bool
 	deregistered bool // shutdown: the deregistration returned
@@ -216,6 +230,7 @@ type stepper struct {
 func decide(s instState, in input, now time.Time, jitter float64) (instState, []action) {
 	st := &stepper{s: &s, now: now, jitter: jitter}
 	st.step(in)
+	st.settleReload()
 	return s, st.acts
 }
 
@@ -272,6 +287,7 @@ func (st *stepper) step(in input) {
 		}
 		updateTracks(s.tracks, s.svc, s.id, in.states, st.now)
 		st.evalHealth()
+		st.maybeReleaseReload()
 	case inData:
 		st.dataChanged(in.data)
 	case inTimer:
@@ -305,6 +321,8 @@ func (st *stepper) step(in input) {
 		st.do(action{kind: actReply, err: st.operatorRestart()})
 	case inReset:
 		st.do(action{kind: actReply, err: st.operatorReset()})
+	case inReloadGranted:
+		st.reloadGranted(in.seq)
 	}
 }
 
@@ -383,6 +401,7 @@ func (st *stepper) tryStart() {
 		}
 		clear(s.lostPending)
 	}
+	st.dropWaitingReload() // the new process reads every file anew
 	st.set(StateStarting, "starting")
 	st.do(action{kind: actStart, env: env})
 }
@@ -393,6 +412,7 @@ func (st *stepper) started(in input) {
 	s.stopping, s.killed = false, false
 	st.setRunning()
 	st.emit(EventStarted, s.reason)
+	st.maybeReleaseReload()
 }
 
 // setRunning writes the running state's reason.
@@ -406,6 +426,9 @@ func (st *stepper) setRunning() {
 	}
 	if s.restarts > 0 {
 		out += fmt.Sprintf("; restarted %d times, last after %s", s.restarts, s.lastEnd)
+	}
+	if r := s.reload; r != nil && !r.granted {
+		out += "; " + r.why + ": waiting for a reload token"
 	}
 	st.set(StateRunning, out)
 }
@@ -458,6 +481,7 @@ func (st *stepper) exited(in input) {
 func (st *stepper) stopProcess(then afterStop, kill bool) {
 	s := st.s
 	s.then = then
+	st.dropWaitingReload() // whatever starts next reads every file anew
 	if s.stopping {
 		if kill || s.expired || s.kill {
 			st.escalate()
@@ -551,11 +575,20 @@ func (st *stepper) dataChanged(d render.ServiceState) {
 	if s.stopping {
 		return // the next start sees the new data
 	}
-	restart := ""
-	var signals []syscall.Signal
+	restart, coordRestart := "", ""
+	var signals, coordSignals []syscall.Signal
 	for _, ev := range events {
 		t := ev.Template
 		st.emit(EventRendered, ev.Destination)
+		if coordinated(t) {
+			// Paced across the fleet: after a reload token (reload.go).
+			if t.ChangeMode == "signal" && !t.Env {
+				coordSignals = append(coordSignals, t.Signal)
+			} else {
+				coordRestart = "template " + ev.Destination + " changed"
+			}
+			continue
+		}
 		switch {
 		case t.Env || t.ChangeMode == "restart" || t.ChangeMode == "":
 			restart = "template " + ev.Destination + " changed"
@@ -598,6 +631,9 @@ func (st *stepper) dataChanged(d render.ServiceState) {
 		st.emit(EventSignalled, proc.SignalName(sig))
 		st.do(action{kind: actSignal, sig: sig})
 	}
+	if coordRestart != "" || len(coordSignals) > 0 {
+		st.askReload(d.Hashes, coordRestart, coordSignals)
+	}
 }
 
 // restartNow stops the process and starts it again at once, outside the
@@ -627,6 +663,8 @@ func (st *stepper) timer(t timerID) {
 			s.draining = false
 			st.stopProcess(thenShutdown, s.kill)
 		}
+	case timerReload:
+		st.maybeReleaseReload()
 	}
 }
 

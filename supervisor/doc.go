@@ -37,6 +37,12 @@
 //	any state -> stopping -> stopped: Stop (deregister, drain, signal,
 //	SIGKILL after the timeout; Kill skips the wait)
 //
+// A template with a coordinate block does not restart or signal its
+// instance at once after a change: the instance asks for a reload token
+// (a Consul semaphore shared by every instance that rendered the same
+// content: Options.ReloadGate), acts once it has one, and gives it back
+// once it runs again with its checks passing (reload.go).
+//
 // Outside the instances, the Runner holds the configuration, the registry
 // (checks.Registry), the shared Consul data (render.Manager) and the health
 // watch, and applies new configurations (Apply).

@@ -30,6 +30,9 @@ const (
 	EventStopped        EventKind = "stopped"          // a process stopped by mariposa has exited
 	EventStoppedForGood EventKind = "instance-stopped" // the instance is gone (shutdown, reload, removal)
 	EventSlotLost       EventKind = "slot-lost"        // the count slot's hold ended: the process stops
+	EventReloadWaiting  EventKind = "reload-waiting"   // a coordinated template changed: waiting for a reload token
+	EventReloadGranted  EventKind = "reload-granted"   // the reload token came: restarting or signalling
+	EventReloadReleased EventKind = "reload-released"  // the reload token was given back
 )
 
 // Event is one thing that happened to an instance, as data: the seam for

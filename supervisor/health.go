@@ -16,6 +16,9 @@ type checkTrack struct {
 	FirstSeen time.Time // when this check (re)appeared in the catalog
 	// CriticalSince is when the current critical streak was first seen.
 	CriticalSince time.Time
+	// PassingSince is when the check was seen turning passing from
+	// another status; zero if it has been passing since first seen.
+	PassingSince time.Time
 	// Transitioned: the streak began with a change observed from a
 	// non-critical status, so it is the result of a probe and not the
 	// critical status Consul gives a check when it is (re-)registered.
@@ -93,6 +96,8 @@ func updateTracks(tracks map[string]*checkTrack, svc *schema.Service, serviceID 
 			}
 		} else if st.Status == api.HealthCritical && t.Status != api.HealthCritical {
 			t.CriticalSince, t.Transitioned = now, true
+		} else if st.Status == api.HealthPassing && t.Status != api.HealthPassing {
+			t.PassingSince = now
 		}
 		t.Status = st.Status
 	}

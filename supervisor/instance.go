@@ -70,6 +70,10 @@ type Instance struct {
 	elector *leader.Elector
 	// slot is the count slot the instance runs in; nil if none.
 	slot *Slot
+	// gate hands out the tokens of coordinated template reloads; nil: they
+	// act at once, and noGate is called (it warns once).
+	gate   ReloadGate
+	noGate func()
 
 	health  chan checks.NodeHealth // latest-value mailbox
 	changec chan *schema.Template  // change commands, run one at a time
@@ -234,6 +238,22 @@ type loop struct {
 	stopElecting func()
 
 	reply chan error // the operator request being decided
+
+	// Coordinated reloads: the token requests under way, by seq.
+	reloads map[uint64]*reloadHold
+	granted chan reloadGrant
+}
+
+// reloadHold is a reload token asked for, and once granted, held.
+type reloadHold struct {
+	cancel  context.CancelFunc
+	release func() // nil until granted
+}
+
+// reloadGrant hands a granted token from its goroutine to the loop.
+type reloadGrant struct {
+	seq     uint64
+	release func()
 }
 
 // termMsg hands a new term from the elector's goroutine to the loop.
@@ -244,7 +264,8 @@ type termMsg struct {
 
 func (in *Instance) run() {
 	defer close(in.done)
-	l := &loop{in: in, s: newInstState(in.svc, in.id, in.now()), fired: make(chan timerFire, 64), back: make(chan input, 4)}
+	l := &loop{in: in, s: newInstState(in.svc, in.id, in.now()), fired: make(chan timerFire, 64), back: make(chan input, 4),
+		reloads: map[uint64]*reloadHold{}, granted: make(chan reloadGrant)}
 	var slotLost, slotExpired <-chan struct{}
 	if in.slot != nil {
 		l.s.slot = &in.slot.SlotInfo
@@ -374,6 +395,13 @@ func (in *Instance) run() {
 			}
 		case b := <-l.back:
 			l.queue = append(l.queue, b)
+		case g := <-l.granted:
+			if h := l.reloads[g.seq]; h != nil && h.release == nil {
+				h.release = g.release
+				l.queue = append(l.queue, input{kind: inReloadGranted, seq: g.seq})
+			} else {
+				go g.release() // no longer wanted
+			}
 		case op := <-in.ops:
 			l.reply = op.reply
 			l.queue = append(l.queue, input{kind: op.kind})
@@ -381,6 +409,9 @@ func (in *Instance) run() {
 	}
 	for t := range l.timers {
 		l.disarm(timerID(t))
+	}
+	for seq := range l.reloads {
+		l.releaseReload(seq)
 	}
 	stopScripts()
 	stopElecting()
@@ -476,7 +507,75 @@ func (l *loop) act(a action) {
 			l.reply <- a.err
 			l.reply = nil
 		}
+	case actAcquireReload:
+		l.acquireReload(a.seq, a.reload)
+	case actReleaseReload:
+		l.releaseReload(a.seq)
 	case actDone:
+	}
+}
+
+// acquireReload asks the gate for a reload token off the loop; the grant
+// comes back as inReloadGranted. Without a gate it is granted at once.
+func (l *loop) acquireReload(seq uint64, req ReloadRequest) {
+	in := l.in
+	if in.gate == nil {
+		if in.noGate != nil {
+			in.noGate()
+		}
+		l.reloads[seq] = &reloadHold{cancel: func() {}, release: func() {}}
+		l.queue = append([]input{{kind: inReloadGranted, seq: seq}}, l.queue...)
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l.reloads[seq] = &reloadHold{cancel: cancel}
+	granted := l.granted
+	go func() {
+		release, err := acquireRetrying(ctx, in.gate, req, in.log)
+		if err != nil {
+			return // no longer wanted
+		}
+		select {
+		case granted <- reloadGrant{seq: seq, release: release}:
+		case <-ctx.Done():
+			release()
+		}
+	}()
+}
+
+// releaseReload gives back request seq's token, or stops asking for it.
+func (l *loop) releaseReload(seq uint64) {
+	h := l.reloads[seq]
+	if h == nil {
+		return
+	}
+	delete(l.reloads, seq)
+	h.cancel()
+	if h.release != nil {
+		go h.release() // Consul round trips: never on the loop
+	}
+}
+
+// acquireRetrying asks gate for req's token until it is granted or ctx
+// ends: a Consul that cannot be reached holds the reload back (nothing
+// restarts because Consul is away), it does not let it through.
+func acquireRetrying(ctx context.Context, gate ReloadGate, req ReloadRequest, log hclog.Logger) (func(), error) {
+	wait := 500 * time.Millisecond
+	for {
+		release, err := gate.Acquire(ctx, req)
+		if err == nil {
+			return release, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		log.Warn("could not take a reload token; trying again", "hash", req.Hash, "error", err, "in", wait)
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		wait = min(2*wait, 10*time.Second)
 	}
 }
 

@@ -61,6 +61,10 @@ type Options struct {
 	// and mariposa deregisters itself (which ends the node's session): the
 	// fleet layer releases its slots here, cleanly, with their records.
 	Stopped func()
+	// ReloadGate hands out the tokens of coordinated template reloads
+	// (templates with a coordinate block; internal/coord is the Consul
+	// one). nil: such reloads act at once, with a warning.
+	ReloadGate ReloadGate
 }
 
 // Runner supervises every service of one configuration on this node.
@@ -84,6 +88,8 @@ type Runner struct {
 	abandoned atomic.Bool
 	// note adds to the liveness check's output (SetLivenessNote).
 	note atomic.Pointer[func() string]
+	// noGateOnce warns that coordinated reloads act at once.
+	noGateOnce sync.Once
 
 	// Set by Run before any instance starts.
 	leases  *lease.Manager
@@ -508,6 +514,14 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	if sp.slot != nil {
 		in.inSlot(*sp.slot)
 	}
+	if r.opts.ReloadGate != nil {
+		in.gate = nodeSessionGate{gate: r.opts.ReloadGate, leases: r.leases}
+	}
+	in.noGate = func() {
+		r.noGateOnce.Do(func() {
+			log.Warn("a template has a coordinate block, but this mariposa has no reload gate: coordinated reloads act at once")
+		})
+	}
 	in.register = func(role string, st checks.Result) {
 		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: checks.SupervisorServiceID(r.node)}
 		if svc.Leader != nil && role != "" {
@@ -530,6 +544,21 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	r.order = append(r.order, sp.key)
 	r.mu.Unlock()
 	return in
+}
+
+// nodeSessionGate gives a request outside count slots the node lease's
+// session to contend with (the one the node lock holds), as it is when the
+// request is made.
+type nodeSessionGate struct {
+	gate   ReloadGate
+	leases *lease.Manager
+}
+
+func (g nodeSessionGate) Acquire(ctx context.Context, req ReloadRequest) (func(), error) {
+	if req.Session == "" && req.Slot == nil && g.leases != nil {
+		req.Session = g.leases.Lease(0, 0).Session()
+	}
+	return g.gate.Acquire(ctx, req)
 }
 
 // removeStale deregisters what a previous run on this node left behind that
