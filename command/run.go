@@ -18,6 +18,7 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/internal/control"
+	"github.com/mariposa-sh/mariposa/internal/coord"
 	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/logring"
 	"github.com/mariposa-sh/mariposa/internal/proc"
@@ -226,6 +227,9 @@ func (c *RunCommand) Run(args []string) int {
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
 		Events:   func(e supervisor.Event) { logEvents(e); fl.event(e) },
 		Stopped:  fl.stopped,
+		// Templates with a coordinate block reload a few at a time
+		// across the fleet, under Consul semaphore tokens.
+		ReloadGate: coord.New(client, log.Named("reload")),
 	})
 	fl.start(r, cfg)
 	// The local control channel (mariposa restart, reset, logs).
