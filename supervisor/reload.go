@@ -105,7 +105,9 @@ func coordinated(t *schema.Template) bool {
 
 // coordHash names what svc's coordinated templates rendered (hashes are
 // per template, render.ServiceState.Hashes), and limit is the smallest
-// max_parallel among them.
+// max_parallel among them. The limit is part of the hash: instances that
+// disagree on it (files of two versions) never share a semaphore, which
+// would refuse the second limit.
 func coordHash(svc *schema.Service, hashes []string) (hash string, limit int) {
 	h := sha256.New()
 	for i, t := range svc.Templates {
@@ -121,7 +123,9 @@ func coordHash(svc *schema.Service, hashes []string) (hash string, limit int) {
 			limit = n
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil)[:8]), max(limit, 1)
+	limit = max(limit, 1)
+	fmt.Fprintf(h, "limit:%d\n", limit)
+	return hex.EncodeToString(h.Sum(nil)[:8]), limit
 }
 
 // askReload: coordinated templates changed while the process runs.

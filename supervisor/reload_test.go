@@ -237,6 +237,13 @@ func TestReloadDecisions(t *testing.T) {
 			if a.reload.Hash != b.reload.Hash {
 				t.Errorf("same coordinated output, other plain output: hashes %q and %q differ", a.reload.Hash, b.reload.Hash)
 			}
+			// Another max_parallel (files of another version): another
+			// semaphore, which Consul would otherwise refuse.
+			third := newMachine(t, testService(coordTemplates("signal", 2)))
+			third.bootData(8)
+			if c := acquired(t, third.change([]string{"h1", "p0"}, 0)); c.reload.Hash == a.reload.Hash {
+				t.Errorf("limits 1 and 2 share the hash %q", c.reload.Hash)
+			}
 		}},
 		{"an uncoordinated restart in the same change covers it", coordTemplates("restart", 1), func(t *testing.T, m *machine) {
 			m.bootData(42)
