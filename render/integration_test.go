@@ -389,3 +389,52 @@ func TestHashesFollowOutput(t *testing.T) {
 		t.Fatalf("hash %q unchanged after the output changed", s1.Hashes[0])
 	}
 }
+
+// TestReadersShareData: the instances of a unit in two slots of one node
+// share its data, each through a reader of its own: both see every change,
+// and one of them going away leaves the other's renders going. A service
+// whose file another one already wrote (the same destination: two nodes of
+// a test fleet on one machine) still sees its own output change.
+func TestReadersShareData(t *testing.T) {
+	a, c := newAgent(t)
+	m := startManager(t, a.HTTPAddr())
+	put(t, c, "app/config", "v1")
+	dir := t.TempDir()
+	svc := templateService(dir, "web", "value={{ key \"app/config\" }}\n")
+	r1 := &follower{sd: m.Service(svc)}
+	r2 := &follower{sd: m.Service(svc)}
+	one, two := r1.sd.Reader(), r2.sd.Reader()
+	other := follow(m.Service(templateService(dir, "web", "value={{ key \"app/config\" }}\n"))) // same file, another service
+	other.until(t, "the other rendered", func(s ServiceState) bool { return s.TemplatesReady })
+	events := func(rd *Reader) int {
+		n := 0
+		deadline := time.After(30 * time.Second)
+		for {
+			n += len(rd.State().Events)
+			if n > 0 {
+				return n
+			}
+			select {
+			case <-rd.Changed():
+			case <-deadline:
+				return 0
+			}
+		}
+	}
+	put(t, c, "app/config", "v2")
+	if n1, n2 := events(one), events(two); n1 != 1 || n2 != 1 {
+		t.Fatalf("events: %d and %d, want one each", n1, n2)
+	}
+	other.until(t, "the other's event although the file held its output already", func(ServiceState) bool { return len(other.events) == 1 })
+
+	// One instance goes: the other reads on.
+	one.Close()
+	m.Remove(svc)
+	put(t, c, "app/config", "v3")
+	if n := events(two); n != 1 {
+		t.Fatalf("after the first reader left: %d events", n)
+	}
+	if got := readFile(t, svc.Templates[0].Destination); got != "value=v3\n" {
+		t.Fatalf("file %q", got)
+	}
+}

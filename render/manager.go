@@ -227,26 +227,38 @@ func (m *Manager) Watching() int {
 }
 
 // Service starts gating and rendering for svc and returns its handle. Calling
-// it again with the same *schema.Service returns the same handle.
+// it again with the same *schema.Service returns the same handle (the
+// instances of a unit in several slots of one node share it); each call
+// wants a Remove.
 func (m *Manager) Service(svc *schema.Service) *ServiceData {
 	m.mu.Lock()
 	if sd := m.services[svc]; sd != nil {
+		sd.refs++
 		m.mu.Unlock()
 		return sd
 	}
 	sd := newServiceData(m, svc)
+	sd.refs = 1
 	m.services[svc] = sd
 	m.mu.Unlock()
 	sd.start()
 	return sd
 }
 
-// Remove stops svc's templates and dependency gates and releases the queries
-// nothing else reads. Files already rendered stay.
+// Remove undoes one Service call; the last one stops svc's templates and
+// dependency gates and releases the queries nothing else reads. Files
+// already rendered stay.
 func (m *Manager) Remove(svc *schema.Service) {
 	m.mu.Lock()
 	sd := m.services[svc]
-	delete(m.services, svc)
+	if sd != nil {
+		sd.refs--
+		if sd.refs > 0 {
+			sd = nil // another instance still reads it
+		} else {
+			delete(m.services, svc)
+		}
+	}
 	m.mu.Unlock()
 	if sd != nil {
 		sd.stop()

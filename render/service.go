@@ -8,20 +8,70 @@ import (
 )
 
 // ServiceData is one service's view of Consul data: its dependency gates and
-// its templates. Its methods are safe for concurrent use.
+// its templates. Its methods are safe for concurrent use. The instances of
+// a service on one node (in count slots) share it, each through a Reader
+// of its own.
 type ServiceData struct {
-	m       *Manager
-	svc     *schema.Service
-	changed chan struct{}
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    sync.WaitGroup
+	m      *Manager
+	svc    *schema.Service
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   sync.WaitGroup
 
 	mu        sync.Mutex
 	gates     []*gate
 	templates []*templateRunner
-	events    []TemplateEvent
 	badDeps   []string // dependencies that cannot be queried
+	readers   map[*Reader]struct{}
+	def       *Reader // the ServiceData's own Changed and State
+	refs      int     // Manager.Service calls not Removed yet
+}
+
+// Reader is one reader of a ServiceData: its own change notifications, and
+// its own copy of the events, so every instance sharing the data sees each
+// change.
+type Reader struct {
+	sd      *ServiceData
+	changed chan struct{}
+	events  []TemplateEvent // guarded by sd.mu
+}
+
+// Reader returns a new reader of sd; Close it when done.
+func (sd *ServiceData) Reader() *Reader {
+	r := &Reader{sd: sd, changed: make(chan struct{}, 1)}
+	sd.mu.Lock()
+	sd.readers[r] = struct{}{}
+	sd.mu.Unlock()
+	r.changed <- struct{}{} // its first State is news
+	return r
+}
+
+// Close stops r's notifications and events.
+func (r *Reader) Close() {
+	r.sd.mu.Lock()
+	delete(r.sd.readers, r)
+	r.events = nil
+	r.sd.mu.Unlock()
+}
+
+// Changed receives (coalesced) whenever State may have changed.
+func (r *Reader) Changed() <-chan struct{} { return r.changed }
+
+// State returns the current snapshot and hands out r's pending events.
+func (r *Reader) State() ServiceState {
+	sd := r.sd
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	st := sd.stateLocked()
+	st.Events, r.events = r.events, nil
+	return st
+}
+
+// addEvent hands ev to every reader; sd.mu is held.
+func (sd *ServiceData) addEvent(ev TemplateEvent) {
+	for r := range sd.readers {
+		r.events = append(r.events, ev)
+	}
 }
 
 // ServiceState is a snapshot of a service's data.
@@ -65,7 +115,7 @@ type ServiceState struct {
 func (s ServiceState) Ready() bool { return s.Failed == "" && s.DepsSatisfied && s.TemplatesReady }
 
 func newServiceData(m *Manager, svc *schema.Service) *ServiceData {
-	sd := &ServiceData{m: m, svc: svc, changed: make(chan struct{}, 1)}
+	sd := &ServiceData{m: m, svc: svc, readers: map[*Reader]struct{}{}}
 	sd.ctx, sd.cancel = context.WithCancel(m.ctx)
 	for _, d := range svc.Depends {
 		g, err := newGate(sd, d)
@@ -120,19 +170,46 @@ func (sd *ServiceData) stop() {
 }
 
 func (sd *ServiceData) notify() {
-	select {
-	case sd.changed <- struct{}{}:
-	default:
+	sd.mu.Lock()
+	defer sd.mu.Unlock()
+	for r := range sd.readers {
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
 	}
 }
 
-// Changed receives (coalesced) whenever State may have changed.
-func (sd *ServiceData) Changed() <-chan struct{} { return sd.changed }
-
-// State returns the current snapshot and hands out the pending events.
-func (sd *ServiceData) State() ServiceState {
+// own is sd's own reader, for Changed and State on the ServiceData itself
+// (one reader: a service on one node, and the tests).
+func (sd *ServiceData) own() *Reader {
+	sd.mu.Lock()
+	r := sd.def
+	sd.mu.Unlock()
+	if r != nil {
+		return r
+	}
+	r = sd.Reader()
 	sd.mu.Lock()
 	defer sd.mu.Unlock()
+	if sd.def != nil { // another call made one first
+		delete(sd.readers, r)
+		return sd.def
+	}
+	sd.def = r
+	return r
+}
+
+// Changed receives (coalesced) whenever State may have changed: sd's own
+// reader's (see Reader).
+func (sd *ServiceData) Changed() <-chan struct{} { return sd.own().Changed() }
+
+// State returns the current snapshot and hands out the pending events of
+// sd's own reader.
+func (sd *ServiceData) State() ServiceState { return sd.own().State() }
+
+// stateLocked is the current snapshot, without events; sd.mu is held.
+func (sd *ServiceData) stateLocked() ServiceState {
 	st := ServiceState{DepsSatisfied: len(sd.badDeps) == 0, TemplatesReady: true}
 	if len(sd.badDeps) > 0 {
 		st.Waiting = "waiting: " + sd.badDeps[0]
@@ -174,6 +251,5 @@ func (sd *ServiceData) State() ServiceState {
 		}
 		st.Hashes = append(st.Hashes, r.hash)
 	}
-	st.Events, sd.events = sd.events, nil
 	return st
 }

@@ -206,15 +206,20 @@ func (r *templateRunner) render() {
 	r.waiting, r.err = waiting, errMsg
 	if errMsg == "" && out != nil {
 		r.rendered = true
+		prevHash := r.hash
 		r.hash = outputHash(out)
 		notify = notify || !before || !equalStrings(r.env, env)
 		r.env = env
 		if changed {
 			r.renders++
-			if before {
-				r.sd.events = append(r.sd.events, TemplateEvent{Template: r.t, Destination: r.t.Destination})
-				notify = true
-			}
+		}
+		// An event when the file changed, or when this template's output
+		// did although the file already held it: another service on this
+		// machine (an instance of the same unit in another slot, or on
+		// another node of a test fleet) wrote the same destination first.
+		if before && (changed || r.hash != prevHash) {
+			r.sd.addEvent(TemplateEvent{Template: r.t, Destination: r.t.Destination})
+			notify = true
 		}
 	}
 	r.sd.mu.Unlock()

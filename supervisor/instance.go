@@ -58,7 +58,7 @@ type Instance struct {
 	log    hclog.Logger
 	reg    *checks.Registry
 	sink   *proc.Sink
-	data   *render.ServiceData // dependencies and templates; nil if none
+	data   *render.Reader // dependencies and templates; nil if none
 	now    func() time.Time
 	events func(Event)
 	onLine func(proc.Line) // sees every output line (the log ring)
@@ -100,7 +100,7 @@ type opRequest struct {
 }
 
 func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger, reg *checks.Registry, sink *proc.Sink,
-	data *render.ServiceData, elector *leader.Elector, events func(Event), onLine func(proc.Line)) *Instance {
+	data *render.Reader, elector *leader.Elector, events func(Event), onLine func(proc.Line)) *Instance {
 	in := &Instance{
 		svc: svc, id: id, env: env, log: log.Named(svc.Name).With("service_id", id), reg: reg, sink: sink, data: data,
 		elector: elector, events: events, onLine: onLine,

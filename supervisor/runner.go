@@ -492,9 +492,11 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	if sp.slot != nil {
 		id = slotServiceID(svc, &sp.slot.SlotInfo)
 	}
-	var data *render.ServiceData
+	var data *render.Reader
 	if len(svc.Depends) > 0 || len(svc.Templates) > 0 {
-		data = r.data.Service(svc)
+		// The instances of a unit on this node share its data (one
+		// render of each file), each with a reader of its own.
+		data = r.data.Service(svc).Reader()
 	}
 	log := r.log.With("node", r.node)
 	var elector *leader.Elector
@@ -658,7 +660,11 @@ func (r *Runner) apply(cfg *schema.Config, slots []SlotInstance) ApplyResult {
 	gone := append(append([]string{}, stop...), restart...)
 	r.stopAll(gone)
 	for _, key := range gone {
-		r.data.Remove(r.Instance(key).svc)
+		in := r.Instance(key)
+		if in.data != nil {
+			in.data.Close()
+			r.data.Remove(in.svc)
+		}
 	}
 	r.mu.Lock()
 	for _, key := range gone {
