@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -13,22 +14,42 @@ import (
 type DeployResult struct {
 	N         uint64 // the desired spec now
 	Unchanged bool   // the same spec was desired already
+	// Superseded is the running deployment this one cancelled (-force).
+	Superseded uint64
+	// Canaries: the units that start with a canary phase, and how many.
+	Canaries map[string]int
 }
 
 // ErrConcurrentDeploy: another deploy moved the desired spec first.
 var ErrConcurrentDeploy = errors.New("another deploy of this deployment happened at the same time; run it again")
 
+// ErrInProgress: the deployment's desired spec is still being rolled out.
+var ErrInProgress = errors.New("-force to supersede it")
+
+// DeployOptions are a deploy's operator choices.
+type DeployOptions struct {
+	By string // who deploys (the audit's actor)
+	// Force supersedes a deployment still running (it is cancelled).
+	Force bool
+}
+
 // Deploy writes spec as the deployment's next spec and makes it desired:
 // the spec key is written only if absent (specs are immutable), then one
-// transaction checks that desired has not moved since it was read, moves
-// it, and records the deploy.
-func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
+// transaction checks that desired and its state have not moved since they
+// were read, moves desired, starts the new spec's state (with its canary
+// phase), cancels a running one it supersedes, clears earlier failure
+// marks of the versions it deploys, and records the deploy.
+func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, error) {
 	kv := client.KV()
-	cur, _, err := kv.Get(DesiredKey(spec.Name), &api.QueryOptions{RequireConsistent: true})
+	q := &api.QueryOptions{RequireConsistent: true}
+	cur, _, err := kv.Get(DesiredKey(spec.Name), q)
 	if err != nil {
 		return DeployResult{}, err
 	}
 	var prev Desired
+	var prevSpec *Spec
+	var prevState *api.KVPair
+	var running *DeployState
 	if cur != nil {
 		if err := json.Unmarshal(cur.Value, &prev); err != nil {
 			return DeployResult{}, fmt.Errorf("%s holds no desired spec (%v): fix or delete it", cur.Key, err)
@@ -36,9 +57,27 @@ func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
 		if prev.Hash == spec.Hash {
 			return DeployResult{N: prev.N, Unchanged: true}, nil
 		}
+		if p, _, err := kv.Get(SpecKey(spec.Name, prev.N), q); err != nil {
+			return DeployResult{}, err
+		} else if p != nil {
+			prevSpec, _ = DecodeSpec(p.Value) // unreadable: no canary phase
+		}
+		if prevState, _, err = kv.Get(StateKey(spec.Name, prev.N), q); err != nil {
+			return DeployResult{}, err
+		}
+		if prevState != nil {
+			var st DeployState
+			if json.Unmarshal(prevState.Value, &st) == nil && st.Status == DeployRunning {
+				running = &st
+			}
+		}
+	}
+	if running != nil && !opts.Force {
+		return DeployResult{}, fmt.Errorf("deployment %s/%d in progress (%s, since %s): %w", spec.Name, running.N,
+			running.Hash, running.Started.UTC().Format(time.RFC3339), ErrInProgress)
 	}
 	now := time.Now().UTC()
-	spec.N, spec.By, spec.At = prev.N+1, by, now
+	spec.N, spec.By, spec.At = prev.N+1, opts.By, now
 	b, err := spec.Encode()
 	if err != nil {
 		return DeployResult{}, err
@@ -50,7 +89,10 @@ func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
 	if !ok {
 		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
 	}
-	d, _ := json.Marshal(Desired{N: spec.N, Hash: spec.Hash, By: by, At: now})
+	res := DeployResult{N: spec.N, Canaries: canaries(prevSpec, spec)}
+	d, _ := json.Marshal(Desired{N: spec.N, Hash: spec.Hash, By: opts.By, At: now})
+	st, _ := json.Marshal(DeployState{N: spec.N, Hash: spec.Hash, Status: DeployRunning, Started: now, At: now,
+		Canaries: res.Canaries, Promoted: len(res.Canaries) == 0})
 	check := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: DesiredKey(spec.Name)}
 	if cur != nil {
 		check = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: DesiredKey(spec.Name), Index: cur.ModifyIndex}
@@ -58,9 +100,29 @@ func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
 	ops := api.TxnOps{
 		{KV: check},
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: DesiredKey(spec.Name), Value: d}},
-		AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Service: spec.Name, Action: "deploy",
-			From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: "spec " + spec.Hash}),
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: StateKey(spec.Name, spec.N), Value: st}},
 	}
+	if prevState != nil {
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: prevState.Key, Index: prevState.ModifyIndex}})
+	}
+	if running != nil {
+		c := *running
+		c.Status, c.At, c.Reason = DeployCancelled, now, fmt.Sprintf("superseded by spec %d (-force, by %s)", spec.N, opts.By)
+		cb, _ := json.Marshal(c)
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: prevState.Key, Value: cb}})
+		res.Superseded = running.N
+	}
+	marks, _, err := kv.Keys(RolloutPrefix, "", q)
+	if err != nil {
+		return DeployResult{}, err
+	}
+	for _, u := range spec.Units() {
+		if key := rolloutFailedKey(u.Unit.Name, runHash(u)); slices.Contains(marks, key) {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: key}})
+		}
+	}
+	ops = append(ops, AuditOp(AuditEvent{At: now, Node: "-", Actor: opts.By, Service: spec.Name, Action: "deploy",
+		From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: "spec " + spec.Hash}))
 	ok, _, _, err = client.Txn().Txn(ops, nil)
 	if err != nil {
 		return DeployResult{}, err
@@ -68,7 +130,7 @@ func Deploy(client *api.Client, spec *Spec, by string) (DeployResult, error) {
 	if !ok {
 		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
 	}
-	return DeployResult{N: spec.N}, nil
+	return res, nil
 }
 
 // concurrentDeploy is ErrConcurrentDeploy naming where the deployment is

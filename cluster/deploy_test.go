@@ -12,8 +12,9 @@ import (
 )
 
 // TestConcurrentDeploys: deploys of different specs racing on one
-// deployment each move desired by one or lose, and a loser's error says
-// where the deployment is now; desired, the specs and the audit agree.
+// deployment: exactly one wins (a deploy that comes after the winner
+// finds it running and needs -force), and a loser's error says where the
+// deployment is now; desired, the specs, the state and the audit agree.
 func TestConcurrentDeploys(t *testing.T) {
 	c := consultest.NewDev(t).Client(t)
 	const racers = 6
@@ -26,7 +27,7 @@ func TestConcurrentDeploys(t *testing.T) {
 			defer wg.Done()
 			sp := &Spec{Format: SpecFormat, Name: "shop", Hash: fmt.Sprintf("h%d", i),
 				Services: []*schema.Service{{Name: "api", Command: []string{"x"}, Placement: &schema.Placement{Count: i + 1}}}}
-			_, err := Deploy(c, sp, "test")
+			_, err := Deploy(c, sp, DeployOptions{By: "test"})
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
@@ -34,6 +35,8 @@ func TestConcurrentDeploys(t *testing.T) {
 				won++
 			case errors.Is(err, ErrConcurrentDeploy) && (strings.HasPrefix(err.Error(), "deployment shop is at spec ") ||
 				strings.HasPrefix(err.Error(), "deployment shop is moving to spec ")):
+				lost++
+			case errors.Is(err, ErrInProgress) && strings.HasPrefix(err.Error(), "deployment shop/1 in progress ("):
 				lost++
 			default:
 				t.Errorf("racer %d: %v", i, err)
@@ -47,7 +50,11 @@ func TestConcurrentDeploys(t *testing.T) {
 	}
 	audits, _, _ := c.KV().List(AuditPrefix, nil)
 	specs, _, _ := c.KV().Keys(DeployPrefix+"shop/spec/", "", nil)
-	if won == 0 || won+lost != racers || int(sp.N) != won || len(audits) != won || len(specs) != won {
+	st, err := ReadDeployState(c, "shop", 1)
+	if err != nil || st == nil || st.Status != DeployRunning || st.Hash != sp.Hash {
+		t.Fatalf("state of spec 1: %+v, %v", st, err)
+	}
+	if won != 1 || won+lost != racers || int(sp.N) != won || len(audits) != won || len(specs) != won {
 		t.Fatalf("%d won, %d lost; desired spec %d, %d audit records, %d specs", won, lost, sp.N, len(audits), len(specs))
 	}
 	t.Logf("%d of %d concurrent deploys won", won, racers)

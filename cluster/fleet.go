@@ -58,7 +58,7 @@ type Fleet struct {
 
 	mu      sync.Mutex
 	local   []UnitSpec // from the node's files
-	remote  map[string]*Spec
+	remote  map[string]*Deployment
 	haveDep bool
 	slots   map[string]map[int]slotKV // unit -> k -> the key as last read
 	haveSl  bool
@@ -84,6 +84,12 @@ type Fleet struct {
 	// waiting says, per free slot this node could run, when it claims it
 	// or why it does not (Waiting).
 	waiting []string
+	// judging: deployments this node is moving on (deployment.go).
+	judging map[string]bool
+	// tokens serializes this node's contenders per semaphore prefix: the
+	// node's slots share one session, and a semaphore has one contender
+	// key per session.
+	tokens map[string]chan struct{}
 }
 
 type slotKV struct {
@@ -106,6 +112,10 @@ type heldSlot struct {
 	// the instance; failedSeen: versions whose rollout failed.
 	updating   bool
 	failedSeen map[string]bool
+	// publishing: waiting to say in the slot key that the instance is
+	// healthy at its version (a running deployment's progress).
+	publishing bool
+	pubMu      sync.Mutex // one publishHealthy at a time
 }
 
 type vacancy struct {
@@ -128,7 +138,7 @@ func NewFleet(cfg FleetConfig) *Fleet {
 		cfg.Rand = rand.Float64
 	}
 	return &Fleet{cfg: cfg, log: cfg.Log.Named("fleet"), poke: make(chan struct{}, 1),
-		remote: map[string]*Spec{}, slots: map[string]map[int]slotKV{}, penalty: map[string]map[string]time.Time{},
+		remote: map[string]*Deployment{}, slots: map[string]map[int]slotKV{}, penalty: map[string]map[string]time.Time{},
 		held: map[string]*heldSlot{}, vacant: map[string]vacancy{}, resched: map[string]string{}, failed: map[string]string{},
 		svcWatch: map[string]context.CancelFunc{}, svcNodes: map[string]map[string]int{}}
 }
@@ -193,7 +203,7 @@ func (f *Fleet) unitsLocked() map[string]UnitSpec {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		for _, u := range f.remote[n].Units() {
+		for _, u := range f.remote[n].Spec.Units() {
 			if _, dup := out[u.Unit.Name]; dup {
 				f.log.Error("a unit is deployed twice; keeping the first", "unit", u.Unit.Name, "deployment", n)
 				continue
@@ -290,6 +300,11 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	}
 	var gone []giveUp
 	var reclaim []claimPlan
+	type restampOf struct {
+		h *heldSlot
+		u UnitSpec
+	}
+	var restamp []restampOf
 	changed := false
 	for id, h := range f.held {
 		u, ok := units[h.unit.Unit.Name]
@@ -361,14 +376,23 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 			case reflect.DeepEqual(h.unit, u):
 			case rolling(h.unit, u):
 				// A new definition with an update block: replaced under a
-				// rollout token, a few at a time (rollout.go).
-				if !h.updating && !h.failedSeen[runHash(u)] {
+				// rollout token, a few at a time (rollout.go), unless a
+				// canary phase or a failed deployment holds it back.
+				if attempt := f.attemptKeyLocked(u); !h.updating && !h.failedSeen[attempt] && !f.heldBackLocked(u, h.k) {
 					h.updating = true
-					go f.update(ctx, id, h, u)
+					go f.update(ctx, id, h, u, attempt)
 				}
-			default:
-				h.unit = u // placement only, or max_parallel = 0: at once
+			case sameRun(h.unit, u):
+				h.unit = u // placement only
 				changed = true
+			default:
+				// max_parallel = 0: at once, once the slot says so.
+				restamp = append(restamp, restampOf{h, u})
+			}
+			if name := f.deploymentOfLocked(u.Unit.Name); name != "" && f.remote[name].running() &&
+				!h.updating && !h.publishing && !h.orphan && needsPublish(h) {
+				h.publishing = true
+				go f.publish(ctx, id, h)
 			}
 			continue
 		}
@@ -376,6 +400,19 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	}
 	f.mu.Unlock()
 
+	retry := false
+	for _, r := range restamp {
+		if err := f.restamp(ctx, r.h, runHash(r.u)); err != nil {
+			retry = true
+			f.log.Warn("the slot's version could not be updated; its instance stays as it is for now",
+				"slot", slotName(r.u.Unit.Name, r.h.k), "error", err)
+			continue
+		}
+		f.mu.Lock()
+		r.h.unit = r.u
+		f.mu.Unlock()
+		changed = true
+	}
 	if changed {
 		f.applyHeld(ctx)
 	}
@@ -390,7 +427,11 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 
 	f.followServices(ctx, units)
 	f.brake(now)
+	judgeNext := f.judge(ctx, now)
 	next, claims := f.plan(units, now)
+	if judgeNext > 0 && (next <= 0 || judgeNext < next) {
+		next = judgeNext
+	}
 	claims = append(reclaim, claims...)
 	claimed := false
 	for _, c := range claims {
@@ -422,7 +463,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	if claimed {
 		return time.Millisecond
 	}
-	if len(claims) > 0 && (next <= 0 || next > time.Second) {
+	if (len(claims) > 0 || retry) && (next <= 0 || next > time.Second) {
 		// A due claim failed (no session yet, lock delay, Consul away):
 		// try again soon, not at the next change.
 		next = time.Second
@@ -683,7 +724,7 @@ func (f *Fleet) claim(ctx context.Context, c claimPlan) bool {
 				return nil, nil, errSlotFailed
 			}
 			now := f.cfg.Now()
-			claimed = SlotValue{Node: f.cfg.Node, State: SlotHeld, Since: now, Reschedules: prev.Reschedules,
+			claimed = SlotValue{Node: f.cfg.Node, State: SlotHeld, Since: now, Reschedules: prev.Reschedules, Version: runHash(u),
 				Takeover: cur != nil && cur.Session == "" && isTakeover(prev, f.cfg.Node)}
 			from := ""
 			if cur != nil {

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -57,8 +58,11 @@ func rolling(cur, next UnitSpec) bool {
 
 func rolloutFailedKey(unit, hash string) string { return RolloutPrefix + unit + "/" + hash + "/failed" }
 
+// errSuperseded: the version waited for is no longer the one to run.
+var errSuperseded = errors.New("superseded by a newer definition")
+
 // update replaces slot id's instance with next's under a rollout token.
-func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpec) {
+func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpec, attempt string) {
 	defer func() {
 		f.mu.Lock()
 		h.updating = false
@@ -73,17 +77,9 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		return err == nil && pair != nil
 	}
 	if failed() {
-		if f.markFailed(h, hash) {
+		if f.markFailed(h, attempt) {
 			log.Warn("this version's rollout failed; the instance stays on its version")
 		}
-		return
-	}
-	sem, err := f.cfg.Client.SemaphoreOpts(&api.SemaphoreOptions{
-		Prefix: RolloutPrefix + next.Unit.Name + "/" + hash + "/tokens", Limit: p.Update.MaxParallel,
-		Session: h.term.Session, SemaphoreWaitTime: 5 * time.Second,
-	})
-	if err != nil {
-		log.Warn("rollout: no semaphore", "error", err)
 		return
 	}
 	stop := make(chan struct{})
@@ -94,6 +90,20 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		}
 		close(stop)
 	}()
+	prefix := RolloutPrefix + next.Unit.Name + "/" + hash + "/tokens"
+	unlock, ok := f.localToken(prefix, stop)
+	if !ok {
+		return
+	}
+	defer unlock()
+	sem, err := f.cfg.Client.SemaphoreOpts(&api.SemaphoreOptions{
+		Prefix: prefix, Limit: p.Update.MaxParallel,
+		Session: h.term.Session, SemaphoreWaitTime: 5 * time.Second,
+	})
+	if err != nil {
+		log.Warn("rollout: no semaphore", "error", err)
+		return
+	}
 	lost, err := sem.Acquire(stop)
 	if err != nil || lost == nil {
 		if err != nil {
@@ -111,63 +121,121 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		return
 	}
 	// A newer spec may have come while this waited for its token: start
-	// over with it rather than roll out one already superseded.
+	// over with it rather than roll out one already superseded. A canary
+	// phase or a failed deployment may hold this slot back now, too.
 	cur, ok := f.unitsLocked()[next.Unit.Name]
-	if !ok || runHash(cur) != hash {
+	if !ok || runHash(cur) != hash || f.heldBackLocked(cur, h.k) {
 		f.mu.Unlock()
-		log.Debug("rollout: superseded while waiting for a token")
+		log.Debug("rollout: superseded or held back while waiting for a token")
 		return
 	}
 	next = cur
+	f.mu.Unlock()
+	// The slot says what runs in it before it changes: a deployment is
+	// never judged on a health the instance had at another version.
+	if err := f.restamp(ctx, h, hash); err != nil {
+		log.Warn("rollout: the slot's version could not be updated; trying again later", "error", err)
+		return
+	}
+	f.mu.Lock()
 	h.unit = next
 	f.mu.Unlock()
 	log.Info("rollout: replacing the instance")
 	f.applyHeld(ctx)
 
-	if ok, why := f.waitHealthy(ctx, id, next, lost); !ok {
-		if ctx.Err() != nil {
-			return
+	err = f.waitHealthy(ctx, id, h, next, lost, p.Update.HealthyDeadline)
+	switch {
+	case err == nil:
+		if err := f.publishHealthy(ctx, id, h, hash); err != nil {
+			log.Warn("rollout: instance healthy, but its slot could not say so", "error", err)
 		}
-		now := f.cfg.Now()
-		b, _ := json.Marshal(map[string]any{"at": now, "node": f.cfg.Node, "slot": id, "reason": why})
-		_, _, _, err := f.cfg.Client.Txn().Txn(api.TxnOps{
-			{KV: &api.KVTxnOp{Verb: api.KVSet, Key: rolloutFailedKey(next.Unit.Name, hash), Value: b}},
-			AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: next.Unit.Name, Slot: id, Action: "rollout-failed",
-				To: hash, Reason: why, TermIndex: h.term.Index}),
-		}, nil)
-		f.markFailed(h, hash)
+		log.Info("rollout: instance healthy on the new version")
+	case ctx.Err() != nil, errors.Is(err, errSuperseded), errors.Is(err, errTokenLost):
+		log.Debug("rollout: stopped waiting for health", "reason", err)
+	default:
+		why := err.Error()
+		f.markFailed(h, attempt)
+		err := f.failDeployment(ctx, next.Unit.Name, hash, id, why, h.term.Index)
 		log.Error("rollout failed: no more instances move to this version", "reason", why, "error", err)
-		return
 	}
-	log.Info("rollout: instance healthy on the new version")
 }
 
-// markFailed notes that the rollout of version hash failed, so that h is
-// not updated to it again; true the first time.
-func (f *Fleet) markFailed(h *heldSlot, hash string) bool {
+// localToken serializes this node's contenders for the semaphore at
+// prefix (one contender key per session, and the node's slots share one).
+func (f *Fleet) localToken(prefix string, stop <-chan struct{}) (func(), bool) {
+	f.mu.Lock()
+	if f.tokens == nil {
+		f.tokens = map[string]chan struct{}{}
+	}
+	ch := f.tokens[prefix]
+	if ch == nil {
+		ch = make(chan struct{}, 1)
+		f.tokens[prefix] = ch
+	}
+	f.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, true
+	case <-stop:
+		return nil, false
+	}
+}
+
+// markFailed notes that the rollout attempt (attemptKey) failed, so that
+// h is not updated to it again; true the first time.
+func (f *Fleet) markFailed(h *heldSlot, attempt string) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if h.failedSeen[hash] {
+	if h.failedSeen[attempt] {
 		return false
 	}
 	if h.failedSeen == nil {
 		h.failedSeen = map[string]bool{}
 	}
-	h.failedSeen[hash] = true
+	h.failedSeen[attempt] = true
 	return true
 }
 
+// attemptKeyLocked names one attempt to roll u out: its version within
+// the deployment's spec (a new deploy of a version that failed before is
+// a new attempt).
+func (f *Fleet) attemptKeyLocked(u UnitSpec) string {
+	var n uint64
+	if name := f.deploymentOfLocked(u.Unit.Name); name != "" {
+		n = f.remote[name].Spec.N
+	}
+	return fmt.Sprintf("%d/%s", n, runHash(u))
+}
+
+// heldBackLocked: slot k may not move to u's version now (a canary phase
+// not promoted yet, or a failed deployment).
+func (f *Fleet) heldBackLocked(u UnitSpec, k int) bool {
+	name := f.deploymentOfLocked(u.Unit.Name)
+	return name != "" && f.remote[name].holdsBack(u.Unit.Name, k)
+}
+
+// errTokenLost: the rollout token went with the session.
+var errTokenLost = errors.New("the rollout token was lost")
+
 // waitHealthy waits until slot id's instances of u are healthy for
-// min_healthy_time, or healthy_deadline passes.
-func (f *Fleet) waitHealthy(ctx context.Context, id string, u UnitSpec, lost <-chan struct{}) (bool, string) {
+// min_healthy_time: nil, or why not (errSuperseded once h runs another
+// version). deadline 0 waits as long as it takes.
+func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitSpec, lost <-chan struct{}, deadline time.Duration) error {
 	up := u.Unit.Placement.Update
-	deadline := time.Now().Add(up.HealthyDeadline)
+	hash := runHash(u)
+	end := time.Now().Add(deadline)
 	var since time.Time
 	var pids []int
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	why := "not started"
 	for {
+		f.mu.Lock()
+		superseded := f.held[id] != h || runHash(h.unit) != hash
+		f.mu.Unlock()
+		if superseded {
+			return errSuperseded
+		}
 		healthy, cur, w := slotHealthy(f.cfg.Runner.Snapshots(), id, u, up.HealthCheck)
 		switch {
 		case !healthy:
@@ -175,21 +243,92 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, u UnitSpec, lost <-c
 		case since.IsZero() || fmt.Sprint(cur) != fmt.Sprint(pids):
 			since, pids = time.Now(), cur
 		case time.Since(since) >= up.MinHealthyTime:
-			return true, ""
+			return nil
 		}
-		if time.Now().After(deadline) {
-			return false, fmt.Sprintf("not healthy within healthy_deadline (%s): %s", up.HealthyDeadline, why)
+		if deadline > 0 && time.Now().After(end) {
+			return fmt.Errorf("not healthy within healthy_deadline (%s): %s", up.HealthyDeadline, why)
 		}
 		select {
 		case <-ctx.Done():
-			return false, "stopping"
+			return ctx.Err()
 		case <-lost:
-			return false, "the rollout token was lost"
+			return errTokenLost
 		case <-tick.C:
 		}
 	}
 }
 
+// publish waits until slot id's instances are healthy at the version
+// they run and says so in the slot key (a deployment's progress).
+func (f *Fleet) publish(ctx context.Context, id string, h *heldSlot) {
+	defer func() {
+		f.mu.Lock()
+		h.publishing = false
+		f.mu.Unlock()
+	}()
+	f.mu.Lock()
+	u := h.unit
+	f.mu.Unlock()
+	if err := f.waitHealthy(ctx, id, h, u, h.term.Lost(), 0); err != nil {
+		return
+	}
+	if err := f.publishHealthy(ctx, id, h, runHash(u)); err != nil && ctx.Err() == nil {
+		f.log.Warn("could not publish the slot's health", "slot", id, "error", err)
+	}
+}
+
+// publishHealthy writes into slot id's key that its instances run version
+// hash and are healthy at it, with the record.
+func (f *Fleet) publishHealthy(ctx context.Context, id string, h *heldSlot, hash string) error {
+	h.pubMu.Lock()
+	defer h.pubMu.Unlock()
+	f.mu.Lock()
+	if runHash(h.unit) != hash {
+		f.mu.Unlock()
+		return nil // moved on meanwhile: its health is no longer news
+	}
+	v := h.value
+	unit := h.unit.Unit.Name
+	f.mu.Unlock()
+	now := f.cfg.Now()
+	v.Version, v.HealthyAt = hash, &now
+	err := h.term.Update(ctx, v.encode(), api.TxnOps{AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: unit, Slot: id,
+		Action: "healthy", To: hash, Reason: "healthy for min_healthy_time", TermIndex: h.term.Index})})
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	h.value = v
+	f.mu.Unlock()
+	return nil
+}
+
+// restamp writes into h's key that its instances now move to version
+// hash, not healthy at it yet.
+func (f *Fleet) restamp(ctx context.Context, h *heldSlot, hash string) error {
+	h.pubMu.Lock()
+	defer h.pubMu.Unlock()
+	f.mu.Lock()
+	v := h.value
+	f.mu.Unlock()
+	if v.Version == hash && v.HealthyAt == nil {
+		return nil
+	}
+	v.Version, v.HealthyAt = hash, nil
+	if err := h.term.Update(ctx, v.encode(), nil); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	h.value = v
+	f.mu.Unlock()
+	return nil
+}
+
+// needsPublish: h's key does not say yet that it is healthy at the
+// version it runs.
+func needsPublish(h *heldSlot) bool {
+	return h.value.Version != runHash(h.unit) || h.value.HealthyAt == nil
+}
 // slotHealthy says whether every member of u runs in slot id and is
 // healthy per health_check, with their PIDs, or why not.
 func slotHealthy(snaps []supervisor.Snapshot, id string, u UnitSpec, mode string) (bool, []int, string) {

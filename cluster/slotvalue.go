@@ -30,6 +30,12 @@ type SlotValue struct {
 	// Takeover: this claim took the slot over from a node that lost it
 	// (counted against the takeover budget, storm.go).
 	Takeover bool `json:"takeover,omitempty"`
+	// Version is how the holder runs the slot's instances (the run hash of
+	// its unit's definition, as in a deployment's progress), and HealthyAt
+	// when they first were healthy at it under the unit's update block:
+	// written by the holder while a deployment runs (deployment.go).
+	Version   string     `json:"version,omitempty"`
+	HealthyAt *time.Time `json:"healthy_at,omitempty"`
 }
 
 // maxReschedules bounds the tracker kept in the key.

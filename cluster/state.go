@@ -15,6 +15,8 @@ type State struct {
 	Slots     map[string]map[int]SlotState
 	Nodes     []NodeInfo
 	Penalties map[string]map[string]time.Time
+	// Deployments are the deployments with their state and progress.
+	Deployments []DeploymentStatus
 	// Problems are corrupt values found (and skipped), by key.
 	Problems map[string]string
 }
@@ -40,7 +42,11 @@ func ReadState(client *api.Client) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", DeployPrefix, err)
 	}
-	specs := parseDeploy(dep, report)
+	deps := parseDeployments(dep, report)
+	specs := map[string]*Spec{}
+	for n, d := range deps {
+		specs[n] = d.Spec
+	}
 	st.Units = map[string]UnitSpec{}
 	names := make([]string, 0, len(specs))
 	for n := range specs {
@@ -59,7 +65,11 @@ func ReadState(client *api.Client) (*State, error) {
 		return nil, fmt.Errorf("read %s: %w", SlotsPrefix, err)
 	}
 	st.Slots = map[string]map[int]SlotState{}
-	for unit, ks := range parseSlots(sl, report) {
+	slots := parseSlots(sl, report)
+	for _, n := range names {
+		st.Deployments = append(st.Deployments, statusOf(deps[n], slots))
+	}
+	for unit, ks := range slots {
 		st.Slots[unit] = map[int]SlotState{}
 		for k, s := range ks {
 			ss := SlotState{Value: s.value, Session: s.session}
@@ -157,6 +167,62 @@ func indent(s, pre string) string {
 	}
 	if start < len(s) {
 		out += pre + s[start:] + "\n"
+	}
+	return out
+}
+
+// DeploymentStatus is a deployment as status shows it: its desired spec,
+// that spec's state, the stable spec and the progress per unit.
+type DeploymentStatus struct {
+	Name  string       `json:"name"`
+	N     uint64       `json:"n"`
+	Hash  string       `json:"hash"`
+	State *DeployState `json:"state,omitempty"` // nil: deployed by an older mariposa
+	// Stable is the last successful spec, 0 without one.
+	Stable   uint64         `json:"stable,omitempty"`
+	Progress []UnitProgress `json:"progress"`
+}
+
+func statusOf(d *Deployment, slots map[string]map[int]slotKV) DeploymentStatus {
+	ds := DeploymentStatus{Name: d.Spec.Name, N: d.Spec.N, Hash: d.Spec.Hash, Progress: Progress(d, slots)}
+	if d.State != nil && d.State.N == d.Spec.N {
+		ds.State = d.State
+	}
+	if d.Stable != nil {
+		ds.Stable = d.Stable.N
+	}
+	return ds
+}
+
+// Line says it in one line: "web: spec 5 (1a2b…) running since …, web 1/6
+// healthy (1 canary; waiting for promotion); stable spec 4".
+func (ds DeploymentStatus) Line(now time.Time) string {
+	out := fmt.Sprintf("%s: spec %d (%s)", ds.Name, ds.N, ds.Hash)
+	st := ds.State
+	if st == nil {
+		return out + ", deployed by an older mariposa: no progress is tracked"
+	}
+	out += " " + st.Status
+	switch st.Status {
+	case DeployRunning:
+		out += " for " + now.Sub(st.Started).Round(time.Second).String()
+	default:
+		out += " " + now.Sub(st.At).Round(time.Second).String() + " ago"
+	}
+	if st.RevertOf > 0 {
+		out += fmt.Sprintf(" (reverts failed spec %d)", st.RevertOf)
+	}
+	if st.Reason != "" {
+		out += ": " + st.Reason
+	}
+	for _, p := range ds.Progress {
+		out += fmt.Sprintf(", %s %d/%d healthy", p.Unit, p.Healthy, p.Count)
+		if p.Canaries > 0 && !st.Promoted && st.Status == DeployRunning {
+			out += fmt.Sprintf(" (%d canaries; waiting for promotion)", p.Canaries)
+		}
+	}
+	if ds.Stable > 0 && ds.Stable != ds.N {
+		out += fmt.Sprintf("; stable spec %d", ds.Stable)
 	}
 	return out
 }

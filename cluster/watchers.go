@@ -51,9 +51,9 @@ func (f *Fleet) watchDeploy(ctx context.Context) {
 		if err != nil {
 			return 0, err
 		}
-		specs := parseDeploy(pairs, func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) })
+		deps := parseDeployments(pairs, func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) })
 		f.mu.Lock()
-		f.remote, f.haveDep = specs, true
+		f.remote, f.haveDep = deps, true
 		f.mu.Unlock()
 		f.wake()
 		return meta.LastIndex, nil
@@ -174,33 +174,9 @@ func parseControl(pairs api.KVPairs, report func(key, msg string, err error)) (*
 // parseDeploy reads deploy/: each deployment's desired spec. Corrupt values
 // are reported and skipped.
 func parseDeploy(pairs api.KVPairs, report func(key, msg string, err error)) map[string]*Spec {
-	byKey := map[string]*api.KVPair{}
-	for _, p := range pairs {
-		byKey[p.Key] = p
-	}
 	specs := map[string]*Spec{}
-	for _, p := range pairs {
-		rest := strings.TrimPrefix(p.Key, DeployPrefix)
-		name, tail, ok := strings.Cut(rest, "/")
-		if !ok || tail != "desired" {
-			continue
-		}
-		var d Desired
-		if err := json.Unmarshal(p.Value, &d); err != nil {
-			report(p.Key, "a corrupt desired pointer; skipping the deployment", err)
-			continue
-		}
-		sp := byKey[SpecKey(name, d.N)]
-		if sp == nil {
-			report(p.Key, "the desired spec is missing; skipping the deployment", nil)
-			continue
-		}
-		spec, err := DecodeSpec(sp.Value)
-		if err != nil {
-			report(sp.Key, "cannot read the spec; skipping the deployment", err)
-			continue
-		}
-		specs[name] = spec
+	for name, d := range parseDeployments(pairs, report) {
+		specs[name] = d.Spec
 	}
 	return specs
 }

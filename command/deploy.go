@@ -35,7 +35,18 @@ Usage: mariposa deploy [options] PATH...
   none of the files. Deploying the same files again changes nothing.
 
   Two deploys at once cannot both win: the desired spec moves with a
-  check-and-set, and the loser is told to try again.
+  check-and-set, and the loser is told to try again. A deployment still
+  rolling out is not superseded without -force.
+
+  Each unit moves to the new spec under its update block: a few
+  instances at a time, each healthy for min_healthy_time before the next
+  moves; with canary = N, N instances first, then the rest once
+  promoted (mariposa deploy promote, or auto_promote). The deployment is
+  successful when every instance is healthy at the spec, and failed when
+  one is not healthy within healthy_deadline, a slot fails for good, or
+  no instance became healthy for progress_deadline; auto_revert then
+  deploys the last successful spec again, with the same update block and
+  no canaries.
 
   Before writing, each unit is checked against the live supervisors: one
   that no live node can run (every node fails a constraint on its own
@@ -48,10 +59,17 @@ Options:
   -allow-unplaced    Deploy even a unit no live node can run now, to wait
                      for nodes that qualify.
 
+  -force             Supersede the deployment's spec still rolling out
+                     (its state becomes cancelled).
+
   -name=NAME         The deployment (default "default"). Each deployment
                      holds its own services; a service name must be unique
                      across deployments.
   -var NAME=VALUE    Set a variable; repeatable. MARIPOSA_VAR_NAME works too.
+
+  -wait              Follow the deployment until it ends: exit 0 when it is
+                     successful, 2 when it failed or was superseded (and
+                     say what it reverted to), 1 on an error.
 
 ` + consulFlagsHelp + `
 `)
@@ -63,6 +81,7 @@ func (c *DeployCommand) Run(args []string) int {
 		cf            consulFlags
 		name          string
 		allowUnplaced bool
+		force, wait   bool
 	)
 	fs := flag.NewFlagSet("deploy", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -70,6 +89,8 @@ func (c *DeployCommand) Run(args []string) int {
 	fs.Var(vars, "var", "")
 	fs.StringVar(&name, "name", "default", "")
 	fs.BoolVar(&allowUnplaced, "allow-unplaced", false, "")
+	fs.BoolVar(&force, "force", false, "")
+	fs.BoolVar(&wait, "wait", false, "")
 	paths, ok := parsePaths(c.UI, fs, args, c.Help(), "mariposa deploy: no service files given")
 	if !ok {
 		return 1
@@ -104,7 +125,7 @@ func (c *DeployCommand) Run(args []string) int {
 		return 1
 	}
 	var res cluster.DeployResult
-	err = retryNoLeader(func() (err error) { res, err = cluster.Deploy(client, spec, actor()); return err })
+	err = retryNoLeader(func() (err error) { res, err = cluster.Deploy(client, spec, cluster.DeployOptions{By: actor(), Force: force}); return err })
 	if err != nil {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1
@@ -118,7 +139,26 @@ func (c *DeployCommand) Run(args []string) int {
 		units = append(units, fmt.Sprintf("%s (count %d)", u.Unit.Name, u.Unit.Placement.Count))
 	}
 	c.UI.Output(fmt.Sprintf("Deployment %s: spec %d (%s) is desired: %s", name, res.N, spec.Hash, strings.Join(units, ", ")))
-	return 0
+	if res.Superseded > 0 {
+		c.UI.Output(fmt.Sprintf("Deployment %s/%d, still rolling out, is cancelled (-force)", name, res.Superseded))
+	}
+	for _, u := range sortedKeys(res.Canaries) {
+		c.UI.Output(fmt.Sprintf("%s: %d canaries first; then mariposa deploy promote %s%s", u, res.Canaries[u], name,
+			map[bool]string{true: " (or auto_promote)"}[autoPromotes(spec, u)]))
+	}
+	if !wait {
+		return 0
+	}
+	return followDeployment(c.UI, client, name, res.N)
+}
+
+func autoPromotes(spec *cluster.Spec, unit string) bool {
+	for _, u := range spec.Units() {
+		if u.Unit.Name == unit {
+			return u.Unit.Placement.Update.AutoPromote
+		}
+	}
+	return false
 }
 
 // actor names who acts, for the record: user@host.

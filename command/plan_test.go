@@ -65,7 +65,7 @@ func TestPlan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := cluster.Deploy(c, sp, "test"); err != nil {
+		if _, err := cluster.Deploy(c, sp, cluster.DeployOptions{By: "test"}); err != nil {
 			t.Fatal(err)
 		}
 		return sp
@@ -149,7 +149,7 @@ Plan: 0 units to add, 2 to change, 0 to remove; 1 slot added, 0 removed; 2 insta
 		p.Units[1].SlotsRemoved == nil {
 		t.Fatalf("-json units:\n%s", out)
 	}
-	if n := deployKeys(); n != 2 {
+	if n := deployKeys(); n != 3 { // spec/1, desired, state/1
 		t.Fatalf("plan wrote: %d keys under deploy/", n)
 	}
 
@@ -181,7 +181,7 @@ Plan: 0 units to add, 2 to change, 0 to remove; 1 slot added, 0 removed; 2 insta
 	if code, _, errOut := run(); code != 1 || !strings.Contains(errOut, "no service files given") || !strings.Contains(errOut, "Usage: mariposa plan") {
 		t.Fatalf("no files: exit %d %q", code, errOut)
 	}
-	if n := deployKeys(); n != 2 {
+	if n := deployKeys(); n != 3 { // spec/1, desired, state/1
 		t.Fatalf("bad files wrote: %d keys under deploy/", n)
 	}
 
@@ -314,6 +314,9 @@ func TestPlanDoc(t *testing.T) {
 		if code := (&DeployCommand{UI: ui}).Run(append(consul, "shop.hcl")); code != 0 {
 			t.Fatalf("deploy: exit %d %s", code, ui.ErrorWriter.String())
 		}
+		// The page's fleet runs what is deployed: no fleet runs here, so
+		// the deployment is made successful as the fleet would make it.
+		finishDeployment(t, agent.Client(t), "default")
 	}
 	write := func(body string) {
 		t.Helper()
@@ -348,5 +351,21 @@ func TestPlanDoc(t *testing.T) {
 	deploy()
 	if got := plan(); norm(got) != norm(plans[1]) {
 		t.Errorf("plan after deploy prints:\n%s\nplan.md shows:\n%s", got, plans[1])
+	}
+}
+
+// finishDeployment marks deployment name's running spec successful, as a
+// fleet would once every instance is healthy at it.
+func finishDeployment(t *testing.T, c *api.Client, name string) {
+	t.Helper()
+	d, err := cluster.ReadDeployment(c, name)
+	if err != nil || d.State == nil {
+		t.Fatalf("deployment %s: %v", name, err)
+	}
+	st := *d.State
+	st.Status = cluster.DeploySuccessful
+	b, _ := json.Marshal(st)
+	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StateKey(name, st.N), Value: b}, nil); err != nil {
+		t.Fatal(err)
 	}
 }

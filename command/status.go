@@ -109,6 +109,9 @@ type InstanceStatus struct {
 type StatusOutput struct {
 	Instances []InstanceStatus `json:"instances"` // never null
 	Units     []UnitStatus     `json:"units"`     // never null
+	// Deployments: each deployment's desired spec, its state (running,
+	// successful, failed, cancelled) and progress per unit.
+	Deployments []cluster.DeploymentStatus `json:"deployments,omitempty"`
 	// Problems are what could not be read, by key: corrupt values under
 	// mariposa/, or (under "") why the fleet's state could not be read.
 	Problems map[string]string `json:"problems,omitempty"`
@@ -226,6 +229,7 @@ func (c *StatusCommand) Run(args []string) int {
 	// without a fleet) status still lists the instances.
 	if d.stErr == nil {
 		out.Units = unitsStatus(d.st, rows, only)
+		out.Deployments = d.st.Deployments
 		if len(d.st.Problems) > 0 {
 			out.Problems = d.st.Problems
 		}
@@ -249,6 +253,17 @@ func (c *StatusCommand) Run(args []string) int {
 	}
 	if len(out.Units) > 0 {
 		c.UI.Output("\n" + unitsTable(out.Units))
+	}
+	if len(out.Deployments) > 0 && only == "" {
+		now := time.Now()
+		if c.now != nil {
+			now = c.now()
+		}
+		lines := []string{"Deployments:"}
+		for _, ds := range out.Deployments {
+			lines = append(lines, "  "+ds.Line(now))
+		}
+		c.UI.Output("\n" + strings.Join(lines, "\n"))
 	}
 	return 0
 }

@@ -168,7 +168,7 @@ group "front" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cluster.Deploy(c, spec, "test"); err != nil {
+	if _, err := cluster.Deploy(c, spec, cluster.DeployOptions{By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 

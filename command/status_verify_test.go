@@ -304,7 +304,7 @@ service "api" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cluster.Deploy(v.c, spec, "test"); err != nil {
+	if _, err := cluster.Deploy(v.c, spec, cluster.DeployOptions{By: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	v.sess, _, err = v.c.Session().Create(&api.SessionEntry{Name: "test", Behavior: api.SessionBehaviorRelease}, nil)

@@ -1,36 +1,58 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
-// A rolling update on a real fleet (3 servers, 5 clients): count 4 with
-// max_parallel 2. Sampled every 100 ms from the catalog for the whole
-// rollout: never more than 4 instances, never fewer than 2 passing; it
-// ends with every instance at the new version (mariposa status -verify).
-// Then a version whose check fails: the first max_parallel instances are
-// not healthy within healthy_deadline, the rollout is marked failed with
-// its audit record, and the other two instances stay on the old version,
-// passing, untouched.
-func TestFleetRollingUpdate(t *testing.T) {
+// Deployments on a real fleet (3 servers, 5 clients, count 6, so some
+// nodes hold two slots and update them one at a time):
+//
+//   - a good rollout with max_parallel 2, sampled every 100 ms from the
+//     catalog: never more than 6 instances, never fewer than 4 passing;
+//     deploy -wait exits 0 and status -verify passes;
+//   - a bad version (its check fails): max_parallel instances move to it,
+//     are not healthy within healthy_deadline, the deployment fails and
+//     auto_revert deploys the stable spec again with no canary phase;
+//     deploy -wait exits 2 and says so; the instances that never left the
+//     old version keep their processes (same PIDs, alive); the reverted
+//     deployment ends successful with every instance on the old version;
+//   - two deploys at once: exactly one wins;
+//   - canary = 1: one instance moves, the deployment waits (running, not
+//     promoted) with the other five on the old version, until mariposa
+//     deploy promote; then it ends successful.
+//
+// Mutation checks, run by hand: with the semaphore's limit raised to the
+// count (rollout.go), the sampler sees fewer than 4 passing; with
+// heldBackLocked always false, the canary phase moves every instance.
+func TestFleetDeployments(t *testing.T) {
 	consultest.SkipShort(t, "a fleet in -short mode")
 	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 3, Clients: 5})
 	c := cl.Servers[0].Client(t)
 	fleetOf(t, cl)
-	spec := func(version, check string) string {
+	pids := t.TempDir()
+	spec := func(version, check, extra string) string {
 		return writeHCL(t, fmt.Sprintf(`
 service "web" {
-  command = ["sleep", "600"]
+  command = ["sh", "-c", "echo $$ > %s/web-$MARIPOSA_INSTANCE.$MARIPOSA_NODE.$V; exec sleep 600"]
   version = %q
   env     = { V = %q }
-  count   = 4
+  count   = 6
+  max_per_node = 2
   check "ready" {
     args     = ["sh", "-c", %q]
     interval = "500ms"
@@ -38,12 +60,12 @@ service "web" {
   update {
     max_parallel     = 2
     min_healthy_time = "2s"
-    healthy_deadline = "15s"
-  }
+    healthy_deadline = "12s"
+    auto_revert      = true
+%s  }
 }
-`, version, version, check))
+`, pids, version, version, check, extra))
 	}
-	type sample struct{ total, passing int }
 	versions := func() map[string][]string { // version -> passing nodes
 		out := map[string][]string{}
 		es, _, _ := c.Health().Service("web", "", true, nil)
@@ -52,6 +74,32 @@ service "web" {
 		}
 		return out
 	}
+	// deployWait runs deploy -wait and returns its exit code and output.
+	deployWait := func(args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(mariposaBin, append([]string{"deploy", "-consul-addr", cl.Servers[0].HTTPAddr(), "-name", "web", "-wait"}, args...)...)
+		done := make(chan struct{})
+		timer := time.AfterFunc(3*time.Minute, func() {
+			select {
+			case <-done:
+			default:
+				_ = cmd.Process.Kill()
+			}
+		})
+		defer timer.Stop()
+		out, err := cmd.CombinedOutput()
+		close(done)
+		var ee *exec.ExitError
+		switch {
+		case err == nil:
+			return 0, string(out)
+		case errors.As(err, &ee):
+			return ee.ExitCode(), string(out)
+		}
+		t.Fatalf("deploy -wait: %v\n%s", err, out)
+		return 0, ""
+	}
+	type sample struct{ total, passing int }
 	var mu sync.Mutex
 	var worst []sample
 	sampling := func() (stop func()) {
@@ -71,8 +119,7 @@ service "web" {
 				if err1 != nil || err2 != nil {
 					continue
 				}
-				s := sample{len(all), len(pass)}
-				if s.total > 4 || s.passing < 2 {
+				if s := (sample{len(all), len(pass)}); s.total > 6 || s.passing < 4 {
 					mu.Lock()
 					worst = append(worst, s)
 					mu.Unlock()
@@ -81,51 +128,142 @@ service "web" {
 		}()
 		return func() { close(done); wg.Wait() }
 	}
+	state := func(n uint64) *cluster.DeployState {
+		st, err := cluster.ReadDeployState(c, "web", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
 
-	deploy(t, cl.Servers[0], "-name", "web", spec("v1", "exit 0"))
-	waitFor(t, 60*time.Second, "4 passing instances at v1", func() (bool, string) {
-		v := versions()
-		return len(v["v1"]) == 4, fmt.Sprint(v)
-	})
+	if code, out := deployWait(spec("v1", "exit 0", "")); code != 0 {
+		t.Fatalf("deploy -wait v1: exit %d\n%s", code, out)
+	}
 
+	// A good rollout.
 	stop := sampling()
-	deploy(t, cl.Servers[0], "-name", "web", spec("v2", "exit 0"))
-	out, err := exec.Command(mariposaBin, "status", "-consul-addr", cl.Servers[0].HTTPAddr(),
-		"-wait", "90s", "-verify", "v2").CombinedOutput()
+	code, out := deployWait(spec("v2", "exit 0", ""))
 	stop()
-	if err != nil {
-		t.Fatalf("status -verify v2: %v\n%s", err, out)
+	if code != 0 || !strings.Contains(out, "Deployment web/2 successful") {
+		t.Fatalf("deploy -wait v2: exit %d\n%s", code, out)
 	}
 	if len(worst) > 0 {
-		t.Errorf("during the rollout to v2 (max_parallel 2 of 4), samples out of bounds (total > 4 or passing < 2): %v", worst)
+		t.Errorf("during the rollout to v2 (max_parallel 2 of 6), samples out of bounds (total > 6 or passing < 4): %v", worst)
+	}
+	if out, err := exec.Command(mariposaBin, "status", "-consul-addr", cl.Servers[0].HTTPAddr(), "-verify", "v2").CombinedOutput(); err != nil {
+		t.Fatalf("status -verify v2 after a successful deployment: %v\n%s", err, out)
+	}
+	if st := state(2); st == nil || st.Status != cluster.DeploySuccessful {
+		t.Fatalf("state of spec 2: %+v", st)
 	}
 
-	// A bad version: its check fails.
-	deploy(t, cl.Servers[0], "-name", "web", spec("v3", "exit 2"))
-	waitFor(t, 60*time.Second, "the rollout to v3 marked failed", func() (bool, string) {
-		pairs, _, err := c.KV().List(cluster.RolloutPrefix+"web/", nil)
-		if err != nil {
-			return false, err.Error()
-		}
-		for _, p := range pairs {
-			if len(p.Key) > 7 && p.Key[len(p.Key)-7:] == "/failed" {
-				return true, ""
-			}
-		}
-		return false, fmt.Sprint(len(pairs), " keys")
-	})
-	consistently(t, 5*time.Second, "two instances still on v2, passing; none of v3 passing", func() (bool, string) {
-		v := versions()
-		all, _, _ := c.Health().Service("web", "", false, nil)
-		v3 := 0
-		for _, e := range all {
-			if e.Service.Meta["version"] == "v3" {
-				v3++
-			}
-		}
-		return len(v["v2"]) == 2 && len(v["v3"]) == 0 && v3 == 2, fmt.Sprintf("passing %v; %d at v3", v, v3)
-	})
-	if n := auditActions(t, c, "web")["rollout-failed"]; n < 1 {
-		t.Errorf("%d rollout-failed audit records", n)
+	// A bad version: its check fails. The processes at v2 now, by slot.
+	before := instancePIDs(t, pids, "v2")
+	if len(before) != 6 {
+		t.Fatalf("v2 processes by slot: %v", before)
 	}
+	code, out = deployWait(spec("v3", "exit 2", ""))
+	if code != 2 || !strings.Contains(out, "Deployment web/3 failed") || !strings.Contains(out, "auto_revert: spec 4 runs spec 2, the last successful one, again") {
+		t.Fatalf("deploy -wait v3: exit %d, want 2 with the revert\n%s", code, out)
+	}
+	st3 := state(3)
+	if st3 == nil || st3.Status != cluster.DeployFailed || st3.RevertedTo != 4 {
+		t.Fatalf("state of spec 3: %+v", st3)
+	}
+	waitFor(t, 90*time.Second, "the revert (spec 4) successful", func() (bool, string) {
+		st := state(4)
+		return st != nil && st.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", st)
+	})
+	// The two instances on v3 went back to v2 and were healthy there for
+	// min_healthy_time (2s) before the revert could be successful.
+	if st := state(4); st.RevertOf != 3 || !st.Promoted || len(st.Canaries) != 0 || st.At.Sub(st.Started) < 2*time.Second {
+		t.Errorf("the revert's state: %+v (successful after %s)", st, st.At.Sub(st.Started))
+	}
+	if v := versions(); len(v["v2"]) != 6 {
+		t.Errorf("after the revert, passing by version: %v", v)
+	}
+	moved := instancePIDs(t, pids, "v3")
+	if len(moved) != 2 {
+		t.Errorf("%d instances moved to v3 (max_parallel 2): %v", len(moved), moved)
+	}
+	after := instancePIDs(t, pids, "v2")
+	for slot, pid := range before {
+		if _, bad := moved[slot]; bad {
+			continue
+		}
+		if after[slot] != pid || syscall.Kill(pid, 0) != nil {
+			t.Errorf("slot %s stayed on v2 but its process changed: pid %d before, %d after", slot, pid, after[slot])
+		}
+	}
+	if a := auditActions(t, c, "web"); a["deploy-failed"] != 1 || a["deploy-revert"] != 1 || a["rollout-failed"] < 1 {
+		t.Errorf("audit: %v", a)
+	}
+
+	// Two deploys at once: exactly one wins.
+	var wg sync.WaitGroup
+	codes := make([]int, 2)
+	for i, v := range []string{"v5", "v6"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			args := []string{"deploy", "-consul-addr", cl.Servers[0].HTTPAddr(), "-name", "web", spec(v, "exit 0", "    canary = 1\n")}
+			if err := exec.Command(mariposaBin, args...).Run(); err != nil {
+				codes[i] = 1
+			}
+		}()
+	}
+	wg.Wait()
+	if slices.Index(codes, 0) < 0 || codes[0] == codes[1] {
+		t.Fatalf("two deploys at once: exit codes %v, want exactly one 0", codes)
+	}
+	winner := []string{"v5", "v6"}[slices.Index(codes, 0)]
+
+	// Its canary: one instance moves; the other five wait for promotion.
+	waitFor(t, 60*time.Second, "the canary healthy at "+winner, func() (bool, string) {
+		v := versions()
+		return len(v[winner]) == 1 && len(v["v2"]) == 5, fmt.Sprint(v)
+	})
+	consistently(t, 4*time.Second, "five instances wait on v2 for the promotion", func() (bool, string) {
+		v := versions()
+		st := state(5)
+		return len(v["v2"]) == 5 && st.Status == cluster.DeployRunning && !st.Promoted, fmt.Sprintf("%v %+v", v, st)
+	})
+	if out, err := exec.Command(mariposaBin, "status", "-consul-addr", cl.Servers[0].HTTPAddr(), "-verify", winner).CombinedOutput(); err == nil {
+		t.Errorf("status -verify %s passed with five instances on v2:\n%s", winner, out)
+	}
+	if out, err := exec.Command(mariposaBin, "deploy", "promote", "-consul-addr", cl.Servers[0].HTTPAddr(), "web").CombinedOutput(); err != nil {
+		t.Fatalf("deploy promote: %v\n%s", err, out)
+	}
+	waitFor(t, 90*time.Second, "the promoted deployment successful", func() (bool, string) {
+		st := state(5)
+		return st.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v %v", st, versions())
+	})
+	if out, err := exec.Command(mariposaBin, "status", "-consul-addr", cl.Servers[0].HTTPAddr(), "-verify", winner).CombinedOutput(); err != nil {
+		t.Errorf("status -verify %s: %v\n%s", winner, err, out)
+	}
+	if a := auditActions(t, c, "web"); a["deploy-promote"] != 1 || a["deploy-successful"] != 4 {
+		t.Errorf("audit: %v", a)
+	}
+}
+
+// instancePIDs reads the PID files the test's children write
+// (web-<k>.<node>.<version>): slot "k@node" -> PID, for one version.
+func instancePIDs(t *testing.T, dir, version string) map[string]int {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "web-*."+version))
+	out := map[string]int{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			continue
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(f), "web-"), "."+version)
+		k, node, _ := strings.Cut(name, ".")
+		out[k+"@"+node] = pid
+	}
+	return out
 }

@@ -281,7 +281,7 @@ func (s *soak) deploy() {
 	var out []byte
 	ok, last := s.poll(30*time.Second, time.Second, func() (bool, string) {
 		var err error
-		out, err = exec.Command(mariposaBin, "deploy", "-consul-addr", s.cl.Servers[0].HTTPAddr(), file).CombinedOutput()
+		out, err = exec.Command(mariposaBin, "deploy", "-force", "-consul-addr", s.cl.Servers[0].HTTPAddr(), file).CombinedOutput()
 		if err != nil {
 			s.deployRetries++
 			s.logf("mariposa deploy failed, trying again: %v: %s", err, strings.TrimSpace(string(out)))

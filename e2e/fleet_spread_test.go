@@ -156,7 +156,7 @@ service "web" {
 			return len(before[k]) == 1, fmt.Sprint(before[k])
 		})
 	}
-	deploy(t, cl.Servers[0], "-name", "web", web(2))
+	deploy(t, cl.Servers[0], "-name", "web", "-force", web(2))
 	holders = placed(2)
 	wantDNS(2, holders)
 	for k := 0; k < 2; k++ {

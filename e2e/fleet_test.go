@@ -207,9 +207,9 @@ service "api" {
 	}
 
 	// Count up, then down: slots above the count are released.
-	deploy(t, cl.Servers[0], spec(3))
+	deploy(t, cl.Servers[0], "-force", spec(3))
 	placed(3)
-	deploy(t, cl.Servers[0], spec(1))
+	deploy(t, cl.Servers[0], "-force", spec(1))
 	placed(1)
 	pairs, _, _ := c.KV().List(cluster.SlotsPrefix+"api/", nil)
 	for _, p := range pairs {

@@ -96,3 +96,54 @@ func TestClaimAndReleaseWith(t *testing.T) {
 	}
 	_ = t2.Release()
 }
+
+// Term.Update writes the held key's value, with its ops, only while the
+// term's session holds the key; a later release leaves the updated value.
+func TestTermUpdate(t *testing.T) {
+	c := dev(t)
+	l := New(Config{Client: c, Checks: []string{consultest.StartLiveness(t, c, "n1").CheckID}, Log: consultest.Logger(t, "n1")})
+	t.Cleanup(l.Close)
+	ctx := context.Background()
+	kv := c.KV()
+	const key = "mariposa/slots/web/0"
+	term, err := l.TryAcquire(ctx, Hold{Key: key, Value: []byte("claimed")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "mariposa/audit/x", Value: []byte("healthy")}}
+	if err := term.Update(ctx, []byte("healthy"), api.TxnOps{rec}); err != nil {
+		t.Fatal(err)
+	}
+	p, _, _ := kv.Get(key, nil)
+	if a, _, _ := kv.Get("mariposa/audit/x", nil); p == nil || string(p.Value) != "healthy" || p.Session != term.Session || a == nil {
+		t.Fatalf("after Update: %+v, record %v", p, a)
+	}
+	if err := term.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, _ := kv.Get(key, nil); p == nil || string(p.Value) != "healthy" || p.Session != "" {
+		t.Fatalf("after Release: %+v", p)
+	}
+	// Another session holds the key now: an Update of the old term (or of
+	// one whose key was taken) fails and writes nothing.
+	if err := term.Update(ctx, []byte("stale"), nil); err == nil {
+		t.Fatal("Update after Release succeeded")
+	}
+	term2, err := l.TryAcquire(ctx, Hold{Key: key, Value: []byte("again")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, _ := c.Session().Create(&api.SessionEntry{Behavior: "release", TTL: "30s"}, nil)
+	if _, err := kv.Delete(key, nil); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, _ := kv.Acquire(&api.KVPair{Key: key, Value: []byte("theirs"), Session: other}, nil); !ok {
+		t.Fatal("the other session could not take the key")
+	}
+	if err := term2.Update(ctx, []byte("stale"), api.TxnOps{rec}); err == nil {
+		t.Fatal("Update of a key another session holds succeeded")
+	}
+	if p, _, _ := kv.Get(key, nil); string(p.Value) != "theirs" {
+		t.Fatalf("a failed Update wrote %q", p.Value)
+	}
+}

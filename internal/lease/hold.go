@@ -240,9 +240,12 @@ func txnError(resp *api.TxnResponse) error {
 func (l *Lease) detach(t *Term) error {
 	s := t.s
 	t.released.Store(true)
+	t.mu.Lock()
+	value := t.value
+	t.mu.Unlock()
 	var err error
 	if !s.isInvalid() {
-		err = l.releaseKey(heldKey{key: t.Key, value: t.value, ops: t.releaseOps}, s.id)
+		err = l.releaseKey(heldKey{key: t.Key, value: value, ops: t.releaseOps}, s.id)
 	}
 	l.mu.Lock()
 	delete(s.terms, t)
@@ -253,7 +256,7 @@ func (l *Lease) detach(t *Term) error {
 		// and Close retry; a finished session's pending list is never
 		// looked at again, and the key would stay reserved for good.
 		l.keys[t.Key] = keyPending
-		hk := heldKey{key: t.Key, value: t.value, ops: t.releaseOps}
+		hk := heldKey{key: t.Key, value: value, ops: t.releaseOps}
 		if _, live := l.live[s]; live {
 			s.pending = append(s.pending, hk)
 		} else {

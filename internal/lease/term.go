@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -99,7 +100,9 @@ func (t *Term) ReleaseWith(value []byte, ops api.TxnOps) error {
 	t.End(ErrReleased)
 	var err error
 	t.releaseOnce.Do(func() {
+		t.mu.Lock()
 		t.value, t.releaseOps = value, ops
+		t.mu.Unlock()
 		err = t.l.detach(t)
 	})
 	return err
@@ -176,4 +179,29 @@ func (t *Term) expireLocked(now time.Time, err error) {
 	}
 	t.log.Warn("lock lost: stop the work it guards now", "session", t.Session,
 		"reason", err, "deadline_in", t.deadline.Sub(now).Round(time.Millisecond))
+}
+
+// Update writes value into the held key, with ops, in one transaction that
+// fails unless the term's session still holds the key: what a holder says
+// about its hold (a slot's version and health) is never written by a node
+// that lost it. A later retried release leaves value in the key.
+func (t *Term) Update(ctx context.Context, value []byte, ops api.TxnOps) error {
+	if err := t.Err(); err != nil {
+		return err
+	}
+	all := append(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: t.Key, Session: t.Session}},
+		{KV: &api.KVTxnOp{Verb: api.KVLock, Key: t.Key, Value: value, Session: t.Session}},
+	}, ops...)
+	ok, resp, _, err := t.l.cfg.Client.Txn().Txn(all, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return txnError(resp)
+	}
+	t.mu.Lock()
+	t.value = value
+	t.mu.Unlock()
+	return nil
 }

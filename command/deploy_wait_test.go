@@ -1,0 +1,191 @@
+package command
+
+import (
+	"encoding/json"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/mitchellh/cli"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// TestDeployWaitDoc: deploy -wait, with the test playing the fleet (slot
+// keys held by a session, with the version and health the holders
+// publish; the state transitions the fleet's judge writes), prints what
+// website/commands/deploy.md shows and exits as it says: 0 successful, 2
+// failed with the revert named; a deploy over a running deployment is
+// refused and changes nothing; promote of a deployment without canaries
+// is refused.
+func TestDeployWaitDoc(t *testing.T) {
+	b, err := os.ReadFile("../website/commands/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	t.Chdir(t.TempDir())
+	consul := []string{"-consul-addr", agent.HTTPAddr()}
+	hash := regexp.MustCompile(`\b[0-9a-f]{24}\b|\b[0-9a-f]{8}…`)
+	norm := func(s string) string { return hash.ReplaceAllString(strings.TrimSpace(s), "HASH") }
+	shown := func(cmd string, nth int) string {
+		t.Helper()
+		parts := strings.Split(page, "```text\n$ "+cmd+"\n")
+		if len(parts) <= nth {
+			t.Fatalf("deploy.md has no %d. example of %q", nth, cmd)
+		}
+		return norm(parts[nth][:strings.Index(parts[nth], "```")])
+	}
+	write := func(version string) {
+		t.Helper()
+		body := `service "web" {
+  command = ["web", "` + version + `"]
+  count   = 3
+
+  update {
+    max_parallel = 1
+    auto_revert  = true
+  }
+}
+`
+		if err := os.WriteFile("web.hcl", []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type result struct {
+		code     int
+		out, err string
+	}
+	start := func(args ...string) (*cli.MockUi, chan result) {
+		ui := cli.NewMockUi()
+		done := make(chan result, 1)
+		go func() {
+			code := (&DeployCommand{UI: ui}).Run(append(append(consul, args...), "web.hcl"))
+			done <- result{code, ui.OutputWriter.String(), ui.ErrorWriter.String()}
+		}()
+		return ui, done
+	}
+	waitOut := func(ui *cli.MockUi, want string) {
+		t.Helper()
+		if !consultest.WaitFor(10*time.Second, func() bool { return strings.Contains(ui.OutputWriter.String(), want) }) {
+			t.Fatalf("deploy -wait never printed %q:\n%s", want, ui.OutputWriter.String())
+		}
+	}
+	sess, _, err := c.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: "release"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdSlot := func(k int, version string, healthy bool) {
+		t.Helper()
+		v := cluster.SlotValue{Node: "n1", State: cluster.SlotHeld, Since: time.Now(), Version: version}
+		if healthy {
+			now := time.Now()
+			v.HealthyAt = &now
+		}
+		b, _ := json.Marshal(v)
+		if ok, _, err := c.KV().Acquire(&api.KVPair{Key: cluster.SlotKey("web", k), Value: b, Session: sess}, nil); !ok || err != nil {
+			t.Fatalf("slot %d: %v %v", k, ok, err)
+		}
+	}
+	setState := func(n uint64, mut func(*cluster.DeployState)) {
+		t.Helper()
+		st, err := cluster.ReadDeployState(c, "web", n)
+		if err != nil || st == nil {
+			t.Fatalf("state %d: %v", n, err)
+		}
+		mut(st)
+		b, _ := json.Marshal(st)
+		if _, err := c.KV().Put(&api.KVPair{Key: cluster.StateKey("web", n), Value: b}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Spec 1, successful: the fleet runs it.
+	write("v1")
+	if _, done := start("-name", "web"); (<-done).code != 0 {
+		t.Fatal("deploy v1")
+	}
+	sp1, _ := cluster.DesiredSpec(c, "web")
+	for k := range 3 {
+		holdSlot(k, cluster.VersionOf(sp1, "web"), true)
+	}
+	setState(1, func(st *cluster.DeployState) { st.Status = cluster.DeploySuccessful })
+	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"), Value: []byte(`{"n":1,"hash":"` + sp1.Hash + `"}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// Spec 2 rolls out, one instance after the other.
+	write("v2")
+	ui, done := start("-name", "web", "-wait")
+	waitOut(ui, "running: web 0/3 healthy")
+	sp2, _ := cluster.DesiredSpec(c, "web")
+	for k := range 3 {
+		holdSlot(k, cluster.VersionOf(sp2, "web"), true)
+		waitOut(ui, "running: web "+string(rune('1'+k))+"/3 healthy")
+	}
+	setState(2, func(st *cluster.DeployState) { st.Status = cluster.DeploySuccessful })
+	r := <-done
+	if want := shown("mariposa deploy -name web -wait web.hcl", 1); r.code != 0 || norm(r.out) != want || r.err != "" {
+		t.Fatalf("deploy -wait: exit %d\n%s\n%s\ndeploy.md shows:\n%s", r.code, r.out, r.err, want)
+	}
+	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"), Value: []byte(`{"n":2,"hash":"` + sp2.Hash + `"}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// Spec 3 fails, and auto_revert deploys spec 2's body as spec 4 (here
+	// the test writes the failure as the fleet's judge would).
+	write("v3")
+	ui, done = start("-name", "web", "-wait")
+	waitOut(ui, "running: web 0/3 healthy")
+	st3, _ := cluster.ReadDeployState(c, "web", 3)
+	st3.Status, st3.RevertedTo = cluster.DeployFailed, 4
+	st3.Reason = "web/0: not healthy within healthy_deadline (5m0s): web's checks not passing"
+	sp4 := *sp2
+	sp4.N, sp4.By = 4, "auto-revert"
+	body, _ := sp4.Encode()
+	des, _ := json.Marshal(cluster.Desired{N: 4, Hash: sp4.Hash, By: "auto-revert", At: time.Now()})
+	st4, _ := json.Marshal(cluster.DeployState{N: 4, Hash: sp4.Hash, Status: cluster.DeployRunning, Started: time.Now(),
+		Promoted: true, RevertOf: 3})
+	failed, _ := json.Marshal(st3)
+	if ok, _, _, err := c.Txn().Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: cluster.SpecKey("web", 4), Value: body}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: cluster.DesiredKey("web"), Value: des}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: cluster.StateKey("web", 4), Value: st4}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: cluster.StateKey("web", 3), Value: failed}},
+	}, nil); !ok || err != nil {
+		t.Fatalf("the failure and its revert: %v %v", ok, err)
+	}
+	r = <-done
+	got := norm(r.out + r.err)
+	if want := shown("mariposa deploy -name web -wait web.hcl", 2); r.code != 2 || got != want {
+		t.Fatalf("deploy -wait of a failing spec: exit %d\n%s\ndeploy.md shows:\n%s", r.code, got, want)
+	}
+
+	// A deploy while a deployment (the revert) runs: refused, nothing
+	// written.
+	write("v5")
+	before, _, _ := c.KV().Keys(cluster.DeployPrefix, "", nil)
+	_, done = start("-name", "web")
+	r = <-done
+	refused := regexp.MustCompile(`^mariposa deploy: deployment web/4 in progress \([0-9a-f]{24}, since [0-9TZ:-]+\): -force to supersede it$`)
+	if r.code != 1 || !refused.MatchString(strings.TrimSpace(r.err)) {
+		t.Fatalf("deploy over a running deployment: exit %d %q", r.code, r.err)
+	}
+	if !strings.Contains(page, "-force to supersede it") {
+		t.Error("deploy.md does not show the refusal")
+	}
+	if after, _, _ := c.KV().Keys(cluster.DeployPrefix, "", nil); len(after) != len(before) {
+		t.Fatalf("a refused deploy wrote keys: %d before, %d after", len(before), len(after))
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployPromoteCommand{UI: ui}).Run(append(consul, "web")); code != 1 ||
+		ui.ErrorWriter.String() != "mariposa deploy promote: deployment web/4: no canaries wait for promotion\n" {
+		t.Fatalf("promote without canaries: exit %d %q", code, ui.ErrorWriter.String())
+	}
+}
