@@ -2,10 +2,10 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -329,6 +329,7 @@ func (f *Fleet) restamp(ctx context.Context, h *heldSlot, hash string) error {
 func needsPublish(h *heldSlot) bool {
 	return h.value.Version != runHash(h.unit) || h.value.HealthyAt == nil
 }
+
 // slotHealthy says whether every member of u runs in slot id and is
 // healthy per health_check, with their PIDs, or why not.
 func slotHealthy(snaps []supervisor.Snapshot, id string, u UnitSpec, mode string) (bool, []int, string) {

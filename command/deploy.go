@@ -125,7 +125,10 @@ func (c *DeployCommand) Run(args []string) int {
 		return 1
 	}
 	var res cluster.DeployResult
-	err = retryNoLeader(func() (err error) { res, err = cluster.Deploy(client, spec, cluster.DeployOptions{By: actor(), Force: force}); return err })
+	err = retryNoLeader(func() (err error) {
+		res, err = cluster.Deploy(client, spec, cluster.DeployOptions{By: actor(), Force: force})
+		return err
+	})
 	if err != nil {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1

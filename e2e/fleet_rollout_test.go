@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
