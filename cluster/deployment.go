@@ -661,3 +661,40 @@ func VersionOf(sp *Spec, unit string) string {
 	}
 	return ""
 }
+
+// MarkHealthy is an operator saying that slot k of unit is healthy at the
+// version it runs (health_check = "manual"): rollout/<unit>/<version>/
+// healthy/<k> and its record, in one transaction that fails if the slot
+// changed since it was read. It returns that version.
+func MarkHealthy(client *api.Client, unit string, k int, by string) (string, error) {
+	key := SlotKey(unit, k)
+	p, _, err := client.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return "", err
+	}
+	if p == nil || p.Session == "" {
+		return "", fmt.Errorf("slot %s/%d is not held: no instance to mark healthy", unit, k)
+	}
+	v, err := DecodeSlotValue(p.Value)
+	if err != nil {
+		return "", fmt.Errorf("slot %s/%d: %w", unit, k, err)
+	}
+	if v.Version == "" {
+		return "", fmt.Errorf("slot %s/%d does not say which version it runs (its node's mariposa is older)", unit, k)
+	}
+	now := time.Now().UTC()
+	b, _ := json.Marshal(map[string]any{"by": by, "at": now, "node": v.Node})
+	ok, _, _, err := client.Txn().Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: p.ModifyIndex}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: ManualHealthKey(unit, v.Version, k), Value: b}},
+		AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Service: unit, Slot: slotName(unit, k), Action: "mark-healthy",
+			To: v.Version, Reason: "health_check manual: marked healthy on " + v.Node}),
+	}, nil)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", fmt.Errorf("slot %s/%d changed while it was being marked; look at it again with mariposa status", unit, k)
+	}
+	return v.Version, nil
+}

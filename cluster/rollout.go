@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -229,6 +230,12 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitS
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	why := "not started"
+	var marked func() bool
+	if up.HealthCheck == schema.UpdateManual {
+		mctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		marked = f.watchMark(mctx, ManualHealthKey(u.Unit.Name, hash, h.k))
+	}
 	for {
 		f.mu.Lock()
 		superseded := f.held[id] != h || runHash(h.unit) != hash
@@ -237,6 +244,9 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitS
 			return errSuperseded
 		}
 		healthy, cur, w := slotHealthy(f.cfg.Runner.Snapshots(), id, u, up.HealthCheck)
+		if healthy && marked != nil && !marked() {
+			healthy, w = false, "waiting for mariposa deploy health "+id
+		}
 		switch {
 		case !healthy:
 			since, why = time.Time{}, w
@@ -256,6 +266,38 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitS
 		case <-tick.C:
 		}
 	}
+}
+
+// ManualHealthKey is rollout/<unit>/<version>/healthy/<k>: an operator
+// says slot k's instance is healthy at version (health_check = "manual").
+func ManualHealthKey(unit, version string, k int) string {
+	return fmt.Sprintf("%s%s/%s/healthy/%d", RolloutPrefix, unit, version, k)
+}
+
+// watchMark follows key with a blocking query until ctx ends; the result
+// says whether the key exists, as last read.
+func (f *Fleet) watchMark(ctx context.Context, key string) func() bool {
+	var seen atomic.Bool
+	go func() {
+		var index uint64
+		for ctx.Err() == nil {
+			p, meta, err := f.cfg.Client.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			seen.Store(p != nil)
+			if meta.LastIndex < index {
+				index = 0
+			} else {
+				index = meta.LastIndex
+			}
+		}
+	}()
+	return seen.Load
 }
 
 // publish waits until slot id's instances are healthy at the version

@@ -266,3 +266,96 @@ func instancePIDs(t *testing.T, dir, version string) map[string]int {
 	}
 	return out
 }
+
+// health_check = "manual" on one node: an updated instance is healthy
+// only once mariposa deploy health marks it (after min_healthy_time); until
+// then the rollout waits with its token (max_parallel 1: the other slot
+// stays on the old version) and the deployment stays running. Each mark
+// moves the rollout on; the second makes it successful. A mark names the
+// version the slot runs: the marks of v1 do not count for v2.
+func TestFleetManualHealth(t *testing.T) {
+	consultest.SkipShort(t, "a fleet in -short mode")
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	startMariposa(t, agent, nil, "-cluster")
+	waitFor(t, 30*time.Second, "the supervisor live", func() (bool, string) {
+		return len(passingInstances(c, "mariposa")) == 1, ""
+	})
+	spec := func(version string) string {
+		return writeHCL(t, fmt.Sprintf(`
+service "web" {
+  command      = ["sleep", "600"]
+  version      = %q
+  env          = { V = %q }
+  count        = 2
+  max_per_node = 2
+  update {
+    max_parallel     = 1
+    health_check     = "manual"
+    min_healthy_time = "1s"
+    healthy_deadline = "2m"
+  }
+}
+`, version, version))
+	}
+	cli := func(args ...string) (string, error) {
+		out, err := exec.Command(mariposaBin, append(args[:1:1], append([]string{"-consul-addr", agent.HTTPAddr()}, args[1:]...)...)...).CombinedOutput()
+		return string(out), err
+	}
+	mark := func(slots ...string) {
+		t.Helper()
+		if out, err := exec.Command(mariposaBin, append([]string{"deploy", "health", "-consul-addr", agent.HTTPAddr()}, slots...)...).CombinedOutput(); err != nil {
+			t.Fatalf("deploy health %v: %v\n%s", slots, err, out)
+		}
+	}
+	running := func(version string) int {
+		es, _, _ := c.Health().Service("web", "", false, nil)
+		n := 0
+		for _, e := range es {
+			if e.Service.Meta["version"] == version {
+				n++
+			}
+		}
+		return n
+	}
+	state := func(n uint64) string {
+		st, _ := cluster.ReadDeployState(c, "web", n)
+		if st == nil {
+			return ""
+		}
+		return st.Status
+	}
+	if out, err := cli("deploy", "-name", "web", spec("v1")); err != nil {
+		t.Fatalf("deploy v1: %v\n%s", err, out)
+	}
+	waitFor(t, 30*time.Second, "both instances at v1", func() (bool, string) { return running("v1") == 2, "" })
+	consistently(t, 3*time.Second, "spec 1 running: nobody marked its instances", func() (bool, string) {
+		return state(1) == cluster.DeployRunning, state(1)
+	})
+	mark("web/0", "web/1")
+	waitFor(t, 30*time.Second, "spec 1 successful once both are marked", func() (bool, string) {
+		return state(1) == cluster.DeploySuccessful, state(1)
+	})
+
+	if out, err := cli("deploy", "-name", "web", spec("v2")); err != nil {
+		t.Fatalf("deploy v2: %v\n%s", err, out)
+	}
+	waitFor(t, 30*time.Second, "one instance at v2", func() (bool, string) { return running("v2") == 1, "" })
+	consistently(t, 3*time.Second, "the rollout waits for the mark: one at v1, one at v2", func() (bool, string) {
+		return running("v1") == 1 && running("v2") == 1 && state(2) == cluster.DeployRunning, fmt.Sprint(running("v1"), running("v2"), state(2))
+	})
+	// Marking both: the v2 instance is healthy and the other slot moves to
+	// v2; its mark was for v1, so the deployment waits for a new one.
+	mark("web/0", "web/1")
+	waitFor(t, 30*time.Second, "both instances at v2", func() (bool, string) { return running("v2") == 2, "" })
+	consistently(t, 3*time.Second, "spec 2 running: the second instance is not marked at v2", func() (bool, string) {
+		return state(2) == cluster.DeployRunning, state(2)
+	})
+	mark("web/0", "web/1")
+	waitFor(t, 30*time.Second, "spec 2 successful", func() (bool, string) {
+		return state(2) == cluster.DeploySuccessful, state(2)
+	})
+	if a := auditActions(t, c, "web"); a["mark-healthy"] != 6 {
+		t.Errorf("audit: %v", a)
+	}
+}
