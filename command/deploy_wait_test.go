@@ -189,3 +189,42 @@ func TestDeployWaitDoc(t *testing.T) {
 		t.Fatalf("promote without canaries: exit %d %q", code, ui.ErrorWriter.String())
 	}
 }
+
+// TestDeployHealthDoc: deploy health marks held slots at the version they
+// run, prints what deploy-health.md shows, and refuses a free slot.
+func TestDeployHealthDoc(t *testing.T) {
+	b, err := os.ReadFile("../website/commands/deploy-health.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	sess, _, err := c.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: "release"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const version = "1f0c3a9d52e87b46"
+	for _, k := range []int{0, 3} {
+		v, _ := json.Marshal(cluster.SlotValue{Node: "n1", State: cluster.SlotHeld, Version: version})
+		if ok, _, err := c.KV().Acquire(&api.KVPair{Key: cluster.SlotKey("web", k), Value: v, Session: sess}, nil); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+	}
+	ui := cli.NewMockUi()
+	if code := (&DeployHealthCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), "web/0", "web/3"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, ui.ErrorWriter.String())
+	}
+	if shown := "$ mariposa deploy health web/0 web/3\n" + ui.OutputWriter.String(); !strings.Contains(string(b), shown) {
+		t.Errorf("deploy-health.md does not show:\n%s", shown)
+	}
+	for _, k := range []int{0, 3} {
+		if p, _, _ := c.KV().Get(cluster.ManualHealthKey("web", version, k), nil); p == nil {
+			t.Errorf("web/%d not marked", k)
+		}
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployHealthCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), "web/1"}); code != 1 ||
+		ui.ErrorWriter.String() != "mariposa deploy health: slot web/1 is not held: no instance to mark healthy\n" {
+		t.Fatalf("a free slot: exit %d %q", code, ui.ErrorWriter.String())
+	}
+}
