@@ -182,6 +182,7 @@ type instState struct {
 	reload     *reloadReq
 	nextReload *reloadReq
 	reloadSeq  uint64
+	ungated    bool // no reload gate: coordinated templates act at once
 
 	registered   bool // a registration was asked for and not withdrawn
 	shutdown     bool
@@ -580,7 +581,7 @@ func (st *stepper) dataChanged(d render.ServiceState) {
 	for _, ev := range events {
 		t := ev.Template
 		st.emit(EventRendered, ev.Destination)
-		if coordinated(t) {
+		if coordinated(t) && !s.ungated {
 			// Paced across the fleet: after a reload token (reload.go).
 			if t.ChangeMode == "signal" && !t.Env {
 				coordSignals = append(coordSignals, t.Signal)

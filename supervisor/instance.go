@@ -71,9 +71,8 @@ type Instance struct {
 	// slot is the count slot the instance runs in; nil if none.
 	slot *Slot
 	// gate hands out the tokens of coordinated template reloads; nil: they
-	// act at once, and noGate is called (it warns once).
-	gate   ReloadGate
-	noGate func()
+	// act at once, as without coordinate.
+	gate ReloadGate
 
 	health  chan checks.NodeHealth // latest-value mailbox
 	changec chan *schema.Template  // change commands, run one at a time
@@ -271,6 +270,7 @@ func (in *Instance) run() {
 		l.s.slot = &in.slot.SlotInfo
 		slotLost, slotExpired = in.slot.Lost, in.slot.Expired
 	}
+	l.s.ungated = in.gate == nil
 
 	// args checks run for as long as the instance lives.
 	scriptCtx, stopScripts := context.WithCancel(context.Background())
@@ -519,10 +519,7 @@ func (l *loop) act(a action) {
 // comes back as inReloadGranted. Without a gate it is granted at once.
 func (l *loop) acquireReload(seq uint64, req ReloadRequest) {
 	in := l.in
-	if in.gate == nil {
-		if in.noGate != nil {
-			in.noGate()
-		}
+	if in.gate == nil { // not asked for without a gate (ungated); granted if it were
 		l.reloads[seq] = &reloadHold{cancel: func() {}, release: func() {}}
 		l.queue = append([]input{{kind: inReloadGranted, seq: seq}}, l.queue...)
 		return

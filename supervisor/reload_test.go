@@ -344,6 +344,17 @@ func TestReloadDecisions(t *testing.T) {
 				t.Fatalf("slot lost while waiting: released %v", got)
 			}
 		}},
+		{"without a gate: at once, as without coordinate", coordTemplates("restart", 1), func(t *testing.T, m *machine) {
+			m.s.ungated = true
+			m.bootData(42)
+			acts := m.change([]string{"h1", "p0"}, 0)
+			if _, ok := has(acts, actStop); !ok {
+				t.Fatalf("ungated change: %v, want a restart", kinds(acts))
+			}
+			if _, ok := has(acts, actAcquireReload); ok {
+				t.Fatal("asked for a token without a gate")
+			}
+		}},
 		{"a grant while not running: nothing to reload", coordTemplates("restart", 1), func(t *testing.T, m *machine) {
 			m.bootData(42)
 			a := acquired(t, m.change([]string{"h1", "p0"}, 0))
@@ -423,12 +434,11 @@ func TestReloadLoopGate(t *testing.T) {
 	case <-time.After(100 * time.Millisecond):
 	}
 
-	// No gate: granted at once, with one warning.
-	warned := 0
-	l2 := &loop{in: &Instance{noGate: func() { warned++ }}, reloads: map[uint64]*reloadHold{}}
+	// No gate (never asked: see "without a gate"): granted at once.
+	l2 := &loop{in: &Instance{}, reloads: map[uint64]*reloadHold{}}
 	l2.acquireReload(5, ReloadRequest{})
-	if len(l2.queue) != 1 || l2.queue[0].kind != inReloadGranted || l2.queue[0].seq != 5 || warned != 1 {
-		t.Fatalf("no gate: queue %+v, warned %d", l2.queue, warned)
+	if len(l2.queue) != 1 || l2.queue[0].kind != inReloadGranted || l2.queue[0].seq != 5 {
+		t.Fatalf("no gate: queue %+v", l2.queue)
 	}
 	l2.releaseReload(5)
 }

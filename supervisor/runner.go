@@ -519,9 +519,9 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	if r.opts.ReloadGate != nil {
 		in.gate = nodeSessionGate{gate: r.opts.ReloadGate, leases: r.leases}
 	}
-	in.noGate = func() {
+	if r.opts.ReloadGate == nil && slices.ContainsFunc(svc.Templates, coordinated) {
 		r.noGateOnce.Do(func() {
-			log.Warn("a template has a coordinate block, but this mariposa has no reload gate: coordinated reloads act at once")
+			log.Warn("a template has a coordinate block, but this mariposa has no reload gate: its changes restart or signal at once", "service", svc.Name)
 		})
 	}
 	in.register = func(role string, st checks.Result) {
