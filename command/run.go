@@ -240,6 +240,10 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	go func() { _ = srv.Serve() }()
 	defer srv.Close()
+	// systemd (Type=notify): ready once the services are registered.
+	stopNotify := make(chan struct{})
+	defer close(stopNotify)
+	go notifyReady(log, r.Registered(), stopNotify)
 	err = r.RunWithSignals(supervisor.SignalOptions{
 		Signals: sigs,
 		Load: func() *schema.Config {
@@ -269,7 +273,11 @@ func (c *RunCommand) Run(args []string) int {
 				rings.Remove(name)
 			}
 		},
-		Stopping: func() { srv.Close(); fl.halt() }, // no operator requests, no claims while stopping
+		Stopping: func() {
+			notifyStopping(log)
+			srv.Close()
+			fl.halt() // no operator requests, no claims while stopping
+		},
 	})
 	var held *lease.HeldError
 	switch {

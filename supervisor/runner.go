@@ -79,9 +79,12 @@ type Runner struct {
 	order     []string             // instance keys in start order
 	node      string
 	ready     chan struct{}
-	killOnce  sync.Once
-	killc     chan struct{}
-	applyc    chan applyReq
+	// registered closes once the first configuration's services are
+	// registered with the agent (Registered).
+	registered chan struct{}
+	killOnce   sync.Once
+	killc      chan struct{}
+	applyc     chan applyReq
 
 	// abandoned: another supervisor holds the node now; stop without
 	// touching the registrations, which are its own.
@@ -129,7 +132,7 @@ func New(cfg *schema.Config, o Options) *Runner {
 		o.Events = LogEvents(o.Logger)
 	}
 	return &Runner{cfg: cfg, opts: o, log: o.Logger, instances: map[string]*Instance{},
-		ready: make(chan struct{}), killc: make(chan struct{}), applyc: make(chan applyReq)}
+		ready: make(chan struct{}), registered: make(chan struct{}), killc: make(chan struct{}), applyc: make(chan applyReq)}
 }
 
 // Leases is the node's lease manager: one session per (session TTL, lock
@@ -138,6 +141,12 @@ func (r *Runner) Leases() *lease.Manager { return r.leases }
 
 // Ready is closed once every instance has been started.
 func (r *Runner) Ready() <-chan struct{} { return r.ready }
+
+// Registered is closed once mariposa's own service and every service the
+// runner started with are registered with the agent: what systemd's READY=1
+// means for `mariposa run` (Type=notify). It stays open while the agent
+// cannot be reached.
+func (r *Runner) Registered() <-chan struct{} { return r.registered }
 
 // Node is the node name services are registered under (valid after Ready).
 func (r *Runner) Node() string {
@@ -335,6 +344,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	close(r.ready)
 	log.Info("supervising", "services", len(specs))
+	ids := []string{selfID}
+	for _, sp := range specs {
+		ids = append(ids, r.Instance(sp.key).id)
+	}
+	goBG(func() { waitRegistered(bg, reg, ids, r.registered) })
 
 	var lostErr error
 	for {
@@ -408,6 +422,29 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// waitRegistered closes done once every one of ids is registered, checking
+// every 20ms until ctx ends.
+func waitRegistered(ctx context.Context, reg *checks.Registry, ids []string, done chan struct{}) {
+	for {
+		all := true
+		for _, id := range ids {
+			if !reg.Registered(id) {
+				all = false
+				break
+			}
+		}
+		if all {
+			close(done)
+			return
+		}
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // SetLivenessNote makes note's answer, when not empty, the lines below
@@ -849,12 +886,15 @@ func stopLevels(cfg *schema.Config, order []string) [][]string {
 	return levels
 }
 
-// childBaseEnv is mariposa's environment without Consul credentials.
+// childBaseEnv is mariposa's environment without Consul credentials or
+// systemd's notify socket.
 func childBaseEnv(environ []string) []string {
 	var out []string
 	for _, kv := range environ {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == "CONSUL_HTTP_TOKEN" || k == "CONSUL_HTTP_TOKEN_FILE" {
+		// NOTIFY_SOCKET is systemd's for mariposa itself (Type=notify):
+		// a child that speaks sd_notify must not answer for it.
+		if k == "CONSUL_HTTP_TOKEN" || k == "CONSUL_HTTP_TOKEN_FILE" || k == "NOTIFY_SOCKET" {
 			continue
 		}
 		out = append(out, kv)

@@ -1,0 +1,77 @@
+package command
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// notifySocket listens where NOTIFY_SOCKET points for this test.
+func notifySocket(t *testing.T) *net.UnixConn {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "mnotify") // a socket path has a 108-byte limit
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	p := filepath.Join(dir, "notify")
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: p, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	t.Setenv("NOTIFY_SOCKET", p)
+	return conn
+}
+
+func TestNotifyReady(t *testing.T) {
+	conn := notifySocket(t)
+	registered, stop := make(chan struct{}), make(chan struct{})
+	done := make(chan struct{})
+	go func() { notifyReady(hclog.NewNullLogger(), registered, stop); close(done) }()
+
+	// Nothing before the services are registered.
+	conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	buf := make([]byte, 512)
+	if n, err := conn.Read(buf); err == nil {
+		t.Fatalf("notified %q before registration", buf[:n])
+	}
+	close(registered)
+	<-done
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := conn.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(buf[:n]); got != "READY=1\nSTATUS=services registered; supervising" {
+		t.Errorf("notification = %q", got)
+	}
+
+	// Stopping before registration: no READY=1.
+	done = make(chan struct{})
+	stop2 := make(chan struct{})
+	go func() { notifyReady(hclog.NewNullLogger(), make(chan struct{}), stop2); close(done) }()
+	close(stop2)
+	<-done
+	notifyStopping(hclog.NewNullLogger())
+	n, err = conn.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(buf[:n]); got != "STOPPING=1\nSTATUS=stopping the services" {
+		t.Errorf("notification = %q", got)
+	}
+}
+
+// Without NOTIFY_SOCKET (not under systemd) nothing is sent and nothing fails.
+func TestNotifyWithoutSystemd(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	os.Unsetenv("NOTIFY_SOCKET")
+	registered := make(chan struct{})
+	close(registered)
+	notifyReady(hclog.NewNullLogger(), registered, make(chan struct{}))
+}
