@@ -37,12 +37,50 @@ type Target interface {
 // (or no longer) on this node: the API answers 404.
 var ErrNoService = errors.New("no such service")
 
-// Server serves the control API on a UNIX socket.
-type Server struct {
-	path   string
+// Handlers answer the control API's requests. The UNIX socket's Server
+// serves them, and so does the node's HTTP API (internal/httpapi), behind
+// its own authorization: the routes' wildcard is {service}.
+type Handlers struct {
 	target Target
 	logs   *logring.Set
 	log    hclog.Logger
+	// who names the caller in the log lines of requests.
+	who func(*http.Request) []any
+}
+
+// NewHandlers returns the handlers of t and logs; who names a request's
+// caller in the log (nil: nobody named).
+func NewHandlers(t Target, logs *logring.Set, log hclog.Logger, who func(*http.Request) []any) *Handlers {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if who == nil {
+		who = func(*http.Request) []any { return nil }
+	}
+	return &Handlers{target: t, logs: logs, log: log, who: who}
+}
+
+// Restart is POST /v1/restart/{service}.
+func (h *Handlers) Restart(w http.ResponseWriter, r *http.Request) {
+	h.action("restart", h.target.Restart)(w, r)
+}
+
+// Reset is POST /v1/reset/{service}.
+func (h *Handlers) Reset(w http.ResponseWriter, r *http.Request) {
+	h.action("reset", h.target.ResetFailed)(w, r)
+}
+
+// Logs is GET /v1/logs/{service}.
+func (h *Handlers) Logs(w http.ResponseWriter, r *http.Request) { h.handleLogs(w, r) }
+
+// Services is GET /v1/services.
+func (h *Handlers) Services(w http.ResponseWriter, r *http.Request) { h.handleServices(w, r) }
+
+// Server serves the control API on a UNIX socket.
+type Server struct {
+	*Handlers
+	path string
+	log  hclog.Logger
 
 	ln     *net.UnixListener
 	lock   *os.File
@@ -90,15 +128,19 @@ func Listen(path string, t Target, logs *logring.Set, log hclog.Logger) (*Server
 		lock.Close()
 		return nil, err
 	}
-	s := &Server{path: path, target: t, logs: logs, log: log, ln: ln, lock: lock}
+	h := NewHandlers(t, logs, log, func(r *http.Request) []any {
+		p := peerOf(r)
+		return []any{"uid", p.uid, "pid", p.pid}
+	})
+	s := &Server{Handlers: h, path: path, log: log, ln: ln, lock: lock}
 	s.id, s.hasID = idOf(path)
 	base, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/restart/{service}", s.action("restart", t.Restart))
-	mux.HandleFunc("POST /v1/reset/{service}", s.action("reset", t.ResetFailed))
-	mux.HandleFunc("GET /v1/logs/{service}", s.handleLogs)
-	mux.HandleFunc("GET /v1/services", s.handleServices)
+	mux.HandleFunc("POST /v1/restart/{service}", h.Restart)
+	mux.HandleFunc("POST /v1/reset/{service}", h.Reset)
+	mux.HandleFunc("GET /v1/logs/{service}", h.Logs)
+	mux.HandleFunc("GET /v1/services", h.Services)
 	s.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -234,7 +276,7 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // known checks the service is on this node; else the 404 message names the
 // ones that are.
-func (s *Server) known(name string) (string, bool) {
+func (s *Handlers) known(name string) (string, bool) {
 	names := append([]string(nil), s.target.Services()...)
 	sort.Strings(names)
 	for _, n := range names {
@@ -253,12 +295,11 @@ func noServiceMsg(name string, names []string) string {
 	return fmt.Sprintf("no service %q on this node (services: %s)", name, list)
 }
 
-func (s *Server) audit(r *http.Request, action, service string) hclog.Logger {
-	p := peerOf(r)
-	return s.log.With("action", action, "service", service, "uid", p.uid, "pid", p.pid)
+func (s *Handlers) audit(r *http.Request, action, service string) hclog.Logger {
+	return s.log.With(append([]any{"action", action, "service", service}, s.who(r)...)...)
 }
 
-func (s *Server) action(name string, do func(string) error) http.HandlerFunc {
+func (s *Handlers) action(name string, do func(string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		svc := r.PathValue("service")
 		lg := s.audit(r, name, svc)
@@ -286,7 +327,7 @@ func (s *Server) action(name string, do func(string) error) http.HandlerFunc {
 	}
 }
 
-func (s *Server) handleServices(w http.ResponseWriter, r *http.Request) {
+func (s *Handlers) handleServices(w http.ResponseWriter, r *http.Request) {
 	names := append([]string{}, s.target.Services()...)
 	sort.Strings(names)
 	writeJSON(w, http.StatusOK, names)
@@ -305,7 +346,7 @@ type LogEntry struct {
 // DefaultLines is how many lines GET /v1/logs returns without n.
 const DefaultLines = 100
 
-func (s *Server) handleLogs(w http.ResponseWriter, r *http.Request) {
+func (s *Handlers) handleLogs(w http.ResponseWriter, r *http.Request) {
 	svc := r.PathValue("service")
 	q := r.URL.Query()
 	follow := false
