@@ -22,5 +22,6 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"logs":           func() (cli.Command, error) { return &LogsCommand{UI: ui}, nil },
 		"resume":         func() (cli.Command, error) { return &ResumeCommand{UI: ui}, nil },
 		"plan":           func() (cli.Command, error) { return &PlanCommand{UI: ui}, nil },
+		"events":         func() (cli.Command, error) { return &EventsCommand{UI: ui}, nil },
 	}
 }
