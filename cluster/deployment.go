@@ -398,6 +398,12 @@ func (f *Fleet) failDeployment(ctx context.Context, unit, hash, slot, reason str
 			_, _, _, err := f.cfg.Client.Txn().Txn(ops, nil)
 			return err
 		}
+		f.mu.Lock()
+		_, paused := f.pausedLocked(unit, PauseDeploy)
+		f.mu.Unlock()
+		if paused {
+			d.stableSpec = nil // deploys paused: no auto_revert
+		}
 		ok, err := fail(f.cfg.Client, d, unit, slot+": "+reason, f.cfg.Node, now, ops)
 		if err != nil || ok {
 			return err
@@ -506,6 +512,12 @@ func (f *Fleet) act(ctx context.Context, name string, a deployAction) error {
 	case actPromote:
 		ok, err = promote(f.cfg.Client, d, f.cfg.Node, "", now)
 	case actFail:
+		f.mu.Lock()
+		_, paused := f.pausedLocked(a.unit, PauseDeploy)
+		f.mu.Unlock()
+		if paused {
+			d.stableSpec = nil // deploys paused: no auto_revert
+		}
 		ok, err = fail(f.cfg.Client, d, a.unit, a.reason, f.cfg.Node, now, nil)
 	default:
 		return nil

@@ -26,6 +26,8 @@ type Runner interface {
 	ApplySlots(ctx context.Context, slots []supervisor.SlotInstance) (supervisor.ApplyResult, error)
 	// Snapshots is every instance's state (a rollout waits for health).
 	Snapshots() []supervisor.Snapshot
+	// SetPause says which instances' automatic restarts are paused.
+	SetPause(supervisor.PauseFunc)
 }
 
 // FleetConfig configures a node's part in the fleet.
@@ -84,6 +86,14 @@ type Fleet struct {
 	// waiting says, per free slot this node could run, when it claims it
 	// or why it does not (Waiting).
 	waiting []string
+	// Pauses (pause.go): by unit ("" for the whole fleet), the drops of
+	// queue entries, what this node holds back (holding, rebuilt by each
+	// reconcile) and its queue as last written.
+	pauses         map[string]PauseRecord
+	drops          map[string]Drop
+	holding        []Intent
+	intentSince    map[string]time.Time
+	intentsWritten []byte
 	// judging: deployments this node is moving on (deployment.go).
 	judging map[string]bool
 	// tokens serializes this node's contenders per semaphore prefix: the
@@ -165,6 +175,10 @@ func (f *Fleet) SetLocal(cfg *schema.Config) {
 // fails the group: every member stops and the slot is failed (the group
 // moves and fails as one), until mariposa reset.
 func (f *Fleet) Event(e supervisor.Event) {
+	if e.Kind == supervisor.EventPaused || e.Kind == supervisor.EventResumed {
+		f.wake() // the node's queue changed
+		return
+	}
 	if e.Slot == "" || e.Kind != supervisor.EventFailed {
 		return
 	}
@@ -300,6 +314,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	}
 	var gone []giveUp
 	var reclaim []claimPlan
+	f.holding = f.holding[:0]
 	type restampOf struct {
 		h *heldSlot
 		u UnitSpec
@@ -352,6 +367,9 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 			gone = append(gone, giveUp{h: h, state: SlotReleased,
 				reason: fmt.Sprintf("cut off from Consul for longer than stop_after (%s)", h.unit.Unit.Placement.StopAfter)})
 			f.log.Warn("cut off from Consul: stopping the instance (stop_after)", "slot", id)
+		case (f.failed[id] != "" || f.resched[id] != "") && f.holdPlacement(u.Unit.Name, id, f.failed[id]+f.resched[id]):
+			// Paused: the failed instance stays as it is until the resume.
+			continue
 		case f.failed[id] != "":
 			reason := f.failed[id]
 			delete(f.held, id)
@@ -378,7 +396,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 				// A new definition with an update block: replaced under a
 				// rollout token, a few at a time (rollout.go), unless a
 				// canary phase or a failed deployment holds it back.
-				if attempt := f.attemptKeyLocked(u); !h.updating && !h.failedSeen[attempt] && !f.heldBackLocked(u, h.k) {
+				if attempt := f.attemptKeyLocked(u); !h.updating && !h.failedSeen[attempt] && !f.heldBackLocked(u, h.k) && !f.holdUpdate(u, id) {
 					h.updating = true
 					go f.update(ctx, id, h, u, attempt)
 				}
@@ -427,6 +445,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 
 	f.followServices(ctx, units)
 	f.brake(now)
+	defer f.publishIntentsIfPaused(ctx, now)
 	judgeNext := f.judge(ctx, now)
 	next, claims := f.plan(units, now)
 	if judgeNext > 0 && (next <= 0 || judgeNext < next) {
@@ -675,6 +694,11 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 				}
 			}
 			if !now.Before(at) {
+				if pr, paused := f.pausedLocked(name, PausePlacement); paused {
+					f.waiting = append(f.waiting, fmt.Sprintf("slot %s; %s, claims paused (%s)", what, ranked, pr.Why()))
+					f.holding = append(f.holding, Intent{Kind: "claim", Target: id, Detail: ranked})
+					continue // resume wakes us
+				}
 				due = append(due, claimPlan{u: u, k: k, rank: r.Rank, budget: budget})
 				continue
 			}

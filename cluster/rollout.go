@@ -125,7 +125,8 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 	// over with it rather than roll out one already superseded. A canary
 	// phase or a failed deployment may hold this slot back now, too.
 	cur, ok := f.unitsLocked()[next.Unit.Name]
-	if !ok || runHash(cur) != hash || f.heldBackLocked(cur, h.k) {
+	_, paused := f.pausedLocked(next.Unit.Name, PauseDeploy)
+	if !ok || runHash(cur) != hash || f.heldBackLocked(cur, h.k) || paused {
 		f.mu.Unlock()
 		log.Debug("rollout: superseded or held back while waiting for a token")
 		return

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"time"
 
@@ -128,8 +129,12 @@ func (f *Fleet) watchControl(ctx context.Context) {
 		if err != nil {
 			return 0, err
 		}
-		storm, takeovers := parseControl(pairs, func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) })
+		report := func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) }
+		storm, takeovers := parseControl(pairs, report)
+		pauses, drops := parsePauses(pairs, report)
 		f.mu.Lock()
+		pauseChanged := !reflect.DeepEqual(pauses, f.pauses) || !reflect.DeepEqual(drops, f.drops) || !f.haveCtl
+		f.pauses, f.drops = pauses, drops
 		f.takeovers = takeovers
 		if f.storm != nil && storm == nil {
 			// Resumed: the vanishings that engaged the brake are dealt
@@ -138,6 +143,9 @@ func (f *Fleet) watchControl(ctx context.Context) {
 		}
 		f.storm, f.haveCtl = storm, true
 		f.mu.Unlock()
+		if pauseChanged {
+			f.cfg.Runner.SetPause(f.pauseFunc())
+		}
 		f.wake()
 		return meta.LastIndex, nil
 	})

@@ -21,7 +21,9 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"why":            func() (cli.Command, error) { return &WhyCommand{UI: ui}, nil },
 		"logs":           func() (cli.Command, error) { return &LogsCommand{UI: ui}, nil },
 		"resume":         func() (cli.Command, error) { return &ResumeCommand{UI: ui}, nil },
+		"pause":          func() (cli.Command, error) { return &PauseCommand{UI: ui}, nil },
+		"queue":          func() (cli.Command, error) { return &QueueCommand{UI: ui}, nil },
+		"queue drop":     func() (cli.Command, error) { return &QueueDropCommand{UI: ui}, nil },
 		"plan":           func() (cli.Command, error) { return &PlanCommand{UI: ui}, nil },
-		"events":         func() (cli.Command, error) { return &EventsCommand{UI: ui}, nil },
 	}
 }

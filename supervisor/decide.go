@@ -43,6 +43,7 @@ const (
 	inRestart                        // an operator asked for a restart
 	inReset                          // an operator asked to clear a failure
 	inReloadGranted                  // the reload token of request seq was granted
+	inPause                          // the pause state changed: pause
 )
 
 // input is one event for decide.
@@ -62,6 +63,7 @@ type input struct {
 	expired bool
 	why     string
 	seq     uint64 // inReloadGranted
+	pause   Pause  // inPause
 }
 
 // termInfo is what the instance needs of a leadership term.
@@ -183,6 +185,11 @@ type instState struct {
 	nextReload *reloadReq
 	reloadSeq  uint64
 	ungated    bool // no reload gate: coordinated templates act at once
+
+	// paused: automatic restarts wait for the resume (pause.go);
+	// healthHeld: the critical check a health restart waits on.
+	paused     Pause
+	healthHeld string
 
 	registered   bool // a registration was asked for and not withdrawn
 	shutdown     bool
@@ -324,6 +331,8 @@ func (st *stepper) step(in input) {
 		st.do(action{kind: actReply, err: st.operatorReset()})
 	case inReloadGranted:
 		st.reloadGranted(in.seq)
+	case inPause:
+		st.pauseChanged(in.pause)
 	}
 }
 
@@ -514,8 +523,12 @@ func (st *stepper) after(o Outcome) {
 	d := s.tracker.Decide(o, st.now, st.jitter)
 	switch d.Action {
 	case ActionRestart:
-		s.restarts++
 		s.lastEnd = o.String()
+		if s.paused.Why != "" {
+			st.holdRestart()
+			return
+		}
+		s.restarts++
 		if d.Delay == 0 {
 			st.emit(EventRestarting, withStderr(d.Reason, s.stderr))
 			st.tryStart()
@@ -552,6 +565,14 @@ func (st *stepper) evalHealth() {
 		}
 		return
 	}
+	if s.paused.Why != "" {
+		if s.healthHeld == "" {
+			s.healthHeld = fmt.Sprintf("check %q critical", name)
+			st.emit(EventPaused, "paused: would restart: "+s.healthHeld+" ("+s.paused.Why+")")
+		}
+		return
+	}
+	s.healthHeld = ""
 	why := fmt.Sprintf("check %q critical; restarting", name)
 	st.set(StateStarting, why)
 	st.emit(EventUnhealthy, why)
@@ -650,7 +671,9 @@ func (st *stepper) timer(t timerID) {
 	s := st.s
 	switch t {
 	case timerStart:
-		if s.state == StateBackoff {
+		if s.state == StateBackoff && s.paused.Why != "" {
+			st.holdRestart()
+		} else if s.state == StateBackoff {
 			st.tryStart()
 		}
 	case timerDep:

@@ -33,6 +33,8 @@ const (
 	EventReloadWaiting  EventKind = "reload-waiting"   // a coordinated template changed: waiting for a reload token
 	EventReloadGranted  EventKind = "reload-granted"   // the reload token came: restarting or signalling
 	EventReloadReleased EventKind = "reload-released"  // the reload token was given back
+	EventPaused         EventKind = "paused"           // an automatic restart waits for the resume
+	EventResumed        EventKind = "resumed"          // the resume: the restart held back happens
 )
 
 // Event is one thing that happened to an instance, as data: the seam for

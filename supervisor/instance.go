@@ -31,6 +31,7 @@ const (
 	StateStandby   State = "standby"
 	StateStopping  State = "stopping"
 	StateStopped   State = "stopped"
+	StatePaused    State = "paused" // exited; the restart waits for the resume
 )
 
 // Snapshot is an instance's state for status output and tests.
@@ -46,6 +47,9 @@ type Snapshot struct {
 	// ChecksPassing: every check of the service is passing in the catalog,
 	// as the node's health watch last saw it (true without checks).
 	ChecksPassing bool
+	// Held is what the instance would do but for a pause ("restart after
+	// exit 1"): an entry of the node's queue. "" when nothing is held.
+	Held string
 }
 
 // Instance supervises one service's process. One goroutine (run) owns its
@@ -77,6 +81,7 @@ type Instance struct {
 	health  chan checks.NodeHealth // latest-value mailbox
 	changec chan *schema.Template  // change commands, run one at a time
 	ops     chan opRequest         // operator requests
+	pausec  chan Pause             // latest-value mailbox
 	stopc   chan struct{}
 	killc   chan struct{}
 	killOne sync.Once
@@ -107,6 +112,7 @@ func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger,
 		health:  make(chan checks.NodeHealth, 1),
 		changec: make(chan *schema.Template, 16),
 		ops:     make(chan opRequest),
+		pausec:  make(chan Pause, 1),
 		stopc:   make(chan struct{}), killc: make(chan struct{}), done: make(chan struct{}),
 	}
 	st := newInstState(svc, id, in.now())
@@ -185,7 +191,7 @@ func (in *Instance) operate(ctx context.Context, kind inputKind) error {
 
 func snapshotOf(s *instState) Snapshot {
 	sn := Snapshot{Service: s.svc.Name, ServiceID: s.id, State: s.state, PID: s.pid, Restarts: s.restarts,
-		Output: s.reason, Report: reportOf(s), ChecksPassing: checksPassing(s)}
+		Output: s.reason, Report: reportOf(s), ChecksPassing: checksPassing(s), Held: s.held()}
 	if s.slot != nil {
 		sn.Slot = s.slot.Name()
 	}
@@ -405,6 +411,8 @@ func (in *Instance) run() {
 		case op := <-in.ops:
 			l.reply = op.reply
 			l.queue = append(l.queue, input{kind: op.kind})
+		case p := <-in.pausec:
+			l.queue = append(l.queue, input{kind: inPause, pause: p})
 		}
 	}
 	for t := range l.timers {
@@ -707,6 +715,21 @@ func (in *Instance) changeCommands(stop <-chan struct{}) {
 			in.log.Info("template change command done", "destination", t.Destination)
 		} else {
 			in.log.Warn("template change command failed", "destination", t.Destination, "status", e.String())
+		}
+	}
+}
+
+// setPause hands the instance its pause state (latest value wins).
+func (in *Instance) setPause(p Pause) {
+	for {
+		select {
+		case in.pausec <- p:
+			return
+		default:
+		}
+		select {
+		case <-in.pausec:
+		default:
 		}
 	}
 }

@@ -82,9 +82,11 @@ type Runner struct {
 	// registered closes once the first configuration's services are
 	// registered with the agent (Registered).
 	registered chan struct{}
-	killOnce   sync.Once
-	killc      chan struct{}
-	applyc     chan applyReq
+	// pause is the pause state's source (SetPause); nil: nothing paused.
+	pause    atomic.Pointer[PauseFunc]
+	killOnce sync.Once
+	killc    chan struct{}
+	applyc   chan applyReq
 
 	// abandoned: another supervisor holds the node now; stop without
 	// touching the registrations, which are its own.
@@ -553,6 +555,9 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	if sp.slot != nil {
 		in.inSlot(*sp.slot)
 	}
+	if f := r.pause.Load(); f != nil {
+		in.setPause(pauseOf(*f, in))
+	}
 	if r.opts.ReloadGate != nil {
 		in.gate = nodeSessionGate{gate: r.opts.ReloadGate, leases: r.leases}
 	}
@@ -998,4 +1003,26 @@ type UnknownServiceError struct {
 
 func (e *UnknownServiceError) Error() string {
 	return fmt.Sprintf("no service %q on this node (services: %s)", e.Service, strings.Join(e.Known, ", "))
+}
+
+// SetPause sets who is paused (mariposa pause): every instance, and each
+// one made later, asks f. Pass nil to resume everything.
+func (r *Runner) SetPause(f PauseFunc) {
+	if f == nil {
+		f = func(*schema.Service, *SlotInfo) Pause { return Pause{} }
+	}
+	r.pause.Store(&f)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, in := range r.instances {
+		in.setPause(pauseOf(f, in))
+	}
+}
+
+func pauseOf(f PauseFunc, in *Instance) Pause {
+	var slot *SlotInfo
+	if in.slot != nil {
+		slot = &in.slot.SlotInfo
+	}
+	return f(in.svc, slot)
 }
