@@ -25,5 +25,6 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"queue":          func() (cli.Command, error) { return &QueueCommand{UI: ui}, nil },
 		"queue drop":     func() (cli.Command, error) { return &QueueDropCommand{UI: ui}, nil },
 		"plan":           func() (cli.Command, error) { return &PlanCommand{UI: ui}, nil },
+		"events":         func() (cli.Command, error) { return &EventsCommand{UI: ui}, nil },
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
@@ -21,6 +22,9 @@ type fleetMember struct {
 	on     bool
 	client *api.Client
 	log    hclog.Logger
+	// auditRetention: how long the fleet keeps its audit records (this
+	// node deletes older days while it is the first live supervisor).
+	auditRetention time.Duration
 
 	f      atomic.Pointer[cluster.Fleet]
 	cancel context.CancelFunc
@@ -51,6 +55,7 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 		f.SetLocal(cfg)
 		r.SetLivenessNote(f.Waiting)
 		m.f.Store(f)
+		go pruneAudit(ctx, f, m.client, m.auditRetention, m.log.Named("audit"))
 		_ = f.Run(ctx)
 	}()
 }

@@ -76,6 +76,7 @@ Options:
   -dev               If no Consul agent answers, start a local dev agent
                      (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                      of "make consul", or PATH) and stop it on exit.
+` + auditFlagsHelp + `
 
 ` + consulFlagsHelp + `
 ` + controlSocketHelp + `
@@ -110,10 +111,12 @@ func (c *RunCommand) Run(args []string) int {
 		controlSock string
 		allowSecond bool
 		clusterMode bool
+		audit       auditFlags
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cf.register(fs)
+	audit.register(fs)
 	fs.Var(vars, "var", "")
 	fs.StringVar(&level, "log-level", "info", "")
 	fs.BoolVar(&logJSON, "log-json", false, "")
@@ -132,6 +135,10 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	if hclog.LevelFromString(level) == hclog.NoLevel {
 		c.UI.Error(fmt.Sprintf("mariposa run: unknown -log-level %q (trace, debug, info, warn, error)", level))
+		return 1
+	}
+	if err := audit.check(); err != nil {
+		c.UI.Error("mariposa run: " + err.Error())
 		return 1
 	}
 
@@ -221,11 +228,19 @@ func (c *RunCommand) Run(args []string) int {
 	// from the children's pipes directly, so a slow log never loses them.
 	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
 	fl := newFleetMember(clusterMode, client, log)
+	fl.auditRetention = audit.retention
 	logEvents := supervisor.LogEvents(log)
+	// The node's audit file: every instance event, one JSON line each.
+	auditEvents, closeAudit, err := audit.open(controlSock, log)
+	if err != nil {
+		c.UI.Error("mariposa run: " + err.Error())
+		return 1
+	}
+	defer closeAudit()
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
 		AllowSecondSupervisor: allowSecond, Started: time.Now(),
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
-		Events:   func(e supervisor.Event) { logEvents(e); fl.event(e) },
+		Events:   func(e supervisor.Event) { logEvents(e); auditEvents(e); fl.event(e) },
 		Stopped:  fl.stopped,
 		// Templates with a coordinate block reload a few at a time
 		// across the fleet, under Consul semaphore tokens.
