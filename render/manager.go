@@ -33,6 +33,10 @@ type Options struct {
 	MaxOutput int
 	// MaxRetryDelay caps the backoff between failed queries; default 1s.
 	MaxRetryDelay time.Duration
+	// Observe, if set, sees each render of a service's template that
+	// had all its data: changed says it wrote a changed file, failed that
+	// it ended in an error (the metrics). It must not block.
+	Observe func(service string, changed, failed bool)
 }
 
 func (o *Options) defaults() {

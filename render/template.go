@@ -226,6 +226,9 @@ func (r *templateRunner) render() {
 	if errMsg != "" && errMsg != prevErr {
 		m.log.Warn("template not rendered; the last good file stays", "service", r.sd.svc.Name, "error", errMsg)
 	}
+	if m.opts.Observe != nil && waiting == "" {
+		m.opts.Observe(r.sd.svc.Name, changed, errMsg != "")
+	}
 	if changed {
 		m.log.Debug("rendered", "service", r.sd.svc.Name, "destination", r.t.Destination)
 	}
