@@ -65,6 +65,12 @@ type Options struct {
 	// (templates with a coordinate block; internal/coord is the Consul
 	// one). nil: such reloads act at once, with a warning.
 	ReloadGate ReloadGate
+	// HTTPAPI is the node's HTTP API address (host:port), "" when it is
+	// off: mariposa's own service carries it (withHTTPAPI).
+	HTTPAPI string
+	// OnRender sees each template render that had its data (the metrics);
+	// see render.Options.Observe.
+	OnRender func(service string, changed, failed bool)
 }
 
 // Runner supervises every service of one configuration on this node.
@@ -240,18 +246,18 @@ func (r *Runner) Run(ctx context.Context) error {
 	if ccfg == nil {
 		ccfg = api.DefaultConfig()
 	}
-	r.data = render.NewManager(ccfg, log)
+	r.data = render.NewManager(ccfg, log, render.Options{Observe: r.opts.OnRender})
 	goBG(func() { r.data.Run(bg) })
 
 	// mariposa's own liveness: mariposa.service.consul lists live supervisors.
 	// The registry registers it and pushes its first status; the heartbeat
 	// goroutine below keeps it passing, so the registry's own refresh is
 	// rare (two heartbeats doubled an idle node's Consul requests).
-	reg.RegisterHeartbeat(&api.AgentServiceRegistration{
+	reg.RegisterHeartbeat(withHTTPAPI(r.opts.HTTPAPI, &api.AgentServiceRegistration{
 		ID: selfID, Name: "mariposa", Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue},
 		Checks: api.AgentServiceChecks{{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
 			TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}},
-	}, checks.Result{Health: api.HealthPassing, Output: "alive"}, 10*time.Minute)
+	}), checks.Result{Health: api.HealthPassing, Output: "alive"}, 10*time.Minute)
 	// The registry pushes registrations one at a time, and a thousand of
 	// them take longer than the liveness TTL on a loaded machine: the
 	// heartbeat has its own goroutine, since every lock of the node (its
