@@ -1,0 +1,259 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/supervisor"
+)
+
+// kvIndex is the index of everything under mariposa/: it moves with every
+// write there, deletes included.
+func kvIndex(t *testing.T, c *api.Client) uint64 {
+	t.Helper()
+	_, meta, err := c.KV().List(cluster.Prefix, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return meta.LastIndex
+}
+
+// The audit log of one node of a fleet, end to end: the node's audit file
+// holds its instance's events as JSON lines; the fleet deletes an audit day
+// past retention shortly after it starts; mariposa events prints the
+// node's claim; and once the instance runs, the idle fleet writes nothing:
+// no KV write under mariposa/ (no audit record), no line in the file.
+func TestFleetAuditIdle(t *testing.T) {
+	consultest.SkipShort(t, "a fleet in -short mode")
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	// An old day, past the default retention.
+	old := cluster.AuditEvent{At: time.Now().Add(-10 * 24 * time.Hour), Node: "gone", Service: "web", Action: "claim", Reason: "old"}
+	if ok, _, _, err := c.Txn().Txn(api.TxnOps{cluster.AuditOp(old)}, nil); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	oldDay := cluster.AuditDay(old.At)
+	auditFile := filepath.Join(t.TempDir(), "audit", "events.jsonl")
+	startMariposa(t, agent, nil, "-cluster", "-audit-file", auditFile)
+	waitFor(t, 30*time.Second, "the supervisor live", func() (bool, string) {
+		return len(passingInstances(c, "mariposa")) == 1, ""
+	})
+	deploy(t, agent, writeHCL(t, `
+service "idle" {
+  command = ["sleep", "600"]
+  count   = 1
+}
+`))
+	waitFor(t, 30*time.Second, "idle running", func() (bool, string) {
+		return len(passingInstances(c, "idle")) == 1, ""
+	})
+	waitFor(t, 30*time.Second, "the old audit day deleted", func() (bool, string) {
+		keys, _, _ := c.KV().Keys(oldDay, "", nil)
+		return len(keys) == 0, fmt.Sprint(keys)
+	})
+
+	// The node's audit file: the instance's start, with its node and slot.
+	var started bool
+	waitFor(t, 10*time.Second, "the start in the audit file", func() (bool, string) {
+		b, _ := os.ReadFile(auditFile)
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var e supervisor.Event
+			if err := json.Unmarshal([]byte(l), &e); err != nil {
+				return false, fmt.Sprintf("a line does not parse: %v: %q", err, l)
+			}
+			started = started || e.Kind == supervisor.EventStarted && e.Service == "idle" && e.Slot == "idle/0" &&
+				e.Node == agent.Name && e.PID > 0
+		}
+		return started, string(b)
+	})
+	if fi, err := os.Stat(auditFile); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("audit file: %v %v", fi, err)
+	}
+
+	// mariposa events, from the binary: the node's claim.
+	out, err := exec.Command(mariposaBin, "events", "-consul-addr", agent.HTTPAddr(), "-json", "-service", "idle").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"action":"claim"`) || !strings.Contains(string(out), `"slot":"idle/0"`) {
+		t.Fatalf("mariposa events: %v\n%s", err, out)
+	}
+
+	// Idle: a settled fleet of one node with one instance writes nothing.
+	time.Sleep(2 * time.Second)
+	idx := kvIndex(t, c)
+	fi, _ := os.Stat(auditFile)
+	records, _, _ := c.KV().Keys(cluster.AuditPrefix, "", nil)
+	const idle = 20 * time.Second
+	time.Sleep(idle)
+	after := kvIndex(t, c)
+	fi2, _ := os.Stat(auditFile)
+	records2, _, _ := c.KV().Keys(cluster.AuditPrefix, "", nil)
+	t.Logf("idle for %s: KV index under mariposa/ %d -> %d, audit records %d -> %d, audit file %d -> %d bytes",
+		idle, idx, after, len(records), len(records2), fi.Size(), fi2.Size())
+	if after != idx || len(records2) != len(records) {
+		changed, _, _ := c.KV().List(cluster.Prefix, &api.QueryOptions{RequireConsistent: true})
+		var moved []string
+		for _, p := range changed {
+			if p.ModifyIndex > idx {
+				moved = append(moved, p.Key)
+			}
+		}
+		t.Errorf("the idle fleet wrote under mariposa/: index %d -> %d, keys %v", idx, after, moved)
+	}
+	if fi2.Size() != fi.Size() {
+		t.Errorf("the idle node wrote to its audit file: %d -> %d bytes", fi.Size(), fi2.Size())
+	}
+}
+
+// followedLine is a line mariposa events -follow printed, and when.
+type followedLine struct {
+	at   time.Time
+	text string
+}
+
+// The issue's acceptance: `events -follow` on one node sees another node's
+// reschedule within a second. A fleet of two nodes; mariposa events
+// -follow runs against the first node's agent; a service that exhausts its
+// restarts is rescheduled between the nodes until its slot fails. Each
+// record shows in the follower within a second of its writer's "at" (the
+// same machine's clock), and the follower misses none of them.
+func TestFleetEventsFollowReschedule(t *testing.T) {
+	consultest.SkipShort(t, "a fleet in -short mode")
+	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 1, Clients: 2})
+	c := cl.Servers[0].Client(t)
+	fleetOf(t, cl)
+	watcher := cl.Clients[0]
+
+	cmd := exec.Command(mariposaBin, "events", "-follow", "-json", "-service", "flaky", "-consul-addr", watcher.HTTPAddr())
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr lockedBuffer
+	cmd.Stderr = &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var lines []followedLine
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			mu.Lock()
+			lines = append(lines, followedLine{time.Now(), sc.Text()})
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	time.Sleep(500 * time.Millisecond) // the follower is waiting
+
+	deploy(t, cl.Servers[0], writeHCL(t, `
+service "flaky" {
+  command = ["/bin/sh", "-c", "exit 3"]
+  count   = 1
+  restart {
+    attempts     = 1
+    delay        = "100ms"
+    on_exhausted = "reschedule"
+  }
+  reschedule {
+    attempts = 2
+    interval = "1h"
+    delay    = "1s"
+  }
+}
+`))
+	waitFor(t, 60*time.Second, "flaky's slot failed after its reschedules", func() (bool, string) {
+		p, _, err := c.KV().Get(cluster.SlotKey("flaky", 0), nil)
+		if err != nil || p == nil {
+			return false, fmt.Sprint(err)
+		}
+		v, _ := cluster.DecodeSlotValue(p.Value)
+		return p.Session == "" && v.State == cluster.SlotFailed, fmt.Sprintf("%+v", v)
+	})
+	// flaky's records: those written by now, and by the end (the
+	// deployment's failure may come later).
+	records := func() map[string]cluster.AuditEvent {
+		recs, _, err := c.KV().List(cluster.AuditPrefix, &api.QueryOptions{RequireConsistent: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]cluster.AuditEvent{}
+		for _, p := range recs {
+			var e cluster.AuditEvent
+			// As -service flaky: the unit's records, and those of its
+			// deployment that name it (deploy-failed names the unit as
+			// the slot).
+			if json.Unmarshal(p.Value, &e) == nil && (e.Service == "flaky" || e.Slot == "flaky" || strings.HasPrefix(e.Slot, "flaky/")) {
+				out[string(p.Value)] = e
+			}
+		}
+		return out
+	}
+	time.Sleep(2 * time.Second)
+	want := records()
+	waitFor(t, 5*time.Second, "every record of flaky followed", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(lines) >= len(want), fmt.Sprintf("%d of %d", len(lines), len(want))
+	})
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-readDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("mariposa events -follow did not end on SIGINT")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("mariposa events -follow: %v; stderr %q", err, stderr.String())
+	}
+
+	all := records()
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[string]bool{}
+	var slowest time.Duration
+	others, reschedules := 0, 0
+	for _, l := range lines {
+		e, ok := all[l.text]
+		if !ok {
+			t.Errorf("followed a line that is not one of flaky's records: %q", l.text)
+			continue
+		}
+		seen[l.text] = true
+		lag := l.at.Sub(e.At)
+		t.Logf("%-14s by %-18s shown %4dms after its at", e.Action, e.Node, lag.Milliseconds())
+		if e.Node != watcher.Name {
+			others++
+			slowest = max(slowest, lag)
+			if e.Action == "reschedule" {
+				reschedules++
+			}
+			if lag > time.Second {
+				t.Errorf("%s by %s shown %s after it was written, more than a second", e.Action, e.Node, lag)
+			}
+		}
+	}
+	for text := range want {
+		if !seen[text] {
+			t.Errorf("not followed: %s", text)
+		}
+	}
+	if reschedules == 0 {
+		t.Errorf("no reschedule by the other node was followed (%d records by it)", others)
+	}
+	t.Logf("slowest record of another node: %s", slowest)
+}
