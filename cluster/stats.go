@@ -24,6 +24,11 @@ type FleetStats struct {
 	Units []UnitStats
 	// Deployments is every deployment, by name.
 	Deployments []DeploymentStats
+	// Pauses are the pauses in effect (mariposa pause), by unit ("" for
+	// the whole fleet first); HeldBack is how many automatic actions this
+	// node holds back because of them (its queue).
+	Pauses   []PauseRecord
+	HeldBack int
 }
 
 // UnitStats is one unit's slots as this node last read them.
@@ -162,5 +167,10 @@ func (f *Fleet) Stats() FleetStats {
 		}
 		st.Deployments = append(st.Deployments, ds)
 	}
+	for _, p := range f.pauses {
+		st.Pauses = append(st.Pauses, p)
+	}
+	sort.Slice(st.Pauses, func(i, j int) bool { return st.Pauses[i].Unit < st.Pauses[j].Unit })
+	st.HeldBack = len(f.holding)
 	return st
 }

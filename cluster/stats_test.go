@@ -29,6 +29,9 @@ func TestStats(t *testing.T) {
 	f.remote["web"] = &Deployment{Spec: &Spec{Name: "web", N: 3}, State: &DeployState{N: 3, Status: DeployRunning}}
 	f.remote["old"] = &Deployment{Spec: &Spec{Name: "old", N: 2}, State: &DeployState{N: 1, Status: DeploySuccessful}}
 
+	f.pauses = map[string]PauseRecord{"": {Scope: PausePlacement}, "api": {Scope: PauseAll, Unit: "api"}}
+	f.holding = []Intent{{}, {}}
+
 	st := f.Stats()
 	if !st.Ready || st.Node != "n1" || st.LiveNodes != 3 || !st.StormBrake {
 		t.Fatalf("stats: %+v", st)
@@ -67,6 +70,9 @@ func TestStats(t *testing.T) {
 	if len(st.Deployments) != 2 || st.Deployments[0] != (DeploymentStats{Name: "old", N: 2, Status: DeployUnknown}) ||
 		st.Deployments[1] != (DeploymentStats{Name: "web", N: 3, Status: DeployRunning}) {
 		t.Errorf("deployments: %+v", st.Deployments)
+	}
+	if len(st.Pauses) != 2 || st.Pauses[0].Scope != PausePlacement || st.Pauses[1].Unit != "api" || st.HeldBack != 2 {
+		t.Errorf("pauses: %+v, held back %d", st.Pauses, st.HeldBack)
 	}
 	// A copy: changing it changes nothing in the fleet.
 	api.Slots[3].Reschedules[0].Node = "x"

@@ -77,6 +77,7 @@ Options:
                      (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                      of "make consul", or PATH) and stop it on exit.
 ` + auditFlagsHelp + `
+` + httpAPIFlagsHelp + `
 
 ` + consulFlagsHelp + `
 ` + controlSocketHelp + `
@@ -112,11 +113,13 @@ func (c *RunCommand) Run(args []string) int {
 		allowSecond bool
 		clusterMode bool
 		audit       auditFlags
+		httpAPI     nodeAPI
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cf.register(fs)
 	audit.register(fs)
+	httpAPI.register(fs)
 	fs.Var(vars, "var", "")
 	fs.StringVar(&level, "log-level", "info", "")
 	fs.BoolVar(&logJSON, "log-json", false, "")
@@ -229,6 +232,13 @@ func (c *RunCommand) Run(args []string) int {
 	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
 	fl := newFleetMember(clusterMode, client, log)
 	fl.auditRetention = audit.retention
+	// The node's HTTP API and Prometheus metrics (-http-addr).
+	httpAPI.setup(ccfg, fl)
+	if err := httpAPI.listen(ccfg, rings, log); err != nil {
+		c.UI.Error("mariposa run: " + err.Error())
+		return 1
+	}
+	defer httpAPI.close()
 	logEvents := supervisor.LogEvents(log)
 	// The node's audit file: every instance event, one JSON line each.
 	auditEvents, closeAudit, err := audit.open(controlSock, log)
@@ -240,12 +250,15 @@ func (c *RunCommand) Run(args []string) int {
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
 		AllowSecondSupervisor: allowSecond, Started: time.Now(),
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
-		Events:   func(e supervisor.Event) { logEvents(e); auditEvents(e); fl.event(e) },
+		Events:   func(e supervisor.Event) { logEvents(e); auditEvents(e); fl.event(e); httpAPI.event(e) },
 		Stopped:  fl.stopped,
 		// Templates with a coordinate block reload a few at a time
 		// across the fleet, under Consul semaphore tokens.
 		ReloadGate: coord.New(client, log.Named("reload")),
+		HTTPAPI:    httpAPI.boundAddr(),
+		OnRender:   httpAPI.metrics.ObserveRender,
 	})
+	httpAPI.start(r)
 	fl.start(r, cfg)
 	// The local control channel (mariposa restart, reset, logs).
 	srv, err := control.Listen(control.ResolvePath(controlSock), controlTarget{r}, rings, log)

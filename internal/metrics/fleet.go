@@ -17,7 +17,7 @@ type fleetCollector struct {
 	start time.Time
 	now   func() time.Time
 
-	slots, nodeSlots, vacancy, resched, deployments, storm, live *prometheus.Desc
+	slots, nodeSlots, vacancy, resched, deployments, storm, live, paused, heldBack *prometheus.Desc
 
 	// Reschedules are counted from the slots' reschedule trackers (they
 	// live in the slot keys): the events this node made, newer than the
@@ -44,14 +44,18 @@ func newFleetCollector(m *Metrics, src func() (cluster.FleetStats, bool)) *fleet
 			"unit"),
 		deployments: m.desc("mariposa_deployments", "gauge",
 			"Deployments by the status of their desired spec: running, successful, failed, cancelled, unknown (no state).", "status"),
-		storm:   m.desc("mariposa_storm_brake", "gauge", "1 while the storm brake is engaged (takeovers of lost slots paused), else 0."),
-		live:    m.desc("mariposa_fleet_live_nodes", "gauge", "Supervisors live in the fleet, as this node last read them."),
+		storm: m.desc("mariposa_storm_brake", "gauge", "1 while the storm brake is engaged (takeovers of lost slots paused), else 0."),
+		live:  m.desc("mariposa_fleet_live_nodes", "gauge", "Supervisors live in the fleet, as this node last read them."),
+		paused: m.desc("mariposa_paused", "gauge",
+			"Pauses in effect (mariposa pause), fleet-wide or of a unit, by scope: all, placement, deploy (0 when nothing is paused).", "scope"),
+		heldBack: m.desc("mariposa_paused_actions", "gauge",
+			"Automatic actions this node holds back because of a pause (its entries in mariposa queue)."),
 		counted: map[string]time.Time{}, total: map[string]float64{},
 	}
 }
 
 func (c *fleetCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.slots, c.nodeSlots, c.vacancy, c.resched, c.deployments, c.storm, c.live} {
+	for _, d := range []*prometheus.Desc{c.slots, c.nodeSlots, c.vacancy, c.resched, c.deployments, c.storm, c.live, c.paused, c.heldBack} {
 		ch <- d
 	}
 }
@@ -127,4 +131,15 @@ func (c *fleetCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.storm, storm)
 	gauge(c.live, float64(st.LiveNodes))
+	byScope := map[string]int{}
+	for _, p := range st.Pauses {
+		byScope[p.Scope]++
+	}
+	for _, s := range pauseScopes {
+		gauge(c.paused, float64(byScope[s]), s)
+	}
+	gauge(c.heldBack, float64(st.HeldBack))
 }
+
+// Pause scopes, each reported (0 when none is in effect).
+var pauseScopes = []string{cluster.PauseAll, cluster.PausePlacement, cluster.PauseDeploy}

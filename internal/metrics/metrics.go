@@ -11,6 +11,7 @@
 package metrics
 
 import (
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -69,14 +71,9 @@ type Metrics struct {
 	consulErrors   *prometheus.CounterVec
 	blocking       *prometheus.GaugeVec
 
-	paused *prometheus.GaugeVec
-
 	mu    sync.Mutex
 	insts map[string]*instTrack // by service ID
 }
-
-// Pause scopes, as mariposa pause names them.
-var pauseScopes = []string{"all", "placement", "deploy"}
 
 // New returns the metrics of a process, registered in a registry of their
 // own with the Go and process collectors, reading src at scrape time.
@@ -130,12 +127,6 @@ func New(src Sources) *Metrics {
 		"op", "kind")
 	m.blocking = m.gaugeVec("mariposa_consul_blocking_queries",
 		"Blocking queries (requests with an index) waiting for Consul's answer now, by operation.", "op")
-	m.paused = m.gaugeVec("mariposa_paused",
-		"1 while the fleet is paused in this scope (all, placement, deploy), else 0.", "scope")
-	for _, s := range pauseScopes {
-		m.paused.WithLabelValues(s).Set(0)
-	}
-
 	ic := &instanceCollector{src: src.Snapshots,
 		desc: m.desc("mariposa_instances", "gauge", "Instances on this node by service and state (starting, waiting, running, backoff, failed, completed, standby, stopping, stopped).", "service", "state")}
 	m.fleet = newFleetCollector(m, src.Fleet)
@@ -148,17 +139,13 @@ func New(src Sources) *Metrics {
 // Registry is the process's registry (what /metrics serves).
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
+// Handler serves the registry in Prometheus' exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
+}
+
 // Catalog lists every mariposa_* metric, by name.
 func (m *Metrics) Catalog() []Info { return append([]Info(nil), m.catalog...) }
-
-// SetPaused sets the pause gauge of a scope (all, placement, deploy).
-func (m *Metrics) SetPaused(scope string, paused bool) {
-	v := 0.0
-	if paused {
-		v = 1
-	}
-	m.paused.WithLabelValues(scope).Set(v)
-}
 
 // ObserveRender counts one template render of service: err says it failed.
 func (m *Metrics) ObserveRender(service string, changed bool, err bool) {

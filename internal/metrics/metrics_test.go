@@ -317,6 +317,7 @@ func TestInstancesAndFleet(t *testing.T) {
 			{K: 1, State: "free", VacantSince: t0.Add(-5 * time.Second)},
 			{K: 2, State: "failed", Reschedules: []cluster.RescheduleEvent{{Node: "n1", At: t0.Add(-time.Hour)}}},
 		}}},
+		Pauses: []cluster.PauseRecord{{Scope: cluster.PausePlacement}}, HeldBack: 4,
 		Deployments: []cluster.DeploymentStats{{Name: "a", Status: cluster.DeployRunning}, {Name: "b", Status: cluster.DeployRunning}, {Name: "c", Status: cluster.DeployFailed}}}
 	m := New(Sources{Snapshots: func() []supervisor.Snapshot { return snaps },
 		Fleet: func() (cluster.FleetStats, bool) { return st, true }})
@@ -340,6 +341,8 @@ func TestInstancesAndFleet(t *testing.T) {
 		`mariposa_storm_brake`:                               1,
 		`mariposa_fleet_live_nodes`:                          3,
 		`mariposa_paused{scope="all"}`:                       0,
+		`mariposa_paused{scope="placement"}`:                 1,
+		`mariposa_paused_actions`:                            4,
 		`mariposa_build_info{commit="` + commitOf(got) + `"`: -1, // present
 	} {
 		if want == -1 {
