@@ -34,6 +34,7 @@ const httpAPIFlagsHelp = `  -http-addr=ADDR    The node's HTTP API: /v1/status, 
 // from the first Consul request on, the API serves once the runner exists.
 type nodeAPI struct {
 	addr    string // as asked; "" when off
+	addrSet bool   // -http-addr was given
 	metrics *metrics.Metrics
 	events  *httpapi.EventLog
 	runner  atomic.Pointer[supervisor.Runner]
@@ -45,7 +46,8 @@ type nodeAPI struct {
 }
 
 func (n *nodeAPI) register(fs *flag.FlagSet) {
-	fs.StringVar(&n.addr, "http-addr", httpapi.DefaultAddr, "")
+	n.addr = httpapi.DefaultAddr
+	fs.Func("http-addr", "", func(s string) error { n.addr, n.addrSet = s, true; return nil })
 }
 
 // setup makes the metrics, reading the runner's snapshots and fl's fleet
@@ -112,6 +114,13 @@ func (n *nodeAPI) listen(ccfg *api.Config, rings *logring.Set, log hclog.Logger)
 		Log:     log,
 	})
 	if err != nil {
+		if !n.addrSet {
+			// The default address is taken (another mariposa on this
+			// machine, with -allow-second-supervisor, or in tests): run
+			// without the API rather than not at all.
+			log.Warn("HTTP API off: its default address is taken; give -http-addr another", "error", err)
+			return nil
+		}
 		return err
 	}
 	n.srv = srv
