@@ -39,7 +39,8 @@ Usage: mariposa events [options]
 
   Prints the fleet's decisions, as recorded in Consul with each one: claims,
   releases, reschedules, failed slots, resets, deploys and their
-  transitions, reverts, promotions, rollouts, the storm brake and resumes.
+  transitions, reverts, promotions, rollouts, the storm brake, pauses,
+  resumes and dropped restarts.
   Every node writes the records of its own decisions in the transaction
   that makes them, under mariposa/audit/<yyyy-mm-dd>/; this reads them from
   any agent, oldest first: no log shipping. A record that does not parse is
