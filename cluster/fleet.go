@@ -94,6 +94,10 @@ type Fleet struct {
 	holding        []Intent
 	intentSince    map[string]time.Time
 	intentsWritten []byte
+	// Drains (drain.go): by node, as read; the handoffs of this node's
+	// drained slots, by slot.
+	drains   map[string]DrainRecord
+	handoffs map[string]*handoff
 	// judging: deployments this node is moving on (deployment.go).
 	judging map[string]bool
 	// tokens serializes this node's contenders per semaphore prefix: the
@@ -150,7 +154,7 @@ func NewFleet(cfg FleetConfig) *Fleet {
 	return &Fleet{cfg: cfg, log: cfg.Log.Named("fleet"), poke: make(chan struct{}, 1),
 		remote: map[string]*Deployment{}, slots: map[string]map[int]slotKV{}, penalty: map[string]map[string]time.Time{},
 		held: map[string]*heldSlot{}, vacant: map[string]vacancy{}, resched: map[string]string{}, failed: map[string]string{},
-		svcWatch: map[string]context.CancelFunc{}, svcNodes: map[string]map[string]int{}}
+		svcWatch: map[string]context.CancelFunc{}, svcNodes: map[string]map[string]int{}, handoffs: map[string]*handoff{}}
 }
 
 func (f *Fleet) wake() {
@@ -330,6 +334,14 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		default:
 		}
 		switch {
+		case lost && f.handoffs[id] != nil:
+			// Drained: the instance runs until its successor passes.
+			if f.handoffs[id].passed || cutOff(h, now, f.cfg.Lease.TTL()) {
+				delete(f.held, id)
+				f.log.Info("drain: stopping the old instance", "slot", id)
+				break
+			}
+			continue
 		case lost && ok && h.k < count(u) && !h.unit.exclusive():
 			// A non-exclusive instance keeps running without its lock
 			// (SPEC section 3) until another node holds the slot.
@@ -416,7 +428,46 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		}
 		changed = true
 	}
+	orphans, stops := f.drainStepLocked(now)
+	var drained []*heldSlot
+	for _, id := range orphans {
+		h := f.held[id]
+		ho := &handoff{since: now}
+		f.handoffs[id] = ho
+		drained = append(drained, h)
+		go f.awaitSuccessor(ctx, h.unit, h.k, ho)
+	}
+	pastDeadline := !now.Before(f.drains[f.cfg.Node].Deadline)
+	for _, id := range stops {
+		h := f.held[id]
+		delete(f.held, id)
+		if !pastDeadline {
+			// An exclusive slot: stopped, then released; the next handoff
+			// waits for the new holder's instance to pass.
+			ho := &handoff{since: now}
+			f.handoffs[id] = ho
+			go f.awaitSuccessor(ctx, h.unit, h.k, ho)
+		}
+		gone = append(gone, giveUp{h: h, state: SlotReleased, reason: "drained from " + f.cfg.Node})
+		changed = true
+	}
+	if _, draining := f.drains[f.cfg.Node]; !draining {
+		clear(f.handoffs)
+	} else {
+		for id, ho := range f.handoffs {
+			if _, held := f.held[id]; ho.passed && !held {
+				delete(f.handoffs, id)
+			}
+		}
+	}
 	f.mu.Unlock()
+
+	for _, h := range drained {
+		// Released with its instance still running: the next holder
+		// starts its own, and this one stops once that one passes.
+		f.release(h, SlotReleased, "drained from "+f.cfg.Node, nil)
+		f.log.Info("drain: released the slot; its instance runs until the next one passes", "slot", slotName(h.unit.Unit.Name, h.k))
+	}
 
 	retry := false
 	for _, r := range restamp {
@@ -447,6 +498,13 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	f.brake(now)
 	defer f.publishIntentsIfPaused(ctx, now)
 	judgeNext := f.judge(ctx, now)
+	f.mu.Lock()
+	if d, ok := f.drains[f.cfg.Node]; ok {
+		if in := d.Deadline.Sub(now); in > 0 && (judgeNext == 0 || in < judgeNext) {
+			judgeNext = in // give up what is left at the deadline
+		}
+	}
+	f.mu.Unlock()
 	next, claims := f.plan(units, now)
 	if judgeNext > 0 && (next <= 0 || judgeNext < next) {
 		next = judgeNext
@@ -657,7 +715,7 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 		if len(free) == 0 {
 			continue
 		}
-		v := View{Nodes: withServices(f.nodes, f.svcNodes), Holders: holders, Penalties: f.penalty[name], Load: load}
+		v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name], Load: load}
 		asg := Assign(u.Unit, free, v, now)
 		for _, k := range free {
 			r, ok := asg.Of(k, f.cfg.Node)

@@ -89,6 +89,11 @@ func ReadState(client *api.Client) (*State, error) {
 		return nil, fmt.Errorf("read %s: %w", PenaltyPrefix, err)
 	}
 	st.Penalties = parsePenalties(pen)
+	ctl, _, err := client.KV().List(ControlPrefix, q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", ControlPrefix, err)
+	}
+	st.Nodes = markDraining(st.Nodes, parseDrains(ctl, report))
 	if st.Nodes, err = withServicesRead(client, st.Nodes, st.Units, q); err != nil {
 		return nil, err
 	}

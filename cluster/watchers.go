@@ -132,7 +132,9 @@ func (f *Fleet) watchControl(ctx context.Context) {
 		report := func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) }
 		storm, takeovers := parseControl(pairs, report)
 		pauses, drops := parsePauses(pairs, report)
+		drains := parseDrains(pairs, report)
 		f.mu.Lock()
+		f.drains = drains
 		pauseChanged := !reflect.DeepEqual(pauses, f.pauses) || !reflect.DeepEqual(drops, f.drops) || !f.haveCtl
 		f.pauses, f.drops = pauses, drops
 		f.takeovers = takeovers

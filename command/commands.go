@@ -24,6 +24,7 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"pause":          func() (cli.Command, error) { return &PauseCommand{UI: ui}, nil },
 		"queue":          func() (cli.Command, error) { return &QueueCommand{UI: ui}, nil },
 		"queue drop":     func() (cli.Command, error) { return &QueueDropCommand{UI: ui}, nil },
+		"drain":          func() (cli.Command, error) { return &DrainCommand{UI: ui}, nil },
 		"plan":           func() (cli.Command, error) { return &PlanCommand{UI: ui}, nil },
 		"events":         func() (cli.Command, error) { return &EventsCommand{UI: ui}, nil },
 	}

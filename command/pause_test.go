@@ -31,7 +31,9 @@ func TestPauseQueueResumeDocs(t *testing.T) {
 		return string(b)
 	}
 	type cmd interface{ Run([]string) int }
-	run := func(c cmd, ui *cli.MockUi, args ...string) int { return c.Run(append(append([]string{}, consul...), args...)) }
+	run := func(c cmd, ui *cli.MockUi, args ...string) int {
+		return c.Run(append(append([]string{}, consul...), args...))
+	}
 
 	ui := cli.NewMockUi()
 	if code := run(&PauseCommand{UI: ui}, ui); code != 1 || !strings.Contains(ui.ErrorWriter.String(), "say why with -reason") {

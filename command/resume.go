@@ -17,7 +17,9 @@ type ResumeCommand struct {
 	UI cli.Ui
 }
 
-func (c *ResumeCommand) Synopsis() string { return "Resumes what mariposa pause or the storm brake paused" }
+func (c *ResumeCommand) Synopsis() string {
+	return "Resumes what mariposa pause or the storm brake paused"
+}
 
 func (c *ResumeCommand) Help() string {
 	return strings.TrimSpace(`

@@ -1,0 +1,60 @@
+package cluster
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+func TestDrainStep(t *testing.T) {
+	now := time.Date(2026, 11, 23, 17, 0, 0, 0, time.UTC)
+	unit := func(name string, exclusive bool) UnitSpec {
+		return UnitSpec{Unit: Unit{Name: name, Placement: &schema.Placement{Count: 3, Exclusive: exclusive}}}
+	}
+	web, db := unit("web", false), unit("db", true)
+	held := func() map[string]*heldSlot {
+		return map[string]*heldSlot{"web/0": {unit: web, k: 0}, "web/2": {unit: web, k: 2}, "db/1": {unit: db, k: 1}}
+	}
+	cases := []struct {
+		name          string
+		drains        map[string]DrainRecord
+		handoffs      map[string]*handoff
+		orphans, stop []string
+	}{
+		{name: "not draining: nothing", drains: map[string]DrainRecord{"other": {Deadline: now.Add(time.Hour)}}},
+		{name: "draining: the first slot by name; an exclusive one stops",
+			drains: map[string]DrainRecord{"me": {Deadline: now.Add(time.Hour)}}, stop: []string{"db/1"}},
+		{name: "a handoff under way: wait",
+			drains:   map[string]DrainRecord{"me": {Deadline: now.Add(time.Hour)}},
+			handoffs: map[string]*handoff{"db/1": {}}},
+		{name: "the handoff passed: the next slot, released with its instance running",
+			drains:   map[string]DrainRecord{"me": {Deadline: now.Add(time.Hour)}},
+			handoffs: map[string]*handoff{"db/1": {passed: true}}, orphans: []string{"web/0"}},
+		{name: "past the deadline: everything left at once, stopped",
+			drains:   map[string]DrainRecord{"me": {Deadline: now.Add(-time.Second)}},
+			handoffs: map[string]*handoff{"db/1": {}}, stop: []string{"web/0", "web/2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := NewFleet(FleetConfig{Node: "me"})
+			f.held, f.drains = held(), tc.drains
+			if tc.handoffs != nil {
+				f.handoffs = tc.handoffs
+			}
+			orphans, stops := f.drainStepLocked(now)
+			if !slices.Equal(orphans, tc.orphans) || !slices.Equal(stops, tc.stop) {
+				t.Fatalf("orphans %v stops %v, want %v %v", orphans, stops, tc.orphans, tc.stop)
+			}
+		})
+	}
+	nodes := markDraining([]NodeInfo{{Name: "a", Live: true, Eligible: true}, {Name: "me", Live: true, Eligible: true}},
+		map[string]DrainRecord{"me": {}})
+	if nodes[0].Draining || !nodes[1].Draining {
+		t.Fatalf("markDraining: %+v", nodes)
+	}
+	if v := Feasible(Unit{Name: "web", Placement: &schema.Placement{Count: 1}}, nodes[1], 0, View{}); v.OK || v.Filter != FilterDraining {
+		t.Fatalf("a draining node is feasible: %+v", v)
+	}
+}
