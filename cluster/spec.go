@@ -33,8 +33,26 @@ type Spec struct {
 	Groups   []*schema.Group   `json:"groups,omitempty"`
 }
 
-// SpecFormat is the newest spec format this mariposa reads and writes.
-const SpecFormat = 1
+// SpecFormat is the newest spec format this mariposa reads. A spec is
+// written with the oldest format that holds it, so that nodes not upgraded
+// yet go on running specs they understand:
+//
+//	1  everything but what format 2 adds
+//	2  a template with coordinate { max_parallel } (an older node would
+//	   ignore the block and reload every instance at once)
+const SpecFormat = 2
+
+// formatOf is the oldest format that holds sp.
+func formatOf(sp *Spec) int {
+	for _, svc := range sp.Services {
+		for _, t := range svc.Templates {
+			if t.Coordinate != nil {
+				return 2
+			}
+		}
+	}
+	return 1
+}
 
 // Desired is deploy/<name>/desired: the spec the fleet runs.
 type Desired struct {
@@ -89,6 +107,7 @@ func Reify(name string, cfg *schema.Config) (*Spec, error) {
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
+	sp.Format = formatOf(sp)
 	sp.Hash = hashOf(sp)
 	return sp, nil
 }

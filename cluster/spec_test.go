@@ -175,13 +175,13 @@ func TestNewerSpecFormat(t *testing.T) {
 	for _, tc := range []struct {
 		format string
 		ok     bool
-	}{{"", true}, {`"format":1,`, true}, {`"format":2,`, false}} {
+	}{{"", true}, {`"format":1,`, true}, {`"format":2,`, true}, {`"format":3,`, false}} {
 		b := []byte("{" + tc.format + body + "}")
 		_, err := DecodeSpec(b)
 		if (err == nil) != tc.ok {
 			t.Fatalf("format %q: %v", tc.format, err)
 		}
-		if !tc.ok && !strings.Contains(err.Error(), "spec 7 of \"shop\" was written by a newer mariposa (spec format 2; this mariposa reads up to 1)") {
+		if !tc.ok && !strings.Contains(err.Error(), "spec 7 of \"shop\" was written by a newer mariposa (spec format 3; this mariposa reads up to 2)") {
 			t.Fatalf("format %q: %v", tc.format, err)
 		}
 		var reported []string
@@ -213,5 +213,17 @@ func TestOldSpecUpdateDefaults(t *testing.T) {
 	}
 	if u := set.Services[0].Placement.Update; u.MaxParallel != 0 || u.HealthCheck != "running" {
 		t.Fatalf("a spec's own update block changed: %+v", u)
+	}
+}
+
+// TestSpecFormatOf: a spec is written with the oldest format that holds
+// it: 2 only with a coordinated template, so nodes not upgraded yet run
+// every other spec.
+func TestSpecFormatOf(t *testing.T) {
+	plain := &Spec{Services: []*schema.Service{{Name: "api", Templates: []*schema.Template{{Destination: "a"}}}}}
+	coord := &Spec{Services: []*schema.Service{{Name: "api", Templates: []*schema.Template{{Destination: "a",
+		Coordinate: &schema.Coordinate{MaxParallel: 1}}}}}}
+	if formatOf(plain) != 1 || formatOf(coord) != 2 {
+		t.Fatalf("formats %d %d", formatOf(plain), formatOf(coord))
 	}
 }
