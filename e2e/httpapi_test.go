@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/httpapi"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -415,4 +416,41 @@ service "db" {
 			t.Error("a token appears in mariposa's log")
 		}
 	}
+}
+
+// TestHTTPAPIFleetMetrics: with -cluster on one node, /metrics reports the
+// unit's slots as the fleet member reads them (count 2, max_per_node 1 on
+// one node: one held here, one free), the supervisors live, and a pause as
+// soon as the node reads it.
+func TestHTTPAPIFleetMetrics(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "solo" {
+  command = [%q]
+  count   = 2
+}
+`, childBin))
+	startMariposa(t, agent, nil, "-cluster", "-http-addr", "127.0.0.1:0", hcl)
+	base := apiURL(t, c, agent.Name)
+	unit := func(kind string) map[string]string { return map[string]string{"unit": "solo", "kind": kind} }
+	waitFor(t, 30*time.Second, "solo's slots in /metrics", func() (bool, string) {
+		mfs := scrape(t, base, "")
+		d, h, f, x := sample(mfs, "mariposa_slots", unit("desired")), sample(mfs, "mariposa_slots", unit("held")),
+			sample(mfs, "mariposa_slots", unit("free")), sample(mfs, "mariposa_slots", unit("failed"))
+		mine := sample(mfs, "mariposa_node_slots", map[string]string{"unit": "solo"})
+		live := sample(mfs, "mariposa_fleet_live_nodes", nil)
+		run := sample(mfs, "mariposa_instances", map[string]string{"service": "solo", "state": "running"})
+		return d == 2 && h == 1 && f == 1 && x == 0 && mine == 1 && live == 1 && run == 1,
+			fmt.Sprintf("desired %v held %v free %v failed %v mine %v live %v running %v", d, h, f, x, mine, live, run)
+	})
+	if _, err := cluster.Pause(c, "", cluster.PausePlacement, "maintenance window", "test"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the pause in /metrics", func() (bool, string) {
+		mfs := scrape(t, base, "")
+		p, a := sample(mfs, "mariposa_paused", map[string]string{"scope": "placement"}), sample(mfs, "mariposa_paused", map[string]string{"scope": "all"})
+		return p == 1 && a == 0, fmt.Sprintf("placement %v, all %v", p, a)
+	})
 }
