@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"sort"
+	"strings"
 
 	"github.com/agext/levenshtein"
 	"github.com/mitchellh/cli"
@@ -36,7 +37,7 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	ui := &cli.BasicUi{Reader: os.Stdin, Writer: stdout, ErrorWriter: stderr}
-	cmds := command.Commands(ui)
+	cmds := withCompletion(command.Commands(ui))
 	help := helpFunc()
 
 	// "mariposa help [COMMAND]" is "mariposa [COMMAND] -h".
@@ -48,17 +49,24 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	c := &cli.CLI{
-		Name:         "mariposa",
-		Version:      version.String(),
-		Args:         args,
-		Commands:     cmds,
-		HelpFunc:     help,
-		Autocomplete: false,
+		Name:     "mariposa",
+		Version:  version.String(),
+		Args:     args,
+		Commands: cmds,
+		HelpFunc: help,
+		// Shell completion (bash, zsh): `mariposa -autocomplete-install`
+		// adds `complete -C mariposa mariposa` to the shell's startup
+		// files; the shell then runs mariposa with COMP_LINE set, and
+		// mitchellh/cli answers with the commands and flags.
+		Autocomplete: true,
 		HelpWriter:   stdout,
 		ErrorWriter:  stderr,
 	}
 	sub := c.Subcommand()
 	switch {
+	case os.Getenv("COMP_LINE") != "" || isAutocompleteFlag(args):
+		// A completion request or (un)installing completion: the CLI's
+		// own business, whatever the arguments look like.
 	case len(args) == 0:
 		fmt.Fprintln(stderr, help(cmds))
 		return 1
@@ -75,6 +83,19 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return code
+}
+
+// isAutocompleteFlag reports whether args are -autocomplete-install or
+// -autocomplete-uninstall alone.
+func isAutocompleteFlag(args []string) bool {
+	if len(args) != 1 {
+		return false
+	}
+	switch strings.TrimPrefix(args[0], "-") {
+	case "-autocomplete-install", "autocomplete-install", "-autocomplete-uninstall", "autocomplete-uninstall":
+		return true
+	}
+	return false
 }
 
 // helpFunc is the command list, with how to get a command's own help.
