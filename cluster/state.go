@@ -223,11 +223,19 @@ func (ds DeploymentStatus) Line(now time.Time) string {
 	for _, p := range ds.Progress {
 		out += fmt.Sprintf(", %s %d/%d healthy", p.Unit, p.Healthy, p.Count)
 		if p.Canaries > 0 && !st.Promoted && st.Status == DeployRunning {
-			out += fmt.Sprintf(" (%d canaries; waiting for promotion)", p.Canaries)
+			out += fmt.Sprintf(" (%s; waiting for promotion)", Canaries(p.Canaries))
 		}
 	}
 	if ds.Stable > 0 && ds.Stable != ds.N {
 		out += fmt.Sprintf("; stable spec %d", ds.Stable)
 	}
 	return out
+}
+
+// Canaries says "1 canary" or "n canaries".
+func Canaries(n int) string {
+	if n == 1 {
+		return "1 canary"
+	}
+	return fmt.Sprintf("%d canaries", n)
 }

@@ -146,7 +146,7 @@ func (c *DeployCommand) Run(args []string) int {
 		c.UI.Output(fmt.Sprintf("Deployment %s/%d, still rolling out, is cancelled (-force)", name, res.Superseded))
 	}
 	for _, u := range sortedKeys(res.Canaries) {
-		c.UI.Output(fmt.Sprintf("%s: %d canaries first; then mariposa deploy promote %s%s", u, res.Canaries[u], name,
+		c.UI.Output(fmt.Sprintf("%s: %s first; then mariposa deploy promote %s%s", u, cluster.Canaries(res.Canaries[u]), name,
 			map[bool]string{true: " (or auto_promote)"}[autoPromotes(spec, u)]))
 	}
 	if !wait {

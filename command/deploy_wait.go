@@ -92,7 +92,7 @@ func progressLine(st cluster.DeployState, current bool, progress []cluster.UnitP
 		for _, p := range progress {
 			s := fmt.Sprintf("%s %d/%d healthy", p.Unit, p.Healthy, p.Count)
 			if p.Canaries > 0 && !st.Promoted {
-				s += fmt.Sprintf(" (%d canaries; waiting for promotion)", p.Canaries)
+				s += fmt.Sprintf(" (%s; waiting for promotion)", cluster.Canaries(p.Canaries))
 			}
 			parts = append(parts, s)
 		}

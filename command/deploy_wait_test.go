@@ -228,3 +228,99 @@ func TestDeployHealthDoc(t *testing.T) {
 		t.Fatalf("a free slot: exit %d %q", code, ui.ErrorWriter.String())
 	}
 }
+
+// TestDeployPromoteDoc: deploy-promote.md's examples are what status and
+// deploy promote print for a deployment waiting for its canary, and what
+// a second promote says.
+func TestDeployPromoteDoc(t *testing.T) {
+	b, err := os.ReadFile("../website/commands/deploy-promote.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := string(b)
+	deployPage, err := os.ReadFile("../website/commands/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	t.Chdir(t.TempDir())
+	consul := []string{"-consul-addr", agent.HTTPAddr()}
+	write := func(version string) {
+		body := `service "web" {
+  command = ["web", "` + version + `"]
+  count   = 6
+
+  update {
+    canary = 1
+  }
+}
+`
+		if err := os.WriteFile("web.hcl", []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deploy := func(args ...string) string {
+		t.Helper()
+		ui := cli.NewMockUi()
+		if code := (&DeployCommand{UI: ui}).Run(append(append(consul, args...), "web.hcl")); code != 0 {
+			t.Fatalf("deploy: exit %d %s", code, ui.ErrorWriter.String())
+		}
+		return ui.OutputWriter.String()
+	}
+	norm := func(s string) string {
+		s = regexp.MustCompile(`\b[0-9a-f]{24}\b|\b[0-9a-f]{8}…`).ReplaceAllString(s, "HASH")
+		return regexp.MustCompile(`running for \d+s`).ReplaceAllString(s, "running for Ns")
+	}
+	// Specs 1 to 4 (the page's deployment is at spec 5, stable 4).
+	for i, v := range []string{"v1", "v2", "v3", "v4"} {
+		write(v)
+		deploy("-name", "web")
+		finishDeployment(t, c, "web")
+		sp, _ := cluster.DesiredSpec(c, "web")
+		if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"),
+			Value: []byte(`{"n":` + string(rune('1'+i)) + `,"hash":"` + sp.Hash + `"}`)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("v5")
+	out := deploy("-name", "web")
+	if shown := "$ mariposa deploy -name web web.hcl\n" + out; !strings.Contains(norm(string(deployPage)), norm(shown)) {
+		t.Errorf("deploy.md does not show:\n%s", shown)
+	}
+	// Its canary (slot 0) is healthy at spec 5, as its holder says.
+	sp5, _ := cluster.DesiredSpec(c, "web")
+	sess, _, _ := c.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: "release"}, nil)
+	now := time.Now()
+	v, _ := json.Marshal(cluster.SlotValue{Node: "n1", State: cluster.SlotHeld, Version: cluster.VersionOf(sp5, "web"), HealthyAt: &now})
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: cluster.SlotKey("web", 0), Value: v, Session: sess}, nil); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	ui := cli.NewMockUi()
+	if code := (&StatusCommand{UI: ui}).Run(consul); code != 0 {
+		t.Fatalf("status: exit %d %s", code, ui.ErrorWriter.String())
+	}
+	line := ""
+	for _, l := range strings.Split(ui.OutputWriter.String(), "\n") {
+		if strings.HasPrefix(l, "  web: spec 5") {
+			line = l
+		}
+	}
+	if line == "" || !strings.Contains(norm(page), norm("Deployments:\n"+line+"\n")) {
+		t.Errorf("deploy-promote.md does not show status's line:\n%s\n(status printed:\n%s)", line, ui.OutputWriter.String())
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployPromoteCommand{UI: ui}).Run(append(consul, "web")); code != 0 {
+		t.Fatalf("promote: exit %d %s", code, ui.ErrorWriter.String())
+	}
+	if shown := "$ mariposa deploy promote web\n" + ui.OutputWriter.String(); !strings.Contains(page, shown) {
+		t.Errorf("deploy-promote.md does not show:\n%s", shown)
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployPromoteCommand{UI: ui}).Run(append(consul, "web")); code != 1 {
+		t.Fatalf("second promote: exit %d", code)
+	}
+	if shown := "$ mariposa deploy promote web\n" + ui.ErrorWriter.String(); !strings.Contains(page, shown) {
+		t.Errorf("deploy-promote.md does not show:\n%s", shown)
+	}
+}
