@@ -61,17 +61,28 @@ type Checker interface {
 // style tools ask), cached for TTL. The cache is bounded and keyed by a
 // SHA-256 of the token; the token itself is never kept, logged or sent
 // anywhere but to Consul.
+//
+// When Consul cannot answer, an answer it gave before stands, however old
+// (Consul's own default acl.down_policy, extend-cache): the metrics and
+// the node's status stay readable through an outage of the agent by those
+// who could read them, and nobody else gets in. A token never seen gets
+// nothing until Consul answers.
 type Authorizer struct {
 	c   Checker
 	ttl time.Duration
 	max int
 	now func() time.Time
 
-	mu         sync.Mutex
-	aclOffTill time.Time // Consul said ACLs are off: until then nothing is asked
-	aclOnTill  time.Time // Consul said ACLs are on (for requests without a token)
-	tokens     map[[32]byte]tokenEntry
-	perms      map[permKey]permEntry
+	mu     sync.Mutex
+	acl    aclState // Consul's last answer about ACLs
+	tokens map[[32]byte]tokenEntry
+	perms  map[permKey]permEntry
+}
+
+// aclState is whether Consul enforces ACLs, as it last said.
+type aclState struct {
+	known, enabled bool
+	until          time.Time
 }
 
 type tokenEntry struct {
@@ -134,7 +145,8 @@ func (d Decision) All() bool {
 }
 
 // Authorize says what token may do of perms. Its errors: ErrNoToken,
-// ErrTokenNotFound, or Consul's failure to answer.
+// ErrTokenNotFound, or Consul's failure to answer (with no earlier answer
+// to stand for it).
 func (a *Authorizer) Authorize(ctx context.Context, token string, perms []Perm) (Decision, error) {
 	all := func() Decision {
 		d := Decision{ACLDisabled: true, Allowed: make([]bool, len(perms))}
@@ -145,33 +157,35 @@ func (a *Authorizer) Authorize(ctx context.Context, token string, perms []Perm) 
 	}
 	now := a.now()
 	a.mu.Lock()
-	off := now.Before(a.aclOffTill)
-	on := now.Before(a.aclOnTill)
+	acl := a.acl
 	a.mu.Unlock()
-	if off {
+	if acl.known && !acl.enabled && now.Before(acl.until) {
 		return all(), nil
 	}
 	if token == "" {
 		// Consul would answer for a request without a token with the
 		// agent's default token: here that is never done; a token is
 		// needed once ACLs are on.
-		if !on {
+		if !acl.known || !now.Before(acl.until) {
 			enabled, err := a.c.ACLEnabled(ctx)
-			if err != nil {
+			switch {
+			case err == nil:
+				a.setACL(enabled, now)
+				acl.known, acl.enabled = true, enabled
+			case !acl.known:
 				return Decision{}, err
 			}
-			a.setACL(enabled, now)
-			if !enabled {
-				return all(), nil
-			}
+		}
+		if !acl.enabled {
+			return all(), nil
 		}
 		return Decision{}, ErrNoToken
 	}
 	key := sha256.Sum256([]byte(token))
 	a.mu.Lock()
-	te, ok := a.tokens[key]
+	te, cached := a.tokens[key]
 	a.mu.Unlock()
-	if !ok || !now.Before(te.until) {
+	if !cached || !now.Before(te.until) {
 		accessor, err := a.c.Token(ctx, token)
 		switch {
 		case errors.Is(err, ErrACLDisabled):
@@ -179,6 +193,10 @@ func (a *Authorizer) Authorize(ctx context.Context, token string, perms []Perm) 
 			return all(), nil
 		case errors.Is(err, ErrTokenNotFound):
 			te = tokenEntry{notFound: true, until: now.Add(a.ttl)}
+		case err != nil && acl.known && !acl.enabled:
+			return all(), nil // ACLs were off when Consul last said
+		case err != nil && cached:
+			// te stands: Consul's last answer about this token.
 		case err != nil:
 			return Decision{}, err
 		default:
@@ -195,11 +213,15 @@ func (a *Authorizer) Authorize(ctx context.Context, token string, perms []Perm) 
 	}
 	d := Decision{Accessor: te.accessor, Allowed: make([]bool, len(perms))}
 	var missing []int
+	stale := map[int]bool{} // expired answers, which stand if Consul cannot answer
 	a.mu.Lock()
 	for i, p := range perms {
-		if e, ok := a.perms[permKey{key, p}]; ok && now.Before(e.until) {
+		e, ok := a.perms[permKey{key, p}]
+		if ok {
 			d.Allowed[i] = e.allow
-		} else {
+			stale[i] = true
+		}
+		if !ok || !now.Before(e.until) {
 			missing = append(missing, i)
 		}
 	}
@@ -221,10 +243,16 @@ func (a *Authorizer) Authorize(ctx context.Context, token string, perms []Perm) 
 			a.tokens[key] = tokenEntry{notFound: true, until: now.Add(a.ttl)}
 			a.mu.Unlock()
 			return Decision{}, ErrTokenNotFound
-		case err != nil:
-			return Decision{}, err
-		case len(allowed) != len(ask):
-			return Decision{}, fmt.Errorf("consul answered %d authorizations for %d asked", len(allowed), len(ask))
+		case err == nil && len(allowed) != len(ask):
+			err = fmt.Errorf("consul answered %d authorizations for %d asked", len(allowed), len(ask))
+		}
+		if err != nil {
+			for _, i := range batch {
+				if !stale[i] {
+					return Decision{}, err
+				}
+			}
+			continue // every one of them has an earlier answer: it stands
 		}
 		a.mu.Lock()
 		for j, i := range batch {
@@ -240,16 +268,12 @@ func (a *Authorizer) Authorize(ctx context.Context, token string, perms []Perm) 
 func (a *Authorizer) setACL(enabled bool, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if enabled {
-		a.aclOnTill, a.aclOffTill = now.Add(a.ttl), time.Time{}
-	} else {
-		a.aclOffTill, a.aclOnTill = now.Add(a.ttl), time.Time{}
-	}
+	a.acl = aclState{known: true, enabled: enabled, until: now.Add(a.ttl)}
 }
 
-// makeRoom keeps the cache under its bound: expired answers go first, then
-// any (a full cache of live answers is a flood of distinct tokens; asking
-// Consul again is the cost). a.mu is held.
+// makeRoom keeps the cache under its bound: the answers that expired
+// longest ago go first, then any (a full cache of live answers is a flood
+// of distinct tokens; asking Consul again is the cost). a.mu is held.
 func (a *Authorizer) makeRoom() {
 	if len(a.tokens)+len(a.perms) < a.max {
 		return

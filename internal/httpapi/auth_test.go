@@ -184,15 +184,58 @@ func TestAuthorize(t *testing.T) {
 	}
 	f.mu.Unlock()
 
-	// Consul cannot answer: refused (never let through), not cached.
+	// Consul cannot answer: its last answers stand, however old (its own
+	// extend-cache down policy); what it never answered is refused, never
+	// let through.
 	f.down.Store(true)
-	*now = now.Add(time.Minute)
-	if _, err := a.Authorize(ctx, writer, []Perm{ServiceWrite("web")}); err == nil || errors.Is(err, ErrTokenNotFound) {
-		t.Errorf("Consul down: %v", err)
+	*now = now.Add(time.Hour)
+	if d, err := a.Authorize(ctx, writer, []Perm{ServiceWrite("web"), AgentRead("n1")}); err != nil || !d.All() {
+		t.Errorf("Consul down, a known token: %+v %v", d, err)
+	}
+	if d, err := a.Authorize(ctx, reader, []Perm{ServiceRead("web"), NodeRead("n1")}); err != nil || fmt.Sprint(d.Allowed) != "[false true]" {
+		t.Errorf("Consul down, the reader's last answers: %+v %v", d, err)
+	}
+	if _, err := a.Authorize(ctx, writer, []Perm{ServiceWrite("db")}); err == nil {
+		t.Error("Consul down: a permission never answered was allowed")
+	}
+	if _, err := a.Authorize(ctx, "never-seen", []Perm{ServiceRead("web")}); err == nil || errors.Is(err, ErrTokenNotFound) {
+		t.Errorf("Consul down, a token never seen: %v", err)
+	}
+	if _, err := a.Authorize(ctx, "nope", nil); !errors.Is(err, ErrTokenNotFound) {
+		t.Errorf("Consul down, a token Consul did not know: %v", err)
+	}
+	if _, err := a.Authorize(ctx, "", nil); !errors.Is(err, ErrNoToken) {
+		t.Errorf("Consul down, no token: %v", err)
 	}
 	f.down.Store(false)
-	if d, err := a.Authorize(ctx, writer, []Perm{ServiceWrite("web")}); err != nil || !d.All() {
+	if d, err := a.Authorize(ctx, writer, []Perm{ServiceWrite("web"), ServiceWrite("db")}); err != nil || fmt.Sprint(d.Allowed) != "[true false]" {
 		t.Errorf("Consul back: %+v %v", d, err)
+	}
+}
+
+// A fresh Authorizer whose Consul cannot answer refuses everything, and
+// one that knew ACLs were off goes on letting everything through.
+func TestAuthorizeConsulDown(t *testing.T) {
+	f := &fakeConsul{tokens: map[string]fakeToken{}}
+	f.down.Store(true)
+	a, _ := newFake(t, f)
+	ctx := context.Background()
+	for _, tok := range []string{"", "t"} {
+		if _, err := a.Authorize(ctx, tok, []Perm{ServiceRead("web")}); err == nil || errors.Is(err, ErrNoToken) || errors.Is(err, ErrTokenNotFound) {
+			t.Errorf("token %q, nothing known: %v", tok, err)
+		}
+	}
+	off := &fakeConsul{aclOff: true}
+	a, now := newFake(t, off)
+	if _, err := a.Authorize(ctx, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	off.down.Store(true)
+	*now = now.Add(time.Hour)
+	for _, tok := range []string{"", "t"} {
+		if d, err := a.Authorize(ctx, tok, []Perm{ServiceWrite("web")}); err != nil || !d.All() {
+			t.Errorf("token %q, ACLs off when last known: %+v %v", tok, d, err)
+		}
 	}
 }
 

@@ -14,8 +14,9 @@
 //	POST /v1/restart/SERVICE, /v1/reset/SERVICE service:write on SERVICE
 //	GET  /metrics                              agent:read on this node (as Consul's /v1/agent/metrics)
 //
-// Without ACLs, no token is needed. It never serves a secret: no
-// environment, no rendered file, no token.
+// Without ACLs, no token is needed. When Consul cannot answer, its last
+// answers stand (its own extend-cache down policy). It never serves a
+// secret: no environment, no rendered file, no token.
 package httpapi
 
 import (
