@@ -194,6 +194,14 @@ func TestContainerExample(t *testing.T) {
 	if out, fd := schema.Format(src, hcl); fd.HasErrors() || string(out) != string(src) {
 		t.Errorf("%s is not formatted (mariposa fmt)", hcl)
 	}
+	// website/containers.md shows the services as they are.
+	body := string(src)
+	for strings.HasPrefix(body, "#") {
+		_, body, _ = strings.Cut(body, "\n")
+	}
+	if page, _ := os.ReadFile("website/containers.md"); !strings.Contains(string(page), "```hcl\n"+body+"```\n") {
+		t.Errorf("website/containers.md does not show %s as it is", hcl)
+	}
 	docker, err := os.ReadFile("packaging/container/Dockerfile")
 	if err != nil {
 		t.Fatal(err)
