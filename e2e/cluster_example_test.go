@@ -425,6 +425,7 @@ func normalise(out, page []string) []string {
 		if !headerRE.MatchString(l) {
 			l = hashRE.ReplaceAllString(l, "(<hash>)")
 			l = timeRE.ReplaceAllString(l, "<time>")
+			l = deployAgoRE.ReplaceAllString(l, "$1 <ago>")
 			res = append(res, pidRE.ReplaceAllString(l, "pid <pid>"))
 			continue
 		}
@@ -484,6 +485,10 @@ type column struct {
 }
 
 // columns returns the names of a header line and where each starts.
+// deployAgoRE is a deployment's age in status: "successful 20s ago",
+// "running for 3s".
+var deployAgoRE = regexp.MustCompile(`\b(successful|failed|cancelled|running for) (\d+[hms])+( ago)?`)
+
 func columns(header string) []column {
 	var cols []column
 	rs := []rune(header)
