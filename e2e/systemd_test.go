@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
@@ -53,7 +55,24 @@ service "api" {
 service "worker" {
   command = [%q]
 }
-`, childBin, envFile, childBin))
+
+service "scheduler" {
+  command = [%q]
+
+  leader {
+    mode = "standby"
+  }
+}
+`, childBin, envFile, childBin, childBin))
+	// Another instance leads the scheduler: this one stays a standby,
+	// unregistered, and mariposa is ready all the same.
+	sess, _, err := c.Session().Create(&api.SessionEntry{Name: "the other leader", TTL: "60s", Checks: []string{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: "mariposa/leader/scheduler", Session: sess}, nil); err != nil || !ok {
+		t.Fatalf("taking the scheduler's lock: %v %v", ok, err)
+	}
 	m := startMariposa(t, agent, []string{"NOTIFY_SOCKET=" + sockPath}, hcl)
 
 	var ready string
@@ -77,6 +96,11 @@ service "worker" {
 		}
 		if !found {
 			t.Errorf("READY=1 sent before %s was registered (agent has %d services)", name, len(svcs))
+		}
+	}
+	for _, s := range svcs {
+		if s.Service == "scheduler" {
+			t.Errorf("the standby scheduler is registered")
 		}
 	}
 	if env := readEnv(t, envFile); env["NOTIFY_SOCKET"] != "" {

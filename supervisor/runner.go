@@ -151,7 +151,8 @@ func (r *Runner) Leases() *lease.Manager { return r.leases }
 func (r *Runner) Ready() <-chan struct{} { return r.ready }
 
 // Registered is closed once mariposa's own service and every service the
-// runner started with are registered with the agent: what systemd's READY=1
+// runner started with are registered with the agent (a standby, which is
+// registered only while it leads, excepted): what systemd's READY=1
 // means for `mariposa run` (Type=notify). It stays open while the agent
 // cannot be reached.
 func (r *Runner) Registered() <-chan struct{} { return r.registered }
@@ -354,6 +355,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	log.Info("supervising", "services", len(specs))
 	ids := []string{selfID}
 	for _, sp := range specs {
+		if sp.svc.Leader != nil && sp.svc.Leader.Mode == "standby" {
+			continue // registered only while it leads
+		}
 		ids = append(ids, r.Instance(sp.key).id)
 	}
 	goBG(func() { waitRegistered(bg, reg, ids, r.registered) })
