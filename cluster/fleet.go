@@ -42,6 +42,9 @@ type FleetConfig struct {
 	Log    hclog.Logger
 	// Step is the spacing between claim ranks (default DefaultStep).
 	Step time.Duration
+	// OnClaim, if set, is told each claim of a slot this node makes: the
+	// unit, and how long the slot was vacant as this node saw it.
+	OnClaim func(unit string, vacant time.Duration)
 	// Now and Rand are the clock and the jitter source (tests).
 	Now  func() time.Time
 	Rand func() float64
@@ -842,8 +845,12 @@ func (f *Fleet) claim(ctx context.Context, c claimPlan) bool {
 	}
 	f.mu.Lock()
 	f.held[id] = &heldSlot{unit: u, k: k, term: t, value: claimed}
+	vac, wasVacant := f.vacant[id]
 	delete(f.vacant, id)
 	f.mu.Unlock()
+	if f.cfg.OnClaim != nil && wasVacant {
+		f.cfg.OnClaim(name, f.cfg.Now().Sub(vac.since))
+	}
 	f.log.Info("claimed slot", "slot", id, "rank", rank, "term_index", t.Index)
 	go func() {
 		select {

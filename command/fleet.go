@@ -25,6 +25,8 @@ type fleetMember struct {
 	// auditRetention: how long the fleet keeps its audit records (this
 	// node deletes older days while it is the first live supervisor).
 	auditRetention time.Duration
+	// onClaim is told each claim this node makes (the claim delay metric).
+	onClaim func(unit string, vacant time.Duration)
 
 	f      atomic.Pointer[cluster.Fleet]
 	cancel context.CancelFunc
@@ -51,7 +53,7 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 			return
 		}
 		f := cluster.NewFleet(cluster.FleetConfig{Client: m.client, Node: r.Node(), Lease: r.Leases().Lease(0, 0),
-			Runner: r, Log: m.log})
+			Runner: r, Log: m.log, OnClaim: m.onClaim})
 		f.SetLocal(cfg)
 		r.SetLivenessNote(f.Waiting)
 		m.f.Store(f)

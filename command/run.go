@@ -234,6 +234,7 @@ func (c *RunCommand) Run(args []string) int {
 	fl.auditRetention = audit.retention
 	// The node's HTTP API and Prometheus metrics (-http-addr).
 	httpAPI.setup(ccfg, fl)
+	fl.onClaim = httpAPI.metrics.ObserveClaim
 	if err := httpAPI.listen(ccfg, rings, log); err != nil {
 		c.UI.Error("mariposa run: " + err.Error())
 		return 1

@@ -442,8 +442,9 @@ service "solo" {
 		mine := sample(mfs, "mariposa_node_slots", map[string]string{"unit": "solo"})
 		live := sample(mfs, "mariposa_fleet_live_nodes", nil)
 		run := sample(mfs, "mariposa_instances", map[string]string{"service": "solo", "state": "running"})
-		return d == 2 && h == 1 && f == 1 && x == 0 && mine == 1 && live == 1 && run == 1,
-			fmt.Sprintf("desired %v held %v free %v failed %v mine %v live %v running %v", d, h, f, x, mine, live, run)
+		claims := sample(mfs, "mariposa_claim_delay_seconds", map[string]string{"unit": "solo"}) // its sample count
+		return d == 2 && h == 1 && f == 1 && x == 0 && mine == 1 && live == 1 && run == 1 && claims == 1,
+			fmt.Sprintf("desired %v held %v free %v failed %v mine %v live %v running %v claims %v", d, h, f, x, mine, live, run, claims)
 	})
 	if _, err := cluster.Pause(c, "", cluster.PausePlacement, "maintenance window", "test"); err != nil {
 		t.Fatal(err)

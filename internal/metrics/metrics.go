@@ -70,6 +70,7 @@ type Metrics struct {
 	consulSeconds  *prometheus.HistogramVec
 	consulErrors   *prometheus.CounterVec
 	blocking       *prometheus.GaugeVec
+	claimDelay     *prometheus.HistogramVec
 
 	mu    sync.Mutex
 	insts map[string]*instTrack // by service ID
@@ -125,6 +126,9 @@ func New(src Sources) *Metrics {
 	m.consulErrors = m.counterVec("mariposa_consul_request_errors_total",
 		"Consul requests that failed, by operation and kind: transport (no answer), client (4xx but 404), server (5xx).",
 		"op", "kind")
+	m.claimDelay = m.histogramVec("mariposa_claim_delay_seconds",
+		"Time from a slot's vacancy, as this node saw it, to this node's claim of it, by unit: the claim rank's delay, a reschedule delay or node_lost_after, and the claim itself.",
+		[]float64{.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}, "unit")
 	m.blocking = m.gaugeVec("mariposa_consul_blocking_queries",
 		"Blocking queries (requests with an index) waiting for Consul's answer now, by operation.", "op")
 	ic := &instanceCollector{src: src.Snapshots,
@@ -134,6 +138,12 @@ func New(src Sources) *Metrics {
 	m.register(m.fleet)
 	sort.Slice(m.catalog, func(i, j int) bool { return m.catalog[i].Name < m.catalog[j].Name })
 	return m
+}
+
+// ObserveClaim records one claim by this node of a slot of unit that was
+// vacant for d (cluster.FleetConfig.OnClaim).
+func (m *Metrics) ObserveClaim(unit string, d time.Duration) {
+	m.claimDelay.WithLabelValues(unit).Observe(d.Seconds())
 }
 
 // Registry is the process's registry (what /metrics serves).
