@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -429,12 +428,7 @@ func (f *Fleet) deploymentNameOf(unit string) string {
 }
 
 func (f *Fleet) deploymentOfLocked(unit string) string {
-	names := make([]string, 0, len(f.remote))
-	for n := range f.remote {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range sortedKeys(f.remote) {
 		for _, u := range f.remote[n].Spec.Units() {
 			if u.Unit.Name == unit {
 				return n

@@ -214,16 +214,21 @@ func (u UnitSpec) rescheduleOnExhausted() bool {
 	return false
 }
 
+// sortedKeys is m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
 // units is every unit by name: deployed ones, then the node's own (a name
 // deployed and also in the node's files is the deployed one).
 func (f *Fleet) unitsLocked() map[string]UnitSpec {
 	out := map[string]UnitSpec{}
-	names := make([]string, 0, len(f.remote))
-	for n := range f.remote {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
+	for _, n := range sortedKeys(f.remote) {
 		for _, u := range f.remote[n].Spec.Units() {
 			if _, dup := out[u.Unit.Name]; dup {
 				f.log.Error("a unit is deployed twice; keeping the first", "unit", u.Unit.Name, "deployment", n)
