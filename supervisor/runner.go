@@ -436,23 +436,20 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// waitRegistered closes done once every one of ids is registered, checking
-// every 20ms until ctx ends.
+// waitRegistered closes done once every one of ids is registered. It
+// checks every 50ms, from the first id not seen registered yet, so a
+// thousand services cost a check or two per tick, not a thousand.
 func waitRegistered(ctx context.Context, reg *checks.Registry, ids []string, done chan struct{}) {
 	for {
-		all := true
-		for _, id := range ids {
-			if !reg.Registered(id) {
-				all = false
-				break
-			}
+		for len(ids) > 0 && reg.Registered(ids[0]) {
+			ids = ids[1:]
 		}
-		if all {
+		if len(ids) == 0 {
 			close(done)
 			return
 		}
 		select {
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		case <-ctx.Done():
 			return
 		}
@@ -974,23 +971,24 @@ func (r *Runner) Services() []string {
 
 // Restart restarts the named service's process now, outside its restart
 // policy (mariposa restart), or starts it again if it has failed, completed
-// or is backing off.
-func (r *Runner) Restart(ctx context.Context, service string) error {
+// or is backing off. by names who asked: the Actor of its events.
+func (r *Runner) Restart(ctx context.Context, service, by string) error {
 	in, err := r.lookup(service)
 	if err != nil {
 		return err
 	}
-	return in.operate(ctx, inRestart)
+	return in.operate(ctx, inRestart, by)
 }
 
 // ResetFailed clears the named service's restart history and starts it
-// again if it has failed (mariposa reset; systemd's reset-failed).
-func (r *Runner) ResetFailed(ctx context.Context, service string) error {
+// again if it has failed (mariposa reset; systemd's reset-failed). by names
+// who asked: the Actor of its events.
+func (r *Runner) ResetFailed(ctx context.Context, service, by string) error {
 	in, err := r.lookup(service)
 	if err != nil {
 		return err
 	}
-	return in.operate(ctx, inReset)
+	return in.operate(ctx, inReset, by)
 }
 
 func (r *Runner) lookup(service string) (*Instance, error) {
