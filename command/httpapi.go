@@ -160,20 +160,20 @@ func (t lazyTarget) target() (controlTarget, error) {
 	return controlTarget{r}, nil
 }
 
-func (t lazyTarget) Restart(s string) error {
+func (t lazyTarget) Restart(s, by string) error {
 	ct, err := t.target()
 	if err != nil {
 		return err
 	}
-	return ct.Restart(s)
+	return ct.Restart(s, by)
 }
 
-func (t lazyTarget) ResetFailed(s string) error {
+func (t lazyTarget) ResetFailed(s, by string) error {
 	ct, err := t.target()
 	if err != nil {
 		return err
 	}
-	return ct.ResetFailed(s)
+	return ct.ResetFailed(s, by)
 }
 
 func (t lazyTarget) Services() []string {

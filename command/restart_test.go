@@ -17,20 +17,29 @@ import (
 
 // fakeTarget stands in for the supervisor behind the control socket.
 type fakeTarget struct {
-	mu    sync.Mutex
-	calls []string
-	err   error
+	mu     sync.Mutex
+	calls  []string
+	actors []string
+	err    error
 }
 
-func (f *fakeTarget) Restart(s string) error     { return f.record("restart " + s) }
-func (f *fakeTarget) ResetFailed(s string) error { return f.record("reset " + s) }
-func (f *fakeTarget) Services() []string         { return []string{"web", "worker"} }
+func (f *fakeTarget) Restart(s, by string) error     { return f.record("restart "+s, by) }
+func (f *fakeTarget) ResetFailed(s, by string) error { return f.record("reset "+s, by) }
+func (f *fakeTarget) Services() []string             { return []string{"web", "worker"} }
 
-func (f *fakeTarget) record(c string) error {
+func (f *fakeTarget) record(c, by string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, c)
+	f.actors = append(f.actors, by)
 	return f.err
+}
+
+// Actors is who asked for each call.
+func (f *fakeTarget) Actors() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.actors...)
 }
 
 func (f *fakeTarget) Calls() []string {

@@ -357,16 +357,16 @@ type controlTarget struct{ r *supervisor.Runner }
 // the loop to take it, not for the stop to finish.
 const operatorTimeout = 10 * time.Second
 
-func (t controlTarget) Restart(service string) error {
+func (t controlTarget) Restart(service, by string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), operatorTimeout)
 	defer cancel()
-	return controlErr(t.r.Restart(ctx, service))
+	return controlErr(t.r.Restart(ctx, service, by))
 }
 
-func (t controlTarget) ResetFailed(service string) error {
+func (t controlTarget) ResetFailed(service, by string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), operatorTimeout)
 	defer cancel()
-	return controlErr(t.r.ResetFailed(ctx, service))
+	return controlErr(t.r.ResetFailed(ctx, service, by))
 }
 
 func (t controlTarget) Services() []string { return t.r.Services() }

@@ -64,6 +64,7 @@ type input struct {
 	why     string
 	seq     uint64 // inReloadGranted
 	pause   Pause  // inPause
+	by      string // inRestart, inReset: who asked (Event.Actor)
 }
 
 // termInfo is what the instance needs of a leadership term.
@@ -232,11 +233,12 @@ type stepper struct {
 	now    time.Time
 	jitter float64
 	acts   []action
+	by     string // who asked for the input being applied: its events' Actor
 }
 
 // decide applies one input. jitter in [0,1) spreads restart backoffs.
 func decide(s instState, in input, now time.Time, jitter float64) (instState, []action) {
-	st := &stepper{s: &s, now: now, jitter: jitter}
+	st := &stepper{s: &s, now: now, jitter: jitter, by: in.by}
 	st.step(in)
 	st.settleReload()
 	return s, st.acts
@@ -245,7 +247,7 @@ func decide(s instState, in input, now time.Time, jitter float64) (instState, []
 func (st *stepper) do(a action) { st.acts = append(st.acts, a) }
 
 func (st *stepper) emit(kind EventKind, reason string) {
-	ev := Event{Time: st.now, Service: st.s.svc.Name, ServiceID: st.s.id, Kind: kind, PID: st.s.pid, Reason: reason}
+	ev := Event{Time: st.now, Service: st.s.svc.Name, ServiceID: st.s.id, Kind: kind, PID: st.s.pid, Reason: reason, Actor: st.by}
 	if st.s.slot != nil {
 		ev.Slot = st.s.slot.Name()
 	}

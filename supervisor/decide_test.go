@@ -315,6 +315,47 @@ func TestDecideOperatorRestartAndReset(t *testing.T) {
 	m.want(StateRunning, "last after restarted by an operator")
 }
 
+// The events of an operator's request name who asked (the audit file and
+// /v1/events show it); the events of what follows on their own do not.
+func TestDecideOperatorActor(t *testing.T) {
+	emitted := func(acts []action) []Event {
+		var out []Event
+		for _, a := range acts {
+			if a.kind == actEmit {
+				out = append(out, a.ev)
+			}
+		}
+		return out
+	}
+	m := newMachine(t, testService(func(s *schema.Service) { s.Restart.Attempts = 1 }))
+	m.running(1)
+	const by = "http accessor=2b4ac35f-6a1c-4c9e-9d1e-3f0a4a1c2b3d remote=127.0.0.1:50312"
+	evs := emitted(m.step(input{kind: inRestart, by: by}))
+	if len(evs) == 0 || evs[0].Kind != EventRestarting || evs[0].Reason != "restarted by an operator" {
+		t.Fatalf("restart of a running process emitted %+v", evs)
+	}
+	for _, e := range evs {
+		if e.Actor != by {
+			t.Errorf("event %s: actor %q, want %q", e.Kind, e.Actor, by)
+		}
+	}
+	for _, e := range emitted(m.step(input{kind: inExited, pid: 1, exit: proc.Exit{Code: 0}})) {
+		if e.Actor != "" {
+			t.Errorf("event %s after the restart: actor %q", e.Kind, e.Actor)
+		}
+	}
+	m.step(input{kind: inStarted, pid: 2, started: m.now})
+	m.step(input{kind: inExited, pid: 2, exit: proc.Exit{Code: 1}})
+	m.step(input{kind: inTimer, timer: timerStart})
+	m.step(input{kind: inStarted, pid: 3, started: m.now})
+	m.step(input{kind: inExited, pid: 3, exit: proc.Exit{Code: 1}})
+	m.want(StateFailed, "failed")
+	evs = emitted(m.step(input{kind: inReset, by: "socket uid=0 pid=4242"}))
+	if len(evs) == 0 || evs[0].Kind != EventOperator || evs[0].Reason != "reset" || evs[0].Actor != "socket uid=0 pid=4242" {
+		t.Fatalf("reset emitted %+v", evs)
+	}
+}
+
 func standbyService(s *schema.Service) {
 	s.Leader = &schema.Leader{Mode: "standby", Key: "mariposa/leader/web", ChangeMode: "restart"}
 }

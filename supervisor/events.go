@@ -49,6 +49,11 @@ type Event struct {
 	Kind      EventKind `json:"kind"`
 	PID       int       `json:"pid,omitempty"`
 	Reason    string    `json:"reason,omitempty"`
+	// Actor is who asked, on the events of an operator's request (mariposa
+	// restart and reset): "socket uid=U pid=P" through the control socket,
+	// "http accessor=ID remote=ADDR" through the node's HTTP API (without
+	// accessor when Consul has no ACLs). Never a token.
+	Actor string `json:"actor,omitempty"`
 }
 
 // LogEvents writes events to an hclog logger, one line each, at a level
@@ -61,6 +66,9 @@ func LogEvents(log hclog.Logger) func(Event) {
 		}
 		if e.Reason != "" {
 			args = append(args, "reason", e.Reason)
+		}
+		if e.Actor != "" {
+			args = append(args, "by", e.Actor)
 		}
 		l := log.Named(e.Service)
 		switch e.Kind {

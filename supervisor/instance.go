@@ -100,6 +100,7 @@ type Instance struct {
 
 type opRequest struct {
 	kind  inputKind // inRestart | inReset
+	by    string    // who asked (Event.Actor)
 	reply chan error
 }
 
@@ -172,8 +173,8 @@ func (in *Instance) Stop() {
 func (in *Instance) Kill() { in.killOne.Do(func() { close(in.killc) }) }
 
 // operate hands an operator's request to the loop and waits for its answer.
-func (in *Instance) operate(ctx context.Context, kind inputKind) error {
-	req := opRequest{kind: kind, reply: make(chan error, 1)}
+func (in *Instance) operate(ctx context.Context, kind inputKind, by string) error {
+	req := opRequest{kind: kind, by: by, reply: make(chan error, 1)}
 	select {
 	case in.ops <- req:
 	case <-in.done:
@@ -410,7 +411,7 @@ func (in *Instance) run() {
 			}
 		case op := <-in.ops:
 			l.reply = op.reply
-			l.queue = append(l.queue, input{kind: op.kind})
+			l.queue = append(l.queue, input{kind: op.kind, by: op.by})
 		case p := <-in.pausec:
 			l.queue = append(l.queue, input{kind: inPause, pause: p})
 		}

@@ -89,7 +89,7 @@ func TestInstanceKillDuringRestartStop(t *testing.T) {
 	waitFor(t, "the child ignoring SIGTERM", 5*time.Second, func() bool { _, err := os.Stat(ready); return err == nil })
 	pid := in.Snapshot().PID
 	restarted := make(chan error, 1)
-	go func() { restarted <- in.operate(t.Context(), inRestart) }()
+	go func() { restarted <- in.operate(t.Context(), inRestart, "") }()
 	if err := <-restarted; err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ func TestRunnerApply(t *testing.T) {
 
 	// Operators reach instances by name; an unknown one is named with the
 	// known ones.
-	if err := r.Restart(context.Background(), "nope"); err == nil || err.Error() != `no service "nope" on this node (services: keep, change, add)` {
+	if err := r.Restart(context.Background(), "nope", ""); err == nil || err.Error() != `no service "nope" on this node (services: keep, change, add)` {
 		t.Errorf("restart of an unknown service: %v", err)
 	}
 }

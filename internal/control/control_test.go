@@ -30,22 +30,30 @@ type fakeTarget struct {
 	mu       sync.Mutex
 	services []string
 	calls    []string
+	by       []string
 	err      error
 }
 
-func (f *fakeTarget) Restart(s string) error     { return f.record("restart " + s) }
-func (f *fakeTarget) ResetFailed(s string) error { return f.record("reset " + s) }
+func (f *fakeTarget) Restart(s, by string) error     { return f.record("restart "+s, by) }
+func (f *fakeTarget) ResetFailed(s, by string) error { return f.record("reset "+s, by) }
 func (f *fakeTarget) Services() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]string(nil), f.services...)
 }
 
-func (f *fakeTarget) record(c string) error {
+func (f *fakeTarget) record(c, by string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, c)
+	f.by = append(f.by, by)
 	return f.err
+}
+
+func (f *fakeTarget) Actors() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.by...)
 }
 
 func (f *fakeTarget) setErr(err error) {
@@ -296,6 +304,11 @@ func TestActions(t *testing.T) {
 	}
 	if got := h.target.Calls(); !slices.Equal(got, []string{"restart web", "reset api"}) {
 		t.Fatalf("calls %q", got)
+	}
+	// The supervisor is told who asked: the caller's uid and pid.
+	me := fmt.Sprintf("socket uid=%d pid=%d", os.Geteuid(), os.Getpid())
+	if got := h.target.Actors(); !slices.Equal(got, []string{me, me}) {
+		t.Fatalf("actors %q, want %q", got, me)
 	}
 	names, err := h.client.Services(ctx)
 	if err != nil || !slices.Equal(names, []string{"api", "web"}) {

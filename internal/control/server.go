@@ -24,11 +24,12 @@ import (
 // Target is what the control channel acts on: the supervisor of this node.
 type Target interface {
 	// Restart restarts the running process now, outside the restart
-	// policy, or starts a failed or completed one.
-	Restart(service string) error
+	// policy, or starts a failed or completed one. by names who asked
+	// (Caller.Actor), for the supervisor's events and the audit file.
+	Restart(service, by string) error
 	// ResetFailed clears a failed service's restart history and starts it
-	// again (systemd's reset-failed + start).
-	ResetFailed(service string) error
+	// again (systemd's reset-failed + start). by as for Restart.
+	ResetFailed(service, by string) error
 	// Services lists the services of this node, for errors and completion.
 	Services() []string
 }
@@ -44,18 +45,27 @@ type Handlers struct {
 	target Target
 	logs   *logring.Set
 	log    hclog.Logger
-	// who names the caller in the log lines of requests.
-	who func(*http.Request) []any
+	// who names the caller of a request.
+	who func(*http.Request) Caller
+}
+
+// Caller is who made a request: Actor goes with the operator actions to
+// the supervisor (its events, so the audit file and /v1/events, say who
+// asked), Fields to the log lines of the request. Neither ever holds a
+// token.
+type Caller struct {
+	Actor  string
+	Fields []any
 }
 
 // NewHandlers returns the handlers of t and logs; who names a request's
-// caller in the log (nil: nobody named).
-func NewHandlers(t Target, logs *logring.Set, log hclog.Logger, who func(*http.Request) []any) *Handlers {
+// caller (nil: nobody named).
+func NewHandlers(t Target, logs *logring.Set, log hclog.Logger, who func(*http.Request) Caller) *Handlers {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	if who == nil {
-		who = func(*http.Request) []any { return nil }
+		who = func(*http.Request) Caller { return Caller{} }
 	}
 	return &Handlers{target: t, logs: logs, log: log, who: who}
 }
@@ -128,9 +138,9 @@ func Listen(path string, t Target, logs *logring.Set, log hclog.Logger) (*Server
 		lock.Close()
 		return nil, err
 	}
-	h := NewHandlers(t, logs, log, func(r *http.Request) []any {
+	h := NewHandlers(t, logs, log, func(r *http.Request) Caller {
 		p := peerOf(r)
-		return []any{"uid", p.uid, "pid", p.pid}
+		return Caller{Actor: fmt.Sprintf("socket uid=%d pid=%d", p.uid, p.pid), Fields: []any{"uid", p.uid, "pid", p.pid}}
 	})
 	s := &Server{Handlers: h, path: path, log: log, ln: ln, lock: lock}
 	s.id, s.hasID = idOf(path)
@@ -295,20 +305,21 @@ func noServiceMsg(name string, names []string) string {
 	return fmt.Sprintf("no service %q on this node (services: %s)", name, list)
 }
 
-func (s *Handlers) audit(r *http.Request, action, service string) hclog.Logger {
-	return s.log.With(append([]any{"action", action, "service", service}, s.who(r)...)...)
+func (s *Handlers) audit(r *http.Request, action, service string) (hclog.Logger, Caller) {
+	c := s.who(r)
+	return s.log.With(append([]any{"action", action, "service", service}, c.Fields...)...), c
 }
 
-func (s *Handlers) action(name string, do func(string) error) http.HandlerFunc {
+func (s *Handlers) action(name string, do func(service, by string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		svc := r.PathValue("service")
-		lg := s.audit(r, name, svc)
+		lg, c := s.audit(r, name, svc)
 		if msg, ok := s.known(svc); !ok {
 			lg.Warn("control request refused", "error", msg)
 			writeError(w, http.StatusNotFound, msg)
 			return
 		}
-		if err := do(svc); err != nil {
+		if err := do(svc, c.Actor); err != nil {
 			code := http.StatusConflict
 			msg := err.Error()
 			if errors.Is(err, ErrNoService) {
@@ -380,7 +391,7 @@ func (s *Handlers) handleLogs(w http.ResponseWriter, r *http.Request) {
 	if follow {
 		action = "logs-follow"
 	}
-	lg := s.audit(r, action, svc)
+	lg, _ := s.audit(r, action, svc)
 	if msg, ok := s.known(svc); !ok {
 		lg.Warn("control request refused", "error", msg)
 		writeError(w, http.StatusNotFound, msg)

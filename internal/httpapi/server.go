@@ -99,14 +99,15 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("the HTTP API cannot listen on %s: %w", cfg.Addr, err)
 	}
 	s := &Server{cfg: cfg, log: log, ln: ln}
-	s.control = control.NewHandlers(cfg.Target, cfg.Logs, log, func(r *http.Request) []any {
+	s.control = control.NewHandlers(cfg.Target, cfg.Logs, log, func(r *http.Request) control.Caller {
 		c, _ := r.Context().Value(callerKey{}).(*caller)
 		if c == nil {
-			return nil
+			return control.Caller{Actor: "http"}
 		}
-		out := []any{"remote", c.remote}
+		out := control.Caller{Actor: "http remote=" + c.remote, Fields: []any{"remote", c.remote}}
 		if c.accessor != "" {
-			out = append(out, "accessor", c.accessor)
+			out.Actor = "http accessor=" + c.accessor + " remote=" + c.remote
+			out.Fields = append(out.Fields, "accessor", c.accessor)
 		}
 		return out
 	})
@@ -121,7 +122,7 @@ func Listen(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/reset/{service}", s.serviceGuard(ServiceWrite, s.control.Reset))
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
 	s.srv = &http.Server{
-		Handler:           mux,
+		Handler:           s.nodeGuard(mux),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
@@ -131,6 +132,32 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	log.Info("HTTP API listening", "address", ln.Addr().String())
 	return s, nil
+}
+
+// NodeHeader is the header with which a client says which node's API it
+// means to reach (mariposa logs -node N, restart, reset): a mariposa of
+// another node answers 421 and does nothing, so a URL that resolves
+// elsewhere than the node (a loopback address read from the catalog on
+// another machine) can never act on the wrong node.
+const NodeHeader = control.NodeHeader
+
+// nodeGuard refuses a request meant for another node (NodeHeader).
+func (s *Server) nodeGuard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if want := r.Header.Get(NodeHeader); want != "" {
+			node, ok := s.node(w)
+			if !ok {
+				return
+			}
+			if want != node {
+				// Without naming this node: the refusal comes before any
+				// token is checked.
+				writeError(w, http.StatusMisdirectedRequest, fmt.Sprintf("this is not node %q's mariposa", want))
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // Addr is the address the server listens on (with the port it got).

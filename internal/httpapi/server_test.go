@@ -22,23 +22,33 @@ type fakeTarget struct {
 	mu       sync.Mutex
 	services []string
 	done     []string
+	by       []string
 }
 
-func (f *fakeTarget) Restart(s string) error {
+func (f *fakeTarget) Restart(s, by string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.done = append(f.done, "restart "+s)
+	f.by = append(f.by, by)
 	return nil
 }
 
-func (f *fakeTarget) ResetFailed(s string) error {
+func (f *fakeTarget) ResetFailed(s, by string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.done = append(f.done, "reset "+s)
+	f.by = append(f.by, by)
 	return nil
 }
 
 func (f *fakeTarget) Services() []string { return f.services }
+
+// calls is what was done and who asked.
+func (f *fakeTarget) calls() (done, by []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.done), slices.Clone(f.by)
+}
 
 // memChecker is a Checker from a table: token -> allowed permissions.
 type memChecker struct {
@@ -141,6 +151,13 @@ func TestAPIWithoutACLs(t *testing.T) {
 	if got := fmt.Sprint(fx.target.done); got != "[restart web reset api/0]" {
 		t.Errorf("done: %s", got)
 	}
+	// Without ACLs the supervisor is told the caller's address.
+	_, actors := fx.target.calls()
+	for _, by := range actors {
+		if !strings.HasPrefix(by, "http remote=127.0.0.1:") {
+			t.Errorf("actor %q, want http remote=127.0.0.1:PORT", by)
+		}
+	}
 	code, body = fx.do(t, "POST", "/v1/restart/nope", "")
 	if code != 404 || strings.Contains(body, "web") {
 		t.Errorf("unknown service: %d %s (must name no service)", code, body)
@@ -189,6 +206,11 @@ func TestAPIWithACLs(t *testing.T) {
 		if code != c.code || !strings.Contains(body, c.has) || (c.hasNot != "" && strings.Contains(body, c.hasNot)) {
 			t.Errorf("%s %s (%s): %d %s; want %d with %q, without %q", c.method, c.path, c.token, code, body, c.code, c.has, c.hasNot)
 		}
+	}
+	// The supervisor is told the token's AccessorID, never the token.
+	_, actors := fx.target.calls()
+	if got := fmt.Sprint(actors); !strings.HasPrefix(got, "[http accessor=acc-web-writer remote=127.0.0.1:") || strings.Contains(got, "accessor=web-writer") {
+		t.Errorf("actors %s", got)
 	}
 	// X-Consul-Token works as well as a bearer token.
 	req, _ := http.NewRequest("GET", fx.base+"/v1/status", nil)
@@ -327,4 +349,40 @@ func TestEventLog(t *testing.T) {
 		t.Error("follower not removed")
 	}
 	l.Add(supervisor.Event{}) // no follower: never blocks
+}
+
+// A request meant for another node (X-Mariposa-Node) is refused before
+// anything is done or any token checked, without naming this node; one
+// meant for this node goes through.
+func TestAPINodeGuard(t *testing.T) {
+	fx := newAPI(t, &memChecker{tokens: map[string][]Perm{"web-writer": {ServiceRead("web"), ServiceWrite("web")}}})
+	do := func(node, token string) (int, string) {
+		req, _ := http.NewRequest("POST", fx.base+"/v1/restart/web", nil)
+		req.Header.Set(NodeHeader, node)
+		if token != "" {
+			req.Header.Set("X-Consul-Token", token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do("n2", ""); code != http.StatusMisdirectedRequest || !strings.Contains(body, `not node \"n2\"'s mariposa`) || strings.Contains(body, "n1") {
+		t.Errorf("another node's request: %d %s", code, body)
+	}
+	if code, body := do("n2", "web-writer"); code != http.StatusMisdirectedRequest {
+		t.Errorf("another node's request with a token: %d %s", code, body)
+	}
+	if done, _ := fx.target.calls(); len(done) != 0 {
+		t.Fatalf("a misdirected request reached the target: %v", done)
+	}
+	if code, body := do("n1", "web-writer"); code != 200 {
+		t.Errorf("this node's request: %d %s", code, body)
+	}
+	if done, _ := fx.target.calls(); fmt.Sprint(done) != "[restart web]" {
+		t.Errorf("done: %v", done)
+	}
 }
