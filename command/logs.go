@@ -15,7 +15,7 @@ import (
 	"github.com/mariposa-sh/mariposa/internal/control"
 )
 
-// LogsCommand prints a service's recent output from the local mariposa.
+// LogsCommand prints a service's recent output from a node's mariposa.
 type LogsCommand struct {
 	UI cli.Ui
 	// Context, when set, ends -f instead of SIGINT/SIGTERM (tests).
@@ -29,10 +29,11 @@ func (c *LogsCommand) Help() string {
 Usage: mariposa logs [options] SERVICE
 
   Prints the last lines SERVICE's process wrote, kept in memory by the
-  "mariposa run" of this node and read through its control socket. Lines
-  from stderr start with "[stderr] ". With -f, keeps printing new lines
-  until interrupted; when the reader falls behind, lines are dropped and
-  the count is printed on standard error.
+  "mariposa run" of this node and read through its control socket, or
+  with -node by NODE's, read through its HTTP API. Lines from stderr
+  start with "[stderr] ". With -f, keeps printing new lines until
+  interrupted; when the reader falls behind, lines are dropped and the
+  count is printed on standard error.
 
 Options:
 
@@ -40,6 +41,9 @@ Options:
   -f                    Follow: print new lines as they come.
   -timestamps           Start each line with the time mariposa read it.
 ` + controlSocketHelp + `
+` + strings.ReplaceAll(nodeFlagHelp, "PERM", "service:read") + `
+
+` + consulFlagsHelp + `
 `)
 }
 
@@ -50,7 +54,7 @@ func (c *LogsCommand) Run(args []string) int {
 	fs.IntVar(&n, "n", control.DefaultLines, "")
 	fs.BoolVar(&follow, "f", false, "")
 	fs.BoolVar(&stamps, "timestamps", false, "")
-	client, svc, ok := controlArgs(c.UI, "logs", c.Help(), fs, args)
+	o, svc, ok := controlArgs(c.UI, "logs", c.Help(), fs, args)
 	if !ok {
 		return 1
 	}
@@ -64,7 +68,21 @@ func (c *LogsCommand) Run(args []string) int {
 		ctx, stop = signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 		defer stop()
 	}
-	err := client.Logs(ctx, svc, control.LogsOptions{N: n, Follow: follow}, func(e control.LogEntry) error {
+	// Finding NODE's API is bounded; so is reading its lines, unless they
+	// are followed.
+	lookup, cancel := context.WithTimeout(ctx, remoteTimeout)
+	client, err := o.client(lookup)
+	cancel()
+	if err != nil {
+		c.UI.Error("mariposa logs: " + o.errText(err, svc))
+		return 1
+	}
+	if !follow && o.node != "" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, remoteTimeout)
+		defer cancel()
+	}
+	err = client.Logs(ctx, svc, control.LogsOptions{N: n, Follow: follow}, func(e control.LogEntry) error {
 		if e.Dropped > 0 {
 			c.UI.Error(fmt.Sprintf("-- %d lines dropped: this reader fell behind --", e.Dropped))
 		}
@@ -75,11 +93,15 @@ func (c *LogsCommand) Run(args []string) int {
 		return nil
 	})
 	if err != nil {
-		c.UI.Error("mariposa logs: " + err.Error())
+		c.UI.Error("mariposa logs: " + o.errText(err, svc))
 		return 1
 	}
 	if follow && ctx.Err() == nil {
-		c.UI.Error(fmt.Sprintf("mariposa logs: the stream ended: mariposa stopped or %s was removed", svc))
+		who := "mariposa"
+		if o.node != "" {
+			who = "node " + o.node + "'s mariposa"
+		}
+		c.UI.Error(fmt.Sprintf("mariposa logs: the stream ended: %s stopped or %s was removed", who, svc))
 	}
 	return 0
 }

@@ -1,7 +1,6 @@
 package command
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"strings"
@@ -26,34 +25,35 @@ Usage: mariposa reset [options] SERVICE
 
   Asks the "mariposa run" of this node, through its control socket, to
   forget SERVICE's restart history (the attempts that left it failed) and
-  start it again, like systemctl reset-failed followed by start.
+  start it again, like systemctl reset-failed followed by start. With
+  -node, asks NODE's mariposa, through its HTTP API. Either way the reset
+  is in the node's audit file and events, with who asked.
 
-  With UNIT/K, clears a failed count slot in Consul instead: a slot whose
-  reschedules were exhausted stays unclaimed until reset; once reset, its
-  history is cleared and the best-ranked node claims it. The reset and its
-  audit record are one transaction.
+  With UNIT/K (and no -node), clears a failed count slot in Consul instead:
+  a slot whose reschedules were exhausted stays unclaimed until reset;
+  once reset, its history is cleared and the best-ranked node claims it.
+  The reset and its audit record are one transaction. With -node, UNIT/K
+  is the instance of that slot on NODE.
 
 Options:
 
 ` + controlSocketHelp + `
+` + strings.ReplaceAll(nodeFlagHelp, "PERM", "service:write") + `
 
 ` + consulFlagsHelp + `
 `)
 }
 
 func (c *ResetCommand) Run(args []string) int {
-	var cf consulFlags
-	fs := flag.NewFlagSet("reset", flag.ContinueOnError)
-	cf.register(fs)
-	client, svc, ok := controlArgs(c.UI, "reset", c.Help(), fs, args)
+	o, svc, ok := controlArgs(c.UI, "reset", c.Help(), flag.NewFlagSet("reset", flag.ContinueOnError), args)
 	if !ok {
 		return 1
 	}
-	if strings.Contains(svc, "/") {
+	if strings.Contains(svc, "/") && o.node == "" {
 		unit, k, err := cluster.ParseSlot(svc)
 		if err == nil {
 			var cc *api.Client
-			if cc, err = cf.client(); err == nil {
+			if cc, err = o.cf.client(); err == nil {
 				err = cluster.ResetSlot(cc, unit, k, actor())
 			}
 		}
@@ -64,10 +64,16 @@ func (c *ResetCommand) Run(args []string) int {
 		c.UI.Output(fmt.Sprintf("slot %s/%d: reset; the best-ranked node claims it", unit, k))
 		return 0
 	}
-	if err := client.Reset(context.Background(), svc); err != nil {
-		c.UI.Error("mariposa reset: " + err.Error())
+	ctx, cancel := o.opContext()
+	defer cancel()
+	client, err := o.client(ctx)
+	if err == nil {
+		err = client.Reset(ctx, svc)
+	}
+	if err != nil {
+		c.UI.Error("mariposa reset: " + o.errText(err, svc))
 		return 1
 	}
-	c.UI.Output(fmt.Sprintf("%s: restart history cleared; starting", svc))
+	c.UI.Output(fmt.Sprintf("%s%s: restart history cleared; starting", svc, o.on()))
 	return 0
 }

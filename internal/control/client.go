@@ -11,13 +11,19 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
-// Client talks to the control socket of a running `mariposa run`.
+// Client talks to a running `mariposa run`: to the control socket of this
+// machine's (NewClient), or to a node's HTTP API (NewRemote), which serves
+// the same requests behind Consul's ACLs.
 type Client struct {
-	path string
+	path string // the socket; "" for a remote
 	hc   *http.Client
+	// A remote's API (http://host:port), node and token.
+	base, node, token string
 }
 
 // NewClient returns a client of the socket at path ("" means
@@ -36,8 +42,48 @@ func NewClient(path string) *Client {
 	return &Client{path: path, hc: &http.Client{Transport: tr}}
 }
 
-// Path is the socket's path.
+// NodeHeader says which node a remote request is for: the node's HTTP API
+// refuses it (421) when it is another node's (httpapi.NodeHeader).
+const NodeHeader = "X-Mariposa-Node"
+
+// NewRemote returns a client of node's HTTP API at base (http://host:port),
+// sending token (if any) as X-Consul-Token. Every request names node, and
+// a mariposa of another node refuses it.
+func NewRemote(base, node, token string) *Client {
+	tr := &http.Transport{
+		Proxy:               http.ProxyFromEnvironment,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSHandshakeTimeout: 10 * time.Second,
+		DisableCompression:  true,
+	}
+	return &Client{hc: &http.Client{Transport: tr}, base: strings.TrimRight(base, "/"), node: node, token: token}
+}
+
+// Path is the socket's path ("" for a remote).
 func (c *Client) Path() string { return c.path }
+
+// URL is a remote's API ("" for the socket).
+func (c *Client) URL() string { return c.base }
+
+// where names what the client talks to, in errors.
+func (c *Client) where() string {
+	if c.path != "" {
+		return "control socket " + c.path
+	}
+	return fmt.Sprintf("node %s's mariposa at %s", c.node, c.base)
+}
+
+// UnreachableError says a node's HTTP API did not answer.
+type UnreachableError struct {
+	Node, URL string
+	Err       error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("cannot reach node %s's mariposa at %s: %v", e.Node, e.URL, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
 
 // NotRunningError says no mariposa answers on the socket.
 type NotRunningError struct {
@@ -67,14 +113,29 @@ func (e *APIError) NotFound() bool { return e.Status == http.StatusNotFound }
 
 // do calls the API; service, when set, is the path's last segment, escaped.
 func (c *Client) do(ctx context.Context, method, path, service string, q url.Values) (*http.Response, error) {
-	u := url.URL{Scheme: "http", Host: "mariposa", Path: path, RawQuery: q.Encode()}
+	base := "http://mariposa"
+	if c.path == "" {
+		base = c.base
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, fmt.Errorf("node %s's API %q: %w", c.node, base, err)
+	}
+	u.Path = strings.TrimRight(u.Path, "/") + path
+	u.RawQuery = q.Encode()
 	if service != "" {
-		u.RawPath = path + "/" + url.PathEscape(service)
-		u.Path = path + "/" + service
+		u.RawPath = u.Path + "/" + url.PathEscape(service)
+		u.Path += "/" + service
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), nil)
 	if err != nil {
 		return nil, err
+	}
+	if c.path == "" {
+		req.Header.Set(NodeHeader, c.node)
+		if c.token != "" {
+			req.Header.Set("X-Consul-Token", c.token)
+		}
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
@@ -82,6 +143,14 @@ func (c *Client) do(ctx context.Context, method, path, service string, q url.Val
 			return nil, ctx.Err()
 		}
 		var op *net.OpError
+		if c.path == "" {
+			// The url.Error repeats the method and URL: the dial's own
+			// error says what happened.
+			if errors.As(err, &op) {
+				err = op
+			}
+			return nil, &UnreachableError{Node: c.node, URL: c.base, Err: err}
+		}
 		if errors.As(err, &op) && op.Op == "dial" {
 			return nil, &NotRunningError{Path: c.path, Err: err}
 		}
@@ -92,7 +161,7 @@ func (c *Client) do(ctx context.Context, method, path, service string, q url.Val
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		var eb errorBody
 		if json.Unmarshal(b, &eb) != nil || eb.Error == "" {
-			eb.Error = fmt.Sprintf("control socket %s answered %s", c.path, resp.Status)
+			eb.Error = fmt.Sprintf("%s answered %s", c.where(), resp.Status)
 		}
 		return nil, &APIError{Status: resp.StatusCode, Message: eb.Error}
 	}
@@ -128,7 +197,7 @@ func (c *Client) Services(ctx context.Context) ([]string, error) {
 	defer resp.Body.Close()
 	var names []string
 	if err := json.NewDecoder(resp.Body).Decode(&names); err != nil {
-		return nil, fmt.Errorf("control socket %s: bad answer: %w", c.path, err)
+		return nil, fmt.Errorf("%s: bad answer: %w", c.where(), err)
 	}
 	return names, nil
 }
@@ -163,7 +232,7 @@ func (c *Client) Logs(ctx context.Context, service string, o LogsOptions, fn fun
 	for sc.Scan() {
 		var e LogEntry
 		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-			return fmt.Errorf("control socket %s: bad log line: %w", c.path, err)
+			return fmt.Errorf("%s: bad log line: %w", c.where(), err)
 		}
 		if err := fn(e); err != nil {
 			return err
@@ -173,7 +242,7 @@ func (c *Client) Logs(ctx context.Context, service string, o LogsOptions, fn fun
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("control socket %s: %w", c.path, err)
+		return fmt.Errorf("%s: %w", c.where(), err)
 	}
 	return nil
 }
