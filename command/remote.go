@@ -25,7 +25,7 @@ const nodeFlagHelp = `  -node=NODE            Reach NODE's mariposa instead, thr
                         NODE and service:read on "mariposa" to find it, and
                         PERM on SERVICE.`
 
-// nodeAPI is a node's mariposa as the catalog shows it: where its HTTP API
+// remoteNode is a node's mariposa as the catalog shows it: where its HTTP API
 // answers, and whether that is a loopback address only the node reaches.
 type remoteNode struct {
 	name     string
@@ -41,7 +41,7 @@ func findNodeAPI(ctx context.Context, c *api.Client, node string) (remoteNode, e
 	q := (&api.QueryOptions{Filter: fmt.Sprintf("Node == %q", node)}).WithContext(ctx)
 	svcs, meta, err := c.Catalog().Service("mariposa", "", q)
 	if err != nil && strings.Contains(err.Error(), "ACL not found") {
-		return remoteNode{}, errors.New("Consul does not know the token (ACL not found): give one it knows with -token, -token-file or CONSUL_HTTP_TOKEN")
+		return remoteNode{}, errors.New("the token is unknown to Consul (ACL not found): give one it knows with -token, -token-file or CONSUL_HTTP_TOKEN")
 	}
 	if err != nil {
 		return remoteNode{}, fmt.Errorf("cannot read node %q's mariposa from Consul: %w", node, err)

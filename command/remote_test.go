@@ -319,7 +319,7 @@ func TestRemoteCommandsACL(t *testing.T) {
 	}
 	ui = cli.NewMockUi()
 	if got, want := fail(&LogsCommand{UI: ui}, ui, "-node", "node-2", "-token", "00000000-0000-0000-0000-00000000dead", "web"),
-		`mariposa logs: Consul does not know the token (ACL not found): give one it knows with -token, -token-file or CONSUL_HTTP_TOKEN`; got != want {
+		`mariposa logs: the token is unknown to Consul (ACL not found): give one it knows with -token, -token-file or CONSUL_HTTP_TOKEN`; got != want {
 		t.Errorf("unknown token:\n got %s\nwant %s", got, want)
 	}
 
