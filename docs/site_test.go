@@ -20,7 +20,6 @@ import (
 type navConfig struct {
 	Sections []struct {
 		Title    string
-		URL      string
 		Commands bool
 		Pages    []struct {
 			Path  string
