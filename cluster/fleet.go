@@ -101,6 +101,10 @@ type Fleet struct {
 	// drained slots, by slot.
 	drains   map[string]DrainRecord
 	handoffs map[string]*handoff
+	// strays: slots this node's session holds in Consul but this node
+	// does not know it holds (a claim applied whose answer was lost), by
+	// when first seen; released once seen for strayGrace.
+	strays map[string]time.Time
 	// judging: deployments this node is moving on (deployment.go).
 	judging map[string]bool
 	// tokens serializes this node's contenders per semaphore prefix: the
@@ -504,6 +508,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 
 	f.followServices(ctx, units)
 	f.brake(now)
+	f.releaseStrays(ctx, now)
 	defer f.publishIntentsIfPaused(ctx, now)
 	judgeNext := f.judge(ctx, now)
 	f.mu.Lock()
@@ -681,6 +686,9 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 				continue // reported by the watcher; never claimed blindly
 			}
 			if ok && s.session != "" {
+				if f.cfg.Lease != nil && s.session == f.cfg.Lease.Session() {
+					f.noteStrayLocked(id, now) // ours in Consul, not here: a claim whose answer was lost
+				}
 				holders[k] = s.value.Node
 				continue
 			}
@@ -928,4 +936,63 @@ func (f *Fleet) Held() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// strayGrace is how long a slot must look held by this node's session,
+// unknown to it, before it is released: longer than the watcher takes to
+// catch up with a claim or a release this node made.
+const strayGrace = 3 * time.Second
+
+// noteStrayLocked notes slot id as held by this node's session in Consul;
+// it is a stray unless this node knows it holds it.
+func (f *Fleet) noteStrayLocked(id string, now time.Time) {
+	if f.strays == nil {
+		f.strays = map[string]time.Time{}
+	}
+	if _, known := f.held[id]; known {
+		delete(f.strays, id)
+		return
+	}
+	if _, seen := f.strays[id]; !seen {
+		f.strays[id] = now
+	}
+}
+
+// releaseStrays releases the slots this node's session holds without this
+// node knowing it (a claim transaction Consul applied, whose answer never
+// came back): no instance runs in them, and nobody else could claim them
+// until the session ended. The unlock fails unless this session still
+// holds the key, so a stale view releases nothing of anyone else's.
+func (f *Fleet) releaseStrays(ctx context.Context, now time.Time) {
+	if f.cfg.Lease == nil {
+		return
+	}
+	f.mu.Lock()
+	mine := f.cfg.Lease.Session()
+	var due []string
+	for id, since := range f.strays {
+		unit, k, _ := ParseSlot(id)
+		s, ok := f.slots[unit][k]
+		_, known := f.held[id]
+		switch {
+		case known || !ok || s.session == "" || s.session != mine:
+			delete(f.strays, id)
+		case now.Sub(since) >= strayGrace:
+			due = append(due, id)
+			delete(f.strays, id)
+		}
+	}
+	f.mu.Unlock()
+	for _, id := range due {
+		unit, k, _ := ParseSlot(id)
+		v := SlotValue{Node: f.cfg.Node, State: SlotReleased, Since: now, Reason: "held by this node without its knowing (a claim whose answer was lost)"}
+		ok, _, _, err := f.cfg.Client.Txn().Txn(api.TxnOps{
+			{KV: &api.KVTxnOp{Verb: api.KVUnlock, Key: SlotKey(unit, k), Value: v.encode(), Session: mine}},
+			AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: unit, Slot: id, Action: "release", From: f.cfg.Node,
+				To: SlotReleased, Reason: v.Reason}),
+		}, (&api.QueryOptions{}).WithContext(ctx))
+		if err == nil && ok {
+			f.log.Warn("released a slot this node's session held without its knowing (a claim whose answer was lost)", "slot", id)
+		}
+	}
 }
