@@ -733,6 +733,10 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 		}
 		v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name], Load: load}
 		asg := Assign(u.Unit, free, v, now)
+		// Each slot's ranking assumes the slots before it go to their
+		// first choice; this node may be due for several as a later
+		// choice, and claims no more in one pass than max_per_node allows.
+		room := placement(u.Unit).MaxPerNode - len(heldBy(holders, f.cfg.Node, -1))
 		for _, k := range free {
 			r, ok := asg.Of(k, f.cfg.Node)
 			if !ok || !r.Verdict.OK {
@@ -773,6 +777,11 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 					f.holding = append(f.holding, Intent{Kind: "claim", Target: id, Detail: ranked})
 					continue // resume wakes us
 				}
+				if room <= 0 {
+					f.waiting = append(f.waiting, fmt.Sprintf("slot %s; %s, max_per_node reached with the claims due now", what, ranked))
+					continue // the next pass sees the claims made
+				}
+				room--
 				due = append(due, claimPlan{u: u, k: k, rank: r.Rank, budget: budget})
 				continue
 			}

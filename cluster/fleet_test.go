@@ -184,3 +184,24 @@ func TestWaiting(t *testing.T) {
 		})
 	}
 }
+
+// One pass of plan never has this node claim more slots of a unit than
+// max_per_node leaves it room for: each slot's ranking assumes the slots
+// before it go to their first choice, so a node that is a later choice for
+// several (the first choices did not claim them) could otherwise take them
+// all at once (seen in the deploy benchmark: 5 slots with max_per_node 4).
+func TestPlanKeepsMaxPerNodeWithinAPass(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	units := map[string]UnitSpec{"api": {Unit: Unit{Name: "api", Placement: &schema.Placement{Count: 10, MaxPerNode: 2}},
+		Services: []*schema.Service{{Name: "api"}}}}
+	f := planFleet("n1", []string{"n1", "n2", "n3", "n4", "n5"}, map[int]slotKV{0: {session: "s", value: SlotValue{Node: "n1", State: SlotHeld}}})
+	f.plan(units, t0)
+	_, due := f.plan(units, t0.Add(time.Hour)) // every rank's delay over
+	if len(due) != 1 {
+		var ks []int
+		for _, c := range due {
+			ks = append(ks, c.k)
+		}
+		t.Fatalf("n1 holds 1 of max_per_node 2 and plans to claim %v", ks)
+	}
+}
