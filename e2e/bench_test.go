@@ -126,8 +126,8 @@ service "ttl" {
 		m.stop(b, syscall.SIGTERM, 20*time.Second)
 		lat.report(b, "check critical -> restarted (grace 0, unhealthy_for 0, "+stampKind+" child)")
 		b.Log("this is the first restart after a check turns critical; a process that stays unhealthy is restarted " +
-			"again only once its check had time to report about it (the later of grace and interval + timeout or the ttl, " +
-			"then unhealthy_for: about 15s after each start with the defaults): see website/health.md")
+			"again only once its check had time to report about it (the later of grace + unhealthy_for and interval + timeout " +
+			"or the ttl: about 15s after each start with the defaults): see website/health.md")
 	}
 }
 
