@@ -1,12 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -16,6 +19,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
@@ -108,6 +112,172 @@ func BenchmarkIdleServices(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkIdleOverhead: what the node's HTTP API, its metrics and the
+// audit file cost a mariposa supervising 1,000 idle services, and whether
+// an idle node writes events. Two runs on one agent, one after the other,
+// both members of the fleet (-cluster: the KV audit log is the fleet's):
+//
+//   - off: -http-addr off -audit-file= (no API, no audit file; the
+//     metrics' counters, which cannot be turned off, are kept but never
+//     served);
+//   - on: -http-addr 127.0.0.1:0 with /metrics read every 15 s during the
+//     measurement, as Prometheus would scrape it (and once before it), and
+//     -audit-file in the run's directory.
+//
+// Measured over 110 s once every service is running and registered (as
+// BenchmarkIdleServices does): mariposa's RSS (the mean of a sample every
+// 5 s: a single sample is at the mercy of the garbage collector) and CPU,
+// its Consul requests per minute, the audit file's lines and the KV audit
+// records (mariposa/audit/) written per minute. Printed beside the off
+// run's figures, with the ratio on/off (goal: under 1.10) and the events
+// written when idle (goal: 0); the on run's CPU is also split into the
+// scrapes' (mariposa's CPU while it answers each, to the tick) and the
+// rest.
+func BenchmarkIdleOverhead(b *testing.B) {
+	const n = 1000
+	var sb strings.Builder
+	for i := 0; i < n; i++ {
+		fmt.Fprintf(&sb, "service \"idle-%d\" {\n  command = [%q]\n  env     = { STAMP_SLEEP_MS = \"-1\" }\n}\n", i, stampBin)
+	}
+	hcl := writeHCL(b, sb.String())
+	// One agent for both runs, stopped with the benchmark.
+	agent := consultest.NewDev(b, consultest.Options{ExtraConfig: map[string]any{
+		"limits": map[string]any{"http_max_conns_per_client": 1000},
+	}})
+	proxy := newCountingProxy(b, agent.HTTPAddr())
+	var off *idleFigures
+	for _, on := range []bool{false, true} {
+		name := fmt.Sprintf("%d-off", n)
+		if on {
+			name = fmt.Sprintf("%d-on", n)
+		}
+		b.Run(name, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				f := measureIdle(b, agent, proxy, n, on, hcl)
+				what, lines := "API and audit file off", "no audit file"
+				if on {
+					what = fmt.Sprintf("API on, /metrics (%.0f KiB) read every 15s, audit file on", f.scrapeKiB)
+					lines = fmt.Sprintf("%.1f audit-file lines/min", f.fileLines)
+				}
+				fmt.Printf("%d idle services, -cluster, %s: RSS %.1f MB, CPU %.2f%% of a core, %.0f Consul requests/min; events written when idle: %s, %.1f KV audit records/min (goal 0)\n",
+					n, what, f.rss, f.cpu, f.reqs, lines, f.kvRecords)
+				b.ReportMetric(f.rss, "RSS-MB")
+				b.ReportMetric(f.cpu, "CPU-%")
+				b.ReportMetric(f.reqs, "requests/min")
+				if on {
+					b.ReportMetric(f.fileLines, "audit-lines/min")
+				}
+				b.ReportMetric(f.kvRecords, "KV-audit/min")
+				b.ReportMetric(0, "ns/op")
+				if !on {
+					off = &f
+					continue
+				}
+				if off == nil {
+					fmt.Printf("  (no off run to compare with: run BenchmarkIdleOverhead/%d-off too)\n", n)
+					continue
+				}
+				rssRatio, cpuRatio := f.rss/off.rss, f.cpu/off.cpu
+				idle := f.cpu - f.scrapeCPU
+				fmt.Printf("  on beside off: RSS %.1f MB beside %.1f MB: ratio %.3f; CPU %.2f%% beside %.2f%%: ratio %.3f (goal: under 1.10 each); of it the scrapes %.2f%% (%.0f ms each), the rest %.2f%%: ratio %.3f\n",
+					f.rss, off.rss, rssRatio, f.cpu, off.cpu, cpuRatio, f.scrapeCPU, f.scrapeMS, idle, idle/off.cpu)
+				b.ReportMetric(f.scrapeMS, "ms/scrape")
+				b.ReportMetric(rssRatio, "RSS-ratio")
+				b.ReportMetric(cpuRatio, "CPU-ratio")
+			}
+		})
+	}
+}
+
+// idleFigures are what measureIdle saw.
+type idleFigures struct {
+	rss, cpu, reqs       float64 // MB (mean), % of a core, Consul requests/min
+	fileLines, kvRecords float64 // per minute
+	scrapeKiB            float64 // the size of /metrics (on)
+	scrapeCPU            float64 // the scrapes' share of cpu, % of a core (on)
+	scrapeMS             float64 // CPU time per scrape, ms (on)
+}
+
+// measureIdle runs mariposa -cluster with n idle services (hcl) against
+// agent through proxy, with the API, its scrapes and the audit file on or
+// off, and measures it once every service passes.
+func measureIdle(b *testing.B, agent *consultest.Agent, proxy *countingProxy, n int, on bool, hcl string) idleFigures {
+	c := agent.Client(b)
+	audit := filepath.Join(b.TempDir(), "audit.jsonl")
+	args := []string{"-cluster", "-http-addr", "off", "-audit-file="}
+	if on {
+		args = []string{"-cluster", "-http-addr", "127.0.0.1:0", "-audit-file=" + audit}
+	}
+	m := startMariposaAt(b, proxy.addr, append(args, hcl)...)
+	defer m.stop(b, syscall.SIGTERM, 2*time.Minute)
+	waitFor(b, 5*time.Minute, "every service passing", func() (bool, string) {
+		hc, _, err := c.Health().State(api.HealthPassing, &api.QueryOptions{Filter: `CheckID matches ":mariposa$"`})
+		return err == nil && len(hc) >= n+1, fmt.Sprint(len(hc), err)
+	})
+	var f idleFigures
+	scrape := func() {}
+	if on {
+		base := apiURL(b, c, agent.Name)
+		scrape = func() {
+			resp, err := http.Get(base + "/metrics")
+			if err != nil {
+				b.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				b.Fatalf("/metrics: %d %s", resp.StatusCode, body)
+			}
+			f.scrapeKiB = float64(len(body)) / 1024
+		}
+	}
+	time.Sleep(5 * time.Second) // settle
+	scrape()                    // Prometheus has been scraping all along
+	lines := func() int {
+		bs, _ := os.ReadFile(audit)
+		return bytes.Count(bs, []byte("\n"))
+	}
+	records := func() int {
+		keys, _, err := c.KV().Keys(cluster.AuditPrefix, "", nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return len(keys)
+	}
+	pid := m.cmd.Process.Pid
+	l0, k0 := lines(), records()
+	t0, c0, r0 := time.Now(), cpuTicks(pid), proxy.n.Load()
+	var rss []float64
+	var scrapes, scrapeTicks int64
+	for tick := 1; tick <= 22; tick++ { // 110 s
+		time.Sleep(time.Until(t0.Add(time.Duration(tick) * 5 * time.Second)))
+		if on && tick%3 == 0 {
+			// mariposa's CPU while it answers: the scrape's cost, give
+			// or take a tick of its idle work.
+			s0 := cpuTicks(pid)
+			scrape()
+			scrapeTicks += cpuTicks(pid) - s0
+			scrapes++
+		}
+		rss = append(rss, rssMB(pid))
+	}
+	wall := time.Since(t0)
+	f.cpu = float64(cpuTicks(pid)-c0) / 100 / wall.Seconds() * 100 // USER_HZ = 100
+	if scrapes > 0 {
+		f.scrapeCPU = float64(scrapeTicks) / 100 / wall.Seconds() * 100
+		f.scrapeMS = float64(scrapeTicks) * 10 / float64(scrapes)
+	}
+	// The supervisor checks' refresh, one per service per 10 minutes, as
+	// BenchmarkIdleServices adds it.
+	f.reqs = float64(proxy.n.Load()-r0)/wall.Minutes() + float64(n)/10
+	f.fileLines = float64(lines()-l0) / wall.Minutes()
+	f.kvRecords = float64(records()-k0) / wall.Minutes()
+	for _, v := range rss {
+		f.rss += v / float64(len(rss))
+	}
+	return f
 }
 
 // startMariposaAt runs mariposa against a Consul address (a proxy).
