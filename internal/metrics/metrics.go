@@ -12,7 +12,6 @@ package metrics
 
 import (
 	"net/http"
-	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -211,10 +210,6 @@ type instanceCollector struct {
 
 // States lists every instance state, so that each service reports all of
 // them (0 for the ones it is not in).
-var states = []supervisor.State{supervisor.StateStarting, supervisor.StateWaiting, supervisor.StateRunning,
-	supervisor.StateBackoff, supervisor.StateFailed, supervisor.StateCompleted, supervisor.StateStandby,
-	supervisor.StateStopping, supervisor.StateStopped}
-
 func (c *instanceCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
@@ -230,14 +225,13 @@ func (c *instanceCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		byState[s.State]++
 	}
+	// Only the states an instance is in: every state of every service,
+	// zeros included, made 1,000 idle services 9,000 series and a scrape
+	// four times the cost (the idle overhead benchmark). A state nobody is
+	// in is absent: query it with `or vector(0)`.
 	for svc, byState := range counts {
-		for _, st := range states {
-			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(byState[st]), svc, string(st))
-		}
 		for st, n := range byState {
-			if !slices.Contains(states, st) { // a state newer than this list
-				ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), svc, string(st))
-			}
+			ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), svc, string(st))
 		}
 	}
 }
