@@ -553,7 +553,12 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 	if claimed {
 		return time.Millisecond
 	}
-	if (len(claims) > 0 || retry) && (next <= 0 || next > time.Second) {
+	f.mu.Lock()
+	paused := len(f.pauses) > 0
+	f.mu.Unlock()
+	// While paused, look again every second: the queue follows the
+	// supervisor's snapshots, which an event can run ahead of.
+	if (len(claims) > 0 || retry || paused) && (next <= 0 || next > time.Second) {
 		// A due claim failed (no session yet, lock delay, Consul away):
 		// try again soon, not at the next change.
 		next = time.Second
