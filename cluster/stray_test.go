@@ -59,4 +59,3 @@ func TestReleaseStrays(t *testing.T) {
 		t.Fatalf("%d audit records", len(recs))
 	}
 }
-

@@ -90,12 +90,21 @@ service "idle" {
 	}
 
 	// Idle: a settled fleet of one node with one instance writes nothing.
-	time.Sleep(2 * time.Second)
+	// Settled: the KV index under mariposa/ holds between two looks.
+	last := kvIndex(t, c)
+	waitFor(t, 30*time.Second, "the fleet settled", func() (bool, string) {
+		now := kvIndex(t, c)
+		same := now == last
+		last = now
+		return same, fmt.Sprint(now)
+	})
 	idx := kvIndex(t, c)
 	fi, _ := os.Stat(auditFile)
 	records, _, _ := c.KV().Keys(cluster.AuditPrefix, "", nil)
 	const idle = 20 * time.Second
-	time.Sleep(idle)
+	consistently(t, idle, "nothing written while idle", func() (bool, string) {
+		return kvIndex(t, c) == idx, fmt.Sprint(kvIndex(t, c))
+	})
 	after := kvIndex(t, c)
 	fi2, _ := os.Stat(auditFile)
 	records2, _, _ := c.KV().Keys(cluster.AuditPrefix, "", nil)
