@@ -196,18 +196,22 @@ func (l *loader) decodeGroup(e *evaluator, block *hcl.Block, p *parsed) {
 	l.diags = append(l.diags, diags...)
 	g := &Group{Name: name}
 	u := unit{kind: "group", name: name}
-	var members, placement []*hcl.Block
+	var members, placement, volumes []*hcl.Block
 	for _, b := range content.Blocks {
 		switch {
 		case b.Type == "service":
 			members = append(members, b)
 			u.members = append(u.members, b.Labels[0])
+		case b.Type == "volume":
+			volumes = append(volumes, b)
 		case isPlacementBlock(b.Type):
 			placement = append(placement, b)
 		}
 	}
-	// The group's placement is one value that every member shares.
+	// The group's placement is one value that every member shares, and
+	// so are its volumes, which belong to the group's slots.
 	g.Placement = l.decodePlacement(e, u, content.Attributes, placement)
+	l.decodeVolumes(e, u, content.Attributes, volumes, g.Placement)
 	for _, b := range members {
 		if svc := l.decodeService(e, b, p, name, g.Placement); svc != nil {
 			g.Services = append(g.Services, svc.Name)
@@ -320,7 +324,7 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		}
 		*slot = b
 	}
-	var placement []*hcl.Block
+	var placement, volumes []*hcl.Block
 	checkNames := map[string]hcl.Range{}
 	depNames := map[string]hcl.Range{}
 	prefixes := map[string]hcl.Range{}
@@ -361,6 +365,8 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 			single(b, &leader)
 		case "stop":
 			single(b, &stop)
+		case "volume":
+			volumes = append(volumes, b)
 		default:
 			if isPlacementBlock(b.Type) {
 				placement = append(placement, b)
@@ -369,9 +375,12 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 	}
 	if group != "" {
 		l.memberPlacement(name, group, attrs, placement)
+		l.memberVolumes(name, group, volumes)
 		svc.Placement = groupPlacement
 	} else {
-		svc.Placement = l.decodePlacement(e, unit{kind: "service", name: name, members: []string{name}}, attrs, placement)
+		u := unit{kind: "service", name: name, members: []string{name}}
+		svc.Placement = l.decodePlacement(e, u, attrs, placement)
+		l.decodeVolumes(e, u, attrs, volumes, svc.Placement)
 	}
 	if svc.Placement != nil {
 		l.clusterService(svc, decl, leader)

@@ -64,6 +64,14 @@ func fuzzSeeds() []string {
 		`service "a" { command = ["x"] count = 1e99 update { max_parallel = 1e99 canary = -1e99 auto_promote = null } update {} }`,
 		`service "a" { command = ["x"] count = 2 update { healthy_deadline = null min_healthy_time = "1h" progress_deadline = "1ns" health_check = [] } }`,
 		`group "g" { count = 1 update { canary = 5 auto_promote = true } service "a" { command = ["x"] update {} } }`,
+		// volumes
+		`service "a" { command = ["x"] volume "d" {} }`,
+		`service "a" { command = ["x"] count = 1 volume {} volume "a" "b" {} volume "" { path = "" } }`,
+		`service "a" { command = ["x"] count = 1 volume "d" { path = null handoff = null replicas = 1e99 interval = null } }`,
+		`service "a" { command = ["x"] count = 1 volume "d" { path = "/../a//./" } volume "D" { path = "\x00" } volume "d-" { path = "d/" } }`,
+		`service "a" { command = ["x"] count = 1 exclusive = null volume "d" { handoff = "snapshot" snapshot = [null] restore = [[]] } }`,
+		`service "a" { command = ["x"] count = 1 exclusive = var.nope volume "d" { handoff = ["snapshot"] on_missing = {} } }`,
+		`group "g" { count = 1 volume "d" { handoff = "snapshot" } service "a" { command = ["x"] volume "d" {} } }`,
 	}
 }
 

@@ -43,7 +43,7 @@ func TestValidFixturesLoadClean(t *testing.T) {
 		for _, s := range cfg.Services {
 			names = append(names, s.Name)
 		}
-		want := []string{"search", "scheduler", "shop", "shop-worker", "trac", "trac-worker", "mysql", "api", "web", "webapp"}
+		want := []string{"search", "scheduler", "shop", "shop-worker", "trac", "trac-worker", "mysql", "api", "cache", "wiki", "wiki-indexer", "web", "webapp"}
 		if !reflect.DeepEqual(names, want) {
 			t.Errorf("services in load order = %v, want %v", names, want)
 		}
@@ -143,7 +143,7 @@ func TestDecodedValues(t *testing.T) {
 		// group members.
 		{"trac.group", trac.Group, "trac"},
 		{"worker.group", worker.Group, "trac"},
-		{"groups", len(cfg.Groups), 2},
+		{"groups", len(cfg.Groups), 3},
 		{"group.shop", [2]any{cfg.Groups[0].Name, cfg.Groups[0].Services}, [2]any{"shop", []string{"shop", "shop-worker"}}},
 		{"group.trac", cfg.Groups[1], &Group{Name: "trac", Services: []string{"trac", "trac-worker"}}},
 		{"worker.dep", *worker.Depends[0], Dependency{Name: "trac", Service: "trac", Passing: 1, OnLost: "ignore", EnvPrefix: "TRAC"}},

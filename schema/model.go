@@ -5,6 +5,7 @@ package schema
 
 import (
 	"os"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -226,7 +227,86 @@ type Placement struct {
 	StopAfter  time.Duration
 	Reschedule Reschedule
 	Update     Update
+	// Volumes are the unit's volume blocks (website/stateful.md): data
+	// owned by the slot, not the node. A group's volumes are on the
+	// group's Placement, which every member shares, so every member's
+	// instance sees them. Omitted from JSON when empty, so specs and their
+	// hashes stay as they were without them.
+	Volumes []*Volume `json:",omitempty"`
 }
+
+// Volume is one `volume "name"` block of a cluster unit: a directory that
+// belongs to the unit's slot. On the node holding slot k it is
+// <volume directory>/<unit>/<k>/<Path>, and every instance of the slot
+// gets its absolute path in the environment variable EnvName()
+// (MARIPOSA_VOLUME_DATA for "data"). Nothing acts on volumes yet: the
+// handoff is being built (website/stateful.md).
+type Volume struct {
+	// Name is the label: letters, digits, underscores and dashes; unique
+	// in the unit, also once upper-cased with dashes as underscores.
+	Name string
+	// Path is the name of the volume's directory in the slot's directory:
+	// one name (no "/") of letters, digits, "-", "_" and ".", not starting
+	// with "." (the store's own entries), at most 200 bytes, unique in the
+	// unit. Default: Name.
+	Path string
+	// Handoff is what happens to the data when the slot moves:
+	// HandoffNone (default: the directory is the node's, a moved instance
+	// starts empty), HandoffSticky (the slot prefers the node that held it
+	// last) or HandoffSnapshot (the data moves with the slot; the unit is
+	// then exclusive).
+	Handoff string
+	// Snapshot and Restore are commands (argv), HandoffSnapshot only. nil:
+	// the directory is copied as it is, and restored as copied.
+	Snapshot []string
+	Restore  []string
+	// Replicas is how many other nodes receive a periodic copy (default 0;
+	// more only with HandoffSnapshot), every Interval (default 5m).
+	Replicas int
+	Interval time.Duration
+	// RestoreTimeout bounds a restore (default 10m); longer is a start
+	// failure.
+	RestoreTimeout time.Duration
+	// OnMissing is what a new holder does when the old one is lost and
+	// could not hand the data off: OnMissingLatest (default: restore the
+	// newest copy), OnMissingEmpty or OnMissingFail.
+	OnMissing string
+	// Pos is "file:line:col" of the block (the file as named to Load).
+	Pos string
+}
+
+// EnvName is the environment variable that gives an instance the
+// volume's absolute path: MARIPOSA_VOLUME_ and the name upper-cased, with
+// dashes as underscores.
+func (v *Volume) EnvName() string { return VolumeEnvName(v.Name) }
+
+// VolumeEnvName is Volume.EnvName for a volume named name.
+func VolumeEnvName(name string) string {
+	return VolumeEnvPrefix + strings.ReplaceAll(strings.ToUpper(name), "-", "_")
+}
+
+// VolumeEnvPrefix starts the environment variable of each volume.
+const VolumeEnvPrefix = "MARIPOSA_VOLUME_"
+
+// Handoffs of a Volume.
+const (
+	HandoffNone     = "none"
+	HandoffSticky   = "sticky"
+	HandoffSnapshot = "snapshot"
+)
+
+// What a Volume's new holder does when no handoff reached it.
+const (
+	OnMissingLatest = "latest"
+	OnMissingEmpty  = "empty"
+	OnMissingFail   = "fail"
+)
+
+// Volume defaults.
+const (
+	DefaultVolumeInterval       = 5 * time.Minute
+	DefaultVolumeRestoreTimeout = 10 * time.Minute
+)
 
 // Constraint operators. "=" is accepted and normalised to "==".
 const (

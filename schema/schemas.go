@@ -42,6 +42,7 @@ var groupSchema = &hcl.BodySchema{
 		{Type: "spread"},
 		{Type: "reschedule"},
 		{Type: "update"},
+		{Type: "volume", LabelNames: []string{"name"}},
 	},
 }
 
@@ -73,6 +74,7 @@ var serviceSchema = &hcl.BodySchema{
 		{Type: "spread"},
 		{Type: "reschedule"},
 		{Type: "update"},
+		{Type: "volume", LabelNames: []string{"name"}},
 	},
 }
 
@@ -223,6 +225,19 @@ var updateSchema = &hcl.BodySchema{
 	},
 }
 
+var volumeSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "path"},
+		{Name: "handoff"},
+		{Name: "snapshot"},
+		{Name: "restore"},
+		{Name: "replicas"},
+		{Name: "interval"},
+		{Name: "restore_timeout"},
+		{Name: "on_missing"},
+	},
+}
+
 // Enumerations.
 var (
 	restartPolicies     = []string{"always", "on-failure", "never"}
@@ -233,6 +248,8 @@ var (
 	leaderChangeModes   = []string{"restart", "signal", "noop"}
 	delayFunctions      = []string{DelayConstant, DelayExponential, DelayFibonacci}
 	updateHealthChecks  = []string{UpdateChecks, UpdateRunning, UpdateManual}
+	volumeHandoffs      = []string{HandoffNone, HandoffSticky, HandoffSnapshot}
+	volumeOnMissing     = []string{OnMissingLatest, OnMissingEmpty, OnMissingFail}
 	// constraintOperators are the hard operators; "=" is accepted as "==".
 	constraintOperators = []string{OpEqual, OpNotEqual, OpRegexp, OpVersion, OpSetContains, OpIsSet, OpIsNotSet}
 	// affinityOperators are the soft ones, and the hard ones counted as a
