@@ -284,8 +284,9 @@ func (l *Lease) detach(t *Term) error {
 }
 
 // contend waits for the key to be free and acquires it with s. It returns
-// the key as read by a consistent read that showed s holding it, and when
-// that read was sent: the term's first confirmation.
+// the key as s holds it, and when the request that showed it held was sent
+// (the term's first confirmation): the acquiring transaction's own answer,
+// or, when that answer was lost or refused, a consistent read's.
 func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclog.Logger) (time.Time, *api.KVPair, error) {
 	l := s.l
 	kv := l.cfg.Client.KV()
@@ -327,16 +328,23 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 		}
 		rctx, cancel = context.WithTimeout(ctx, l.t.request)
 		var ok bool
+		var held *api.KVPair
+		sent = l.now()
 		if h.Claim != nil {
-			ok, err = s.claim(rctx, h, pair)
+			ok, held, err = s.claim(rctx, h, pair)
 		} else {
-			ok, _, err = kv.Acquire(&api.KVPair{Key: h.Key, Value: h.Value, Session: s.id},
-				(&api.WriteOptions{}).WithContext(rctx))
+			ok, held, err = s.lock(rctx, h)
 		}
 		cancel()
 		var aborted *claimAborted
 		if errors.As(err, &aborted) {
 			return time.Time{}, nil, aborted.err
+		}
+		if ok && err == nil && held != nil && held.Session == s.id {
+			// The transaction's answer is the held key itself, with the
+			// index that fences this term: no read needed (a round trip
+			// less on every takeover). Its send time bounds the term.
+			return sent, held, nil
 		}
 		index = 0 // read again at once to see what happened
 		switch {
@@ -367,29 +375,48 @@ func (e *claimAborted) Error() string { return e.err.Error() }
 // claim acquires h.Key in one transaction built by h.Claim from cur, the
 // value just read: the key unchanged since, the lock, and the claim's ops.
 // false: refused (changed meanwhile, lock delay, another session first).
-func (s *session) claim(ctx context.Context, h Hold, cur *api.KVPair) (bool, error) {
+func (s *session) claim(ctx context.Context, h Hold, cur *api.KVPair) (bool, *api.KVPair, error) {
 	value, extra, err := h.Claim(cur)
 	if err != nil {
-		return false, &claimAborted{err}
+		return false, nil, &claimAborted{err}
 	}
 	check := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: h.Key}
 	if cur != nil {
 		check = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.Key, Index: cur.ModifyIndex}
 	}
 	ops := append(api.TxnOps{{KV: check}, {KV: &api.KVTxnOp{Verb: api.KVLock, Key: h.Key, Value: value, Session: s.id}}}, extra...)
+	return s.lockTxn(ctx, h.Key, value, ops, 1)
+}
+
+// lock acquires h.Key with h.Value in a transaction of one lock: unlike a
+// plain acquire, its answer says the key's new indexes.
+func (s *session) lock(ctx context.Context, h Hold) (bool, *api.KVPair, error) {
+	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: h.Key, Value: h.Value, Session: s.id}}}
+	return s.lockTxn(ctx, h.Key, h.Value, ops, 0)
+}
+
+// lockTxn runs ops, whose op at lockAt locks key with value, and returns the
+// key as held (its value is the one written: a lock's answer leaves it out).
+func (s *session) lockTxn(ctx context.Context, key string, value []byte, ops api.TxnOps, lockAt int) (bool, *api.KVPair, error) {
 	ok, resp, _, err := s.l.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
-		return false, err
+		return false, nil, err
 	}
 	if !ok {
 		for _, e := range resp.Errors {
 			if strings.Contains(e.What, "invalid session") {
-				return false, fmt.Errorf("acquire %s: invalid session: %s", h.Key, e.What)
+				return false, nil, fmt.Errorf("acquire %s: invalid session: %s", key, e.What)
 			}
 		}
-		return false, nil
+		return false, nil, nil
 	}
-	return true, nil
+	var held *api.KVPair
+	if lockAt < len(resp.Results) && resp.Results[lockAt].KV != nil && resp.Results[lockAt].KV.Key == key {
+		kvp := *resp.Results[lockAt].KV
+		kvp.Value = value
+		held = &kvp
+	}
+	return true, held, nil
 }
 
 // forgetUntracked clears key's pending mark when no retry knows of it any
