@@ -9,9 +9,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -28,13 +32,25 @@ type countingProxy struct {
 	addr string
 	n    atomic.Int64
 	srv  *http.Server
+
+	mu    sync.Mutex
+	paths map[string]int64 // "GET /v1/agent/check/update" -> requests
+}
+
+// byPath returns the requests per method and path since the last call.
+func (p *countingProxy) byPath() map[string]int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := p.paths
+	p.paths = map[string]int64{}
+	return out
 }
 
 func newCountingProxy(b testing.TB, target string) *countingProxy {
 	u, _ := url.Parse("http://" + target)
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.FlushInterval = -1
-	p := &countingProxy{}
+	p := &countingProxy{paths: map[string]int64{}}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -42,11 +58,46 @@ func newCountingProxy(b testing.TB, target string) *countingProxy {
 	p.addr = l.Addr().String()
 	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.n.Add(1)
+		key := r.Method + " " + pathClass(r.URL.Path)
+		p.mu.Lock()
+		p.paths[key]++
+		p.mu.Unlock()
 		rp.ServeHTTP(w, r)
 	})}
 	go p.srv.Serve(l)
 	b.Cleanup(func() { p.srv.Close() })
 	return p
+}
+
+// pathClass is an API path without the names in it: the service, check
+// or key after the endpoint's own words.
+func pathClass(path string) string {
+	parts := strings.Split(strings.TrimPrefix(path, "/"), "/")
+	if len(parts) > 4 {
+		parts = parts[:4]
+	}
+	return "/" + strings.Join(parts, "/")
+}
+
+// topPaths formats the busiest paths of m, per minute over wall.
+func topPaths(m map[string]int64, wall time.Duration, most int) string {
+	type pc struct {
+		p string
+		n int64
+	}
+	var all []pc
+	for p, n := range m {
+		all = append(all, pc{p, n})
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n })
+	var out []string
+	for i, x := range all {
+		if i == most {
+			break
+		}
+		out = append(out, fmt.Sprintf("%s %.0f/min", x.p, float64(x.n)/wall.Minutes()))
+	}
+	return strings.Join(out, ", ")
 }
 
 // cpuTicks is utime+stime of pid in clock ticks.
@@ -75,9 +126,22 @@ func rssMB(pid int) float64 {
 // 110s once every service is running and registered. The supervisor checks
 // are refreshed every 10 minutes, so their share (one request per service
 // per 10 minutes) is added to the measured rate rather than waited for.
+//
+// 1000-starved runs the 1,000 beside two busy loops (`while :; do :; done`,
+// one per core), as a node whose CPU other work takes: its figures are
+// printed beside the quiet run's from the same run (goal: CPU within 2x
+// and requests within 1.2x), with the busiest API paths of both.
 func BenchmarkIdleServices(b *testing.B) {
-	for _, n := range []int{100, 1000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
+	var quiet struct {
+		cpu, reqs float64
+		paths     string
+	}
+	for _, name := range []string{"100", "1000", "1000-starved"} {
+		n, starved := 1000, name == "1000-starved"
+		if name == "100" {
+			n = 100
+		}
+		b.Run(name, func(b *testing.B) {
 			agent := consultest.NewDev(b, consultest.Options{ExtraConfig: map[string]any{
 				"limits": map[string]any{"http_max_conns_per_client": 1000},
 			}})
@@ -95,15 +159,39 @@ func BenchmarkIdleServices(b *testing.B) {
 					hc, _, err := c.Health().State(api.HealthPassing, &api.QueryOptions{Filter: `CheckID matches ":mariposa$"`})
 					return err == nil && len(hc) >= n+1, fmt.Sprint(len(hc), err)
 				})
+				if starved {
+					for range runtime.NumCPU() {
+						busy := exec.Command("/bin/sh", "-c", "while :; do :; done")
+						if err := busy.Start(); err != nil {
+							b.Fatal(err)
+						}
+						b.Cleanup(func() { _ = busy.Process.Kill(); _ = busy.Wait() })
+					}
+				}
 				time.Sleep(5 * time.Second) // settle
 				pid := m.cmd.Process.Pid
+				proxy.byPath()
 				t0, c0, r0 := time.Now(), cpuTicks(pid), proxy.n.Load()
 				time.Sleep(110 * time.Second)
 				wall := time.Since(t0)
 				cpu := float64(cpuTicks(pid)-c0) / 100 / wall.Seconds() * 100 // USER_HZ = 100
 				reqs := float64(proxy.n.Load()-r0)/wall.Minutes() + float64(n)/10
 				rss := rssMB(pid)
-				fmt.Printf("%d idle services: RSS %.1f MB, CPU %.2f%% of a core, %.0f Consul requests/min\n", n, rss, cpu, reqs)
+				paths := topPaths(proxy.byPath(), wall, 6)
+				what := fmt.Sprintf("%d idle services", n)
+				if starved {
+					what += " with both cores busy"
+				}
+				fmt.Printf("%s: RSS %.1f MB, CPU %.2f%% of a core, %.0f Consul requests/min (%s)\n", what, rss, cpu, reqs, paths)
+				switch {
+				case n == 1000 && !starved:
+					quiet.cpu, quiet.reqs, quiet.paths = cpu, reqs, paths
+				case starved && quiet.reqs > 0:
+					fmt.Printf("  starved beside quiet: CPU %.2f%% beside %.2f%%: ratio %.2f (goal <= 2); requests/min %.0f beside %.0f: ratio %.2f (goal <= 1.2)\n",
+						cpu, quiet.cpu, cpu/quiet.cpu, reqs, quiet.reqs, reqs/quiet.reqs)
+					b.ReportMetric(cpu/quiet.cpu, "CPU-ratio")
+					b.ReportMetric(reqs/quiet.reqs, "requests-ratio")
+				}
 				b.ReportMetric(rss, "RSS-MB")
 				b.ReportMetric(cpu, "CPU-%")
 				b.ReportMetric(reqs, "requests/min")
