@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/internal/lease"
+	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
@@ -48,6 +50,11 @@ type FleetConfig struct {
 	// Now and Rand are the clock and the jitter source (tests).
 	Now  func() time.Time
 	Rand func() float64
+	// Volumes is the node's volume store (volumes.go); APIURL is this
+	// node's HTTP API, which serves the snapshots it hands off. A unit
+	// with volume blocks runs only where Volumes is set.
+	Volumes *volume.Store
+	APIURL  string
 }
 
 // Fleet is this node's part in the fleet. It follows the deployed units,
@@ -137,6 +144,12 @@ type heldSlot struct {
 	// healthy at its version (a running deployment's progress).
 	publishing bool
 	pubMu      sync.Mutex // one publishHealthy at a time
+	// prevNode held the slot before this node claimed it.
+	prevNode string
+	// Volumes (volumes.go): the instance starts only once they are
+	// ready; preparing while they are restored.
+	volumesReady, preparing bool
+	volumesHanded           bool // handed to the runner since ready
 }
 
 type vacancy struct {
@@ -307,6 +320,15 @@ func (f *Fleet) release(h *heldSlot, state, reason string, ops api.TxnOps) {
 	case len(ops) > 0:
 		action = "reschedule"
 	}
+	// The instance has stopped: its volumes' snapshots go with the release,
+	// in the same transaction, fenced by the slot's session.
+	if hops, err := f.handoffOps(context.Background(), h); err != nil {
+		f.log.Warn("no handoff of the slot's data: the next holder applies on_missing", "slot", slotName(h.unit.Unit.Name, h.k), "error", err)
+		reason += "; no handoff of its data: " + err.Error()
+	} else if len(hops) > 0 {
+		ops = append(hops, ops...)
+		reason += "; data handed off"
+	}
 	ops = append(ops, AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: h.unit.Unit.Name, Slot: slotName(h.unit.Unit.Name, h.k),
 		Action: action, From: f.cfg.Node, To: state, Reason: reason, TermIndex: h.term.Index}))
 	if err := h.term.ReleaseWith(v.encode(), ops); err != nil {
@@ -414,6 +436,16 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 			ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: PenaltyKey(u.Unit.Name, f.cfg.Node), Value: pen}}}
 			gone = append(gone, giveUp{h: h, state: state, reason: "rescheduled: " + reason, ops: ops})
 		default:
+			if vols, _ := volumesOf(u); len(vols) > 0 {
+				switch {
+				case !h.volumesReady && !h.preparing:
+					h.preparing = true
+					go f.prepare(ctx, id, h)
+				case h.volumesReady && !h.volumesHanded:
+					h.volumesHanded = true // ready since the last look: start it
+					changed = true
+				}
+			}
 			switch {
 			case reflect.DeepEqual(h.unit, u):
 			case rolling(h.unit, u):
@@ -817,7 +849,12 @@ func (f *Fleet) claim(ctx context.Context, c claimPlan) bool {
 	lockDelay := f.cfg.Lease.LockDelay()
 	cctx, cancel := context.WithTimeout(ctx, lockDelay+2*time.Second)
 	defer cancel()
+	if vols, _ := volumesOf(u); len(vols) > 0 && f.cfg.Volumes == nil {
+		f.log.Debug("not claiming a slot with volumes: this node has no volume store", "slot", id)
+		return false
+	}
 	var claimed SlotValue
+	var prevNode string
 	exclusive := u.Unit.Placement != nil && u.Unit.Placement.Exclusive
 	t, err := f.cfg.Lease.TryAcquire(cctx, lease.Hold{
 		Key:         SlotKey(name, k),
@@ -842,6 +879,7 @@ func (f *Fleet) claim(ctx context.Context, c claimPlan) bool {
 			if cur != nil {
 				from = prev.Node
 			}
+			prevNode = from
 			reason := fmt.Sprintf("rank %d", rank)
 			var ops api.TxnOps
 			if claimed.Takeover {
@@ -871,7 +909,7 @@ func (f *Fleet) claim(ctx context.Context, c claimPlan) bool {
 		return false
 	}
 	f.mu.Lock()
-	f.held[id] = &heldSlot{unit: u, k: k, term: t, value: claimed}
+	f.held[id] = &heldSlot{unit: u, k: k, term: t, value: claimed, prevNode: prevNode}
 	vac, wasVacant := f.vacant[id]
 	delete(f.vacant, id)
 	f.mu.Unlock()
@@ -902,6 +940,12 @@ func (f *Fleet) applyHeld(ctx context.Context) {
 		h := f.held[id]
 		sl := supervisor.Slot{SlotInfo: supervisor.SlotInfo{Unit: h.unit.Unit.Name, Index: h.k, Key: h.term.Key,
 			Session: h.term.Session, Term: h.term.Index}}
+		if vols, _ := volumesOf(h.unit); len(vols) > 0 {
+			if !h.volumesReady {
+				continue // started once its volumes are (prepareVolumes)
+			}
+			sl.VolumeDir = filepath.Dir(f.cfg.Volumes.Dir(h.unit.Unit.Name, h.k, vols[0].Path))
+		}
 		if h.unit.Unit.Placement != nil && h.unit.Unit.Placement.Exclusive {
 			sl.Lost, sl.Expired, sl.Err = h.term.Lost(), h.term.Expired(), h.term.Err
 		}

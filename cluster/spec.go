@@ -254,8 +254,20 @@ func unitsOf(services []*schema.Service, groups []*schema.Group) []UnitSpec {
 			continue
 		}
 		idx[name] = len(out)
-		out = append(out, UnitSpec{Unit: Unit{Name: name, Placement: svc.Placement}, Services: []*schema.Service{svc}})
+		out = append(out, UnitSpec{Unit: Unit{Name: name, Placement: svc.Placement, HasVolume: keepsData(svc.Placement)}, Services: []*schema.Service{svc}})
 	}
 	_ = groups
 	return out
+}
+
+// keepsData says whether a placement has a volume whose data stays with
+// the node or moves at a cost (handoff "sticky" or "snapshot"): its slots
+// prefer the node that held them last.
+func keepsData(p *schema.Placement) bool {
+	for _, v := range p.Volumes {
+		if v.Handoff != schema.HandoffNone {
+			return true
+		}
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
@@ -27,6 +28,10 @@ type fleetMember struct {
 	auditRetention time.Duration
 	// onClaim is told each claim this node makes (the claim delay metric).
 	onClaim func(unit string, vacant time.Duration)
+	// volumes is the node's volume store (nil: none); apiURL is where
+	// other nodes fetch the snapshots this node hands off.
+	volumes *volume.Store
+	apiURL  string
 
 	f      atomic.Pointer[cluster.Fleet]
 	cancel context.CancelFunc
@@ -53,7 +58,7 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 			return
 		}
 		f := cluster.NewFleet(cluster.FleetConfig{Client: m.client, Node: r.Node(), Lease: r.Leases().Lease(0, 0),
-			Runner: r, Log: m.log, OnClaim: m.onClaim})
+			Runner: r, Log: m.log, OnClaim: m.onClaim, Volumes: m.volumes, APIURL: m.apiURL})
 		f.SetLocal(cfg)
 		r.SetLivenessNote(f.Waiting)
 		m.f.Store(f)

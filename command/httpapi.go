@@ -14,6 +14,7 @@ import (
 	"github.com/mariposa-sh/mariposa/internal/httpapi"
 	"github.com/mariposa-sh/mariposa/internal/logring"
 	"github.com/mariposa-sh/mariposa/internal/metrics"
+	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
@@ -39,6 +40,10 @@ type nodeAPI struct {
 	events  *httpapi.EventLog
 	runner  atomic.Pointer[supervisor.Runner]
 	srv     *httpapi.Server
+	// volumes, when set, is served at /v1/volumes/ to the holders of the
+	// slots (client checks that they hold them).
+	volumes *volume.Store
+	client  *api.Client
 	// authClient asks Consul about the API's callers' tokens: the Consul
 	// client's transport, not counted in the metrics (an "ACL support
 	// disabled" answer is no failure).
@@ -110,6 +115,7 @@ func (n *nodeAPI) listen(ccfg *api.Config, rings *logring.Set, log hclog.Logger)
 		Target:  lazyTarget{n},
 		Logs:    rings,
 		Metrics: n.metrics.Handler(),
+		Volumes: n.volumeHandler(),
 		Auth:    httpapi.NewAuthorizer(&httpapi.ConsulChecker{BaseURL: consulBaseURL(ccfg), Client: n.authClient}, 0, 0),
 		Log:     log,
 	})
@@ -194,4 +200,13 @@ func consulBaseURL(ccfg *api.Config) string {
 		scheme = "http"
 	}
 	return scheme + "://" + ccfg.Address + ccfg.PathPrefix
+}
+
+// volumeHandler serves the volume store to the slots' holders; nil
+// without one.
+func (n *nodeAPI) volumeHandler() http.Handler {
+	if n.volumes == nil || n.client == nil {
+		return nil
+	}
+	return n.volumes.Handler(cluster.AuthorizeVolume(n.client))
 }

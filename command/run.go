@@ -78,6 +78,7 @@ Options:
                      of "make consul", or PATH) and stop it on exit.
 ` + auditFlagsHelp + `
 ` + httpAPIFlagsHelp + `
+` + volumeFlagsHelp + `
 
 ` + consulFlagsHelp + `
 ` + controlSocketHelp + `
@@ -114,12 +115,14 @@ func (c *RunCommand) Run(args []string) int {
 		clusterMode bool
 		audit       auditFlags
 		httpAPI     nodeAPI
+		volumes     volumeFlags
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	cf.register(fs)
 	audit.register(fs)
 	httpAPI.register(fs)
+	volumes.register(fs)
 	fs.Var(vars, "var", "")
 	fs.StringVar(&level, "log-level", "info", "")
 	fs.BoolVar(&logJSON, "log-json", false, "")
@@ -232,6 +235,13 @@ func (c *RunCommand) Run(args []string) int {
 	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
 	fl := newFleetMember(clusterMode, client, log)
 	fl.auditRetention = audit.retention
+	if clusterMode {
+		// Slots with volume blocks keep their data here (and hand it
+		// off through the HTTP API).
+		fl.volumes = volumes.open(log)
+		httpAPI.volumes = fl.volumes
+		httpAPI.client = client
+	}
 	// The node's HTTP API and Prometheus metrics (-http-addr).
 	httpAPI.setup(ccfg, fl)
 	fl.onClaim = httpAPI.metrics.ObserveClaim
@@ -260,6 +270,7 @@ func (c *RunCommand) Run(args []string) int {
 		OnRender:   httpAPI.metrics.ObserveRender,
 	})
 	httpAPI.start(r)
+	fl.apiURL = handoffURL(client, httpAPI.boundAddr())
 	fl.start(r, cfg)
 	// The local control channel (mariposa restart, reset, logs).
 	srv, err := control.Listen(control.ResolvePath(controlSock), controlTarget{r}, rings, log)

@@ -239,8 +239,8 @@ type Placement struct {
 // belongs to the unit's slot. On the node holding slot k it is
 // <volume directory>/<unit>/<k>/<Path>, and every instance of the slot
 // gets its absolute path in the environment variable EnvName()
-// (MARIPOSA_VOLUME_DATA for "data"). Nothing acts on volumes yet: the
-// handoff is being built (website/stateful.md).
+// (MARIPOSA_VOLUME_DATA for "data"). The fleet readies and hands off a
+// slot's volumes (cluster/volumes.go, website/stateful.md).
 type Volume struct {
 	// Name is the label: letters, digits, underscores and dashes; unique
 	// in the unit, also once upper-cased with dashes as underscores.

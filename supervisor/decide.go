@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"syscall"
@@ -404,7 +405,7 @@ func (st *stepper) tryStart() {
 	}
 	s.waitingSince = time.Time{}
 	st.disarm(timerDep)
-	env := append(leaderEnv(s.svc.Leader, s.term), slotEnv(s.slot)...)
+	env := append(leaderEnv(s.svc.Leader, s.term), slotEnv(s.slot, s.svc)...)
 	if s.hasData {
 		env = append(append(env, s.data.DepEnv...), s.data.TemplateEnv...)
 		s.depsAtStart = s.depsAtStart[:0]
@@ -1009,12 +1010,18 @@ func (st *stepper) slotLost(expired bool, why string) {
 
 // slotEnv is MARIPOSA_INSTANCE and the slot's fencing token, for an
 // instance in a count slot.
-func slotEnv(sl *SlotInfo) []string {
+func slotEnv(sl *SlotInfo, svc *schema.Service) []string {
 	if sl == nil {
 		return nil
 	}
-	return []string{"MARIPOSA_INSTANCE=" + strconv.Itoa(sl.Index), "MARIPOSA_SLOT_KEY=" + sl.Key,
+	env := []string{"MARIPOSA_INSTANCE=" + strconv.Itoa(sl.Index), "MARIPOSA_SLOT_KEY=" + sl.Key,
 		"MARIPOSA_SLOT_SESSION=" + sl.Session, "MARIPOSA_SLOT_INDEX=" + strconv.FormatUint(sl.Term, 10)}
+	if sl.VolumeDir != "" && svc.Placement != nil {
+		for _, v := range svc.Placement.Volumes {
+			env = append(env, v.EnvName()+"="+filepath.Join(sl.VolumeDir, v.Path))
+		}
+	}
+	return env
 }
 
 // leaderEnv is MARIPOSA_LEADER and friends for a leader service; t is the

@@ -17,6 +17,11 @@ type SlotInfo struct {
 	Key     string
 	Session string
 	Term    uint64
+	// VolumeDir is the slot's directory in the node's volume store, when
+	// its unit has volume blocks: each volume is VolumeDir/<path>, given
+	// to the instance as MARIPOSA_VOLUME_<NAME>. The fleet hands the slot
+	// over only once its volumes are ready (restored when they moved).
+	VolumeDir string
 }
 
 // Name is "<unit>/<k>".

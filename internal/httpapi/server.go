@@ -58,6 +58,10 @@ type Config struct {
 	Logs   *logring.Set
 	// Metrics serves /metrics (promhttp); nil: 404.
 	Metrics http.Handler
+	// Volumes serves /v1/volumes/ (internal/volume: the snapshots this
+	// node hands off); nil: 404. Its token needs service:read on the unit,
+	// and the handler checks that the caller holds the slot.
+	Volumes http.Handler
 	// Auth decides what a request's token may do; nil: everything is
 	// allowed (tests only).
 	Auth *Authorizer
@@ -121,6 +125,9 @@ func Listen(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/restart/{service}", s.serviceGuard(ServiceWrite, s.control.Restart))
 	mux.HandleFunc("POST /v1/reset/{service}", s.serviceGuard(ServiceWrite, s.control.Reset))
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	if cfg.Volumes != nil {
+		mux.Handle("/v1/volumes/", s.volumeGuard(cfg.Volumes))
+	}
 	s.srv = &http.Server{
 		Handler:           s.nodeGuard(mux),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -272,6 +279,19 @@ func (s *Server) serviceGuard(perm func(string) Perm, h http.HandlerFunc) http.H
 			return
 		}
 		h(w, r)
+	}
+}
+
+// volumeGuard authorizes service:read on the unit a volume request names
+// (/v1/volumes/<unit>/...), then lets h check the slot.
+func (s *Server) volumeGuard(h http.Handler) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		unit, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/v1/volumes/"), "/")
+		_, r, ok := s.authorize(w, r, []Perm{ServiceRead(unit)})
+		if !ok {
+			return
+		}
+		h.ServeHTTP(w, r)
 	}
 }
 
