@@ -444,6 +444,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 				case h.volumesReady && !h.volumesHanded:
 					h.volumesHanded = true // ready since the last look: start it
 					changed = true
+					go f.copyLoop(ctx, id, h) // periodic copies, when replicas > 0
 				}
 			}
 			switch {

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
+	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 // Volumes: data that belongs to a slot (website/stateful.md, CLUSTER.md
@@ -177,23 +181,43 @@ func (f *Fleet) prepareVolumes(ctx context.Context, h *heldSlot) (string, error)
 			}
 			notes = append(notes, v.Name+" started empty (on_missing = \"empty\")")
 		default:
-			// latest: the newest copy there is. Without periodic copies
-			// that is an older handoff, when its node still serves it.
-			if ho != nil && ho.Node != f.cfg.Node {
-				if m, ok := ho.Volumes[v.Name]; ok {
-					src := volume.Source{URL: volume.SnapshotURL(ho.URL, u, k, v.Path, m.SHA256), SHA256: m.SHA256, Size: m.Size,
-						Header: http.Header{SessionHeader: {h.term.Session}}}
-					if _, err := store.Restore(ctx, u, k, v.Path, src, v.Restore, os.Environ(), v.RestoreTimeout); err == nil {
-						notes = append(notes, fmt.Sprintf("%s restored from the handoff of %s by %s: the writes since then are lost (%s)",
-							v.Name, ho.At.Format(time.RFC3339), ho.Node, f.cfg.Now().Sub(ho.At).Round(time.Second)))
-						continue
-					} else {
-						f.log.Warn("the newest copy could not be restored", "slot", slotName(u, k), "volume", v.Name, "error", err)
-					}
+			// latest: the newest copy there is: a periodic copy on another
+			// node, or an older handoff's snapshot when its node still
+			// serves it.
+			type candidate struct {
+				from, url, sha string
+				size          int64
+				at            time.Time
+			}
+			var cands []candidate
+			if c, err := f.latestCopy(ctx, u, k, v.Name); err != nil {
+				return "", fmt.Errorf("read the copies of volume %s: %w", v.Name, err)
+			} else if c != nil {
+				cands = append(cands, candidate{c.Node, volume.LatestCopyURL(c.URL, u, k, v.Path, c.SHA256), c.SHA256, c.Size, c.TakenAt})
+			}
+			if ho != nil {
+				if m, ok := ho.Volumes[v.Name]; ok && ho.Node != f.cfg.Node {
+					cands = append(cands, candidate{ho.Node, volume.SnapshotURL(ho.URL, u, k, v.Path, m.SHA256), m.SHA256, m.Size, ho.At})
 				}
 			}
+			sort.Slice(cands, func(i, j int) bool { return cands[i].at.After(cands[j].at) })
+			restored := false
+			for _, c := range cands {
+				src := volume.Source{URL: c.url, SHA256: c.sha, Size: c.size, Header: http.Header{SessionHeader: {h.term.Session}}}
+				if _, err := store.Restore(ctx, u, k, v.Path, src, v.Restore, os.Environ(), v.RestoreTimeout); err != nil {
+					f.log.Warn("a copy could not be restored; trying an older one", "slot", slotName(u, k), "volume", v.Name, "from", c.from, "error", err)
+					continue
+				}
+				notes = append(notes, fmt.Sprintf("%s restored from the copy of %s on %s: the writes after it are lost (up to %s)",
+					v.Name, c.at.Format(time.RFC3339), c.from, f.cfg.Now().Sub(c.at).Round(time.Second)))
+				restored = true
+				break
+			}
+			if restored {
+				continue
+			}
 			if ho != nil && ho.Node == f.cfg.Node {
-				notes = append(notes, fmt.Sprintf("%s kept from this node's handoff of %s: the writes since then are lost (%s)",
+				notes = append(notes, fmt.Sprintf("%s kept from this node's handoff of %s: the writes after it are lost (up to %s)",
 					v.Name, ho.At.Format(time.RFC3339), f.cfg.Now().Sub(ho.At).Round(time.Second)))
 				continue
 			}
@@ -316,4 +340,188 @@ func (f *Fleet) prepare(ctx context.Context, id string, h *heldSlot) {
 		}
 	}
 	f.wake()
+}
+
+// VolumesPrefix holds the records of the periodic copies of each volume.
+const VolumesPrefix = Prefix + "volumes/"
+
+// CopiesKey is volumes/<unit>/<k>/<volume>/copies.
+func CopiesKey(unit string, k int, vol string) string {
+	return VolumesPrefix + unit + "/" + strconv.Itoa(k) + "/" + vol + "/copies"
+}
+
+// VolumeCopy is one periodic copy of a volume, held read-only by Node.
+type VolumeCopy struct {
+	Node    string    `json:"node"`
+	URL     string    `json:"url"`
+	SHA256  string    `json:"sha256"`
+	Size    int64     `json:"size"`
+	TakenAt time.Time `json:"taken_at"`
+}
+
+// DecodeCopies reads a copies record; an error for a value that is not one.
+func DecodeCopies(b []byte) ([]VolumeCopy, error) {
+	var cs []VolumeCopy
+	if err := json.Unmarshal(b, &cs); err != nil {
+		return nil, fmt.Errorf("copies: %w", err)
+	}
+	for _, c := range cs {
+		if c.Node == "" || c.URL == "" || len(c.SHA256) != 64 || c.Size < 0 {
+			return nil, errors.New("copies: an entry without node, url, checksum or size")
+		}
+	}
+	return cs, nil
+}
+
+// copyPeers picks n live supervisors other than this node to push slot k's
+// copies to, with their node API URLs: the live ones in name order,
+// rotated by k so that the slots of a unit spread their copies.
+func (f *Fleet) copyPeers(ctx context.Context, k, n int) ([]VolumeCopy, error) {
+	es, _, err := f.cfg.Client.Health().Service("mariposa", "", true, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	var peers []VolumeCopy
+	for _, e := range es {
+		if e.Node.Node == f.cfg.Node {
+			continue
+		}
+		u := apiURLOf(e)
+		if u == "" {
+			continue
+		}
+		peers = append(peers, VolumeCopy{Node: e.Node.Node, URL: u})
+	}
+	sort.Slice(peers, func(i, j int) bool { return peers[i].Node < peers[j].Node })
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	var out []VolumeCopy
+	for i := 0; i < n && i < len(peers); i++ {
+		out = append(out, peers[(k+i)%len(peers)])
+	}
+	return out, nil
+}
+
+// apiURLOf is the node API of a mariposa service entry (meta http_api),
+// with the node's address in place of an unspecified host.
+func apiURLOf(e *api.ServiceEntry) string {
+	raw := e.Service.Meta[supervisor.HTTPAPIMetaKey]
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return ""
+	}
+	host, port, err := net.SplitHostPort(u.Host)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() && e.Node.Address != "" {
+		u.Host = net.JoinHostPort(e.Node.Address, port)
+	}
+	return u.String()
+}
+
+// copyLoop pushes periodic copies of slot id's volumes with replicas to
+// other nodes while this node holds the slot (h), every interval, and
+// records them in volumes/<unit>/<k>/<volume>/copies with a check of the
+// slot's session: only the holder records copies.
+func (f *Fleet) copyLoop(ctx context.Context, id string, h *heldSlot) {
+	vols, _ := volumesOf(h.unit)
+	every := time.Duration(0)
+	for _, v := range vols {
+		if v.Replicas > 0 && (every == 0 || v.Interval < every) {
+			every = v.Interval
+		}
+	}
+	if every <= 0 {
+		return
+	}
+	t := time.NewTimer(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.term.Lost():
+			return
+		case <-t.C:
+		}
+		f.mu.Lock()
+		mine := f.held[id] == h
+		f.mu.Unlock()
+		if !mine {
+			return
+		}
+		for _, v := range vols {
+			if v.Replicas > 0 {
+				if err := f.pushCopies(ctx, h, v); err != nil && ctx.Err() == nil {
+					f.log.Warn("a periodic copy failed; trying again at the next interval", "slot", id, "volume", v.Name, "error", err)
+				}
+			}
+		}
+		t.Reset(every)
+	}
+}
+
+// pushCopies takes one snapshot file of v and pushes it to v.Replicas
+// peers, then records the copies that arrived.
+func (f *Fleet) pushCopies(ctx context.Context, h *heldSlot, v *schema.Volume) error {
+	u, k := h.unit.Unit.Name, h.k
+	m, err := f.cfg.Volumes.SnapshotFile(ctx, u, k, v.Path, v.Snapshot, os.Environ())
+	if err != nil {
+		return err
+	}
+	peers, err := f.copyPeers(ctx, k, v.Replicas)
+	if err != nil {
+		return fmt.Errorf("finding peers: %w", err)
+	}
+	var got []VolumeCopy
+	for _, p := range peers {
+		pctx, cancel := context.WithTimeout(ctx, v.RestoreTimeout)
+		_, err := f.cfg.Volumes.Push(pctx, u, k, v.Path, volume.Peer{URL: p.URL, Header: http.Header{SessionHeader: {h.term.Session}}})
+		cancel()
+		if err != nil {
+			f.log.Warn("could not push a copy", "slot", slotName(u, k), "volume", v.Name, "to", p.Node, "error", err)
+			continue
+		}
+		got = append(got, VolumeCopy{Node: p.Node, URL: p.URL, SHA256: m.SHA256, Size: m.Size, TakenAt: m.TakenAt})
+	}
+	if len(got) == 0 {
+		return errors.New("no peer took the copy")
+	}
+	b, err := json.Marshal(got)
+	if err != nil {
+		return err
+	}
+	ok, resp, _, err := f.cfg.Client.Txn().Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.term.Key, Session: h.term.Session}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: CopiesKey(u, k, v.Name), Value: b}},
+	}, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("recording the copies: %v", resp.Errors)
+	}
+	return nil
+}
+
+// latestCopy is the newest recorded copy of a volume, if any.
+func (f *Fleet) latestCopy(ctx context.Context, unit string, k int, vol string) (*VolumeCopy, error) {
+	p, _, err := f.cfg.Client.KV().Get(CopiesKey(unit, k, vol), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil || p == nil {
+		return nil, err
+	}
+	cs, err := DecodeCopies(p.Value)
+	if err != nil {
+		f.log.Warn("ignoring a copies record that cannot be read", "slot", slotName(unit, k), "volume", vol, "error", err)
+		return nil, nil
+	}
+	var best *VolumeCopy
+	for i := range cs {
+		if best == nil || cs[i].TakenAt.After(best.TakenAt) {
+			best = &cs[i]
+		}
+	}
+	return best, nil
 }

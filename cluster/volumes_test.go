@@ -182,3 +182,9 @@ func FuzzDecodeHandoff(f *testing.F) {
 	f.Add([]byte(`{}`))
 	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeHandoff(b) })
 }
+
+func FuzzDecodeCopies(f *testing.F) {
+	f.Add([]byte(`[{"node":"n2","url":"http://127.0.0.1:1","sha256":"` + strings.Repeat("b", 64) + `","size":3,"taken_at":"2026-11-23T10:00:00Z"}]`))
+	f.Add([]byte(`[{}]`))
+	f.Fuzz(func(t *testing.T, b []byte) { _, _ = DecodeCopies(b) })
+}

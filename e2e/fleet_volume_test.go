@@ -62,7 +62,9 @@ service "cache" {
   exclusive = true
 
   volume "data" {
-    handoff = "snapshot"
+    handoff  = "snapshot"
+    replicas = 1
+    interval = "2s"
   }
   check "up" {
     tcp      = "127.0.0.1:%d"
@@ -150,11 +152,60 @@ service "cache" {
 	})
 	// The stale holder had its chance to release (and publish) by now:
 	// wait for the new holder's instance, then compare.
-	holder(second)
+	fourth := holder(second)
 	after := handoffOf(t, c, "cache", 0)
 	if after.Node == second && after.LockIndex != before.LockIndex {
 		t.Fatalf("the stale holder published a handoff after losing its slot: %+v", after)
 	}
+
+	// An unplanned loss: kill -9 the holder's node (its mariposa and its
+	// agent). The next holder restores the newest periodic copy, pushed
+	// every 2s to another node; what was written after it is lost, and
+	// the restore record says how long ago it was taken.
+	waitFor(t, 30*time.Second, "redis answering on "+fourth, func() (bool, string) {
+		out, err := redisCmd("PING")
+		return err == nil && out == "PONG", fmt.Sprint(out, err)
+	})
+	for i := 0; i < keys; i++ {
+		if _, err := redisCmd("SET", fmt.Sprintf("late:%d", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrote := time.Now()
+	waitFor(t, 30*time.Second, "a copy taken after the writes", func() (bool, string) {
+		p, _, err := c.KV().Get(cluster.CopiesKey("cache", 0, "data"), nil)
+		if err != nil || p == nil {
+			return false, fmt.Sprint(err)
+		}
+		cs, err := cluster.DecodeCopies(p.Value)
+		return err == nil && len(cs) > 0 && cs[0].TakenAt.After(wrote.Add(time.Second)), fmt.Sprint(cs, err)
+	})
+	if _, err := redisCmd("SET", "lost", "x"); err != nil {
+		t.Fatal(err)
+	}
+	_ = ms[fourth].cmd.Process.Kill()
+	clientNamed(cl, fourth).Kill()
+	killedAt := time.Now()
+	fifth := holder(fourth)
+	waitFor(t, 30*time.Second, "redis answering on "+fifth, func() (bool, string) {
+		out, err := redisCmd("GET", fmt.Sprintf("late:%d", keys-1))
+		return err == nil && out == "x", fmt.Sprint(out, err)
+	})
+	if out, _ := redisCmd("DBSIZE"); out != strconv.Itoa(2*keys) && out != strconv.Itoa(2*keys+1) {
+		t.Errorf("DBSIZE %s after the loss, want %d (or %d with the last write)", out, 2*keys, 2*keys+1)
+	}
+	var note string
+	recs, _, _ := c.KV().List(cluster.AuditPrefix, nil)
+	for _, p := range recs {
+		var e cluster.AuditEvent
+		if json.Unmarshal(p.Value, &e) == nil && e.Action == "restore" && e.To == fifth {
+			note = e.Reason
+		}
+	}
+	if !strings.Contains(note, "restored from the copy of") {
+		t.Fatalf("the restore record after the loss: %q", note)
+	}
+	t.Logf("node %s killed; back on %s %s later from its newest copy: %s", fourth, fifth, time.Since(killedAt).Round(time.Millisecond), note)
 }
 
 // handoffOf reads handoffs/<unit>/<k>.
