@@ -186,8 +186,8 @@ func (f *Fleet) prepareVolumes(ctx context.Context, h *heldSlot) (string, error)
 			// serves it.
 			type candidate struct {
 				from, url, sha string
-				size          int64
-				at            time.Time
+				size           int64
+				at             time.Time
 			}
 			var cands []candidate
 			if c, err := f.latestCopy(ctx, u, k, v.Name); err != nil {
