@@ -111,6 +111,22 @@ type workedExample struct {
 // and the text blocks' commands with their output.
 func readWorkedExample(t *testing.T, path string) workedExample {
 	t.Helper()
+	ex := readExampleSection(t, path)
+	var cmds []string
+	for _, s := range ex.steps {
+		cmds = append(cmds, s.cmd)
+	}
+	if want := []string{"mariposa deploy api.hcl", "mariposa status", "mariposa why api"}; !slices.Equal(cmds, want) {
+		t.Fatalf("the worked example's text blocks run %q; this test knows %q (update it with the page)", cmds, want)
+	}
+	return ex
+}
+
+// readExampleSection extracts the blocks of path's section "## A worked
+// example on one machine": one sh, one hcl, and the text blocks' commands
+// with their output.
+func readExampleSection(t *testing.T, path string) workedExample {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -141,13 +157,6 @@ func readWorkedExample(t *testing.T, path string) workedExample {
 				s.out = append(s.out, l)
 			}
 		}
-	}
-	var cmds []string
-	for _, s := range ex.steps {
-		cmds = append(cmds, s.cmd)
-	}
-	if want := []string{"mariposa deploy api.hcl", "mariposa status", "mariposa why api"}; !slices.Equal(cmds, want) {
-		t.Fatalf("the worked example's text blocks run %q; this test knows %q (update it with the page)", cmds, want)
 	}
 	return ex
 }
@@ -211,6 +220,12 @@ type exampleNS struct {
 // /tmp/.work/api.hcl and /tmp/.work the working directory of everything.
 func startExample(t *testing.T, consulBin, sh, hcl string) *exampleNS {
 	t.Helper()
+	return startExampleAs(t, consulBin, sh, "api.hcl", hcl)
+}
+
+// startExampleAs is startExample with the hcl file named name.
+func startExampleAs(t *testing.T, consulBin, sh, name, hcl string) *exampleNS {
+	t.Helper()
 	root := t.TempDir()
 	tmp := filepath.Join(root, "tmp") // /tmp in the namespace
 	for _, d := range []string{".bin", ".work"} {
@@ -221,7 +236,7 @@ func startExample(t *testing.T, consulBin, sh, hcl string) *exampleNS {
 	for _, f := range []string{".bin/consul", ".bin/mariposa"} {
 		touch(t, filepath.Join(tmp, f)) // mount points
 	}
-	if err := os.WriteFile(filepath.Join(tmp, ".work/api.hcl"), []byte(hcl), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(tmp, ".work", name), []byte(hcl), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	// A user's environment: no Consul address or token, no mariposa
@@ -301,7 +316,7 @@ wait
 			t.Fatalf("the example's shell exited: %s", b)
 		default:
 		}
-		out, code := ns.run(t, "test -f api.hcl && ip -brief link show lo")
+		out, code := ns.run(t, "test -f "+name+" && ip -brief link show lo")
 		return code == 0 && strings.Contains(out, "UP"), out
 	})
 	return ns
