@@ -40,10 +40,22 @@ type Spec struct {
 //	1  everything but what format 2 adds
 //	2  a template with coordinate { max_parallel } (an older node would
 //	   ignore the block and reload every instance at once)
-const SpecFormat = 2
+//	3  a volume block (an older node would run the slot without its data,
+//	   and hand nothing off when it moves)
+const SpecFormat = 3
 
 // formatOf is the oldest format that holds sp.
 func formatOf(sp *Spec) int {
+	for _, svc := range sp.Services {
+		if svc.Placement != nil && len(svc.Placement.Volumes) > 0 {
+			return 3
+		}
+	}
+	for _, g := range sp.Groups {
+		if g.Placement != nil && len(g.Placement.Volumes) > 0 {
+			return 3
+		}
+	}
 	for _, svc := range sp.Services {
 		for _, t := range svc.Templates {
 			if t.Coordinate != nil {

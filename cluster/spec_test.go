@@ -175,13 +175,13 @@ func TestNewerSpecFormat(t *testing.T) {
 	for _, tc := range []struct {
 		format string
 		ok     bool
-	}{{"", true}, {`"format":1,`, true}, {`"format":2,`, true}, {`"format":3,`, false}} {
+	}{{"", true}, {`"format":1,`, true}, {`"format":2,`, true}, {`"format":3,`, true}, {`"format":4,`, false}} {
 		b := []byte("{" + tc.format + body + "}")
 		_, err := DecodeSpec(b)
 		if (err == nil) != tc.ok {
 			t.Fatalf("format %q: %v", tc.format, err)
 		}
-		if !tc.ok && !strings.Contains(err.Error(), "spec 7 of \"shop\" was written by a newer mariposa (spec format 3; this mariposa reads up to 2)") {
+		if !tc.ok && !strings.Contains(err.Error(), "spec 7 of \"shop\" was written by a newer mariposa (spec format 4; this mariposa reads up to 3)") {
 			t.Fatalf("format %q: %v", tc.format, err)
 		}
 		var reported []string
@@ -223,7 +223,8 @@ func TestSpecFormatOf(t *testing.T) {
 	plain := &Spec{Services: []*schema.Service{{Name: "api", Templates: []*schema.Template{{Destination: "a"}}}}}
 	coord := &Spec{Services: []*schema.Service{{Name: "api", Templates: []*schema.Template{{Destination: "a",
 		Coordinate: &schema.Coordinate{MaxParallel: 1}}}}}}
-	if formatOf(plain) != 1 || formatOf(coord) != 2 {
-		t.Fatalf("formats %d %d", formatOf(plain), formatOf(coord))
+	vol := &Spec{Services: []*schema.Service{{Name: "db", Placement: &schema.Placement{Count: 1, Volumes: []*schema.Volume{{Name: "data"}}}}}}
+	if formatOf(plain) != 1 || formatOf(coord) != 2 || formatOf(vol) != 3 {
+		t.Fatalf("formats %d %d %d", formatOf(plain), formatOf(coord), formatOf(vol))
 	}
 }
