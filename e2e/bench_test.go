@@ -48,19 +48,7 @@ service "flaky" {
 			return countStarts(got) > trials, fmt.Sprintf("%d starts", countStarts(got))
 		})
 		m.stop(b, syscall.SIGTERM, 20*time.Second)
-		var lat latencies
-		var lastStop time.Duration
-		for _, s := range got {
-			switch s.what {
-			case "stop":
-				lastStop = s.at
-			case "start":
-				if lastStop > 0 {
-					lat = append(lat, s.at-lastStop)
-					lastStop = 0
-				}
-			}
-		}
+		lat := exitToStart(got)
 		lat.report(b, "process exit -> restarted (delay 0, "+stampKind+" child)")
 		bare := bareRestarts(b, trials)
 		bare.report(b, "bare fork+exec+wait from Go, same child (the anchor)")
@@ -69,6 +57,25 @@ service "flaky" {
 			ms(lat.pct(0.5)), ms(bare.pct(0.5)), ms(over), float64(lat.pct(0.5))/float64(bare.pct(0.5)))
 		b.ReportMetric(ms(over), "overhead-p50-ms")
 	}
+}
+
+// exitToStart is, for each start stamped after a stop, the time from the
+// stop to the start.
+func exitToStart(stamps []stamp) latencies {
+	var lat latencies
+	var lastStop time.Duration
+	for _, s := range stamps {
+		switch s.what {
+		case "stop":
+			lastStop = s.at
+		case "start":
+			if lastStop > 0 {
+				lat = append(lat, s.at-lastStop)
+				lastStop = 0
+			}
+		}
+	}
+	return lat
 }
 
 // bareRestarts runs the stamp child n+1 times in a row from this process,
@@ -89,19 +96,7 @@ func bareRestarts(b *testing.B, n int) latencies {
 			}
 		}
 	}
-	var lat latencies
-	var lastStop time.Duration
-	for _, s := range readStamps(stamps) {
-		switch s.what {
-		case "stop":
-			lastStop = s.at
-		case "start":
-			if lastStop > 0 {
-				lat = append(lat, s.at-lastStop)
-				lastStop = 0
-			}
-		}
-	}
+	lat := exitToStart(readStamps(stamps))
 	if len(lat) != n {
 		b.Fatalf("bare loop: %d latencies, want %d", len(lat), n)
 	}
@@ -284,23 +279,7 @@ service "lead" {
 			}
 			for trial := 0; trial < n; trial++ {
 				l := leaderNode()
-				for _, a := range cl.Clients {
-					if a.Name != l {
-						// Contending means holding a session, waiting on the lock.
-						waitFor(b, 30*time.Second, "the standby contending", func() (bool, string) {
-							ss, _, err := c.Session().Node(a.Name, nil)
-							return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
-						})
-					}
-				}
-				before := countStarts(readStamps(stamps))
-				t0 := leadertest.Mono()
-				_ = sups[l].cmd.Process.Signal(how)
-				waitFor(b, 60*time.Second, "the standby's child", func() (bool, string) {
-					return countStarts(readStamps(stamps)) > before, "not yet"
-				})
-				s := readStamps(stamps)
-				lat = append(lat, s[len(s)-1].at-t0)
+				lat = append(lat, handover(b, c, cl, l, stamps, func() { _ = sups[l].cmd.Process.Signal(how) }))
 				<-sups[l].done
 				sups[l] = startMariposa(b, clientNamed(cl, l), nil, "-log-level", "warn", hcl)
 			}
@@ -388,26 +367,33 @@ func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int) latenc
 	var lat latencies
 	for trial := 0; trial < trials; trial++ {
 		l := holderNode()
-		for _, a := range cl.Clients {
-			if a.Name != l {
-				waitFor(b, 30*time.Second, "the standby contending", func() (bool, string) {
-					ss, _, err := c.Session().Node(a.Name, nil)
-					return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
-				})
-			}
-		}
-		before := countStarts(readStamps(stamps))
-		t0 := leadertest.Mono()
-		_ = procs[l].cmd.Process.Signal(syscall.SIGTERM)
-		waitFor(b, 60*time.Second, "the standby's child", func() (bool, string) {
-			return countStarts(readStamps(stamps)) > before, "not yet"
-		})
-		s := readStamps(stamps)
-		lat = append(lat, s[len(s)-1].at-t0)
+		lat = append(lat, handover(b, c, cl, l, stamps, func() { _ = procs[l].cmd.Process.Signal(syscall.SIGTERM) }))
 		<-procs[l].done
 		start(clientNamed(cl, l))
 	}
 	return lat
+}
+
+// handover waits until every client but leader contends (holds a
+// session, waiting on the lock), calls stop, and returns the time from
+// just before it to the next child's first instruction.
+func handover(b *testing.B, c *api.Client, cl *consultest.Cluster, leader, stamps string, stop func()) time.Duration {
+	for _, a := range cl.Clients {
+		if a.Name != leader {
+			waitFor(b, 30*time.Second, "the standby contending", func() (bool, string) {
+				ss, _, err := c.Session().Node(a.Name, nil)
+				return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
+			})
+		}
+	}
+	before := countStarts(readStamps(stamps))
+	t0 := leadertest.Mono()
+	stop()
+	waitFor(b, 60*time.Second, "the standby's child", func() (bool, string) {
+		return countStarts(readStamps(stamps)) > before, "not yet"
+	})
+	s := readStamps(stamps)
+	return s[len(s)-1].at - t0
 }
 
 // parentPID is pid's parent, from /proc; 0 when unknown.

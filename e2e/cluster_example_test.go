@@ -56,19 +56,7 @@ func TestClusterWorkedExample(t *testing.T) {
 	// The page: "Once `consul catalog nodes -service mariposa` lists n1, n2
 	// and n3 (a few seconds), deploy". A deploy before that fails: the
 	// units are checked against the live supervisors.
-	waitFor(t, 60*time.Second, "consul catalog nodes -service mariposa to list n1, n2 and n3", func() (bool, string) {
-		out, code := ns.run(t, "consul catalog nodes -service mariposa")
-		if code != 0 {
-			return false, out
-		}
-		var nodes []string
-		for _, l := range lines(out)[1:] {
-			if f := strings.Fields(l); len(f) > 0 {
-				nodes = append(nodes, f[0])
-			}
-		}
-		return slices.Equal(nodes, []string{"n1", "n2", "n3"}), out
-	})
+	ns.waitNodes(t)
 
 	// Deploy once, as the page does; its line is exact but for the hash.
 	deploy, status, why := ex.steps[0], ex.steps[1], ex.steps[2]
@@ -320,6 +308,25 @@ wait
 		return code == 0 && strings.Contains(out, "UP"), out
 	})
 	return ns
+}
+
+// waitNodes waits, as the worked examples tell the user to, until
+// `consul catalog nodes -service mariposa` lists n1, n2 and n3.
+func (ns *exampleNS) waitNodes(t *testing.T) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "consul catalog nodes -service mariposa to list n1, n2 and n3", func() (bool, string) {
+		out, code := ns.run(t, "consul catalog nodes -service mariposa")
+		if code != 0 {
+			return false, out
+		}
+		var nodes []string
+		for _, l := range lines(out)[1:] {
+			if f := strings.Fields(l); len(f) > 0 {
+				nodes = append(nodes, f[0])
+			}
+		}
+		return slices.Equal(nodes, []string{"n1", "n2", "n3"}), out
+	})
 }
 
 // run runs a shell command line in the namespaces, in the working

@@ -37,19 +37,7 @@ func TestStatefulWorkedExample(t *testing.T) {
 		t.Fatalf("the worked example's text blocks run %q; this test knows %q (update it with the page)", cmds, want)
 	}
 	ns := startExampleAs(t, consulBin, ex.sh, "cache.hcl", ex.hcl)
-	waitFor(t, 60*time.Second, "consul catalog nodes -service mariposa to list n1, n2 and n3", func() (bool, string) {
-		out, code := ns.run(t, "consul catalog nodes -service mariposa")
-		if code != 0 {
-			return false, out
-		}
-		var nodes []string
-		for _, l := range lines(out)[1:] {
-			if f := strings.Fields(l); len(f) > 0 {
-				nodes = append(nodes, f[0])
-			}
-		}
-		return slices.Equal(nodes, []string{"n1", "n2", "n3"}), out
-	})
+	ns.waitNodes(t)
 	deploy, set, drain, get := ex.steps[0], ex.steps[1], ex.steps[2], ex.steps[3]
 	out, code := ns.run(t, deploy.cmd)
 	if got, want := normalise(lines(out), nil), normalise(deploy.out, nil); code != 0 || !slices.Equal(got, want) {
