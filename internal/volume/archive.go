@@ -2,6 +2,7 @@ package volume
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -62,7 +63,12 @@ type archiver struct {
 	// buf, when set, is the buffer for file contents; when nil, contents
 	// go through io.Copy, so an http.ResponseWriter's ReadFrom (sendfile
 	// on a TCP connection) sees the file itself.
-	buf   []byte
+	buf []byte
+	// bw, when set, is the buffer a.w writes into (streaming): small files
+	// are copied into it, to go out with others in large writes; it is
+	// flushed before a large file goes out with sendfile.
+	bw    *bufio.Writer
+	small []byte
 	w     countWriter
 	hdr   bytes.Buffer
 	files int
@@ -254,9 +260,23 @@ func (a *archiver) file(ctx context.Context, full, rel string) error {
 		}
 		lr := &io.LimitedReader{R: f, N: min(size-done, copyChunk, room)}
 		var n int64
-		if a.buf != nil {
+		switch {
+		case a.buf != nil:
 			n, err = io.CopyBuffer(writerOnly{&a.w}, lr, a.buf)
-		} else {
+		case a.bw != nil && size <= smallMax:
+			if a.small == nil {
+				a.small = make([]byte, smallMax)
+			}
+			n, err = io.CopyBuffer(writerOnly{&a.w}, lr, a.small)
+		default:
+			if a.bw != nil {
+				if err = a.bw.Flush(); err != nil {
+					if a.w.werr == nil {
+						a.w.werr = err // the peer's
+					}
+					return err
+				}
+			}
 			n, err = io.Copy(&a.w, lr)
 		}
 		done += n

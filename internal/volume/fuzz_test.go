@@ -60,7 +60,15 @@ func tarOf(f testing.TB, es ...fuzzEntry) []byte {
 // its new directory, and leave nothing but a complete volume or nothing.
 func FuzzRestore(f *testing.F) {
 	canary := f.TempDir()
-	// A real archive of a tree.
+	for _, d := range fuzzSeeds(f, canary) {
+		f.Add(d)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) { fuzzRestore(t, canary, data) })
+}
+
+// fuzzSeeds: a real archive of a tree, its beginning, nothing, zeros, and
+// archives that try to write out of the volume (to canary).
+func fuzzSeeds(f testing.TB, canary string) [][]byte {
 	s0 := &Store{Root: f.TempDir(), Log: hclog.NewNullLogger(), NoSync: true}
 	f.Cleanup(func() { _ = removeAll(s0.Root) })
 	d, _ := s0.Ensure("u", 0, "data")
@@ -70,10 +78,7 @@ func FuzzRestore(f *testing.F) {
 	if err := a.archive(context.Background()); err != nil {
 		f.Fatal(err)
 	}
-	f.Add(real.Bytes())
-	f.Add([]byte{})
-	f.Add(make([]byte, 1024))
-	f.Add(real.Bytes()[:2000])
+	seeds := [][]byte{real.Bytes(), {}, make([]byte, 1024), real.Bytes()[:2000]}
 	for _, es := range [][]fuzzEntry{
 		{{typ: tar.TypeReg, name: "../evil", body: "x"}},
 		{{typ: tar.TypeReg, name: "/abs/evil", body: "x"}},
@@ -93,33 +98,36 @@ func FuzzRestore(f *testing.F) {
 		{{typ: tar.TypeReg, name: ".", body: "x"}},
 		{{typ: tar.TypeDir, name: "./"}, {typ: tar.TypeDir, name: "./"}},
 		{{typ: tar.TypeDir, name: "d/"}, {typ: tar.TypeReg, name: "d/f", body: strings.Repeat("x", 1000)}},
+		{{typ: tar.TypeDir, name: "d/"}, {typ: tar.TypeReg, name: "d/big", body: strings.Repeat("y", 70<<10)}},
 	} {
-		f.Add(tarOf(f, es...))
+		seeds = append(seeds, tarOf(f, es...))
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		base := t.TempDir()
-		s := &Store{Root: filepath.Join(base, "root"), Log: hclog.NewNullLogger(), NoSync: true}
-		t.Cleanup(func() { _ = removeAll(s.Root) })
-		sum := sha256.Sum256(data)
-		src := Source{URL: "http://fuzz.invalid/v1/volumes/u/0/data", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)),
-			Client: &http.Client{Transport: bytesTransport(data)}}
-		_, err := s.Restore(context.Background(), "u", 0, "data", src, nil, nil, 10*time.Second)
-		live := s.Dir("u", 0, "data")
-		if ents, _ := os.ReadDir(canary); len(ents) != 0 {
-			t.Fatalf("written outside the store: %v", ents)
+	return seeds
+}
+
+func fuzzRestore(t *testing.T, canary string, data []byte) {
+	base := t.TempDir()
+	s := &Store{Root: filepath.Join(base, "root"), Log: hclog.NewNullLogger(), NoSync: true}
+	t.Cleanup(func() { _ = removeAll(s.Root) })
+	sum := sha256.Sum256(data)
+	src := Source{URL: "http://fuzz.invalid/v1/volumes/u/0/data", SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data)),
+		Client: &http.Client{Transport: bytesTransport(data)}}
+	_, err := s.Restore(context.Background(), "u", 0, "data", src, nil, nil, 10*time.Second)
+	live := s.Dir("u", 0, "data")
+	if ents, _ := os.ReadDir(canary); len(ents) != 0 {
+		t.Fatalf("written outside the store: %v", ents)
+	}
+	if ents, _ := os.ReadDir(base); len(ents) != 1 {
+		t.Fatalf("written next to the store: %v", ents)
+	}
+	_ = filepath.WalkDir(s.Root, func(p string, d fs.DirEntry, werr error) error {
+		switch {
+		case p == s.Root || p == filepath.Join(s.Root, "u") || p == filepath.Join(s.Root, "u", "0"):
+		case err == nil && (p == live || strings.HasPrefix(p, live+string(filepath.Separator))):
+		default:
+			t.Fatalf("Restore (error %v) left %s", err, p)
 		}
-		if ents, _ := os.ReadDir(base); len(ents) != 1 {
-			t.Fatalf("written next to the store: %v", ents)
-		}
-		_ = filepath.WalkDir(s.Root, func(p string, d fs.DirEntry, werr error) error {
-			switch {
-			case p == s.Root || p == filepath.Join(s.Root, "u") || p == filepath.Join(s.Root, "u", "0"):
-			case err == nil && (p == live || strings.HasPrefix(p, live+string(filepath.Separator))):
-			default:
-				t.Fatalf("Restore (error %v) left %s", err, p)
-			}
-			return nil
-		})
+		return nil
 	})
 }
 
@@ -152,7 +160,7 @@ func TestUnpackRefuses(t *testing.T) {
 				t.Fatal(err)
 			}
 			u := &unpacker{root: root}
-			err := u.run(context.Background(), bytes.NewReader(tarOf(t, tc.entries...)))
+			err := u.run(context.Background(), newReaderSource(bytes.NewReader(tarOf(t, tc.entries...))))
 			if tc.err == "" {
 				if err != nil {
 					t.Fatal(err)

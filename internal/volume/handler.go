@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -182,8 +183,17 @@ func (s *Store) streamDir(w http.ResponseWriter, r *http.Request, unit string, k
 		return
 	}
 	start := time.Now()
-	a := &archiver{root: live, mode: walkStopped, log: s.log(), w: countWriter{w: w, limit: m.Size}}
+	// Headers and small files gather in bw, large files go out with
+	// sendfile (bw's ReadFrom hands them to the ResponseWriter's once bw
+	// is flushed).
+	bw := bufio.NewWriterSize(w, chunkSize)
+	a := &archiver{root: live, mode: walkStopped, log: s.log(), bw: bw, w: countWriter{w: bw, limit: m.Size}}
 	err := a.archive(r.Context())
+	if err == nil {
+		if err = bw.Flush(); err != nil && a.w.werr == nil {
+			a.w.werr = err // the peer's
+		}
+	}
 	if err == nil && a.w.n != m.Size {
 		err = fmt.Errorf("%d bytes written, %d in the snapshot", a.w.n, m.Size)
 	}
@@ -306,7 +316,7 @@ func (s *Store) receiveCopy(w http.ResponseWriter, r *http.Request, unit string,
 	defer os.Remove(f.Name()) // after the rename: no such file
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.CopyBuffer(writerOnly{io.MultiWriter(h, f)}, io.LimitReader(r.Body, r.ContentLength+1), make([]byte, 1<<20))
+	n, err := io.CopyBuffer(writerOnly{io.MultiWriter(h, f)}, io.LimitReader(r.Body, r.ContentLength+1), make([]byte, chunkSize))
 	if err != nil {
 		fail(http.StatusBadRequest, "reading the copy", err)
 		return

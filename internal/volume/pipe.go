@@ -9,9 +9,12 @@ import (
 // Two cores do a transfer faster than one: the hashing (SHA-256, the
 // slowest step) runs in a goroutine of its own, fed with chunks of at most
 // chunkSize bytes, at most chunks of them in flight (bounded memory).
+// 256 KiB, not more: the chunks stay in the CPU's cache, and on the
+// benchmark machine a write(2) of 1 MiB into the page cache was 6 times
+// slower than four of 256 KiB.
 const (
-	chunkSize = 1 << 20
-	chunks    = 4
+	chunkSize = 256 << 10
+	chunks    = 8
 )
 
 // asyncHasher is a writer that hashes in another goroutine. Its ReadFrom
@@ -132,7 +135,7 @@ func newPrefetcher(r io.Reader) *prefetcher {
 			// error that ends the stream (io.ReadAtLeast drops it).
 			n := 0
 			var err error
-			for n < chunkSize/4 && err == nil {
+			for n < len(buf)/4 && err == nil {
 				var c int
 				c, err = r.Read(buf[n:])
 				n += c
@@ -166,6 +169,25 @@ func (p *prefetcher) Read(b []byte) (int, error) {
 	n := copy(b, p.cur.b)
 	p.cur.b = p.cur.b[n:]
 	return n, nil
+}
+
+func (p *prefetcher) next(max int) ([]byte, error) {
+	for len(p.cur.b) == 0 {
+		if p.err != nil {
+			return nil, p.err
+		}
+		if p.cur.buf != nil {
+			p.free <- p.cur.buf
+		}
+		p.cur = <-p.ch
+		if p.cur.err != nil {
+			p.err = p.cur.err
+		}
+	}
+	n := min(max, len(p.cur.b))
+	b := p.cur.b[:n]
+	p.cur.b = p.cur.b[n:]
+	return b, nil
 }
 
 // Close stops the goroutine and waits for it: the reader it read is the

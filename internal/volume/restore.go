@@ -62,10 +62,6 @@ type transportError struct{ err error }
 func (e *transportError) Error() string { return e.err.Error() }
 func (e *transportError) Unwrap() error { return e.err }
 
-// pipelined: the socket is read and hashed in a goroutine of its own, a
-// chunk ahead of the unpacking (see pipe.go).
-var pipelined = true
-
 // swapHook, when set (tests), is called between the steps of a swap; an
 // error stops the swap there, as a crash would.
 var swapHook func(step string) error
@@ -74,9 +70,11 @@ var swapHook func(step string) error
 // directory:
 //
 //  1. the body is streamed through a SHA-256 hasher and a byte counter
-//     straight into a tar reader that unpacks it into a new directory next
-//     to the live one, <dir>.restore-<random>; memory stays bounded (a
-//     1 MiB buffer), and no more than src.Size bytes are read;
+//     (in a goroutine of their own, a few chunks ahead) straight into a
+//     tar reader that unpacks it into a new directory next to the live
+//     one, <dir>.restore-<random>; memory stays bounded (8 chunks of 256
+//     KiB, and 34 buffers of 64 KiB for the small files that 2 workers
+//     create), and no more than src.Size bytes are read;
 //  2. at the end of the stream the size and the checksum must be the
 //     published ones; any mismatch, error or timeout removes the new
 //     directory and returns an error saying what failed (ErrChecksum:
@@ -182,6 +180,10 @@ func (s *Store) Restore(ctx context.Context, unit string, k int, path string, sr
 	if err := ctx.Err(); err != nil {
 		return fail("before the swap", err)
 	}
+	// A snapshot this node took of the directory being replaced is void.
+	if err := os.Remove(s.dirMetaPath(unit, k, path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fail("removing the previous snapshot's record", err)
+	}
 	if err := s.swap(live, tmp); err != nil {
 		return fail("swapping in the new directory", err)
 	}
@@ -237,20 +239,12 @@ func (s *Store) fetch(ctx context.Context, tmp string, src Source) (Meta, *unpac
 		m.TakenAt = t
 	}
 	v := &verifier{r: resp.Body, h: sha256.New(), limit: src.Size}
-	var r io.Reader = v
-	var pf *prefetcher
-	if pipelined {
-		pf = newPrefetcher(v)
-		r = pf
-	}
+	pf := newPrefetcher(v)
 	u := &unpacker{root: tmp}
-	uerr := u.run(ctx, r)
+	uerr := u.run(ctx, pf)
 	// Did the stream fail under the unpacker? (Asked before the body is
 	// closed below, which fails the prefetcher's read on purpose.)
-	streamErr := v.err
-	if pf != nil {
-		streamErr = pf.err
-	}
+	streamErr := pf.err
 	if streamErr == io.EOF {
 		streamErr = nil
 	}
@@ -259,12 +253,10 @@ func (s *Store) fetch(ctx context.Context, tmp string, src Source) (Meta, *unpac
 		// Read to the end of the stream (what follows the archive's end
 		// is part of the checksum too); after a malformed archive, to say
 		// whether the bytes are the published ones.
-		_, _ = io.Copy(io.Discard, r)
+		_, _ = io.Copy(io.Discard, pf)
 	}
-	if pf != nil {
-		resp.Body.Close() // unblocks the prefetcher's read, if any
-		pf.Close()        // v is ours again
-	}
+	resp.Body.Close() // unblocks the prefetcher's read, if any
+	pf.Close()        // v is ours again
 	m.Files = u.files
 	switch {
 	case local:
@@ -394,10 +386,11 @@ func fsync(p string) error {
 	return err
 }
 
-// syncTree fsyncs what an unpacker created: the regular files, then the
+// syncEach fsyncs what an unpacker created: the regular files, then the
 // directories, 8 at a time (the disk writes them in parallel; one by one
-// each fsync would wait for its own).
-func syncTree(ctx context.Context, u *unpacker) error {
+// each fsync would wait for its own). Linux uses syncfs instead
+// (sync_linux.go).
+func syncEach(ctx context.Context, u *unpacker) error {
 	paths := make([]string, 0, len(u.regular)+len(u.dirs)+1)
 	paths = append(paths, u.regular...)
 	paths = append(paths, u.root)

@@ -63,7 +63,7 @@ const (
 
 // Open creates root if needed and returns a Store on it, after Recover.
 func Open(root string, log hclog.Logger) (*Store, error) {
-	if err := os.MkdirAll(root, 0o700); err != nil {
+	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, err
 	}
 	s := &Store{Root: root, Log: log}
@@ -299,8 +299,16 @@ func (s *Store) Ensure(unit string, k int, path string) (string, error) {
 	if err := s.recoverVolume(live); err != nil {
 		return "", err
 	}
-	if err := os.MkdirAll(live, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(live), 0o755); err != nil {
 		return "", err
+	}
+	if err := os.Mkdir(live, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", err
+	}
+	if fi, err := os.Lstat(live); err != nil {
+		return "", err
+	} else if !fi.IsDir() {
+		return "", fmt.Errorf("volume %s: %s is not a directory", key(unit, k, path), live)
 	}
 	return live, nil
 }
@@ -397,8 +405,8 @@ func (s *Store) SnapshotFile(ctx context.Context, unit string, k int, path strin
 	defer f.Close()
 	taken := time.Now().UTC()
 	h := sha256.New()
-	bw := bufio.NewWriterSize(f, 1<<20)
-	a := &archiver{root: live, mode: walkLive, log: s.log(), buf: make([]byte, 1<<20), w: countWriter{w: io.MultiWriter(h, bw)}}
+	bw := bufio.NewWriterSize(f, chunkSize)
+	a := &archiver{root: live, mode: walkLive, log: s.log(), buf: make([]byte, chunkSize), w: countWriter{w: io.MultiWriter(h, bw)}}
 	if err := a.archive(ctx); err != nil {
 		return fail("writing", err)
 	}

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"archive/tar"
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,7 +43,6 @@ func badEntry(format string, args ...any) error {
 // symlinks. Only regular files, directories and symlinks are accepted.
 type unpacker struct {
 	root  string
-	buf   []byte
 	files int
 	// kinds: every entry created so far, by name, and its type.
 	kinds map[string]byte
@@ -50,6 +51,34 @@ type unpacker struct {
 	dirs []dirAttr
 	// regular: the regular files created, for the final fsync.
 	regular []string
+
+	// Small files are written by workers (creating a file costs more
+	// than writing a few KiB, and the kernel can create several at once):
+	// their contents are copied into one of smallBufs buffers, sent on
+	// jobs; werr is the first error of a worker.
+	jobs      chan smallFile
+	smallBufs chan []byte
+	wg        sync.WaitGroup
+	mu        sync.Mutex
+	werr      error
+}
+
+// Small files: at most smallMax bytes, written by smallWorkers workers,
+// with smallQueue of them at most in flight. More workers do not help:
+// creating files in one directory takes its lock, and the kernel spins on
+// it (BenchmarkHandoff: 2 workers were 5-10 % faster than none on a volume
+// of 1,100 files, 4 were slower than 2).
+const (
+	smallMax     = 64 << 10
+	smallWorkers = 2
+	smallQueue   = 32
+)
+
+type smallFile struct {
+	full  string
+	mode  fs.FileMode
+	mtime time.Time
+	data  []byte // a smallBufs buffer
 }
 
 type dirAttr struct {
@@ -58,26 +87,29 @@ type dirAttr struct {
 	mtime time.Time
 }
 
-func (u *unpacker) run(ctx context.Context, r io.Reader) error {
+// chunkSource is the stream an unpacker reads: Read for the headers, next
+// for file contents, which go from the source's buffer to the file with no
+// copy in between.
+type chunkSource interface {
+	io.Reader
+	// next returns the next bytes of the stream, at most max, without
+	// copying them; they are valid until the next call.
+	next(max int) ([]byte, error)
+}
+
+func (u *unpacker) run(ctx context.Context, src chunkSource) error {
 	u.kinds = map[string]byte{}
-	if u.buf == nil {
-		u.buf = make([]byte, 1<<20)
+	err := u.entries(ctx, src)
+	if u.jobs != nil {
+		close(u.jobs)
+		u.wg.Wait()
+		u.jobs = nil
 	}
-	tr := tar.NewReader(r)
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return &archiveError{err}
-		}
-		if err := u.entry(ctx, h, tr); err != nil {
-			return err
-		}
+	if err == nil {
+		err = u.workerErr()
+	}
+	if err != nil {
+		return err
 	}
 	// Children before parents, so that setting a directory's mtime is
 	// not undone by a change inside it.
@@ -88,6 +120,107 @@ func (u *unpacker) run(ctx context.Context, r io.Reader) error {
 		}
 		if err := setMtime(d.full, d.mtime); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+func (u *unpacker) workerErr() error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.werr
+}
+
+func (u *unpacker) worker() {
+	defer u.wg.Done()
+	for j := range u.jobs {
+		if u.workerErr() == nil {
+			if err := writeSmall(j); err != nil {
+				u.mu.Lock()
+				if u.werr == nil {
+					u.werr = err
+				}
+				u.mu.Unlock()
+			}
+		}
+		u.smallBufs <- j.data[:0]
+	}
+}
+
+func writeSmall(j smallFile) error {
+	f, err := os.OpenFile(j.full, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	if len(j.data) > 0 {
+		_, err = f.Write(j.data)
+	}
+	if err == nil {
+		err = f.Chmod(j.mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return setMtime(j.full, j.mtime)
+}
+
+// small hands a small file to the workers.
+func (u *unpacker) small(full string, mode fs.FileMode, h *tar.Header, src chunkSource) error {
+	if u.jobs == nil {
+		u.jobs = make(chan smallFile, smallQueue)
+		u.smallBufs = make(chan []byte, smallQueue+smallWorkers+1)
+		for range smallQueue + smallWorkers + 1 {
+			u.smallBufs <- make([]byte, 0, smallMax)
+		}
+		u.wg.Add(smallWorkers)
+		for range smallWorkers {
+			go u.worker()
+		}
+	}
+	if err := u.workerErr(); err != nil {
+		return err
+	}
+	buf := <-u.smallBufs
+	for int64(len(buf)) < h.Size {
+		b, err := src.next(int(h.Size) - len(buf))
+		if err != nil {
+			u.smallBufs <- buf[:0]
+			if err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF) {
+				return &archiveError{fmt.Errorf("entry %q: %d of %d bytes: %w", h.Name, len(buf), h.Size, io.ErrUnexpectedEOF)}
+			}
+			return err
+		}
+		buf = append(buf, b...)
+	}
+	u.jobs <- smallFile{full: full, mode: mode, mtime: h.ModTime, data: buf}
+	return nil
+}
+
+func (u *unpacker) entries(ctx context.Context, src chunkSource) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// A tar.Reader per entry parses its header (and PAX or GNU
+		// extensions) reading exactly their blocks; the contents and their
+		// padding are read here, from the source's buffers.
+		h, err := tar.NewReader(src).Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return &archiveError{err}
+		}
+		if err := u.entry(ctx, h, src); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if err := skip(src, (blockSize-h.Size%blockSize)%blockSize); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -117,7 +250,7 @@ func entryName(h *tar.Header) (string, error) {
 	return name, nil
 }
 
-func (u *unpacker) entry(ctx context.Context, h *tar.Header, tr io.Reader) error {
+func (u *unpacker) entry(ctx context.Context, h *tar.Header, src chunkSource) error {
 	name, err := entryName(h)
 	if err != nil {
 		return err
@@ -149,7 +282,18 @@ func (u *unpacker) entry(ctx context.Context, h *tar.Header, tr io.Reader) error
 		if h.Size < 0 {
 			return badEntry("entry %q: size %d", name, h.Size)
 		}
-		if err := u.file(ctx, full, mode, h, tr); err != nil {
+		for k := range h.PAXRecords {
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				return badEntry("entry %q: a sparse file", name)
+			}
+		}
+		var err error
+		if h.Size <= smallMax {
+			err = u.small(full, mode, h, src)
+		} else {
+			err = u.file(ctx, full, mode, h, src)
+		}
+		if err != nil {
 			return err
 		}
 		u.files++
@@ -172,40 +316,78 @@ func (u *unpacker) entry(ctx context.Context, h *tar.Header, tr io.Reader) error
 	return nil
 }
 
-func (u *unpacker) file(ctx context.Context, full string, mode fs.FileMode, h *tar.Header, tr io.Reader) error {
+func (u *unpacker) file(ctx context.Context, full string, mode fs.FileMode, h *tar.Header, src chunkSource) error {
 	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
-	var n int64
+	var (
+		n    int64
+		werr error // the file's own error (a full disk): local
+	)
 	for n < h.Size && err == nil {
-		if err = ctx.Err(); err != nil {
+		var b []byte
+		if b, err = src.next(int(min(h.Size-n, copyChunk))); err != nil {
 			break
 		}
-		var c int64
-		c, err = io.CopyBuffer(writerOnly{f}, io.LimitReader(tr, min(h.Size-n, copyChunk)), u.buf)
-		n += c
-		if err == nil && c == 0 {
-			err = io.ErrUnexpectedEOF
+		if _, werr = f.Write(b); werr != nil {
+			break
+		}
+		n += int64(len(b))
+		if n%copyChunk == 0 {
+			err = ctx.Err()
 		}
 	}
-	if err == nil {
-		err = f.Chmod(mode)
+	if err == nil && werr == nil {
+		werr = f.Chmod(mode)
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
 	}
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) && pe.Path == f.Name() {
-			return err // the file's own error (a full disk): local
-		}
-		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, tar.ErrHeader) {
-			return &archiveError{fmt.Errorf("entry %q: %w", h.Name, err)}
-		}
-		return err
+	switch {
+	case werr != nil:
+		return werr
+	case err == io.EOF || errors.Is(err, io.ErrUnexpectedEOF):
+		return &archiveError{fmt.Errorf("entry %q: %d of %d bytes: %w", h.Name, n, h.Size, io.ErrUnexpectedEOF)}
+	case err != nil:
+		return err // the stream's, or the context's
 	}
 	return setMtime(full, h.ModTime)
+}
+
+// skip reads n bytes of src.
+func skip(src chunkSource, n int64) error {
+	for n > 0 {
+		b, err := src.next(int(n))
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return &archiveError{err}
+		}
+		n -= int64(len(b))
+	}
+	return nil
+}
+
+// readerSource is a chunkSource on any reader, through a buffer.
+type readerSource struct{ br *bufio.Reader }
+
+func newReaderSource(r io.Reader) *readerSource {
+	return &readerSource{bufio.NewReaderSize(r, chunkSize)}
+}
+
+func (r *readerSource) Read(p []byte) (int, error) { return r.br.Read(p) }
+
+func (r *readerSource) next(max int) ([]byte, error) {
+	if r.br.Buffered() == 0 {
+		if _, err := r.br.Peek(1); err != nil {
+			return nil, err
+		}
+	}
+	b, _ := r.br.Peek(min(max, r.br.Buffered()))
+	_, _ = r.br.Discard(len(b))
+	return b, nil
 }
 
 // setMtime sets a path's atime and mtime to t without following a

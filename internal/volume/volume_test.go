@@ -70,6 +70,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Errorf("Files = %d, want %d", h.meta.Files, len(h.want)-1)
 	}
 	before := h.existing(t)
+	h.new.NoSync = false // the default: the new tree is flushed before the swap
 	m, err := h.restore(t, nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -952,4 +953,28 @@ func (unannounced) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp.ContentLength = -1
 	}
 	return resp, err
+}
+
+func TestSyncEach(t *testing.T) {
+	// syncTree's fallback where there is no syncfs.
+	root := filepath.Join(t.TempDir(), "new")
+	if err := os.Mkdir(root, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	u := &unpacker{root: root}
+	src := newReaderSource(bytes.NewReader(tarOf(t, fuzzEntry{typ: '5', name: "d/"}, fuzzEntry{typ: '0', name: "d/f", body: "x"}, fuzzEntry{typ: '0', name: "g", body: "y"})))
+	if err := u.run(context.Background(), src); err != nil {
+		t.Fatal(err)
+	}
+	if len(u.regular) != 2 || len(u.dirs) != 1 {
+		t.Fatalf("regular %v, dirs %v", u.regular, u.dirs)
+	}
+	if err := syncEach(context.Background(), u); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := syncEach(ctx, u); !errors.Is(err, context.Canceled) {
+		t.Errorf("a canceled sync: %v", err)
+	}
 }
