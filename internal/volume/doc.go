@@ -113,7 +113,7 @@
 // ratio moves with the machine's state, since cp -a's in-kernel copy and
 // file creation are what vary: in a run where creating files was fast (cp
 // -a of 100 MB in 0.14 s), the handoff took 0.39 s, a ratio of 0.36. With
-// the fsyncs (the Store's default, one syncfs), 8.09 s for 1 GB against
+// the flush (the Store's default, one syncfs), 8.09 s for 1 GB against
 // 5.51 s for cp -a and sync -f (0.68).
 //
 // # Periodic copies and unplanned loss

@@ -83,7 +83,8 @@ var swapHook func(step string) error
 //  3. the hook, if any, runs in the new directory (env, nil meaning
 //     mariposa's environment, plus MARIPOSA_VOLUME_DIR=<new dir>); its
 //     process group is killed when the timeout passes;
-//  4. unless NoSync, the new tree is fsynced;
+//  4. unless NoSync, the new tree is flushed to the disk (one syncfs on
+//     Linux, an fsync per file elsewhere);
 //  5. swap: the live directory is renamed to <dir>.aside, the new one into
 //     place, and the aside one removed. A crash between the two renames
 //     leaves an aside directory and no live one: Recover (Open) or the

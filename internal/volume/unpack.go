@@ -49,7 +49,7 @@ type unpacker struct {
 	// dirs: the directories created, in order, with the mode and mtime to
 	// give them at the end (so a read-only directory can still be filled).
 	dirs []dirAttr
-	// regular: the regular files created, for the final fsync.
+	// regular: the regular files created, for the final flush (syncEach).
 	regular []string
 
 	// Small files are written by workers (creating a file costs more
