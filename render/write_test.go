@@ -2,6 +2,7 @@ package render
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,5 +145,75 @@ func TestWriteErrorKeepsFile(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 || strings.HasPrefix(ents[0].Name(), ".") {
 		t.Fatalf("temporary files left: %v", ents)
+	}
+}
+
+// TestWriteConcurrent: renders writing into the same directories at once
+// (their files put in place in shared batches) each get their own content,
+// mode and result; a file that cannot be put in place fails alone; no
+// temporary file is left.
+func TestWriteConcurrent(t *testing.T) {
+	root := t.TempDir()
+	dirs := []string{filepath.Join(root, "a"), filepath.Join(root, "b")}
+	// A destination that is a non-empty directory: its rename fails.
+	bad := filepath.Join(dirs[0], "taken")
+	if err := os.MkdirAll(filepath.Join(bad, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n = 60
+	path := func(i int) string { return filepath.Join(dirs[i%2], fmt.Sprintf("f%02d.conf", i)) }
+	perm := func(i int) os.FileMode { return []os.FileMode{0o644, 0o600, 0o640}[i%3] }
+	for round := range 4 {
+		content := func(i int) []byte {
+			// The last round writes what the one before did.
+			return []byte(fmt.Sprintf("%d:%d:%s", min(round, 2), i, strings.Repeat("x", i*37)))
+		}
+		var wg sync.WaitGroup
+		changed := make([]bool, n)
+		errs := make([]error, n)
+		var badErr error
+		start := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				changed[i], errs[i] = writeFile(path(i), content(i), perm(i))
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, badErr = writeFile(bad, []byte("x"), 0o644)
+		}()
+		close(start)
+		wg.Wait()
+		if badErr == nil {
+			t.Errorf("round %d: writing over a non-empty directory succeeded", round)
+		}
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d: %s: %v", round, path(i), errs[i])
+			}
+			if want := round < 3; changed[i] != want {
+				t.Errorf("round %d: %s: changed=%v; want %v", round, path(i), changed[i], want)
+			}
+			b, err := os.ReadFile(path(i))
+			if err != nil || !bytes.Equal(b, content(i)) {
+				t.Fatalf("round %d: %s holds %q (%v); want %q", round, path(i), b, err, content(i))
+			}
+			if fi, _ := os.Stat(path(i)); fi.Mode().Perm() != perm(i) {
+				t.Errorf("round %d: %s: mode %v; want %v", round, path(i), fi.Mode().Perm(), perm(i))
+			}
+		}
+	}
+	for _, d := range dirs {
+		ents, _ := os.ReadDir(d)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".") {
+				t.Errorf("temporary file left: %s", filepath.Join(d, e.Name()))
+			}
+		}
 	}
 }
