@@ -108,8 +108,10 @@ func (p *Process) Stop(sig syscall.Signal, timeout time.Duration) Exit {
 type startReq struct {
 	cmd  *exec.Cmd
 	errc chan error
-	// reaped receives the wait status when a reaper is active.
-	reaped chan syscall.WaitStatus
+	// exited is called with the wait status; reaper says the reaper will
+	// call it (it is active), otherwise the caller waits.
+	exited func(syscall.WaitStatus, error)
+	reaper bool
 }
 
 var (
@@ -142,7 +144,8 @@ func startOne(r *startReq) error {
 	if err := r.cmd.Start(); err != nil {
 		return err
 	}
-	r.reaped = rp.register(r.cmd.Process.Pid)
+	rp.register(r.cmd.Process.Pid, r.exited)
+	r.reaper = true
 	return nil
 }
 
@@ -161,58 +164,78 @@ func Start(spec Spec) (*Process, error) {
 	if cmd.Env == nil {
 		cmd.Env = []string{}
 	}
-	// PidFD: wait through the netpoller (see waitPid).
+	// PidFD: wait through the poller (see followExit) or the netpoller (see
+	// waitPid).
 	pidfd := -1
 	cmd.SysProcAttr = sysProcAttr(&pidfd)
 	// Our own pipes instead of exec's copying goroutines: the readers below
 	// never block the child, whatever the log sink does.
-	outR, outW, err := os.Pipe()
+	outR, outW, err := newPipe()
 	if err != nil {
 		return nil, err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := newPipe()
 	if err != nil {
-		outR.Close()
+		syscall.Close(outR)
 		outW.Close()
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	req := &startReq{cmd: cmd, errc: make(chan error, 1)}
+	p := &Process{done: make(chan struct{}), outDone: make(chan struct{})}
+	req := &startReq{cmd: cmd, errc: make(chan error, 1), exited: p.exited}
 	spawnc <- req
 	err = <-req.errc
 	outW.Close()
 	errW.Close()
 	if err != nil {
-		outR.Close()
-		errR.Close()
+		syscall.Close(outR)
+		syscall.Close(errR)
 		return nil, classify(spec, err)
 	}
-	p := &Process{Pid: cmd.Process.Pid, Started: time.Now(), done: make(chan struct{}), outDone: make(chan struct{})}
-	var fw sync.WaitGroup
-	fw.Add(2)
-	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stdout", outR, spec.Tap) }()
-	go func() { defer fw.Done(); spec.Output.forward(spec.Name, "stderr", errR, spec.Tap) }()
-	go func() { fw.Wait(); close(p.outDone) }()
-	go func() {
-		st, werr := waitPid(cmd.Process, req.reaped, pidfd)
-		p.exit = exitFrom(st, werr)
-		close(p.done)
-	}()
-	return p, nil
-}
-
-// waitPid waits for the child to exit and reaps it. As PID 1 the reaper
-// does that. Otherwise the child's pidfd is polled through Go's netpoller,
-// so a waiting child costs a parked goroutine rather than an OS thread
-// blocked in waitid (os.Process.Wait): a thousand services would otherwise
-// hold a thousand threads. Without pidfds, os.Process.Wait it is.
-func waitPid(pr *os.Process, reaped chan syscall.WaitStatus, pidfd int) (syscall.WaitStatus, error) {
-	if reaped != nil {
+	p.Pid, p.Started = cmd.Process.Pid, time.Now()
+	// One goroutine follows every child's output and exit (the poller);
+	// where it cannot, goroutines of this child's own do.
+	if !followOutput(spec.Output, spec.Name, spec.Tap, outR, errR, func() { close(p.outDone) }) {
+		var fw sync.WaitGroup
+		fw.Add(2)
+		go func() {
+			defer fw.Done()
+			spec.Output.forward(spec.Name, "stdout", os.NewFile(uintptr(outR), "|0"), spec.Tap)
+		}()
+		go func() {
+			defer fw.Done()
+			spec.Output.forward(spec.Name, "stderr", os.NewFile(uintptr(errR), "|0"), spec.Tap)
+		}()
+		go func() { fw.Wait(); close(p.outDone) }()
+	}
+	switch {
+	case req.reaper:
+		// The reaper calls p.exited.
 		if pidfd >= 0 {
 			syscall.Close(pidfd)
 		}
-		return <-reaped, nil
+	case pidfd >= 0 && followExit(p.Pid, pidfd, func(ws syscall.WaitStatus, err error) {
+		_ = cmd.Process.Release()
+		p.exited(ws, err)
+	}):
+	default:
+		go func() { p.exited(waitPid(cmd.Process, pidfd)) }()
 	}
+	return p, nil
+}
+
+// exited records how the process ended and closes Done.
+func (p *Process) exited(ws syscall.WaitStatus, err error) {
+	p.exit = exitFrom(ws, err)
+	close(p.done)
+}
+
+// waitPid waits for the child to exit and reaps it, from a goroutine of its
+// own: where the poller cannot follow the pidfd. The pidfd is polled through
+// Go's netpoller, so a waiting child costs a parked goroutine rather than an
+// OS thread blocked in waitid (os.Process.Wait): a thousand services would
+// otherwise hold a thousand threads. Without pidfds, os.Process.Wait it is.
+func waitPid(pr *os.Process, pidfd int) (syscall.WaitStatus, error) {
 	if pidfd >= 0 {
 		ws, polled, err := waitPidfd(pr.Pid, pidfd)
 		if polled {

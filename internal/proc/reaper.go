@@ -12,7 +12,7 @@ import (
 // our own children are handed to their waiters instead of being lost.
 type reaper struct {
 	mu      sync.Mutex
-	waiters map[int]chan syscall.WaitStatus
+	waiters map[int]func(syscall.WaitStatus, error)
 	reaped  int64 // orphans reaped, for tests and logs
 }
 
@@ -34,7 +34,7 @@ func EnableReaper() (orphans func() int64) {
 	reaperMu.Lock()
 	defer reaperMu.Unlock()
 	if theReap == nil {
-		theReap = &reaper{waiters: map[int]chan syscall.WaitStatus{}}
+		theReap = &reaper{waiters: map[int]func(syscall.WaitStatus, error){}}
 		go theReap.loop()
 	}
 	r := theReap
@@ -42,11 +42,10 @@ func EnableReaper() (orphans func() int64) {
 }
 
 // register must be called with r.mu held from before the fork until the PID
-// is known, so the loop cannot reap a child before it has a waiter.
-func (r *reaper) register(pid int) chan syscall.WaitStatus {
-	ch := make(chan syscall.WaitStatus, 1)
-	r.waiters[pid] = ch
-	return ch
+// is known, so the loop cannot reap a child before it has a waiter. exited
+// is called with r.mu held: it must not block.
+func (r *reaper) register(pid int, exited func(syscall.WaitStatus, error)) {
+	r.waiters[pid] = exited
 }
 
 func (r *reaper) loop() {
@@ -69,9 +68,9 @@ func (r *reaper) reapAll() {
 		if pid <= 0 || err != nil {
 			return
 		}
-		if ch, ok := r.waiters[pid]; ok {
-			ch <- ws
+		if exited, ok := r.waiters[pid]; ok {
 			delete(r.waiters, pid)
+			exited(ws, nil)
 			continue
 		}
 		r.reaped++

@@ -1,7 +1,6 @@
 package proc
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"os"
@@ -81,48 +80,85 @@ func (s *Sink) push(l Line) {
 	}
 }
 
-// forward reads r line by line until EOF. It never waits on the sink. The
-// buffer starts small (a thousand idle services are a thousand readers) and
-// a long line is gathered up to maxLine, then passed on in pieces.
-func (s *Sink) forward(name, stream string, r *os.File, tap func(Line)) {
+// forward reads r line by line until EOF, on a goroutine of its own: where
+// the poller is not available. It never waits on the sink.
+func (s *Sink) forward(name, kind string, r *os.File, tap func(Line)) {
 	defer r.Close()
-	if s == nil && tap == nil {
+	st := &stream{sink: s, name: name, kind: kind, tap: tap}
+	if st.discards() {
 		_, _ = io.Copy(io.Discard, r)
 		return
 	}
-	br := bufio.NewReaderSize(r, 4096)
-	var long []byte
-	emit := func(b []byte) {
-		l := Line{Name: name, Stream: stream, Text: string(bytes.TrimRight(b, "\r\n"))}
-		if tap != nil {
-			tap(l)
-		}
-		if s != nil {
-			s.push(l)
-		}
-	}
+	buf := make([]byte, 4096)
 	for {
-		b, err := br.ReadSlice('\n')
-		if err == bufio.ErrBufferFull {
-			long = append(long, b...)
-			for len(long) >= maxLine {
-				emit(long[:maxLine])
-				long = append(long[:0], long[maxLine:]...)
-			}
-			continue
-		}
-		if len(long) > 0 {
-			b = append(long, b...)
-			long = long[:0]
-		}
-		if len(b) > 0 {
-			emit(b)
-		}
-		if cap(long) > maxLine {
-			long = nil // do not keep a large buffer for an idle child
-		}
+		n, err := r.Read(buf)
+		st.feed(buf[:n])
 		if err != nil {
+			st.flush()
 			return
 		}
 	}
+}
+
+// stream cuts one output stream of a child into lines. A long line is
+// gathered up to maxLine, then passed on in pieces. Between lines it holds
+// no buffer: a thousand idle services are a thousand idle streams.
+type stream struct {
+	sink       *Sink
+	name, kind string // the service; stdout | stderr
+	tap        func(Line)
+	part       []byte // the start of a line whose end has not come yet
+}
+
+// discards: nobody reads the lines.
+func (s *stream) discards() bool { return s.sink == nil && s.tap == nil }
+
+func (s *stream) emit(b []byte) {
+	l := Line{Name: s.name, Stream: s.kind, Text: string(bytes.TrimRight(b, "\r\n"))}
+	if s.tap != nil {
+		s.tap(l)
+	}
+	if s.sink != nil {
+		s.sink.push(l)
+	}
+}
+
+// feed takes the next bytes read.
+func (s *stream) feed(b []byte) {
+	if s.discards() {
+		return
+	}
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			s.part = append(s.part, b...)
+			// More than maxLine: a piece goes. Exactly maxLine waits
+			// for what follows, so that a line of maxLine bytes
+			// arrives whole, not as itself and an empty line.
+			for len(s.part) > maxLine {
+				s.emit(s.part[:maxLine])
+				s.part = append(s.part[:0], s.part[maxLine:]...)
+			}
+			return
+		}
+		line := b[:i]
+		b = b[i+1:]
+		if len(s.part) > 0 {
+			line = append(s.part, line...)
+			s.part = nil
+		}
+		for len(line) > maxLine {
+			s.emit(line[:maxLine])
+			line = line[maxLine:]
+		}
+		s.emit(line)
+	}
+}
+
+// flush passes on an unterminated last line, at EOF.
+func (s *stream) flush() {
+	if len(s.part) > 0 && !s.discards() {
+		s.emit(s.part)
+	}
+	s.part = nil
 }
