@@ -199,22 +199,12 @@ service "web" {
 		sort.Strings(waiting)
 		return len(waiting) == 0, fmt.Sprint("not yet: ", waiting)
 	})
-	took := time.Since(start)
-	stopSampling()
-
-	t.Logf("every instance reloaded in %s; at most %d not passing at once; seen not passing: %d", took.Round(time.Millisecond), worst, len(seenBad))
-	if len(bad) > 0 {
-		t.Errorf("more than max_parallel (2) instances not passing at once: %v", bad)
-	}
-	if len(seenBad) != 6 {
-		t.Errorf("the sampler saw %d instances restarting, want all 6 (is the check's start-up window visible?)", len(seenBad))
-	}
-	for id, i := range instances() {
-		if i.restarts != before[id].restarts+1 || !strings.Contains(i.lastExit, "template") {
-			t.Errorf("%s: %d restarts (was %d), last after %q: want one, for the template", id, i.restarts, before[id].restarts, i.lastExit)
-		}
-	}
 	// Every token is back (the last one out removes the semaphore's lock).
+	// The sampler runs until then: an instance whose new process was just
+	// started can still show the passing status its old process left (the
+	// ready check has not run yet), so the wait above can end before the
+	// last instances' start-up windows; mariposa gives a token back only
+	// once the checks pass about the new process.
 	waitFor(t, 30*time.Second, "every reload token given back", func() (bool, string) {
 		pairs, _, err := c.KV().List(coord.RolloutPrefix+"web/reload/", &api.QueryOptions{RequireConsistent: true})
 		if err != nil {
@@ -230,4 +220,19 @@ service "web" {
 		}
 		return true, ""
 	})
+	took := time.Since(start)
+	stopSampling()
+
+	t.Logf("every instance reloaded in %s; at most %d not passing at once; seen not passing: %d", took.Round(time.Millisecond), worst, len(seenBad))
+	if len(bad) > 0 {
+		t.Errorf("more than max_parallel (2) instances not passing at once: %v", bad)
+	}
+	if len(seenBad) != 6 {
+		t.Errorf("the sampler saw %d instances restarting, want all 6 (is the check's start-up window visible?)", len(seenBad))
+	}
+	for id, i := range instances() {
+		if i.restarts != before[id].restarts+1 || !strings.Contains(i.lastExit, "template") {
+			t.Errorf("%s: %d restarts (was %d), last after %q: want one, for the template", id, i.restarts, before[id].restarts, i.lastExit)
+		}
+	}
 }
