@@ -149,7 +149,8 @@ type heldSlot struct {
 	// Volumes (volumes.go): the instance starts only once they are
 	// ready; preparing while they are restored.
 	volumesReady, preparing bool
-	volumesHanded           bool // handed to the runner since ready
+	volumesHanded           bool   // handed to the runner since ready
+	volumeNote              string // how they were made ready, for the supervisor check
 }
 
 type vacancy struct {
@@ -946,6 +947,7 @@ func (f *Fleet) applyHeld(ctx context.Context) {
 				continue // started once its volumes are (prepareVolumes)
 			}
 			sl.VolumeDir = filepath.Dir(f.cfg.Volumes.Dir(h.unit.Unit.Name, h.k, vols[0].Path))
+			sl.Volumes = h.volumeNote
 		}
 		if h.unit.Unit.Placement != nil && h.unit.Unit.Placement.Exclusive {
 			sl.Lost, sl.Expired, sl.Err = h.term.Lost(), h.term.Expired(), h.term.Err

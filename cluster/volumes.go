@@ -318,7 +318,7 @@ func (f *Fleet) prepare(ctx context.Context, id string, h *heldSlot) {
 		h.preparing = false
 		switch {
 		case err == nil:
-			h.volumesReady = true
+			h.volumesReady, h.volumeNote = true, note
 		case errors.Is(err, errVolumeMissing):
 			f.failed[id] = err.Error()
 		default:

@@ -97,6 +97,7 @@ type InstanceStatus struct {
 	Restarts  int       `json:"restarts"`            // restarts since its mariposa started it
 	LastExit  string    `json:"last_exit,omitempty"` // how the last run ended
 	Stderr    string    `json:"stderr,omitempty"`    // the child's last line on stderr
+	Volumes   string    `json:"volumes,omitempty"`   // how the slot's volumes were made ready (a restore: from where, how old)
 	Detail    string    `json:"detail"`              // the supervisor check's human output, whole
 
 	// nodeHealth is the aggregated status of its node's checks (serfHealth,
@@ -591,6 +592,7 @@ func fromSupervisorCheck(r *InstanceStatus, hc *api.HealthCheck) {
 		r.Detail = i.Reason
 	}
 	r.Since, r.Until, r.PID, r.Restarts, r.LastExit, r.Stderr = i.Since, i.Until, i.PID, i.Restarts, i.LastExit, i.Stderr
+	r.Volumes = i.Volumes
 	r.Slot = i.Slot
 	if i.Role != "" {
 		r.Leader = i.Role // fresher than the registration's meta

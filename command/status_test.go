@@ -125,7 +125,8 @@ func TestStatusReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := report.Encode(report.Instance{State: "backoff", Restarts: 3, Reason: reason, Since: since,
-		Until: since.Add(2 * time.Second), LastExit: "exit 1", Stderr: "permission denied", Role: "follower"})
+		Until: since.Add(2 * time.Second), LastExit: "exit 1", Stderr: "permission denied", Role: "follower",
+		Volumes: "restored from the copy of web-2 taken 7s before"})
 	if err := c.Agent().UpdateTTL(checks.SupervisorCheckID(id), out, api.HealthCritical); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestStatusReport(t *testing.T) {
 	}
 	r := st.Instances[0]
 	if r.State != "backoff" || r.Detail != reason || !r.Since.Equal(since) || !r.Until.Equal(since.Add(2*time.Second)) ||
-		r.Restarts != 3 || r.LastExit != "exit 1" || r.Stderr != "permission denied" || r.Leader != "follower" ||
+		r.Restarts != 3 || r.LastExit != "exit 1" || r.Stderr != "permission denied" || r.Volumes != "restored from the copy of web-2 taken 7s before" || r.Leader != "follower" ||
 		r.Version != "2.0.0" {
 		t.Errorf("row: %+v", r)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/report"
 )
 
 // A stateful service's data follows its slot, on a real cluster (3
@@ -205,6 +206,20 @@ service "cache" {
 	if !strings.Contains(note, "restored from the copy of") {
 		t.Fatalf("the restore record after the loss: %q", note)
 	}
+	// The instance's supervisor check says it too, as data.
+	waitFor(t, 10*time.Second, "the supervisor check on "+fifth+" says which copy", func() (bool, string) {
+		es, _, err := c.Health().Service("cache", "", false, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range es {
+			if sc := checkByID(e, e.Service.ID+":mariposa"); sc != nil && e.Node.Node == fifth {
+				r, ok := report.Decode(sc.Output)
+				return ok && r.Volumes == note, fmt.Sprintf("%+v", r)
+			}
+		}
+		return false, "no instance on " + fifth
+	})
 	t.Logf("node %s killed; back on %s %s later from its newest copy: %s", fourth, fifth, time.Since(killedAt).Round(time.Millisecond), note)
 }
 

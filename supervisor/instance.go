@@ -217,7 +217,7 @@ func reportOf(s *instState) report.Instance {
 	r := report.Instance{State: string(s.state), PID: s.pid, Restarts: s.restarts, Reason: s.reason,
 		Version: s.svc.Version, Role: s.role(), Since: s.since, Until: s.until, LastExit: s.lastEnd, Stderr: s.stderr}
 	if s.slot != nil {
-		r.Slot, r.Term = s.slot.Name(), s.slot.Term
+		r.Slot, r.Term, r.Volumes = s.slot.Name(), s.slot.Term, s.slot.Volumes
 	}
 	return r
 }

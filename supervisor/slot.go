@@ -22,6 +22,10 @@ type SlotInfo struct {
 	// to the instance as MARIPOSA_VOLUME_<NAME>. The fleet hands the slot
 	// over only once its volumes are ready (restored when they moved).
 	VolumeDir string
+	// Volumes says how the volumes were made ready when it was more than
+	// finding them in place ("restored from the copy of ... taken 7s
+	// before"): the supervisor check carries it.
+	Volumes string
 }
 
 // Name is "<unit>/<k>".

@@ -34,6 +34,7 @@ type Instance struct {
 	Until    time.Time `json:"until,omitzero"`       // backoff: when the next start is due
 	LastExit string    `json:"last_exit,omitempty"`  // how the last run ended ("exit 1", "killed by SIGKILL")
 	Stderr   string    `json:"stderr,omitempty"`     // the child's last line on stderr, if any
+	Volumes  string    `json:"volumes,omitempty"`    // how the slot's volumes were made ready (a restore: from where, how old)
 }
 
 // maxOutput bounds the whole check output (Consul keeps 4 KiB by default).
