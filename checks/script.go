@@ -29,9 +29,15 @@ type ScriptCheck struct {
 	Dir       string
 	Registry  *Registry
 	Log       hclog.Logger
+	// Kick, when it receives, runs the check at once (after the run in
+	// flight): the supervisor kicks it when it starts a process, so that a
+	// new process is not shown with the status its predecessor left for up
+	// to an interval.
+	Kick <-chan struct{}
 }
 
-// Run runs the check until ctx ends, the first time at once. Every result
+// Run runs the check until ctx ends, the first time at once, and at once
+// again on each Kick. Every result
 // is reported, changed or not: that is what keeps the check's TTL
 // (ArgsCheckTTL) from running out.
 func (s *ScriptCheck) Run(ctx context.Context) {
@@ -44,6 +50,7 @@ func (s *ScriptCheck) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.Kick:
 		}
 		res := make(chan Result, 1)
 		go func() { res <- RunScript(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout) }()

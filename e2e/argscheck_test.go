@@ -2,6 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -101,4 +104,62 @@ service "broken" {
 	if ch := argsCheck("broken"); ch == nil || ch.Status != api.HealthCritical {
 		t.Errorf("broken args check: %+v", ch)
 	}
+}
+
+// A restarted process is not shown with the status its predecessor's args
+// check left: mariposa runs the check when it starts a process, not an
+// interval later. The check (interval 20s) passes while a file exists; the
+// file goes and the process is killed; the restarted process's check must
+// be critical in the catalog within 2s of the restart, where the next
+// scheduled run would come up to 20s later.
+//
+// Mutation check (run by hand when written): without the kick in
+// supervisor/instance.go's start, the check stays passing and this fails.
+func TestArgsCheckRunsWhenProcessStarts(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	if err := os.WriteFile(ready, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "web" {
+  command = [%q]
+  check "ready" {
+    args     = ["sh", "-c", "test -f %s || exit 2"]
+    interval = "20s"
+  }
+  restart {
+    delay = "0s"
+  }
+}
+`, childBin, ready))
+	startMariposa(t, agent, nil, hcl)
+	readyCheck := func() *api.HealthCheck {
+		for _, e := range serviceEntries(c, "web") {
+			if ch := checkByID(e, "web-"+agent.Name+":ready"); ch != nil {
+				return ch
+			}
+		}
+		return nil
+	}
+	pid := waitRunning(t, c, "web", agent.Name)
+	waitFor(t, 20*time.Second, "the ready check passing", func() (bool, string) {
+		ch := readyCheck()
+		return ch != nil && ch.Status == api.HealthPassing, fmt.Sprint(ch)
+	})
+	if err := os.Remove(ready); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, c, "web", agent.Name, pid)
+	restarted := time.Now()
+	waitFor(t, 2*time.Second, "the ready check critical after the restart", func() (bool, string) {
+		ch := readyCheck()
+		return ch != nil && ch.Status == api.HealthCritical, fmt.Sprint(ch)
+	})
+	t.Logf("critical %s after the new process was seen", time.Since(restarted).Round(time.Millisecond))
 }

@@ -232,7 +232,8 @@ type loop struct {
 	timers [numTimers]*time.Timer
 	gens   [numTimers]uint64 // a fire of a disarmed or re-armed timer is stale
 	fired  chan timerFire
-	back   chan inputKind // completions of asynchronous effects
+	back   chan inputKind  // completions of asynchronous effects
+	kicks  []chan struct{} // the args checks': run now (a process started)
 
 	published report.Instance
 
@@ -303,7 +304,9 @@ func (in *Instance) run() {
 		if c.Kind != schema.CheckArgs {
 			continue
 		}
-		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log}
+		kick := make(chan struct{}, 1)
+		l.kicks = append(l.kicks, kick)
+		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log, Kick: kick}
 		scripts.Add(1)
 		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
@@ -655,6 +658,14 @@ func (l *loop) start(extra []string) input {
 		return input{kind: inStartFailed, err: err}
 	}
 	l.p = p
+	// The args checks run now, about this process, rather than leave the
+	// previous one's status in Consul for up to an interval.
+	for _, k := range l.kicks {
+		select {
+		case k <- struct{}{}:
+		default: // a run is already due
+		}
+	}
 	return input{kind: inStarted, pid: p.Pid, started: p.Started}
 }
 
