@@ -56,14 +56,7 @@ service "broken" {
 	startMariposa(t, agent, nil, hcl)
 	ttl := checks.ArgsCheckTTL(&schema.Check{Interval: time.Second, Timeout: 2 * time.Second})
 
-	argsCheck := func(name string) *api.HealthCheck {
-		for _, e := range serviceEntries(c, name) {
-			if ch := checkByID(e, name+"-"+agent.Name+":lag"); ch != nil {
-				return ch
-			}
-		}
-		return nil
-	}
+	argsCheck := func(name string) *api.HealthCheck { return serviceCheck(c, name, agent.Name, "lag") }
 	steady := []struct{ name, status, output string }{
 		{"steady", api.HealthPassing, "lag is 12s"},
 		{"lagging", api.HealthWarning, "lag is 40s"},
@@ -136,14 +129,7 @@ service "web" {
 }
 `, childBin, ready))
 	startMariposa(t, agent, nil, hcl)
-	readyCheck := func() *api.HealthCheck {
-		for _, e := range serviceEntries(c, "web") {
-			if ch := checkByID(e, "web-"+agent.Name+":ready"); ch != nil {
-				return ch
-			}
-		}
-		return nil
-	}
+	readyCheck := func() *api.HealthCheck { return serviceCheck(c, "web", agent.Name, "ready") }
 	pid := waitRunning(t, c, "web", agent.Name)
 	waitFor(t, 20*time.Second, "the ready check passing", func() (bool, string) {
 		ch := readyCheck()
@@ -162,4 +148,15 @@ service "web" {
 		return ch != nil && ch.Status == api.HealthCritical, fmt.Sprint(ch)
 	})
 	t.Logf("critical %s after the new process was seen", time.Since(restarted).Round(time.Millisecond))
+}
+
+// serviceCheck returns the check named check of service name's instance on
+// node (ID <name>-<node>), or nil.
+func serviceCheck(c *api.Client, name, node, check string) *api.HealthCheck {
+	for _, e := range serviceEntries(c, name) {
+		if ch := checkByID(e, name+"-"+node+":"+check); ch != nil {
+			return ch
+		}
+	}
+	return nil
 }
