@@ -73,3 +73,23 @@ func (s *Set) init() {
 		}
 	})
 }
+
+// Reset empties the set. mariposa: for state reused across executions.
+func (s *Set) Reset() {
+	s.init()
+	s.Lock()
+	defer s.Unlock()
+	s.list = s.list[:0]
+	clear(s.set)
+}
+
+// Copy returns a new set with the elements of s, in order.
+func (s *Set) Copy() *Set {
+	c := &Set{}
+	s.RLock()
+	defer s.RUnlock()
+	for _, k := range s.list {
+		c.Add(s.set[k])
+	}
+	return c
+}

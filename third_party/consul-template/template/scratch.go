@@ -128,3 +128,11 @@ func (s *Scratch) init() {
 		s.values = make(map[string]interface{})
 	}
 }
+
+// reset empties the scratch. mariposa: for state reused across executions.
+func (s *Scratch) reset() {
+	s.init()
+	s.Lock()
+	defer s.Unlock()
+	clear(s.values)
+}
