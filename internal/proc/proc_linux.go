@@ -9,8 +9,8 @@ import (
 func Supported() error { return nil }
 
 // sysProcAttr puts the child in its own process group, has the kernel
-// SIGKILL it when the forking thread (the spawner's, which never exits)
-// dies, and asks for a pidfd to wait on.
+// SIGKILL it when the forking thread dies (with mariposa: see startOne), and
+// asks for a pidfd to wait on.
 func sysProcAttr(pidfd *int) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, PidFD: pidfd}
 }
