@@ -227,6 +227,55 @@ service "pipes" {
 	}
 }
 
+// A leader stops in the same order: its mariposa stops contending first,
+// which ends the term at once, but the drain is still served, and the lock
+// stays held until the process is gone (the term goes back only after the
+// stop and the deregistration).
+func TestLeaderStopDrains(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	pidsFile := filepath.Join(t.TempDir(), "pids")
+	const key = "mariposa/leader/drain"
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "lead" {
+  command = [%q, "-pids-file", %q]
+  leader {
+    key = %q
+  }
+  stop {
+    drain = "2s"
+  }
+}
+`, childBin, pidsFile, key))
+	m := startMariposa(t, agent, nil, hcl)
+	waitRunning(t, c, "lead", agent.Name)
+	pid := readPIDs(t, pidsFile)[0]
+
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "deregistered during the drain", func() (bool, string) {
+		return len(serviceEntries(c, "lead")) == 0, "still registered"
+	})
+	if !alive(pid) {
+		t.Fatal("the leader's process stopped before the drain ended")
+	}
+	kv, _, err := c.KV().Get(key, nil)
+	if err != nil || kv == nil || kv.Session == "" {
+		t.Fatalf("lock during the drain: %+v, %v; want it held", kv, err)
+	}
+	select {
+	case <-m.done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("mariposa did not exit")
+	}
+	if alive(pid) {
+		t.Fatal("the leader's process survived the stop")
+	}
+	if kv, _, err := c.KV().Get(key, nil); err != nil || (kv != nil && kv.Session != "") {
+		t.Fatalf("lock after the stop: %+v, %v; want it released", kv, err)
+	}
+}
+
 // A second SIGINT skips the drain and the stop timeout.
 func TestSecondSignalKillsAtOnce(t *testing.T) {
 	t.Parallel()

@@ -769,6 +769,26 @@ func (st *stepper) termEnded(expired bool, why string) {
 		st.stopProcess(thenTermLost, s.expired)
 		return
 	}
+	if s.shutdown {
+		// mariposa is stopping, and ending its election ended the term.
+		// The shutdown's own order stops the leader (deregister, drain,
+		// stop signal), and finishIfDone hands the term back once the
+		// process is gone and the deregistration has returned. Only an
+		// expiry hurries it: the lock may be anyone's soon.
+		if s.expired && s.pid != 0 {
+			if s.draining {
+				s.draining = false
+				st.disarm(timerDrain)
+			}
+			if s.stopping {
+				st.escalate()
+			} else {
+				st.stopProcess(thenShutdown, true)
+			}
+		}
+		st.finishIfDone()
+		return
+	}
 	if s.pid != 0 {
 		if s.then != thenShutdown || !s.stopping {
 			st.stopProcess(thenTermLost, s.expired)
@@ -863,7 +883,13 @@ func (st *stepper) stop() {
 			st.escalate()
 		}
 	}
-	if s.deregistered {
+	switch {
+	case s.deregistered:
+		st.afterDeregister()
+	case s.pid != 0 && !s.stopping && s.svc.Stop.Drain == 0:
+		// Without a drain nothing waits on the deregistration: the stop
+		// signal goes out with it. A leader's term still goes back only
+		// once both are done (finishIfDone).
 		st.afterDeregister()
 	}
 }

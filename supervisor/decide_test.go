@@ -399,6 +399,74 @@ func TestDecideStandbyLeadership(t *testing.T) {
 	m.want(StateStandby, "standby")
 }
 
+// A leader's graceful shutdown keeps the shutdown's order although ending
+// the election ends the term at once (mariposa's elector stops first): the
+// drain is served, the stop signal goes out only after it (with the
+// deregistration when there is no drain), and the term goes back only once
+// the process is gone and the deregistration returned, so the catalog never
+// lists two leaders. Only an expiry cuts the drain short.
+func TestDecideLeaderShutdownOrder(t *testing.T) {
+	type step struct {
+		in          input
+		stop, kill  bool // the step stops the process (kill: at once)
+		release     bool // the step hands the term back
+		deregisters bool
+	}
+	lost := input{kind: inTermLost, why: "stopped: Run's context ended"}
+	cases := []struct {
+		name  string
+		drain time.Duration
+		steps []step
+	}{
+		{"drain", 2 * time.Second, []step{
+			{in: input{kind: inStop}, deregisters: true},
+			{in: lost},
+			{in: input{kind: inDeregistered}},
+			{in: input{kind: inTimer, timer: timerDrain}, stop: true},
+			{in: input{kind: inExited, pid: 9}, release: true},
+		}},
+		{"no drain, exit first", 0, []step{
+			{in: input{kind: inStop}, deregisters: true, stop: true},
+			{in: lost},
+			{in: input{kind: inExited, pid: 9}},
+			{in: input{kind: inDeregistered}, release: true},
+		}},
+		{"no drain, deregistration first", 0, []step{
+			{in: input{kind: inStop}, deregisters: true, stop: true},
+			{in: input{kind: inDeregistered}},
+			{in: lost},
+			{in: input{kind: inExited, pid: 9}, release: true},
+		}},
+		{"expiry during the drain", 2 * time.Second, []step{
+			{in: input{kind: inStop}, deregisters: true},
+			{in: input{kind: inDeregistered}},
+			{in: input{kind: inTermLost, expired: true}, stop: true, kill: true},
+			{in: input{kind: inTimer, timer: timerDrain}},
+			{in: input{kind: inExited, pid: 9}, release: true},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			m := newMachine(t, testService(func(s *schema.Service) { standbyService(s); s.Stop.Drain = c.drain }))
+			m.step(input{kind: inBoot})
+			m.step(input{kind: inTermGained, term: termInfo{Key: "k", Session: "s", Index: 7}})
+			m.step(input{kind: inStarted, pid: 9, started: m.now})
+			for i, st := range c.steps {
+				acts := m.step(st.in)
+				a, stopped := has(acts, actStop)
+				_, killed := has(acts, actKill)
+				_, released := has(acts, actReleaseTerm)
+				_, dereg := has(acts, actDeregister)
+				if stopped != st.stop || (st.kill && !a.kill && !killed) || released != st.release || dereg != st.deregisters {
+					t.Fatalf("step %d (input %d): actions %v; want stop %v (kill %v), release %v, deregister %v",
+						i, st.in.kind, kinds(acts), st.stop, st.kill, st.release, st.deregisters)
+				}
+			}
+			m.want(StateStopped, "stopped")
+		})
+	}
+}
+
 func TestDecideTermExpiresWhileStopping(t *testing.T) {
 	m := newMachine(t, testService(standbyService))
 	m.step(input{kind: inBoot})
