@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -96,6 +98,56 @@ service "secure" {
 		t.Error("the token appears in the log")
 	}
 	if strings.Contains(out, "Permission denied") || strings.Contains(out, "ACL not found") {
+		t.Errorf("permission errors with the documented policy:\n%s", out)
+	}
+}
+
+// The documented policy also lets a leader's release withdraw its
+// registration (a catalog operation in the release transaction, used when
+// the agent's deregistration has not returned when the process is gone):
+// with the deregistration held at a proxy, stopping mariposa still frees
+// the lock and empties the catalog.
+func TestACLLeaderReleaseWithdraws(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t, consultest.Options{ACL: true})
+	root := agent.Client(t)
+	pol, _, err := root.ACL().PolicyCreate(&api.ACLPolicy{Name: "mariposa", Rules: mariposaPolicy}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := root.ACL().TokenCreate(&api.ACLToken{Description: "mariposa", Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := make(chan struct{})
+	defer close(hold)
+	var held atomic.Int32
+	proxy := holdingProxy(t, agent.HTTPAddr(), func(r *http.Request) bool {
+		return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/lead-")
+	}, hold, &held)
+	const key = "mariposa/leader/acl"
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "lead" {
+  command = [%q]
+  leader {
+    key = %q
+  }
+}
+`, childBin, key))
+	m := startMariposa(t, agent, []string{"CONSUL_HTTP_TOKEN=" + tok.SecretID}, "-consul-addr", proxy, hcl)
+	waitRunning(t, root, "lead", agent.Name)
+	_ = m.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 10*time.Second, "the lock released and lead withdrawn while the deregistration is held", func() (bool, string) {
+		kv, _, err := root.KV().Get(key, nil)
+		if err != nil || kv == nil || kv.Session != "" {
+			return false, fmt.Sprintf("lock %+v %v", kv, err)
+		}
+		if n := len(serviceEntries(root, "lead")); n != 0 {
+			return false, fmt.Sprintf("%d lead entries", n)
+		}
+		return held.Load() > 0, "no deregistration held yet"
+	})
+	if out := m.out.String(); strings.Contains(out, "Permission denied") {
 		t.Errorf("permission errors with the documented policy:\n%s", out)
 	}
 }

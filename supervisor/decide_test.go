@@ -403,13 +403,15 @@ func TestDecideStandbyLeadership(t *testing.T) {
 // the election ends the term at once (mariposa's elector stops first): the
 // drain is served, the stop signal goes out only after it (with the
 // deregistration when there is no drain), and the term goes back only once
-// the process is gone and the deregistration returned, so the catalog never
-// lists two leaders. Only an expiry cuts the drain short.
+// the process is gone; if the deregistration has not returned by then, the
+// release withdraws the registration in its own transaction, so the
+// catalog never lists two leaders. Only an expiry cuts the drain short.
 func TestDecideLeaderShutdownOrder(t *testing.T) {
 	type step struct {
 		in          input
 		stop, kill  bool // the step stops the process (kill: at once)
 		release     bool // the step hands the term back
+		withdraw    bool // ... withdrawing the registration in the release
 		deregisters bool
 	}
 	lost := input{kind: inTermLost, why: "stopped: Run's context ended"}
@@ -428,8 +430,8 @@ func TestDecideLeaderShutdownOrder(t *testing.T) {
 		{"no drain, exit first", 0, []step{
 			{in: input{kind: inStop}, deregisters: true, stop: true},
 			{in: lost},
-			{in: input{kind: inExited, pid: 9}},
-			{in: input{kind: inDeregistered}, release: true},
+			{in: input{kind: inExited, pid: 9}, release: true, withdraw: true},
+			{in: input{kind: inDeregistered}},
 		}},
 		{"no drain, deregistration first", 0, []step{
 			{in: input{kind: inStop}, deregisters: true, stop: true},
@@ -455,11 +457,11 @@ func TestDecideLeaderShutdownOrder(t *testing.T) {
 				acts := m.step(st.in)
 				a, stopped := has(acts, actStop)
 				_, killed := has(acts, actKill)
-				_, released := has(acts, actReleaseTerm)
+				r, released := has(acts, actReleaseTerm)
 				_, dereg := has(acts, actDeregister)
-				if stopped != st.stop || (st.kill && !a.kill && !killed) || released != st.release || dereg != st.deregisters {
-					t.Fatalf("step %d (input %d): actions %v; want stop %v (kill %v), release %v, deregister %v",
-						i, st.in.kind, kinds(acts), st.stop, st.kill, st.release, st.deregisters)
+				if stopped != st.stop || (st.kill && !a.kill && !killed) || released != st.release || r.withdraw != st.withdraw || dereg != st.deregisters {
+					t.Fatalf("step %d (input %d): actions %v (withdraw %v); want stop %v (kill %v), release %v (withdraw %v), deregister %v",
+						i, st.in.kind, kinds(acts), r.withdraw, st.stop, st.kill, st.release, st.withdraw, st.deregisters)
 				}
 			}
 			m.want(StateStopped, "stopped")

@@ -37,7 +37,8 @@
 //	any state -> stopping -> stopped: Stop (deregister, drain, signal,
 //	SIGKILL after the timeout; Kill skips the wait; without a drain the
 //	signal goes with the deregistration; a leader's term goes back once
-//	both are done, even though its election ends first)
+//	the process is gone, its release withdrawing the registration if the
+//	deregistration has not returned, even though its election ends first)
 //
 // A template with a coordinate block does not restart or signal its
 // instance at once after a change: the instance asks for a reload token

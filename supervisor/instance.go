@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/checks"
@@ -59,6 +60,7 @@ type Snapshot struct {
 type Instance struct {
 	svc    *schema.Service
 	id     string
+	node   string // the catalog node the service is registered under
 	env    []string
 	log    hclog.Logger
 	reg    *checks.Registry
@@ -561,6 +563,12 @@ func (l *loop) act(a action) {
 	case actStopElecting:
 		l.stopElecting()
 	case actReleaseTerm:
+		// Not when another supervisor took the node: the registration
+		// under this ID is its own now.
+		if a.withdraw && l.term != nil && (in.abandoned == nil || !in.abandoned.Load()) {
+			l.term.ReleaseWith(api.TxnOps{{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: in.node,
+				Service: api.AgentService{ID: in.id, Service: in.svc.Name}}}})
+		}
 		if l.termDone != nil {
 			close(l.termDone)
 		}

@@ -559,6 +559,7 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, elector,
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
 	in.abandoned = &r.abandoned
+	in.node = r.node
 	if sp.slot != nil {
 		in.inSlot(*sp.slot)
 	}

@@ -168,7 +168,11 @@ func (e *Elector) round(ctx context.Context, l *lease.Lease, onTerm func(*Term))
 	stopped()
 	lt.End(ErrResigned)
 	// Released only now that onTerm stopped the leader-only work.
-	if err := lt.Release(); err != nil {
+	release := lt.Release
+	if len(t.releaseOps) > 0 {
+		release = func() error { return lt.ReleaseWith(e.cfg.Value, t.releaseOps) }
+	}
+	if err := release(); err != nil {
 		log.Debug("release failed; retried in the background", "error", err)
 	}
 	if errors.Is(t.Err(), ErrLost) {

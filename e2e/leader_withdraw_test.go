@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// A leader stopped gracefully hands its lock on as soon as its process is
+// gone, without waiting for its agent's deregistration: the transaction
+// that releases the lock withdraws the registration from the catalog too.
+// Here the old leader's agent is made to hold the deregistration (a proxy
+// in front of it keeps the request until the end of the test), so the
+// catalog shows what the release alone did: the new leader is running and
+// registered, and the old one is no longer listed. Without the withdrawal
+// in the release, both would be listed.
+func TestLeaderReleaseWithdrawsRegistration(t *testing.T) {
+	t.Parallel()
+	cl := consultest.NewCluster(t, 1, 2)
+	c := cl.Servers[0].Client(t)
+	a, b := cl.Clients[0], cl.Clients[1]
+	hold := make(chan struct{})
+	var held atomic.Int32
+	proxy := holdingProxy(t, a.HTTPAddr(), func(r *http.Request) bool {
+		return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/lead-")
+	}, hold, &held)
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "lead" {
+  command = [%q]
+  leader {
+    key = "mariposa/leader/withdraw"
+  }
+}
+`, childBin))
+	ma := startMariposa(t, a, nil, "-consul-addr", proxy, hcl)
+	defer close(hold)
+	waitFor(t, 30*time.Second, "the first mariposa leading", func() (bool, string) {
+		es := serviceEntries(c, "lead")
+		return len(es) == 1 && es[0].Node.Node == a.Name, fmt.Sprint(len(es))
+	})
+	startMariposa(t, b, nil, hcl)
+	waitFor(t, 10*time.Second, "the second mariposa contending", func() (bool, string) {
+		ss, _, err := b.Client(t).Session().Node(b.Name, nil)
+		return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
+	})
+
+	_ = ma.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 10*time.Second, "the new leader registered", func() (bool, string) {
+		for _, e := range serviceEntries(c, "lead") {
+			if e.Node.Node == b.Name {
+				return true, ""
+			}
+		}
+		return false, "not yet"
+	})
+	if held.Load() == 0 {
+		t.Fatal("the old leader's deregistration did not reach the proxy: the test proves nothing")
+	}
+	es := serviceEntries(c, "lead")
+	var nodes []string
+	for _, e := range es {
+		nodes = append(nodes, e.Node.Node)
+	}
+	if len(es) != 1 {
+		t.Fatalf("the catalog lists lead on %v while the old leader's deregistration is held; want only the new leader (%s)", nodes, b.Name)
+	}
+}
+
+// holdingProxy forwards to target, except that the requests match picks
+// wait until hold is closed (counted in held).
+func holdingProxy(t testing.TB, target string, match func(*http.Request) bool, hold <-chan struct{}, held *atomic.Int32) string {
+	u, _ := url.Parse("http://" + target)
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if match(r) {
+			held.Add(1)
+			<-hold
+		}
+		rp.ServeHTTP(w, r)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return l.Addr().String()
+}
