@@ -41,16 +41,7 @@ session_prefix "" {
 // at trace level, and in no child's environment.
 func TestACLLeastPrivilege(t *testing.T) {
 	t.Parallel()
-	agent := consultest.NewDev(t, consultest.Options{ACL: true})
-	root := agent.Client(t)
-	pol, _, err := root.ACL().PolicyCreate(&api.ACLPolicy{Name: "mariposa", Rules: mariposaPolicy}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _, err := root.ACL().TokenCreate(&api.ACLToken{Description: "mariposa", Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent, root, tok := aclAgent(t)
 	// The policy must match website/acl.md.
 	doc, err := os.ReadFile("../website/acl.md")
 	if err != nil || !strings.Contains(string(doc), strings.TrimSpace(mariposaPolicy)) {
@@ -109,16 +100,7 @@ service "secure" {
 // the lock and empties the catalog.
 func TestACLLeaderReleaseWithdraws(t *testing.T) {
 	t.Parallel()
-	agent := consultest.NewDev(t, consultest.Options{ACL: true})
-	root := agent.Client(t)
-	pol, _, err := root.ACL().PolicyCreate(&api.ACLPolicy{Name: "mariposa", Rules: mariposaPolicy}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, _, err := root.ACL().TokenCreate(&api.ACLToken{Description: "mariposa", Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	agent, root, tok := aclAgent(t)
 	hold := make(chan struct{})
 	defer close(hold)
 	var held atomic.Int32
@@ -150,4 +132,21 @@ service "lead" {
 	if out := m.out.String(); strings.Contains(out, "Permission denied") {
 		t.Errorf("permission errors with the documented policy:\n%s", out)
 	}
+}
+
+// aclAgent starts a dev agent enforcing ACLs (default deny) and returns it,
+// a client with its root token, and a token with the documented policy.
+func aclAgent(t *testing.T) (*consultest.Agent, *api.Client, *api.ACLToken) {
+	t.Helper()
+	agent := consultest.NewDev(t, consultest.Options{ACL: true})
+	root := agent.Client(t)
+	pol, _, err := root.ACL().PolicyCreate(&api.ACLPolicy{Name: "mariposa", Rules: mariposaPolicy}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := root.ACL().TokenCreate(&api.ACLToken{Description: "mariposa", Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return agent, root, tok
 }
