@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,17 +95,16 @@ service "secure" {
 // The documented policy also lets a leader's release withdraw its
 // registration (a catalog operation in the release transaction, used when
 // the agent's deregistration has not returned when the process is gone):
-// with the deregistration held at a proxy, stopping mariposa still frees
-// the lock and empties the catalog.
+// with the deregistration (and the check updates) held at a proxy,
+// stopping mariposa still frees the lock and empties the catalog.
 func TestACLLeaderReleaseWithdraws(t *testing.T) {
 	t.Parallel()
 	agent, root, tok := aclAgent(t)
 	hold := make(chan struct{})
 	defer close(hold)
 	var held atomic.Int32
-	proxy := holdingProxy(t, agent.HTTPAddr(), func(r *http.Request) bool {
-		return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/lead-")
-	}, hold, &held)
+	var armed atomic.Bool
+	proxy := holdingProxy(t, agent.HTTPAddr(), slowFor("lead-", &armed), hold, &held)
 	const key = "mariposa/leader/acl"
 	hcl := writeHCL(t, fmt.Sprintf(`
 service "lead" {
@@ -118,6 +116,7 @@ service "lead" {
 `, childBin, key))
 	m := startMariposa(t, agent, []string{"CONSUL_HTTP_TOKEN=" + tok.SecretID}, "-consul-addr", proxy, hcl)
 	waitRunning(t, root, "lead", agent.Name)
+	armed.Store(true)
 	_ = m.cmd.Process.Signal(syscall.SIGTERM)
 	waitFor(t, 10*time.Second, "the lock released and lead withdrawn while the deregistration is held", func() (bool, string) {
 		kv, _, err := root.KV().Get(key, nil)

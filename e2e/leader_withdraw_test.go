@@ -18,9 +18,11 @@ import (
 // A leader stopped gracefully hands its lock on as soon as its process is
 // gone, without waiting for its agent's deregistration: the transaction
 // that releases the lock withdraws the registration from the catalog too.
-// Here the old leader's agent is made to hold the deregistration (a proxy
-// in front of it keeps the request until the end of the test), so the
-// catalog shows what the release alone did: the new leader is running and
+// Here the old leader's agent is made slow for that service once the stop
+// begins: a proxy in front of it keeps its deregistration and its check
+// updates until the end of the test (a check update would have the agent
+// sync the service it still has back into the catalog). So the catalog
+// shows what the release alone did: the new leader is running and
 // registered, and the old one is no longer listed. Without the withdrawal
 // in the release, both would be listed.
 func TestLeaderReleaseWithdrawsRegistration(t *testing.T) {
@@ -30,9 +32,8 @@ func TestLeaderReleaseWithdrawsRegistration(t *testing.T) {
 	a, b := cl.Clients[0], cl.Clients[1]
 	hold := make(chan struct{})
 	var held atomic.Int32
-	proxy := holdingProxy(t, a.HTTPAddr(), func(r *http.Request) bool {
-		return r.Method == http.MethodPut && strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/lead-")
-	}, hold, &held)
+	var armed atomic.Bool
+	proxy := holdingProxy(t, a.HTTPAddr(), slowFor("lead-", &armed), hold, &held)
 	hcl := writeHCL(t, fmt.Sprintf(`
 service "lead" {
   command = [%q]
@@ -53,6 +54,7 @@ service "lead" {
 		return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
 	})
 
+	armed.Store(true)
 	_ = ma.cmd.Process.Signal(syscall.SIGTERM)
 	waitFor(t, 10*time.Second, "the new leader registered", func() (bool, string) {
 		for _, e := range serviceEntries(c, "lead") {
@@ -95,4 +97,14 @@ func holdingProxy(t testing.TB, target string, match func(*http.Request) bool, h
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return l.Addr().String()
+}
+
+// slowFor picks, once armed, the agent writes about the services whose IDs
+// start with prefix: their deregistration and their checks' updates.
+func slowFor(prefix string, armed *atomic.Bool) func(*http.Request) bool {
+	return func(r *http.Request) bool {
+		return armed.Load() && r.Method == http.MethodPut &&
+			(strings.HasPrefix(r.URL.Path, "/v1/agent/service/deregister/"+prefix) ||
+				strings.HasPrefix(r.URL.Path, "/v1/agent/check/update/"+prefix))
+	}
 }
