@@ -31,10 +31,7 @@ import (
 // two runs.
 func BenchmarkRestartAfterExit(b *testing.B) {
 	const trials = 60
-	rounds := 3
-	if v, err := strconv.Atoi(os.Getenv("MARIPOSA_BENCH_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	rounds := benchRounds(3)
 	agent := consultest.NewDev(b)
 	for i := 0; i < b.N; i++ {
 		var all, allBare latencies
@@ -255,10 +252,7 @@ service "dependent" {
 // sought.
 func BenchmarkLeaderFailover(b *testing.B) {
 	const trials, killTrials = 20, 10
-	rounds := 3
-	if v, err := strconv.Atoi(os.Getenv("MARIPOSA_BENCH_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	rounds := benchRounds(3)
 	cl := consultest.NewCluster(b, 1, 2)
 	c := cl.Servers[0].Client(b)
 	dir := b.TempDir()

@@ -54,11 +54,7 @@ func benchFleetNodes(b *testing.B) int {
 func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	fleetNodes := benchFleetNodes(b)
 	perRound := max(1, fleetNodes/10) // a tenth of the fleet at once
-	rounds := b.N
-	if v, err := strconv.Atoi(os.Getenv("MARIPOSA_BENCH_ROUNDS")); err == nil && v > rounds {
-		rounds = v
-	}
-	rounds = min(rounds, max(1, fleetNodes/2/perRound))
+	rounds := min(max(b.N, benchRounds(b.N)), max(1, fleetNodes/2/perRound))
 	// Counts from 3 up to 10, but no more than the nodes left after the
 	// last round: max_per_node is 1, and full count must stay reachable.
 	maxCount := max(3, min(10, fleetNodes-rounds*perRound))

@@ -79,10 +79,7 @@ func BenchmarkFleetDeploy(b *testing.B) {
 		minHealthyTime = 2 * time.Second
 	)
 	nodes := benchFleetNodes(b)
-	rounds := 2
-	if v, err := strconv.Atoi(os.Getenv("MARIPOSA_BENCH_ROUNDS")); err == nil && v > 0 {
-		rounds = v
-	}
+	rounds := benchRounds(2)
 	rounds = max(rounds, b.N)
 	bound := time.Duration((count+maxParallel-1)/maxParallel) * minHealthyTime
 	perNode := (count+nodes-1)/nodes + 1

@@ -57,3 +57,11 @@ func readStamps(path string) []stamp {
 	}
 	return out
 }
+
+// benchRounds is MARIPOSA_BENCH_ROUNDS (make bench sets it), or def.
+func benchRounds(def int) int {
+	if v, err := strconv.Atoi(os.Getenv("MARIPOSA_BENCH_ROUNDS")); err == nil && v > 0 {
+		return v
+	}
+	return def
+}

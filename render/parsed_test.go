@@ -54,7 +54,7 @@ func hasWatch(m *Manager, k string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, w := range m.deps {
-		if describe(w.view.d) == "key "+k || w.view.d.String() == "kv.block("+k+")" {
+		if w.view.d.String() == "kv.block("+k+")" {
 			return true
 		}
 	}

@@ -776,8 +776,8 @@ func (st *stepper) termEnded(expired bool, why string) {
 		// mariposa is stopping, and ending its election ended the term.
 		// The shutdown's own order stops the leader (deregister, drain,
 		// stop signal), and finishIfDone hands the term back once the
-		// process is gone and the deregistration has returned. Only an
-		// expiry hurries it: the lock may be anyone's soon.
+		// process is gone. Only an expiry hurries it: the lock may be
+		// anyone's soon.
 		if s.expired && s.pid != 0 {
 			if s.draining {
 				s.draining = false
@@ -890,13 +890,9 @@ func (st *stepper) stop() {
 			st.escalate()
 		}
 	}
-	switch {
-	case s.deregistered:
-		st.afterDeregister()
-	case s.pid != 0 && !s.stopping && s.svc.Stop.Drain == 0:
-		// Without a drain nothing waits on the deregistration: the stop
-		// signal goes out with it. A leader's term still goes back only
-		// once both are done (finishIfDone).
+	// Without a drain nothing waits on the deregistration: the stop signal
+	// goes out with it (a leader's term goes back in finishIfDone).
+	if s.deregistered || (s.pid != 0 && !s.stopping && s.svc.Stop.Drain == 0) {
 		st.afterDeregister()
 	}
 }

@@ -566,7 +566,7 @@ func (l *loop) act(a action) {
 		// Not when another supervisor took the node: the registration
 		// under this ID is its own now.
 		if a.withdraw && l.term != nil && (in.abandoned == nil || !in.abandoned.Load()) {
-			l.term.ReleaseWith(api.TxnOps{{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: in.node,
+			l.term.ReleaseAlso(api.TxnOps{{Service: &api.ServiceTxnOp{Verb: api.ServiceDelete, Node: in.node,
 				Service: api.AgentService{ID: in.id, Service: in.svc.Name}}}})
 		}
 		if l.termDone != nil {

@@ -14,15 +14,15 @@ import (
 type Term struct {
 	*lease.Term
 
-	releaseOps api.TxnOps // ReleaseWith's
+	releaseOps api.TxnOps // ReleaseAlso's
 }
 
-// ReleaseWith has the elector apply ops in the transaction that releases
+// ReleaseAlso has the elector apply ops in the transaction that releases
 // the lock after this term: they take effect exactly when the release does
 // (a leader withdrawing its catalog registration in the same Raft write
 // that lets the next leader in, say). Call it from onTerm, before it
 // returns. An expired term's release is refused by Consul, and ops with it.
-func (t *Term) ReleaseWith(ops api.TxnOps) { t.releaseOps = ops }
+func (t *Term) ReleaseAlso(ops api.TxnOps) { t.releaseOps = ops }
 
 func (t *Term) isExpired() bool {
 	select {

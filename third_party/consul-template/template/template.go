@@ -261,32 +261,15 @@ func (t *Template) Execute(i *ExecuteInput) (*ExecuteResult, error) {
 	}
 
 	var used, missing dep.Set
-
-	tmpl := template.New("")
-	tmpl.Delims(t.leftDelim, t.rightDelim)
-
-	tmpl.Funcs(funcMap(&funcMapInput{
-		newTmpl:          tmpl,
-		brain:            i.Brain,
-		env:              i.Env,
-		used:             &used,
-		missing:          &missing,
-		extFuncMap:       t.extFuncMap,
-		functionDenylist: t.functionDenylist,
-		sandboxPath:      t.sandboxPath,
-		destination:      t.destination,
-		config:           i.Config,
-	}))
-
-	if t.errMissingKey {
-		tmpl.Option("missingkey=error")
-	} else {
-		tmpl.Option("missingkey=zero")
-	}
-
-	tmpl, err := tmpl.Parse(t.contents)
+	tmpl, err := t.parse(&funcMapInput{
+		brain:   i.Brain,
+		env:     i.Env,
+		used:    &used,
+		missing: &missing,
+		config:  i.Config,
+	})
 	if err != nil {
-		return nil, errors.Wrap(err, "parse")
+		return nil, err
 	}
 
 	// Execute the template into the writer
@@ -327,27 +310,9 @@ func (t *Template) executeParsed(brain *Brain) (*ExecuteResult, error) {
 	p := t.parsed
 	if p == nil || p.brain != brain {
 		p = &parsed{brain: brain}
-		tmpl := template.New("")
-		tmpl.Delims(t.leftDelim, t.rightDelim)
-		tmpl.Funcs(funcMap(&funcMapInput{
-			newTmpl:          tmpl,
-			brain:            brain,
-			used:             &p.used,
-			missing:          &p.miss,
-			scratch:          &p.scr,
-			extFuncMap:       t.extFuncMap,
-			functionDenylist: t.functionDenylist,
-			sandboxPath:      t.sandboxPath,
-			destination:      t.destination,
-		}))
-		if t.errMissingKey {
-			tmpl.Option("missingkey=error")
-		} else {
-			tmpl.Option("missingkey=zero")
-		}
 		var err error
-		if p.tmpl, err = tmpl.Parse(t.contents); err != nil {
-			return nil, errors.Wrap(err, "parse")
+		if p.tmpl, err = t.parse(&funcMapInput{brain: brain, used: &p.used, missing: &p.miss, scratch: &p.scr}); err != nil {
+			return nil, err
 		}
 		t.parsed = p
 	}
@@ -364,6 +329,27 @@ func (t *Template) executeParsed(brain *Brain) (*ExecuteResult, error) {
 		Missing: p.miss.Copy(),
 		Output:  b.Bytes(),
 	}, nil
+}
+
+// parse parses t's text with the functions of fi (the template's own
+// settings filled in). mariposa: shared by Execute and executeParsed.
+func (t *Template) parse(fi *funcMapInput) (*template.Template, error) {
+	tmpl := template.New("")
+	tmpl.Delims(t.leftDelim, t.rightDelim)
+	fi.newTmpl = tmpl
+	fi.extFuncMap, fi.functionDenylist = t.extFuncMap, t.functionDenylist
+	fi.sandboxPath, fi.destination = t.sandboxPath, t.destination
+	tmpl.Funcs(funcMap(fi))
+	if t.errMissingKey {
+		tmpl.Option("missingkey=error")
+	} else {
+		tmpl.Option("missingkey=zero")
+	}
+	tmpl, err := tmpl.Parse(t.contents)
+	if err != nil {
+		return nil, errors.Wrap(err, "parse")
+	}
+	return tmpl, nil
 }
 
 func redactinator(used *dep.Set, b *Brain, err error) error {
