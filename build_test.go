@@ -1,6 +1,7 @@
 package main
 
 import (
+	"debug/elf"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,7 +52,9 @@ func TestCrossCompile(t *testing.T) {
 }
 
 // make build stamps the commit: `mariposa version` names it, with -dirty
-// when the tree has changes.
+// when the tree has changes. The binary is static, as the README says: no
+// program interpreter, no shared library (and so none of the C library's
+// pages in a running mariposa's memory).
 func TestMakeBuildStampsCommit(t *testing.T) {
 	consultest.SkipShort(t, "builds mariposa")
 	makeBin, gitBin := tool(t, "make"), tool(t, "git")
@@ -72,5 +75,18 @@ func TestMakeBuildStampsCommit(t *testing.T) {
 	out := strings.TrimSpace(run(t, nil, bin, "version"))
 	if !strings.HasPrefix(out, "mariposa v") || !strings.HasSuffix(out, " (commit "+want+")") {
 		t.Errorf("mariposa version = %q, want the commit %q", out, want)
+	}
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("make build: the binary has a program interpreter (dynamically linked); want a static binary")
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err != nil || len(libs) > 0 {
+		t.Errorf("make build: the binary needs shared libraries %v (%v); want none", libs, err)
 	}
 }

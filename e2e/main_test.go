@@ -42,6 +42,12 @@ func TestMain(m *testing.M) {
 		}
 		cmd := exec.Command("go", append(args, pkg)...)
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if !raceEnabled {
+			// Static, as make build and make release build it (the race
+			// detector needs cgo): the benchmarks measure what users run,
+			// without the C library's pages in its memory.
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		}
 		if err := cmd.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building", pkg, err)
 			os.Exit(1)
