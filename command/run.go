@@ -280,10 +280,11 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	go func() { _ = srv.Serve() }()
 	defer srv.Close()
-	// systemd (Type=notify): ready once the services are registered.
+	// systemd (Type=notify): ready once the services are registered; the
+	// start's memory goes back then too.
 	stopNotify := make(chan struct{})
 	defer close(stopNotify)
-	go notifyReady(log, r.Registered(), stopNotify)
+	go afterRegistration(log, r.Registered(), stopNotify)
 	err = r.RunWithSignals(supervisor.SignalOptions{
 		Signals: sigs,
 		Load: func() *schema.Config {

@@ -21,12 +21,14 @@ func sdNotify(log hclog.Logger, state string) {
 
 // notifyReady sends READY=1 once registered closes (mariposa's own service
 // and the first configuration's services are registered with the agent),
-// unless stop closes first.
-func notifyReady(log hclog.Logger, registered, stop <-chan struct{}) {
+// unless stop closes first; it says whether it did.
+func notifyReady(log hclog.Logger, registered, stop <-chan struct{}) bool {
 	select {
 	case <-registered:
 		sdNotify(log, daemon.SdNotifyReady+"\nSTATUS=services registered; supervising")
+		return true
 	case <-stop:
+		return false
 	}
 }
 

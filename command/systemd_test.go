@@ -75,3 +75,26 @@ func TestNotifyWithoutSystemd(t *testing.T) {
 	close(registered)
 	notifyReady(hclog.NewNullLogger(), registered, make(chan struct{}))
 }
+
+// The start's memory goes back once the services are registered, once;
+// not when mariposa stops before that.
+func TestAfterRegistrationReleasesMemory(t *testing.T) {
+	t.Setenv("NOTIFY_SOCKET", "")
+	calls := 0
+	old := releaseStartMemory
+	releaseStartMemory = func() { calls++ }
+	t.Cleanup(func() { releaseStartMemory = old })
+
+	stop := make(chan struct{})
+	close(stop)
+	afterRegistration(hclog.NewNullLogger(), make(chan struct{}), stop)
+	if calls != 0 {
+		t.Fatalf("released %d times when stopped before registration; want 0", calls)
+	}
+	registered := make(chan struct{})
+	close(registered)
+	afterRegistration(hclog.NewNullLogger(), registered, make(chan struct{}))
+	if calls != 1 {
+		t.Fatalf("released %d times once registered; want 1", calls)
+	}
+}
