@@ -7,10 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"sort"
@@ -516,19 +514,8 @@ type writeProxy struct {
 }
 
 func newWriteProxy(b testing.TB, target string) *writeProxy {
-	u, _ := url.Parse("http://" + target)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}
-	// A mariposa stopped at the end cancels its blocking queries: not news.
-	rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
 	p := &writeProxy{writes: map[string]int{}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.addr = l.Addr().String()
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.addr = agentProxy(b, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			p.mu.Lock()
 			p.reads++
@@ -554,9 +541,11 @@ func newWriteProxy(b testing.TB, target string) *writeProxy {
 		p.mu.Lock()
 		p.writes[kind]++
 		p.mu.Unlock()
-	})}
-	go srv.Serve(l)
-	b.Cleanup(func() { srv.Close() })
+	}, func(rp *httputil.ReverseProxy) {
+		rp.Transport = &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}
+		// A mariposa stopped at the end cancels its blocking queries: not news.
+		rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
+	})
 	return p
 }
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -32,7 +31,6 @@ import (
 type countingProxy struct {
 	addr string
 	n    atomic.Int64
-	srv  *http.Server
 
 	mu    sync.Mutex
 	paths map[string]int64 // "GET /v1/agent/check/update" -> requests
@@ -48,25 +46,15 @@ func (p *countingProxy) byPath() map[string]int64 {
 }
 
 func newCountingProxy(b testing.TB, target string) *countingProxy {
-	u, _ := url.Parse("http://" + target)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
 	p := &countingProxy{paths: map[string]int64{}}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	p.addr = l.Addr().String()
-	p.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	p.addr = agentProxy(b, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 		p.n.Add(1)
 		key := r.Method + " " + pathClass(r.URL.Path)
 		p.mu.Lock()
 		p.paths[key]++
 		p.mu.Unlock()
 		rp.ServeHTTP(w, r)
-	})}
-	go p.srv.Serve(l)
-	b.Cleanup(func() { p.srv.Close() })
+	})
 	return p
 }
 

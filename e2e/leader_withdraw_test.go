@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -80,23 +78,13 @@ service "lead" {
 // holdingProxy forwards to target, except that the requests match picks
 // wait until hold is closed (counted in held).
 func holdingProxy(t testing.TB, target string, match func(*http.Request) bool, hold <-chan struct{}, held *atomic.Int32) string {
-	u, _ := url.Parse("http://" + target)
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return agentProxy(t, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 		if match(r) {
 			held.Add(1)
 			<-hold
 		}
 		rp.ServeHTTP(w, r)
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	return l.Addr().String()
+	})
 }
 
 // slowFor picks, once armed, the agent writes about the services whose IDs
