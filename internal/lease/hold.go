@@ -291,6 +291,8 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 	l := s.l
 	kv := l.cfg.Client.KV()
 	var index uint64
+	// refused: an acquire was refused and no other holder seen since.
+	refused := false
 	for {
 		if err := ctx.Err(); err != nil {
 			return time.Time{}, nil, err
@@ -324,6 +326,7 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 		case pair != nil && pair.Session != "" && failIfHeld:
 			return time.Time{}, nil, &errHeld{pair: pair}
 		case pair != nil && pair.Session != "":
+			refused = false
 			continue // held by another session: block until it changes
 		}
 		rctx, cancel = context.WithTimeout(ctx, l.t.request)
@@ -356,10 +359,17 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 				return time.Time{}, nil, ctx.Err()
 			}
 			return time.Time{}, nil, fmt.Errorf("acquire %s: %w", h.Key, err)
+		case !ok && !refused:
+			// Free but refused: another session was faster, or a lock delay
+			// after an invalidation; Consul does not say which. Read again
+			// at once: a faster session's hold is then watched with a
+			// blocking query, and a quick release of it is not missed.
+			log.Trace("acquire refused, lock delay or race; reading again")
+			refused = true
 		case !ok:
-			// Free but refused: lock delay after an invalidation, or another
-			// session was faster. Consul does not say how long the delay lasts.
-			log.Trace("acquire refused, lock delay or race")
+			// Refused again with no holder seen: a lock delay. Consul does
+			// not say how long it lasts.
+			log.Trace("acquire refused again, lock delay")
 			if !sleep(ctx, l.t.retry) {
 				return time.Time{}, nil, ctx.Err()
 			}
