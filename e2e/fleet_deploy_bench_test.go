@@ -515,7 +515,7 @@ type writeProxy struct {
 
 func newWriteProxy(b testing.TB, target string) *writeProxy {
 	p := &writeProxy{writes: map[string]int{}}
-	p.addr = agentProxy(b, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
+	p.addr = consultest.AgentProxy(b, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet || r.Method == http.MethodHead {
 			p.mu.Lock()
 			p.reads++

@@ -47,7 +47,7 @@ func (p *countingProxy) byPath() map[string]int64 {
 
 func newCountingProxy(b testing.TB, target string) *countingProxy {
 	p := &countingProxy{paths: map[string]int64{}}
-	p.addr = agentProxy(b, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
+	p.addr = consultest.AgentProxy(b, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 		p.n.Add(1)
 		key := r.Method + " " + pathClass(r.URL.Path)
 		p.mu.Lock()

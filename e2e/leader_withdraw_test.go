@@ -78,7 +78,7 @@ service "lead" {
 // holdingProxy forwards to target, except that the requests match picks
 // wait until hold is closed (counted in held).
 func holdingProxy(t testing.TB, target string, match func(*http.Request) bool, hold <-chan struct{}, held *atomic.Int32) string {
-	return agentProxy(t, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
+	return consultest.AgentProxy(t, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 		if match(r) {
 			held.Add(1)
 			<-hold

@@ -1,6 +1,8 @@
 package lease
 
 import (
+	"net/http"
+	"net/http/httputil"
 	"testing"
 	"time"
 
@@ -31,4 +33,17 @@ func (l *Lease) abandon() {
 	for _, s := range l.liveSessions() {
 		s.stop()
 	}
+}
+
+// proxiedClient is a client of the agent at target through a front that
+// hands each request to serve (consultest.AgentProxy).
+func proxiedClient(t *testing.T, target string, serve func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request)) *api.Client {
+	t.Helper()
+	cfg := api.DefaultConfig()
+	cfg.Address = consultest.AgentProxy(t, target, serve)
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

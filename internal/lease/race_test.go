@@ -2,10 +2,8 @@ package lease
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -35,15 +33,8 @@ func TestAcquireLostRaceWatchesWinner(t *testing.T) {
 	// until the winner has taken the key; the winner lets go 50 ms after
 	// the loser's refusal.
 	var refusedAt, releasedAt atomic.Int64
-	u, _ := url.Parse("http://" + agent.HTTPAddr())
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
 	var txns atomic.Int32
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	lc := proxiedClient(t, agent.HTTPAddr(), func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPut || r.URL.Path != "/v1/txn" || txns.Add(1) != 1 {
 			rp.ServeHTTP(w, r)
 			return
@@ -63,16 +54,7 @@ func TestAcquireLostRaceWatchesWinner(t *testing.T) {
 				t.Errorf("the winner's release: %v", err)
 			}
 		})
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-
-	cfg := api.DefaultConfig()
-	cfg.Address = l.Addr().String()
-	lc, err := api.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	// A 15 s lock delay makes the retry 500 ms.
 	ls := New(Config{Client: lc, LockDelay: 15 * time.Second, Log: consultest.Logger(t, "loser")})
 	t.Cleanup(ls.Close)
@@ -124,26 +106,12 @@ func TestAcquireDuringLockDelayWaits(t *testing.T) {
 	start := time.Now()
 
 	var txns atomic.Int32
-	u, _ := url.Parse("http://" + agent.HTTPAddr())
-	rp := httputil.NewSingleHostReverseProxy(u)
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	lc := proxiedClient(t, agent.HTTPAddr(), func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodPut && r.URL.Path == "/v1/txn" {
 			txns.Add(1)
 		}
 		rp.ServeHTTP(w, r)
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	cfg := api.DefaultConfig()
-	cfg.Address = l.Addr().String()
-	lc, err := api.NewClient(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 	ls := New(Config{Client: lc, LockDelay: delay, Log: consultest.Logger(t, "next")})
 	t.Cleanup(ls.Close)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -1,4 +1,4 @@
-package e2e
+package consultest
 
 import (
 	"net"
@@ -8,12 +8,12 @@ import (
 	"testing"
 )
 
-// agentProxy serves, on a loopback port, a front for the agent's HTTP API
+// AgentProxy serves, on a loopback port, a front for the agent's HTTP API
 // at target: serve sees each request with the reverse proxy that forwards
 // it (streaming, for blocking queries), and decides what to count, hold or
-// change on the way; opts adjust the reverse proxy before it serves.
-// Returns the front's address; it closes with the test.
-func agentProxy(t testing.TB, target string, serve func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request), opts ...func(*httputil.ReverseProxy)) string {
+// do first; opts adjust the reverse proxy before it serves. Returns the
+// front's address; it closes with the test.
+func AgentProxy(t testing.TB, target string, serve func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request), opts ...func(*httputil.ReverseProxy)) string {
 	t.Helper()
 	u, _ := url.Parse("http://" + target)
 	rp := httputil.NewSingleHostReverseProxy(u)
