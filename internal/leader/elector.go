@@ -167,12 +167,9 @@ func (e *Elector) round(ctx context.Context, l *lease.Lease, onTerm func(*Term))
 	onTerm(t)
 	stopped()
 	lt.End(ErrResigned)
-	// Released only now that onTerm stopped the leader-only work.
-	release := lt.Release
-	if len(t.releaseOps) > 0 {
-		release = func() error { return lt.ReleaseWith(e.cfg.Value, t.releaseOps) }
-	}
-	if err := release(); err != nil {
+	// Released only now that onTerm stopped the leader-only work, with the
+	// value it was acquired with and ReleaseAlso's ops, if any.
+	if err := lt.ReleaseWith(e.cfg.Value, t.releaseOps); err != nil {
 		log.Debug("release failed; retried in the background", "error", err)
 	}
 	if errors.Is(t.Err(), ErrLost) {
