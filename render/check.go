@@ -73,8 +73,10 @@ func checkTemplate(text string) *schema.TemplateError {
 	// Then with the renderer's own function map (consul-template's,
 	// Sprig's as sprig_*, and the sandbox's), which only consul-template
 	// can build: parse through it with the sentinel at the end.
-	if err := parseWithFuncs(text); err != nil {
-		msg := err.Error()
+	// parseWithFuncs never returns nil (a text that parses fails on the
+	// sentinel), so only a failure before the sentinel is the text's own.
+	{
+		msg := parseWithFuncs(text).Error()
 		m := parseErr.FindStringSubmatch(msg)
 		if m == nil || !strings.Contains(m[3], parseSentinel) {
 			te := parseError(text, "Template syntax error", msg)
