@@ -120,11 +120,11 @@ func (n *nodeAPI) listen(ccfg *api.Config, rings *logring.Set, log hclog.Logger)
 			}
 			return nil
 		},
-		Events:  n.events,
-		Target:  lazyTarget{n},
-		Logs:    rings,
-		Metrics: n.metrics.Handler(),
-		Volumes: n.volumeHandler(),
+		Events:   n.events,
+		Target:   lazyTarget{n},
+		Logs:     rings,
+		Metrics:  n.metrics.Handler(),
+		Volumes:  n.volumeHandler(),
 		Auth:     httpapi.NewAuthorizer(n.checker, 0, 0),
 		Warnings: n.warnings,
 		Log:      log,
