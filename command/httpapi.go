@@ -32,7 +32,10 @@ const httpAPIFlagsHelp = `  -http-addr=ADDR    The node's HTTP API: /v1/status, 
                      (X-Consul-Token or Authorization: Bearer) with the
                      permission Consul would ask: node:read (status,
                      events), service:read (logs), service:write (restart,
-                     reset), agent:read (metrics).`
+                     reset), agent:read (metrics). Without ACLs, anyone
+                     who reaches a non-loopback address reads the logs
+                     and restarts or resets services with no token:
+                     mariposa warns (log, liveness check, /v1/status).`
 
 // nodeAPI is run's HTTP API and Prometheus metrics: the metrics count
 // from the first Consul request on, the API serves once the runner exists.
