@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,11 +61,31 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 		f := cluster.NewFleet(cluster.FleetConfig{Client: m.client, Node: r.Node(), Lease: r.Leases().Lease(0, 0),
 			Runner: r, Log: m.log, OnClaim: m.onClaim, Volumes: m.volumes, APIURL: m.apiURL})
 		f.SetLocal(cfg)
-		r.SetLivenessNote(f.Waiting)
 		m.f.Store(f)
 		go pruneAudit(ctx, f, m.client, m.auditRetention, m.log.Named("audit"))
 		_ = f.Run(ctx)
 	}()
+}
+
+// waiting is what the fleet waits for (cluster.Fleet.Waiting), "" before
+// it runs.
+func (m *fleetMember) waiting() string {
+	if f := m.f.Load(); f != nil {
+		return f.Waiting()
+	}
+	return ""
+}
+
+// joinNotes joins the liveness check's notes that are not empty, one a
+// line.
+func joinNotes(notes ...string) string {
+	var out []string
+	for _, n := range notes {
+		if n != "" {
+			out = append(out, n)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 func (m *fleetMember) event(e supervisor.Event) {

@@ -1,11 +1,14 @@
 package command
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
@@ -29,7 +32,10 @@ const httpAPIFlagsHelp = `  -http-addr=ADDR    The node's HTTP API: /v1/status, 
                      (X-Consul-Token or Authorization: Bearer) with the
                      permission Consul would ask: node:read (status,
                      events), service:read (logs), service:write (restart,
-                     reset), agent:read (metrics).`
+                     reset), agent:read (metrics). Without ACLs, anyone
+                     who reaches a non-loopback address reads the logs
+                     and restarts or resets services with no token:
+                     mariposa warns (log, liveness check, /v1/status).`
 
 // nodeAPI is run's HTTP API and Prometheus metrics: the metrics count
 // from the first Consul request on, the API serves once the runner exists.
@@ -48,6 +54,11 @@ type nodeAPI struct {
 	// client's transport, not counted in the metrics (an "ACL support
 	// disabled" answer is no failure).
 	authClient *http.Client
+	checker    httpapi.Checker
+	// warn is the warning about an API open to the network without ACLs
+	// ("" or nil: none), for the log, /v1/status and the liveness check.
+	warn   atomic.Pointer[string]
+	cancel context.CancelFunc
 }
 
 func (n *nodeAPI) register(fs *flag.FlagSet) {
@@ -97,6 +108,7 @@ func (n *nodeAPI) listen(ccfg *api.Config, rings *logring.Set, log hclog.Logger)
 		log.Info("HTTP API off")
 		return nil
 	}
+	n.checker = &httpapi.ConsulChecker{BaseURL: consulBaseURL(ccfg), Client: n.authClient}
 	srv, err := httpapi.Listen(httpapi.Config{
 		Addr: n.addr,
 		Node: func() string {
@@ -111,13 +123,14 @@ func (n *nodeAPI) listen(ccfg *api.Config, rings *logring.Set, log hclog.Logger)
 			}
 			return nil
 		},
-		Events:  n.events,
-		Target:  lazyTarget{n},
-		Logs:    rings,
-		Metrics: n.metrics.Handler(),
-		Volumes: n.volumeHandler(),
-		Auth:    httpapi.NewAuthorizer(&httpapi.ConsulChecker{BaseURL: consulBaseURL(ccfg), Client: n.authClient}, 0, 0),
-		Log:     log,
+		Events:   n.events,
+		Target:   lazyTarget{n},
+		Logs:     rings,
+		Metrics:  n.metrics.Handler(),
+		Volumes:  n.volumeHandler(),
+		Auth:     httpapi.NewAuthorizer(n.checker, 0, 0),
+		Warnings: n.warnings,
+		Log:      log,
 	})
 	if err != nil {
 		if !n.addrSet {
@@ -141,18 +154,107 @@ func (n *nodeAPI) boundAddr() string {
 	return n.srv.Addr()
 }
 
-// start serves with r.
-func (n *nodeAPI) start(r *supervisor.Runner) {
+// start serves with r, and watches whether the API is open to anyone
+// (watchOpen).
+func (n *nodeAPI) start(r *supervisor.Runner, log hclog.Logger) {
 	n.runner.Store(r)
 	if n.srv != nil {
 		go func() { _ = n.srv.Serve() }()
+		ctx, cancel := context.WithCancel(context.Background())
+		n.cancel = cancel
+		go n.watchOpen(ctx, n.srv.Addr(), log)
 	}
 }
 
 func (n *nodeAPI) close() {
+	if n.cancel != nil {
+		n.cancel()
+	}
 	if n.srv != nil {
 		n.srv.Close()
 	}
+}
+
+// openCheckEvery is how often mariposa asks Consul again whether its ACLs
+// are on, for the warning about an open API; openRetry, until it answers.
+const (
+	openCheckEvery = time.Minute
+	openRetry      = 2 * time.Second
+)
+
+// watchOpen warns, as long as it holds, that the API bound to addr is open
+// to the network while Consul enforces no ACLs: in the log (when it
+// starts and ends), GET /v1/status's warnings and the liveness check's
+// output. A loopback address needs no watch.
+func (n *nodeAPI) watchOpen(ctx context.Context, addr string, log hclog.Logger) {
+	if !exposedAddr(addr) {
+		return
+	}
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		on, err := n.checker.ACLEnabled(cctx)
+		cancel()
+		next := openCheckEvery
+		if err != nil {
+			next = openRetry // Consul not answering yet
+		} else {
+			w := openWarning(addr, on)
+			prev := n.warn.Swap(&w)
+			switch {
+			case w != "" && (prev == nil || *prev == ""):
+				log.Warn(w)
+			case w == "" && prev != nil && *prev != "":
+				log.Info("the HTTP API needs Consul tokens again: Consul enforces ACLs", "address", addr)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(next):
+		}
+	}
+}
+
+// warning is the open API's warning, "" when there is none.
+func (n *nodeAPI) warning() string {
+	if w := n.warn.Load(); w != nil {
+		return *w
+	}
+	return ""
+}
+
+func (n *nodeAPI) warnings() []string {
+	if w := n.warning(); w != "" {
+		return []string{w}
+	}
+	return nil
+}
+
+// exposedAddr says whether a listener bound to addr (host:port) can be
+// reached from other machines: any address but a loopback one
+// (127.0.0.0/8, ::1).
+func exposedAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return true
+	}
+	if strings.EqualFold(host, "localhost") {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
+
+// openWarning is the warning for the API bound to addr when Consul's ACLs
+// are on (aclOn) or off: "" when the API is on loopback or asks for
+// tokens.
+func openWarning(addr string, aclOn bool) string {
+	if aclOn || !exposedAddr(addr) {
+		return ""
+	}
+	return fmt.Sprintf("the HTTP API at %s is open to the network and Consul enforces no ACLs: anyone who can reach "+
+		"this address can read this node's status, events and service logs, and restart or reset its services, "+
+		"without a token (bind -http-addr to loopback or a private address behind a firewall, or turn Consul's ACLs on)", addr)
 }
 
 // lazyTarget is the control target of the runner, once there is one.

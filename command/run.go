@@ -269,7 +269,10 @@ func (c *RunCommand) Run(args []string) int {
 		HTTPAPI:    httpAPI.boundAddr(),
 		OnRender:   httpAPI.metrics.ObserveRender,
 	})
-	httpAPI.start(r)
+	httpAPI.start(r, log)
+	// Below "alive" in mariposa's liveness check: the open API's warning,
+	// then the slots the fleet waits for.
+	r.SetLivenessNote(func() string { return joinNotes(httpAPI.warning(), fl.waiting()) })
 	fl.apiURL = handoffURL(client, httpAPI.boundAddr())
 	fl.start(r, cfg)
 	// The local control channel (mariposa restart, reset, logs).

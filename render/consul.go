@@ -1,6 +1,7 @@
 package render
 
 import (
+	"io"
 	"log"
 	"strings"
 	"time"
@@ -58,6 +59,21 @@ func newClientSet(cfg *api.Config) (*dep.ClientSet, error) {
 // packages write to with "[TRACE]"-style prefixes, through l at the level
 // each line names, so its trace chatter is filtered like the rest of the log.
 // NewManager calls it; it affects the whole process.
+// Each line is rewritten first (redactStdLine): consul-template's trace
+// logs the value every key query returned (`kv.block(app/secret): returned
+// "<the value>"`), which becomes its size.
 func RouteStdLog(l hclog.Logger) {
-	log.SetOutput(l.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true, InferLevelsWithTimestamp: true}))
+	w := l.StandardWriter(&hclog.StandardLoggerOptions{InferLevels: true, InferLevelsWithTimestamp: true})
+	log.SetOutput(redactingWriter{w})
+}
+
+// redactingWriter passes the standard logger's lines (one per Write) to w,
+// each through redactStdLine.
+type redactingWriter struct{ w io.Writer }
+
+func (rw redactingWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(rw.w, redactStdLine(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -143,12 +143,12 @@ func (m *Manager) queryFailed(d dep.Dependency, err error, failures int) {
 		n := m.failing
 		m.mu.Unlock()
 		if n == 1 {
-			m.log.Warn("Consul query failed; retrying", "query", d.String(), "error", err)
+			m.log.Warn("Consul query failed; retrying", "query", redactNames(d.String()), "error", redactNames(err.Error()))
 		} else {
-			m.log.Debug("Consul query failed; retrying", "query", d.String(), "error", err)
+			m.log.Debug("Consul query failed; retrying", "query", redactNames(d.String()), "error", redactNames(err.Error()))
 		}
 	} else if failures%100 == 0 {
-		m.log.Warn("Consul query still failing", "query", d.String(), "error", err, "attempts", failures)
+		m.log.Warn("Consul query still failing", "query", redactNames(d.String()), "error", redactNames(err.Error()), "attempts", failures)
 	}
 }
 
@@ -158,7 +158,7 @@ func (m *Manager) queryRecovered(d dep.Dependency, failures int) {
 	n := m.failing
 	m.mu.Unlock()
 	if n == 0 {
-		m.log.Info("Consul queries answer again", "query", d.String(), "after_attempts", failures)
+		m.log.Info("Consul queries answer again", "query", redactNames(d.String()), "after_attempts", failures)
 	}
 }
 

@@ -35,6 +35,7 @@ type templateRunner struct {
 	kick chan struct{}
 
 	used map[string]dep.Dependency // only the run goroutine touches it
+	hid  map[string]string         // query -> the value that names it (hideValue); run goroutine only
 
 	// failed is set when the template cannot be read or parsed: a
 	// permanent error, unlike missing data. Set before run starts.
@@ -104,6 +105,7 @@ func (r *templateRunner) run(ctx context.Context) {
 	defer func() {
 		for k := range r.used {
 			r.sd.m.unwatch(r, k)
+			r.unhide(k)
 		}
 	}()
 	if r.ct == nil {
@@ -177,9 +179,10 @@ func (r *templateRunner) render() {
 	)
 	switch {
 	case err != nil:
-		errMsg = fmt.Sprintf("template %s: %v", r.name, err)
+		// Never the error as it is: it may quote the data (redact.go).
+		errMsg = fmt.Sprintf("template %s: %s", r.name, execMessage(templateLabel(r.sd.svc, r.t), err))
 	case res.Missing.Len() > 0:
-		waiting = fmt.Sprintf("waiting: template %s needs %s", r.name, describeAll(res.Missing.List()))
+		waiting = fmt.Sprintf("waiting: template %s needs %s", r.name, r.describeMissing(res))
 	case len(res.Output) > m.opts.MaxOutput:
 		errMsg = fmt.Sprintf("template %s: output is %d bytes, over the %s limit", r.name, len(res.Output), size(m.opts.MaxOutput))
 	default:
@@ -243,6 +246,7 @@ func (r *templateRunner) render() {
 func (r *templateRunner) follow(used []dep.Dependency) (again bool) {
 	m := r.sd.m
 	now := make(map[string]dep.Dependency, len(used))
+	var vals []string
 	for _, d := range used {
 		if d.Type() != dep.TypeConsul {
 			continue
@@ -250,6 +254,18 @@ func (r *templateRunner) follow(used []dep.Dependency) (again bool) {
 		k := d.String()
 		now[k] = d
 		if _, ok := r.used[k]; !ok {
+			if vals == nil {
+				vals = kvValues(m.brain, used)
+			}
+			// A query named by a value (key (key "app/next")): the log
+			// never shows its name.
+			if ok, v := namedByData(depArg(d), vals); ok {
+				hideValue(v)
+				if r.hid == nil {
+					r.hid = map[string]string{}
+				}
+				r.hid[k] = v
+			}
 			m.watch(r, d)
 			if _, ok := m.recall(d); ok {
 				again = true
@@ -259,10 +275,49 @@ func (r *templateRunner) follow(used []dep.Dependency) (again bool) {
 	for k := range r.used {
 		if _, ok := now[k]; !ok {
 			m.unwatch(r, k)
+			r.unhide(k)
 		}
 	}
 	r.used = now
 	return again
+}
+
+// unhide drops the hidden value that named query k, if any.
+func (r *templateRunner) unhide(k string) {
+	if v, ok := r.hid[k]; ok {
+		delete(r.hid, k)
+		unhideValue(v)
+	}
+}
+
+// depArg is what a query names: a key, a prefix, a service.
+func depArg(d dep.Dependency) string {
+	_, arg, _ := strings.Cut(d.String(), "(")
+	return strings.TrimSuffix(arg, ")")
+}
+
+// describeMissing names the data res waits for, but for names computed
+// from values read from Consul (`key (key "app/next")`), which it counts.
+func (r *templateRunner) describeMissing(res *ctemplate.ExecuteResult) string {
+	vals := kvValues(r.sd.m.brain, res.Used.List())
+	var named []dep.Dependency
+	hidden := 0
+	for _, d := range res.Missing.List() {
+		if ok, _ := namedByData(depArg(d), vals); ok {
+			hidden++
+			continue
+		}
+		named = append(named, d)
+	}
+	s := describeAll(named)
+	switch {
+	case hidden == 0:
+	case s == "":
+		s = fmt.Sprintf("%d named by data read from Consul (not shown)", hidden)
+	default:
+		s += fmt.Sprintf(" and %d named by data read from Consul (not shown)", hidden)
+	}
+	return s
 }
 
 // describeAll names missing data for people: `key "app/config"`.
@@ -330,7 +385,8 @@ func parseEnv(b []byte) ([]string, error) {
 		k = strings.TrimSpace(strings.TrimPrefix(k, "export "))
 		v = strings.TrimSpace(v)
 		if !ok || !validEnvName(k) {
-			return nil, fmt.Errorf("env line %d is not KEY=VALUE: %q", i+1, t)
+			// Never the line: it holds what the template wrote.
+			return nil, envLineError(i+1, ok)
 		}
 		if len(v) >= 2 && (v[0] == '"' || v[0] == '\'') && v[len(v)-1] == v[0] {
 			v = v[1 : len(v)-1]

@@ -65,7 +65,9 @@ type Config struct {
 	// Auth decides what a request's token may do; nil: everything is
 	// allowed (tests only).
 	Auth *Authorizer
-	Log  hclog.Logger
+	// Warnings, if set, are GET /v1/status's warnings.
+	Warnings func() []string
+	Log      hclog.Logger
 }
 
 // Server is the node's HTTP API.
@@ -342,6 +344,9 @@ func serviceNames(snaps []supervisor.Snapshot, events []supervisor.Event) []stri
 type Status struct {
 	Node      string     `json:"node"`
 	Instances []Instance `json:"instances"` // never null
+	// Warnings are what the operator should know about this node's
+	// mariposa: the API open to its network without ACLs.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // Instance is one instance's state, as mariposa status shows it.
@@ -378,6 +383,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := Status{Node: s.cfg.Node(), Instances: []Instance{}}
+	if s.cfg.Warnings != nil {
+		out.Warnings = s.cfg.Warnings()
+	}
 	for _, sn := range snaps {
 		if may[sn.Service] {
 			out.Instances = append(out.Instances, instanceOf(sn))
