@@ -212,7 +212,7 @@ func TestPlanFit(t *testing.T) {
 	agent := consultest.NewDev(t, consultest.Options{ExtraConfig: map[string]any{"node_meta": map[string]string{"zone": "z1"}}})
 	c := agent.Client(t)
 	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "mariposa", ID: "mariposa",
-		Meta:  map[string]string{checks.ManagedByKey: checks.ManagedByValue},
+		Meta:  map[string]string{checks.ManagedByKey: checks.ManagedByValue, checks.FleetMetaKey: checks.FleetMetaValue},
 		Check: &api.AgentServiceCheck{TTL: "1h", Status: api.HealthPassing}}); err != nil {
 		t.Fatal(err)
 	}
@@ -296,6 +296,7 @@ func TestPlanDoc(t *testing.T) {
 	}
 
 	agent := consultest.NewDev(t)
+	fleetNodes(t, agent.Client(t), 6) // what deploy's fit check counts; the test plays the fleet
 	t.Chdir(t.TempDir())
 	consul := []string{"-consul-addr", agent.HTTPAddr()}
 	hash := regexp.MustCompile(`\b[0-9a-f]{24}\b`)

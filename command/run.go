@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/mitchellh/cli"
 
+	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/internal/coord"
 	"github.com/mariposa-sh/mariposa/internal/lease"
@@ -259,7 +260,7 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	defer closeAudit()
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
-		AllowSecondSupervisor: allowSecond, Started: time.Now(),
+		AllowSecondSupervisor: allowSecond, Started: time.Now(), SelfMeta: fleetMeta(clusterMode),
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
 		Events:   func(e supervisor.Event) { logEvents(e); auditEvents(e); fl.event(e); httpAPI.event(e) },
 		Stopped:  fl.stopped,
@@ -392,4 +393,13 @@ func controlErr(err error) error {
 		return fmt.Errorf("%w: %s", control.ErrNoService, err)
 	}
 	return err
+}
+
+// fleetMeta is the meta of mariposa's own service that says this node runs
+// the fleet: only such nodes are placement candidates.
+func fleetMeta(clusterMode bool) map[string]string {
+	if !clusterMode {
+		return nil
+	}
+	return map[string]string{checks.FleetMetaKey: checks.FleetMetaValue}
 }
