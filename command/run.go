@@ -69,11 +69,14 @@ Options:
   -allow-second-supervisor
                      Run even when another mariposa supervises this node
                      (by default the node lock refuses a second one, which
-                     would take over the first one's registrations).
+                     would take over the first one's registrations). It
+                     registers its own mariposa-<node>-<pid> service.
   -cluster           Take part in the fleet: run the instances of cluster
                      units (services with a count, deployed with "mariposa
                      deploy" or in these files) whose slots this node
-                     claims. Without it, a service with a count is an error.
+                     claims. Without it, a service with a count is an error,
+                     and the node is not a fleet node: it never takes a
+                     slot and the fleet does not count it.
   -dev               If no Consul agent answers, start a local dev agent
                      (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                      of "make consul", or PATH) and stop it on exit.
