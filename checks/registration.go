@@ -161,11 +161,13 @@ func agentCheck(serviceID string, c *schema.Check) *api.AgentServiceCheck {
 func SupervisorServiceID(node string) string { return "mariposa-" + node }
 
 // SecondSupervisorServiceID is the ID of the own service of a mariposa run
-// with -allow-second-supervisor: mariposa-<node>-<pid>, so that two
+// with -allow-second-supervisor: mariposa-<node>-<pid>-<nonce>, so that two
 // supervisors on one node never share (and never deregister) one
-// registration or the check their sessions are bound to.
-func SecondSupervisorServiceID(node string, pid int) string {
-	return "mariposa-" + node + "-" + strconv.Itoa(pid)
+// registration or the check their sessions are bound to. The nonce (a few
+// random hex digits per run) keeps two containers whose mariposa is PID 1
+// apart.
+func SecondSupervisorServiceID(node string, pid int, nonce string) string {
+	return "mariposa-" + node + "-" + strconv.Itoa(pid) + "-" + nonce
 }
 
 // argsNotes describes an args check for the UI. Every reader of the catalog

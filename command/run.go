@@ -70,7 +70,8 @@ Options:
                      Run even when another mariposa supervises this node
                      (by default the node lock refuses a second one, which
                      would take over the first one's registrations). It
-                     registers its own mariposa-<node>-<pid> service.
+                     registers its own mariposa-<node>-<pid>-<nonce>
+                     service.
   -cluster           Take part in the fleet: run the instances of cluster
                      units (services with a count, deployed with "mariposa
                      deploy" or in these files) whose slots this node

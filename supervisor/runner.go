@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -53,8 +55,8 @@ type Options struct {
 	OnOutput func(proc.Line)
 	// AllowSecondSupervisor skips the node lock: another mariposa may
 	// supervise the same node (each must then run distinct services). Such
-	// a supervisor registers its own service, mariposa-<node>-<pid>
-	// (SecondSupervisorServiceID), and binds its session to that one's
+	// a supervisor registers its own service (SecondSupervisorServiceID:
+	// mariposa-<node>-<pid>-<nonce>), and binds its session to that one's
 	// check: its stop never touches the other supervisor's registration.
 	AllowSecondSupervisor bool
 	// SelfMeta is added to the meta of mariposa's own service (the fleet
@@ -221,7 +223,9 @@ func (r *Runner) Run(ctx context.Context) error {
 	if r.opts.AllowSecondSupervisor {
 		// Not the node's supervisor: a registration of its own, which its
 		// stop removes without touching the other supervisor's.
-		selfID = checks.SecondSupervisorServiceID(node, os.Getpid())
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		selfID = checks.SecondSupervisorServiceID(node, os.Getpid(), hex.EncodeToString(b[:]))
 	}
 	r.mu.Lock()
 	r.node, r.selfID = node, selfID
@@ -275,8 +279,8 @@ func (r *Runner) Run(ctx context.Context) error {
 	liveness := &api.AgentServiceCheck{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
 		TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}
 	if r.opts.AllowSecondSupervisor {
-		// A crashed second supervisor's registration (its ID names its
-		// PID, so no later run takes it over) goes by itself.
+		// A crashed second supervisor's registration (its ID is its own
+		// run's, so no later run takes it over) goes by itself.
 		liveness.DeregisterCriticalServiceAfter = secondSupervisorReap.String()
 	}
 	reg.RegisterHeartbeat(withHTTPAPI(r.opts.HTTPAPI, &api.AgentServiceRegistration{
