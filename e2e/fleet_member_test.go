@@ -18,13 +18,11 @@ import (
 )
 
 // mariposaCLI runs a mariposa command against agent and returns its
-// combined output and exit code.
-func mariposaCLI(t *testing.T, agent *consultest.Agent, args ...string) (string, int) {
+// combined output and exit code: the command's words ("deploy stop"), then
+// -consul-addr, then args.
+func mariposaCLI(t *testing.T, agent *consultest.Agent, command string, args ...string) (string, int) {
 	t.Helper()
-	full := append([]string{args[0], "-consul-addr", agent.HTTPAddr()}, args[1:]...)
-	if len(args) > 1 && (args[0] == "deploy" && (args[1] == "stop" || args[1] == "promote")) {
-		full = append([]string{args[0], args[1], "-consul-addr", agent.HTTPAddr()}, args[2:]...)
-	}
+	full := append(append(strings.Fields(command), "-consul-addr", agent.HTTPAddr()), args...)
 	out, err := exec.Command(mariposaBin, full...).CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
@@ -98,10 +96,8 @@ service "two" {
 		t.Fatalf("a refused deploy wrote %v", keys)
 	}
 
-	var fleet []string
 	for _, n := range names[1:] {
 		startMariposa(t, cl.Agent(n), nil, "-cluster")
-		fleet = append(fleet, n)
 	}
 	waitFor(t, 60*time.Second, "every supervisor live", func() (bool, string) {
 		live := passingInstances(c, "mariposa")
@@ -172,7 +168,7 @@ service "two" {
 	}
 
 	// Friction: deploy stop, then -purge.
-	if out, code := mariposaCLI(t, srv, "deploy", "stop", "default"); code != 0 || !strings.Contains(out, "stopped") {
+	if out, code := mariposaCLI(t, srv, "deploy stop", "default"); code != 0 || !strings.Contains(out, "stopped") {
 		t.Fatalf("deploy stop: exit %d\n%s", code, out)
 	}
 	waitFor(t, 60*time.Second, "two's instances stopped and its slots released", func() (bool, string) {
@@ -186,7 +182,7 @@ service "two" {
 	if st := kvState(t, c, cluster.DeployPrefix+"default/"); len(st) == 0 {
 		t.Error("deploy stop (no -purge) removed the deployment's records")
 	}
-	if out, code := mariposaCLI(t, srv, "deploy", "stop", "-purge", "default"); code != 0 || !strings.Contains(out, "purged") {
+	if out, code := mariposaCLI(t, srv, "deploy stop", "-purge", "default"); code != 0 || !strings.Contains(out, "purged") {
 		t.Fatalf("deploy stop -purge: exit %d\n%s", code, out)
 	}
 	if st := kvState(t, c, cluster.DeployPrefix); len(st) != 0 {
@@ -208,7 +204,6 @@ service "two" {
 		h := slotHolders(t, c, "two")
 		return len(h) == 2 && h[0] != "" && h[1] != "" && h[0] != plain && h[1] != plain, fmt.Sprint(h)
 	})
-	_ = fleet
 }
 
 // Issue 25 item 6: two supervisors on one node (-allow-second-supervisor),
