@@ -39,12 +39,13 @@ func (e *OwnedError) Error() string {
 		e.Unit, e.Owner, e.N, e.Owner, e.Owner)
 }
 
-// checkOwners refuses spec when one of its units is a unit of another
-// deployment's desired spec, naming that deployment. (Two deploys racing
-// with the same new unit under two names can still both pass: the nodes
-// then run the first deployment's by name.)
-func checkOwners(client *api.Client, spec *Spec, q *api.QueryOptions) error {
-	pairs, _, err := client.KV().List(DeployPrefix, q)
+// CheckOwners refuses spec (an *OwnedError) when one of its units is a unit
+// of another deployment's desired spec, naming that deployment. Deploy
+// checks it before it writes; deploy checks it first, before the fit.
+// (Two deploys racing with the same new unit under two names can still
+// both pass: the nodes then run the first deployment's by name.)
+func CheckOwners(client *api.Client, spec *Spec) error {
+	pairs, _, err := client.KV().List(DeployPrefix, &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
 		return err
 	}
@@ -85,7 +86,7 @@ type DeployOptions struct {
 func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, error) {
 	kv := client.KV()
 	q := &api.QueryOptions{RequireConsistent: true}
-	if err := checkOwners(client, spec, q); err != nil {
+	if err := CheckOwners(client, spec); err != nil {
 		return DeployResult{}, err
 	}
 	cur, _, err := kv.Get(DesiredKey(spec.Name), q)

@@ -109,6 +109,11 @@ func (c *DeployCommand) Run(args []string) int {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1
 	}
+	// A service another deployment runs: refused before anything else.
+	if err := retryNoLeader(func() error { return cluster.CheckOwners(client, spec) }); err != nil {
+		c.UI.Error("mariposa deploy: " + err.Error())
+		return 1
+	}
 	var fits []cluster.Fit
 	err = retryNoLeader(func() (err error) { fits, err = cluster.FitSpec(client, spec); return err })
 	if err != nil {

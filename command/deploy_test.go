@@ -50,9 +50,15 @@ service "api" {
 `)
 	// No live supervisor yet: nothing would run it, so deploy refuses and
 	// writes nothing, unless -allow-unplaced (then it warns).
+	page, err := os.ReadFile("../website/commands/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if code, out, errOut := run("-name", "first", z9); code != 1 || out != "" ||
 		!strings.Contains(errOut, "no node runs the fleet") || !strings.Contains(errOut, "Nothing was deployed") {
 		t.Fatalf("no supervisors: exit %d, %q %q", code, out, errOut)
+	} else if shown := strings.ReplaceAll(errOut, agent.HTTPAddr(), "127.0.0.1:8500"); !strings.Contains(string(page), "$ mariposa deploy api.hcl\n"+shown) {
+		t.Errorf("deploy.md does not show:\n%s", shown)
 	}
 	if keys, _, err := c.KV().Keys(cluster.DeployPrefix, "", nil); err != nil || len(keys) != 0 {
 		t.Fatalf("no supervisors: deploy wrote %v (%v)", keys, err)
@@ -82,6 +88,15 @@ service "api" {
 	}
 	if code, out, errOut := run("-allow-unplaced", z9); code != 0 || !strings.Contains(out, "spec 1") {
 		t.Fatalf("-allow-unplaced: exit %d, %q %q", code, out, errOut)
+	}
+	// api is default's now: not another deployment's, and nothing written.
+	before, _, _ := c.KV().Keys(cluster.Prefix, "", nil)
+	if code, out, errOut := run("-name", "other", "-allow-unplaced", z9); code != 1 || out != "" ||
+		!strings.Contains(string(page), "$ mariposa deploy -name other api.hcl\n"+errOut) {
+		t.Errorf("deploy -name other of default's api: exit %d %q, and deploy.md does not show:\n%s", code, out, errOut)
+	}
+	if after, _, _ := c.KV().Keys(cluster.Prefix, "", nil); len(after) != len(before) {
+		t.Errorf("a refused deploy wrote keys: %v, was %v", after, before)
 	}
 
 	three := file("three.hcl", `
