@@ -263,6 +263,18 @@ service "web" {
 	if pairs, _, _ := c.KV().List(cluster.DeployPrefix, nil); len(pairs) != 0 {
 		t.Fatalf("plan wrote %d keys", len(pairs))
 	}
+	// web is another deployment's: the plan says deploy refuses it.
+	other := &cluster.Spec{Format: cluster.SpecFormat, Name: "other", Hash: "h",
+		Services: []*schema.Service{{Name: "web", Command: []string{"x"}, Placement: &schema.Placement{Count: 1}}}}
+	if _, err := cluster.Deploy(c, other, cluster.DeployOptions{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	ui := cli.NewMockUi()
+	code := (&PlanCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), file})
+	if want := "Warning: web: deployment other (spec 1) runs it, and a service's name is unique across deployments:\n  deploy refuses this plan\n"; code != 0 ||
+		!strings.HasPrefix(ui.ErrorWriter.String(), want) {
+		t.Fatalf("plan of another deployment's web: exit %d\n%s\nwant first\n%s", code, ui.ErrorWriter.String(), want)
+	}
 }
 
 // The example of website/commands/plan.md is what plan prints for its
