@@ -6,6 +6,7 @@ package checks
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -19,6 +20,12 @@ const (
 	// ManagedByKey/ManagedByValue mark every registration mariposa owns.
 	ManagedByKey   = "managed-by"
 	ManagedByValue = "mariposa"
+	// FleetMetaKey is the meta of mariposa's own service that says the
+	// supervisor runs the fleet (mariposa run -cluster): FleetMetaValue.
+	// Only such nodes are placement candidates; a plain mariposa run is
+	// not counted as a fleet node.
+	FleetMetaKey   = "fleet"
+	FleetMetaValue = "true"
 )
 
 // ServiceID is the Consul service ID: the id attribute, else "<name>-<node>".
@@ -152,6 +159,16 @@ func agentCheck(serviceID string, c *schema.Check) *api.AgentServiceCheck {
 // SupervisorServiceID is the ID of mariposa's own service on node: its
 // liveness check is <id>:mariposa, and sessions are bound to it.
 func SupervisorServiceID(node string) string { return "mariposa-" + node }
+
+// SecondSupervisorServiceID is the ID of the own service of a mariposa run
+// with -allow-second-supervisor: mariposa-<node>-<pid>-<nonce>, so that two
+// supervisors on one node never share (and never deregister) one
+// registration or the check their sessions are bound to. The nonce (a few
+// random hex digits per run) keeps two containers whose mariposa is PID 1
+// apart.
+func SecondSupervisorServiceID(node string, pid int, nonce string) string {
+	return "mariposa-" + node + "-" + strconv.Itoa(pid) + "-" + nonce
+}
 
 // argsNotes describes an args check for the UI. Every reader of the catalog
 // sees Notes, so the arguments (a password, a token) stay out: the check's

@@ -12,7 +12,7 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // node returns a live, eligible node with meta from "k=v" pairs.
 func node(name string, meta ...string) NodeInfo {
-	n := NodeInfo{Name: name, Datacenter: "dc1", MariposaVersion: "1.4.2", Live: true, Eligible: true,
+	n := NodeInfo{Name: name, Datacenter: "dc1", MariposaVersion: "1.4.2", Fleet: true, Live: true, Eligible: true,
 		Meta: map[string]string{}, Services: map[string]int{}}
 	for _, kv := range meta {
 		k, v, _ := strings.Cut(kv, "=")

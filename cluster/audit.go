@@ -18,7 +18,7 @@ type AuditEvent struct {
 	Actor     string    `json:"actor,omitempty"` // an operator; empty for mariposa's own decisions
 	Service   string    `json:"service,omitempty"`
 	Slot      string    `json:"slot,omitempty"`
-	Action    string    `json:"action"` // claim | release | reschedule | fail | reset | deploy | storm-brake | resume
+	Action    string    `json:"action"` // claim | release | reschedule | fail | reset | deploy | stop | purge | storm-brake | resume
 	From      string    `json:"from,omitempty"`
 	To        string    `json:"to,omitempty"`
 	Reason    string    `json:"reason,omitempty"`

@@ -24,13 +24,57 @@ type DeployResult struct {
 var ErrConcurrentDeploy = errors.New("another deploy of this deployment happened at the same time; run it again")
 
 // ErrInProgress: the deployment's desired spec is still being rolled out.
-var ErrInProgress = errors.New("-force to supersede it")
+var ErrInProgress = errors.New("-force to supersede it now")
+
+// OwnedError: a unit of the spec belongs to another deployment (unit names
+// are unique across deployments).
+type OwnedError struct {
+	Unit, Owner string
+	N           uint64 // the owner's desired spec
+}
+
+func (e *OwnedError) Error() string {
+	return fmt.Sprintf("%q belongs to deployment %q (spec %d), and a unit's name is unique across deployments: "+
+		"deploy it with -name %s, or stop it there first (mariposa deploy stop %s); nothing was deployed",
+		e.Unit, e.Owner, e.N, e.Owner, e.Owner)
+}
+
+// CheckOwners refuses spec (an *OwnedError) when one of its units is a unit
+// of another deployment's desired spec, naming that deployment. Deploy
+// checks it before it writes; deploy checks it first, before the fit.
+// (Two deploys racing with the same new unit under two names can still
+// both pass: the nodes then run the first deployment's by name.)
+func CheckOwners(client *api.Client, spec *Spec) error {
+	pairs, _, err := client.KV().List(DeployPrefix, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return err
+	}
+	mine := map[string]bool{}
+	for _, u := range spec.Units() {
+		mine[u.Unit.Name] = true
+	}
+	deps := parseDeployments(pairs, func(string, string, error) {})
+	for _, name := range sortedKeys(deps) {
+		if name == spec.Name {
+			continue
+		}
+		for _, u := range deps[name].Spec.Units() {
+			if mine[u.Unit.Name] {
+				return &OwnedError{Unit: u.Unit.Name, Owner: name, N: deps[name].Spec.N}
+			}
+		}
+	}
+	return nil
+}
 
 // DeployOptions are a deploy's operator choices.
 type DeployOptions struct {
 	By string // who deploys (the audit's actor)
 	// Force supersedes a deployment still running (it is cancelled).
 	Force bool
+	// Stop: the spec is the empty one of mariposa deploy stop (recorded
+	// as a stop).
+	Stop bool
 }
 
 // Deploy writes spec as the deployment's next spec and makes it desired:
@@ -42,6 +86,9 @@ type DeployOptions struct {
 func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, error) {
 	kv := client.KV()
 	q := &api.QueryOptions{RequireConsistent: true}
+	if err := CheckOwners(client, spec); err != nil {
+		return DeployResult{}, err
+	}
 	cur, _, err := kv.Get(DesiredKey(spec.Name), q)
 	if err != nil {
 		return DeployResult{}, err
@@ -73,8 +120,10 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 		}
 	}
 	if running != nil && !opts.Force {
-		return DeployResult{}, fmt.Errorf("deployment %s/%d in progress (%s, since %s): %w", spec.Name, running.N,
-			running.Hash, running.Started.UTC().Format(time.RFC3339), ErrInProgress)
+		return DeployResult{}, fmt.Errorf("deployment %s/%d in progress (%s, since %s): it ends once every instance is healthy at it, "+
+			"or fails when no instance becomes healthy for %s (progress_deadline; a count no node can hold stays in progress until then); "+
+			"later deploys are refused until it ends: %w", spec.Name, running.N,
+			running.Hash, running.Started.UTC().Format(time.RFC3339), progressDeadline(prevSpec), ErrInProgress)
 	}
 	now := time.Now().UTC()
 	spec.N, spec.By, spec.At = prev.N+1, opts.By, now
@@ -108,6 +157,9 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 	if running != nil {
 		c := *running
 		c.Status, c.At, c.Reason = DeployCancelled, now, fmt.Sprintf("superseded by spec %d (-force, by %s)", spec.N, opts.By)
+		if opts.Stop {
+			c.Reason = fmt.Sprintf("stopped by %s (spec %d: no units)", opts.By, spec.N)
+		}
 		cb, _ := json.Marshal(c)
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: prevState.Key, Value: cb}})
 		res.Superseded = running.N
@@ -121,8 +173,12 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: key}})
 		}
 	}
-	ops = append(ops, AuditOp(AuditEvent{At: now, Node: "-", Actor: opts.By, Service: spec.Name, Action: "deploy",
-		From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: "spec " + spec.Hash}))
+	audit := AuditEvent{At: now, Node: "-", Actor: opts.By, Service: spec.Name, Action: "deploy",
+		From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: "spec " + spec.Hash}
+	if opts.Stop {
+		audit.Action, audit.Reason = "stop", "spec "+spec.Hash+" (no units): every instance stops and its slot is released"
+	}
+	ops = append(ops, AuditOp(audit))
 	ok, _, _, err = client.Txn().Txn(ops, nil)
 	if err != nil {
 		return DeployResult{}, err
@@ -187,4 +243,21 @@ func ResetSlot(client *api.Client, unit string, k int, by string) error {
 		return errors.New("the slot changed while it was being reset; look again with mariposa why")
 	}
 	return nil
+}
+
+// progressDeadline says the longest progress_deadline of spec's units, as
+// a deploy refused for a deployment in progress tells it.
+func progressDeadline(spec *Spec) string {
+	var d time.Duration
+	if spec != nil {
+		for _, u := range spec.Units() {
+			if p := u.Unit.Placement; p != nil {
+				d = max(d, p.Update.ProgressDeadline)
+			}
+		}
+	}
+	if d <= 0 {
+		return "its progress_deadline"
+	}
+	return d.String()
 }

@@ -49,7 +49,7 @@ func TestDrainStep(t *testing.T) {
 			}
 		})
 	}
-	nodes := markDraining([]NodeInfo{{Name: "a", Live: true, Eligible: true}, {Name: "me", Live: true, Eligible: true}},
+	nodes := markDraining([]NodeInfo{{Name: "a", Fleet: true, Live: true, Eligible: true}, {Name: "me", Fleet: true, Live: true, Eligible: true}},
 		map[string]DrainRecord{"me": {}})
 	if nodes[0].Draining || !nodes[1].Draining {
 		t.Fatalf("markDraining: %+v", nodes)

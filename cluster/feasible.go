@@ -17,6 +17,7 @@ const (
 	FilterNone       Filter = ""
 	FilterPaused     Filter = "paused"
 	FilterUnnamed    Filter = "unnamed"
+	FilterNotInFleet Filter = "not_in_fleet"
 	FilterNotLive    Filter = "not_live"
 	FilterDraining   Filter = "draining"
 	FilterIneligible Filter = "ineligible"
@@ -38,7 +39,7 @@ type Verdict struct {
 var verdictOK = Verdict{OK: true, Reason: "ok"}
 
 // Feasible says whether node n may take slot of unit u: the unit is not
-// paused; the node is live, not draining, eligible; it passes every hard
+// paused; the node runs the fleet, is live, not draining, eligible; it passes every hard
 // constraint; and it holds fewer than max_per_node slots of u, not counting
 // slot itself. It never panics, whatever the input: an unknown attribute,
 // operator, regexp or version constraint fails the node, with the reason.
@@ -53,6 +54,8 @@ func feasible(unit string, p *schema.Placement, n NodeInfo, slot int, holders ma
 		return Verdict{Filter: FilterPaused, Reason: "placement paused"}
 	case n.Name == "":
 		return Verdict{Filter: FilterUnnamed, Reason: "node has no name"}
+	case !n.Fleet:
+		return Verdict{Filter: FilterNotInFleet, Reason: "not in the fleet (its mariposa runs without -cluster)"}
 	case !n.Live:
 		return Verdict{Filter: FilterNotLive, Reason: "not live (mariposa liveness check not passing)"}
 	case n.Draining:

@@ -17,8 +17,8 @@ import (
 // deployment; they are counted for Short.
 type Fit struct {
 	Unit        string
-	Live        int // live supervisors
-	Feasible    int // live nodes passing every hard constraint
+	Live        int // live supervisors that run the fleet
+	Feasible    int // live fleet nodes passing every hard constraint
 	Capacity    int // Feasible × max_per_node
 	MaxPerNode  int
 	Count       int
@@ -75,8 +75,8 @@ func FitOf(u Unit, nodes []NodeInfo) Fit {
 	nodeLevel := 0
 	m := newMatcher()
 	for _, n := range sorted {
-		if !n.Live {
-			continue
+		if !n.Live || !n.Fleet {
+			continue // a node that does not run the fleet never runs it
 		}
 		f.Live++
 		if feasible(u.Name, &noSvc, n, 0, nil, false, m).OK {

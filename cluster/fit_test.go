@@ -8,10 +8,10 @@ import (
 
 func TestFitOf(t *testing.T) {
 	nodes := []NodeInfo{
-		{Name: "n1", Live: true, Eligible: true, Meta: map[string]string{"zone": "z1"}},
-		{Name: "n2", Live: true, Eligible: true, Meta: map[string]string{"zone": "z2"}, Services: map[string]int{"db": 1}},
-		{Name: "n3", Live: true, Eligible: true, Meta: map[string]string{"zone": "z3"}},
-		{Name: "n4", Live: false, Eligible: true, Meta: map[string]string{"zone": "z1"}},
+		{Name: "n1", Fleet: true, Live: true, Eligible: true, Meta: map[string]string{"zone": "z1"}},
+		{Name: "n2", Fleet: true, Live: true, Eligible: true, Meta: map[string]string{"zone": "z2"}, Services: map[string]int{"db": 1}},
+		{Name: "n3", Fleet: true, Live: true, Eligible: true, Meta: map[string]string{"zone": "z3"}},
+		{Name: "n4", Fleet: true, Live: false, Eligible: true, Meta: map[string]string{"zone": "z1"}},
 	}
 	zone := func(op, v string) *schema.Constraint {
 		return &schema.Constraint{Attribute: "node.meta.zone", Operator: op, Value: v, Pos: "a.hcl:4:3"}
@@ -50,5 +50,26 @@ func TestFitOf(t *testing.T) {
 	}
 	if f := FitOf(Unit{Name: "api", Placement: &schema.Placement{Count: 5}}, nil); f.String() != "" || f.Unplaceable {
 		t.Errorf("no live node: %+v", f)
+	}
+}
+
+// A node whose mariposa does not run the fleet (no -cluster) is neither a
+// live node nor a feasible one for deploy's fit check.
+func TestFitOfNotInFleet(t *testing.T) {
+	nodes := []NodeInfo{
+		{Name: "a-plain", Live: true, Eligible: true},
+		{Name: "n1", Fleet: true, Live: true, Eligible: true},
+	}
+	f := FitOf(Unit{Name: "api", Placement: &schema.Placement{Count: 2, MaxPerNode: 1}}, nodes)
+	if f.Live != 1 || f.Feasible != 1 || f.Capacity != 1 || !f.Short() || len(f.Failed) != 0 {
+		t.Errorf("one fleet node, one plain: %+v", f)
+	}
+	want := "api: count 2, but 1 of 1 live nodes are feasible at max_per_node 1: room for 1; 1 slot stays free until more nodes qualify"
+	if got := f.String(); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+	// Only plain nodes: no live fleet node at all.
+	if f := FitOf(Unit{Name: "api", Placement: &schema.Placement{Count: 1}}, nodes[:1]); f.Live != 0 || f.Unplaceable {
+		t.Errorf("only a plain node: %+v", f)
 	}
 }

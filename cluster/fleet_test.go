@@ -13,7 +13,7 @@ func planFleet(me string, nodes []string, slots map[int]slotKV) *Fleet {
 	f := NewFleet(FleetConfig{Node: me, Rand: func() float64 { return 0 }})
 	f.haveDep, f.haveSl, f.haveNd = true, true, true
 	for _, n := range nodes {
-		f.nodes = append(f.nodes, NodeInfo{Name: n, Live: true, Eligible: true})
+		f.nodes = append(f.nodes, NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true})
 	}
 	f.slots["api"] = slots
 	return f

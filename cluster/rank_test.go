@@ -405,7 +405,7 @@ func FuzzAssign(f *testing.F) {
 		// Malformed views: an unnamed node, a repeated name, a holder
 		// nobody knows, negative load and slots.
 		if len(v.Nodes) > 0 && rng.IntN(3) == 0 {
-			v.Nodes = append(v.Nodes, NodeInfo{Live: true, Eligible: true}, v.Nodes[0])
+			v.Nodes = append(v.Nodes, NodeInfo{Fleet: true, Live: true, Eligible: true}, v.Nodes[0])
 			v.Nodes[len(v.Nodes)-1].Live = !v.Nodes[0].Live
 		}
 		if rng.IntN(3) == 0 && v.Holders != nil {

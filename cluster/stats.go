@@ -15,7 +15,8 @@ type FleetStats struct {
 	// Ready: the deployed units, the slots and the supervisors have each
 	// been read once; before that the counts below say nothing.
 	Ready bool
-	// LiveNodes is how many supervisors are live, as last read.
+	// LiveNodes is how many supervisors that run the fleet are live, as
+	// last read.
 	LiveNodes int
 	// StormBrake: the storm brake is engaged (control/storm exists).
 	StormBrake bool

@@ -15,9 +15,12 @@ type NodeInfo struct {
 	MariposaVersion string
 	// Meta is the agent's node_meta.
 	Meta map[string]string
-	// Live: the node's mariposa liveness check passes. Eligible: the node
-	// accepts new slots. Draining: the node is giving its slots away.
-	Live, Eligible, Draining bool
+	// Fleet: the node's mariposa runs the fleet (mariposa run -cluster,
+	// meta fleet = "true"); any other node never takes a slot and counts
+	// for nothing in the fleet. Live: the node's mariposa liveness check
+	// passes. Eligible: the node accepts new slots. Draining: the node is
+	// giving its slots away.
+	Fleet, Live, Eligible, Draining bool
 	// Services are the Consul services registered on the node, by name:
 	// how many instances (the service.<name> attribute).
 	Services map[string]int

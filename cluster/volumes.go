@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -383,8 +384,8 @@ func (f *Fleet) copyPeers(ctx context.Context, k, n int) ([]VolumeCopy, error) {
 	}
 	var peers []VolumeCopy
 	for _, e := range es {
-		if e.Node.Node == f.cfg.Node {
-			continue
+		if e.Node.Node == f.cfg.Node || e.Service.Meta[checks.FleetMetaKey] != checks.FleetMetaValue {
+			continue // only a fleet node keeps copies
 		}
 		u := apiURLOf(e)
 		if u == "" {

@@ -95,7 +95,7 @@ func (f *Fleet) watchNodes(ctx context.Context) {
 		if err != nil {
 			return 0, err
 		}
-		nodes := parseNodes(entries)
+		nodes := FleetNodes(parseNodes(entries))
 		f.mu.Lock()
 		f.nodes, f.haveNd = nodes, true
 		f.vanished, f.base = f.vanish.observe(nodes, f.cfg.Now())
@@ -212,9 +212,12 @@ func parseSlots(pairs api.KVPairs, report func(key, msg string, err error)) map[
 	return slots
 }
 
-// parseNodes reads the health of the service "mariposa".
+// parseNodes reads the health of the service "mariposa": one NodeInfo per
+// node. A node with two supervisors (-allow-second-supervisor) has two
+// entries: the one that runs the fleet counts, else the first.
 func parseNodes(entries []*api.ServiceEntry) []NodeInfo {
 	var nodes []NodeInfo
+	at := map[string]int{}
 	for _, e := range entries {
 		if e.Node == nil || e.Service == nil || e.Service.Meta[checks.ManagedByKey] != checks.ManagedByValue {
 			continue
@@ -225,11 +228,33 @@ func parseNodes(entries []*api.ServiceEntry) []NodeInfo {
 				live = false
 			}
 		}
-		nodes = append(nodes, NodeInfo{Name: e.Node.Node, Datacenter: e.Node.Datacenter, Meta: e.Node.Meta,
+		n := NodeInfo{Name: e.Node.Node, Datacenter: e.Node.Datacenter, Meta: e.Node.Meta,
 			MariposaVersion: e.Service.Meta["version"], Live: live, Eligible: e.Service.Meta["eligible"] != "false",
-			Draining: e.Service.Meta["draining"] == "true"})
+			Draining: e.Service.Meta["draining"] == "true",
+			Fleet:    e.Service.Meta[checks.FleetMetaKey] == checks.FleetMetaValue}
+		if i, dup := at[n.Name]; dup {
+			if n.Fleet && !nodes[i].Fleet {
+				nodes[i] = n
+			}
+			continue
+		}
+		at[n.Name] = len(nodes)
+		nodes = append(nodes, n)
 	}
 	return nodes
+}
+
+// FleetNodes keeps the nodes that run the fleet: the ones the fleet
+// counts (placement, the storm brake, the takeover budget, the node that
+// judges deployments).
+func FleetNodes(nodes []NodeInfo) []NodeInfo {
+	var out []NodeInfo
+	for _, n := range nodes {
+		if n.Fleet {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // parsePenalties reads penalty/<unit>/<node>.

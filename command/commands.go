@@ -18,6 +18,7 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"deploy":         func() (cli.Command, error) { return &DeployCommand{UI: ui}, nil },
 		"deploy promote": func() (cli.Command, error) { return &DeployPromoteCommand{UI: ui}, nil },
 		"deploy health":  func() (cli.Command, error) { return &DeployHealthCommand{UI: ui}, nil },
+		"deploy stop":    func() (cli.Command, error) { return &DeployStopCommand{UI: ui}, nil },
 		"why":            func() (cli.Command, error) { return &WhyCommand{UI: ui}, nil },
 		"logs":           func() (cli.Command, error) { return &LogsCommand{UI: ui}, nil },
 		"resume":         func() (cli.Command, error) { return &ResumeCommand{UI: ui}, nil },

@@ -48,16 +48,21 @@ Usage: mariposa deploy [options] PATH...
   deploys the last successful spec again, with the same update block and
   no canaries.
 
-  Before writing, each unit is checked against the live supervisors: one
+  Before writing, each unit is checked against the live supervisors that
+  run the fleet (mariposa run -cluster; others never take a slot): one
   that no live node can run (every node fails a constraint on its own
   attributes) is an error that names each node and the constraint it
-  fails, and nothing is deployed; one whose count the feasible nodes
-  cannot hold at its max_per_node is a warning with the numbers.
+  fails, and nothing is deployed; so is a deploy when no node runs the
+  fleet at all; one whose count the feasible nodes cannot hold at its
+  max_per_node is a warning with the numbers. A service that another
+  deployment runs is refused, naming it, and so are files that declare no
+  service: "mariposa deploy stop NAME" stops a deployment.
 
 Options:
 
-  -allow-unplaced    Deploy even a unit no live node can run now, to wait
-                     for nodes that qualify.
+  -allow-unplaced    Deploy even a unit no live node can run now, or when
+                     no node runs the fleet, to wait for nodes that
+                     qualify.
 
   -force             Supersede the deployment's spec still rolling out
                      (its state becomes cancelled).
@@ -104,11 +109,29 @@ func (c *DeployCommand) Run(args []string) int {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1
 	}
+	// A service another deployment runs: refused before anything else.
+	if err := retryNoLeader(func() error { return cluster.CheckOwners(client, spec) }); err != nil {
+		c.UI.Error("mariposa deploy: " + err.Error())
+		return 1
+	}
 	var fits []cluster.Fit
 	err = retryNoLeader(func() (err error) { fits, err = cluster.FitSpec(client, spec); return err })
 	if err != nil {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1
+	}
+	if noFleet(fits) {
+		addr := "the Consul agent"
+		if cc, err := cf.config(); err == nil && cc.Address != "" {
+			addr = cc.Address
+		}
+		msg := "no node runs the fleet: no live \"mariposa run -cluster\" is registered with Consul (at " + addr + ")" +
+			" (a mariposa run without -cluster never takes a slot), so nothing of this deployment would run"
+		if !allowUnplaced {
+			c.UI.Error("mariposa deploy: " + msg + ".\nNothing was deployed. Start mariposa run -cluster on the nodes first, or deploy with -allow-unplaced to wait for them.")
+			return 1
+		}
+		c.UI.Warn("Warning: " + msg + " until one starts (-allow-unplaced)")
 	}
 	var unplaceable []string
 	for _, f := range fits {
@@ -192,6 +215,11 @@ func reifyFiles(ui cli.Ui, name string, paths []string, vars varFlags, pfx strin
 		ui.Error(pfx + err.Error())
 		return nil, false
 	}
+	if len(spec.Units()) == 0 {
+		ui.Error(pfx + strings.Join(paths, ", ") + " declare no service: nothing to deploy, and nothing was changed " +
+			"(to stop deployment " + name + " and its instances: mariposa deploy stop " + name + ")")
+		return nil, false
+	}
 	return spec, true
 }
 
@@ -219,4 +247,14 @@ func noLeader(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "No cluster leader") || strings.Contains(s, "leader not found") ||
 		strings.Contains(s, "rpc error making call: EOF")
+}
+
+// noFleet: the spec has units and no live node runs the fleet to run them.
+func noFleet(fits []cluster.Fit) bool {
+	for _, f := range fits {
+		if f.Live > 0 {
+			return false
+		}
+	}
+	return len(fits) > 0
 }

@@ -2,6 +2,7 @@ package command
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,9 +48,23 @@ service "api" {
   }
 }
 `)
-	// No live supervisor yet: nothing to check against.
-	if code, out, errOut := run("-name", "first", z9); code != 0 || errOut != "" || !strings.Contains(out, "spec 1") {
+	// No live supervisor yet: nothing would run it, so deploy refuses and
+	// writes nothing, unless -allow-unplaced (then it warns).
+	page, err := os.ReadFile("../website/commands/deploy.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := run("-name", "first", z9); code != 1 || out != "" ||
+		!strings.Contains(errOut, "no node runs the fleet") || !strings.Contains(errOut, "Nothing was deployed") {
 		t.Fatalf("no supervisors: exit %d, %q %q", code, out, errOut)
+	} else if shown := strings.ReplaceAll(errOut, agent.HTTPAddr(), "127.0.0.1:8500"); !strings.Contains(string(page), "$ mariposa deploy api.hcl\n"+shown) {
+		t.Errorf("deploy.md does not show:\n%s", shown)
+	}
+	if keys, _, err := c.KV().Keys(cluster.DeployPrefix, "", nil); err != nil || len(keys) != 0 {
+		t.Fatalf("no supervisors: deploy wrote %v (%v)", keys, err)
+	}
+	if code, out, errOut := run("-name", "first", "-allow-unplaced", z9); code != 0 || !strings.Contains(errOut, "Warning: no node runs the fleet") || !strings.Contains(out, "spec 1") {
+		t.Fatalf("no supervisors, -allow-unplaced: exit %d, %q %q", code, out, errOut)
 	}
 	if _, err := c.KV().DeleteTree(cluster.DeployPrefix, nil); err != nil {
 		t.Fatal(err)
@@ -57,7 +72,7 @@ service "api" {
 
 	// One live supervisor, in z1.
 	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "mariposa", ID: "mariposa",
-		Meta:  map[string]string{checks.ManagedByKey: checks.ManagedByValue},
+		Meta:  map[string]string{checks.ManagedByKey: checks.ManagedByValue, checks.FleetMetaKey: checks.FleetMetaValue},
 		Check: &api.AgentServiceCheck{TTL: "1h", Status: api.HealthPassing}}); err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +88,15 @@ service "api" {
 	}
 	if code, out, errOut := run("-allow-unplaced", z9); code != 0 || !strings.Contains(out, "spec 1") {
 		t.Fatalf("-allow-unplaced: exit %d, %q %q", code, out, errOut)
+	}
+	// api is default's now: not another deployment's, and nothing written.
+	before, _, _ := c.KV().Keys(cluster.Prefix, "", nil)
+	if code, out, errOut := run("-name", "other", "-allow-unplaced", z9); code != 1 || out != "" ||
+		!strings.Contains(string(page), "$ mariposa deploy -name other api.hcl\n"+errOut) {
+		t.Errorf("deploy -name other of default's api: exit %d %q, and deploy.md does not show:\n%s", code, out, errOut)
+	}
+	if after, _, _ := c.KV().Keys(cluster.Prefix, "", nil); len(after) != len(before) {
+		t.Errorf("a refused deploy wrote keys: %v, was %v", after, before)
 	}
 
 	three := file("three.hcl", `
@@ -98,7 +122,7 @@ func TestDeployDocFit(t *testing.T) {
 	page := string(b)
 	var nodes []cluster.NodeInfo
 	for i, disk := range []string{"hdd", "ssd", "ssd"} {
-		nodes = append(nodes, cluster.NodeInfo{Name: "node-" + string(rune('1'+i)), Live: true, Eligible: true,
+		nodes = append(nodes, cluster.NodeInfo{Name: "node-" + string(rune('1'+i)), Fleet: true, Live: true, Eligible: true,
 			Meta: map[string]string{"disk": disk}})
 	}
 	db := cluster.FitOf(cluster.Unit{Name: "db", Placement: &schema.Placement{Count: 1, MaxPerNode: 1,
@@ -134,5 +158,23 @@ func TestRetryNoLeader(t *testing.T) {
 	calls = 0
 	if err := retryNoLeader(func() error { calls++; return noLeaderErr }); err != noLeaderErr || calls != 2 {
 		t.Fatalf("no leader for good: %v after %d calls, want 2 within the wait", err, calls)
+	}
+}
+
+// fleetNodes registers n live supervisors that run the fleet (nodes
+// fleet-1..n, in the catalog), as mariposa run -cluster does: what
+// deploy's fit check counts.
+func fleetNodes(t *testing.T, c *api.Client, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		node := fmt.Sprintf("fleet-%d", i)
+		_, err := c.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.1",
+			Service: &api.AgentService{ID: "mariposa-" + node, Service: "mariposa",
+				Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue, checks.FleetMetaKey: checks.FleetMetaValue}},
+			Check: &api.AgentCheck{Node: node, CheckID: "mariposa-" + node + ":mariposa", Name: "mariposa liveness",
+				Status: api.HealthPassing, ServiceID: "mariposa-" + node}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

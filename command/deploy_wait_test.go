@@ -30,6 +30,7 @@ func TestDeployWaitDoc(t *testing.T) {
 	page := string(b)
 	agent := consultest.NewDev(t)
 	c := agent.Client(t)
+	fleetNodes(t, c, 6) // what deploy's fit check counts; the test plays the fleet
 	t.Chdir(t.TempDir())
 	consul := []string{"-consul-addr", agent.HTTPAddr()}
 	hash := regexp.MustCompile(`\b[0-9a-f]{24}\b|\b[0-9a-f]{8}…`)
@@ -132,7 +133,7 @@ func TestDeployWaitDoc(t *testing.T) {
 	setState(2, func(st *cluster.DeployState) { st.Status = cluster.DeploySuccessful })
 	r := <-done
 	if want := shown("mariposa deploy -name web -wait web.hcl", 1); r.code != 0 || norm(r.out) != want || r.err != "" {
-		t.Fatalf("deploy -wait: exit %d\n%s\n%s\ndeploy.md shows:\n%s", r.code, r.out, r.err, want)
+		t.Fatalf("deploy -wait: exit %d\n%s\n%q\ndeploy.md shows:\n%s", r.code, r.out, r.err, want)
 	}
 	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"), Value: []byte(`{"n":2,"hash":"` + sp2.Hash + `"}`)}, nil); err != nil {
 		t.Fatal(err)
@@ -173,11 +174,11 @@ func TestDeployWaitDoc(t *testing.T) {
 	before, _, _ := c.KV().Keys(cluster.DeployPrefix, "", nil)
 	_, done = start("-name", "web")
 	r = <-done
-	refused := regexp.MustCompile(`^mariposa deploy: deployment web/4 in progress \([0-9a-f]{24}, since [0-9TZ:-]+\): -force to supersede it$`)
+	refused := regexp.MustCompile(`^mariposa deploy: deployment web/4 in progress \([0-9a-f]{24}, since [0-9TZ:-]+\): it ends once every instance is healthy at it, or fails when no instance becomes healthy for 10m0s \(progress_deadline; a count no node can hold stays in progress until then\); later deploys are refused until it ends: -force to supersede it now$`)
 	if r.code != 1 || !refused.MatchString(strings.TrimSpace(r.err)) {
 		t.Fatalf("deploy over a running deployment: exit %d %q", r.code, r.err)
 	}
-	if !strings.Contains(page, "-force to supersede it") {
+	if !strings.Contains(page, "(progress_deadline; a count no node can hold stays in progress until then); later deploys are refused until it ends: -force to supersede it now") {
 		t.Error("deploy.md does not show the refusal")
 	}
 	if after, _, _ := c.KV().Keys(cluster.DeployPrefix, "", nil); len(after) != len(before) {
@@ -244,6 +245,7 @@ func TestDeployPromoteDoc(t *testing.T) {
 	}
 	agent := consultest.NewDev(t)
 	c := agent.Client(t)
+	fleetNodes(t, c, 6) // what deploy's fit check counts; the test plays the fleet
 	t.Chdir(t.TempDir())
 	consul := []string{"-consul-addr", agent.HTTPAddr()}
 	write := func(version string) {

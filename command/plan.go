@@ -2,7 +2,9 @@ package command
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"strings"
 
@@ -100,6 +102,15 @@ func (c *PlanCommand) Run(args []string) int {
 		return 1
 	}
 	p := cluster.NewPlan(cur, next)
+	var owned *cluster.OwnedError
+	switch err := cluster.CheckOwners(client, next); {
+	case errors.As(err, &owned):
+		p.Warnings = append(p.Warnings, fmt.Sprintf("%s: deployment %s (spec %d) runs it, and a service's name is unique across deployments:\n  deploy refuses this plan",
+			owned.Unit, owned.Owner, owned.N))
+	case err != nil:
+		c.UI.Error(errPfx + err.Error())
+		return 1
+	}
 	for _, f := range fits {
 		s := f.String()
 		if s == "" {

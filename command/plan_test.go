@@ -212,7 +212,7 @@ func TestPlanFit(t *testing.T) {
 	agent := consultest.NewDev(t, consultest.Options{ExtraConfig: map[string]any{"node_meta": map[string]string{"zone": "z1"}}})
 	c := agent.Client(t)
 	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "mariposa", ID: "mariposa",
-		Meta:  map[string]string{checks.ManagedByKey: checks.ManagedByValue},
+		Meta:  map[string]string{checks.ManagedByKey: checks.ManagedByValue, checks.FleetMetaKey: checks.FleetMetaValue},
 		Check: &api.AgentServiceCheck{TTL: "1h", Status: api.HealthPassing}}); err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +263,18 @@ service "web" {
 	if pairs, _, _ := c.KV().List(cluster.DeployPrefix, nil); len(pairs) != 0 {
 		t.Fatalf("plan wrote %d keys", len(pairs))
 	}
+	// web is another deployment's: the plan says deploy refuses it.
+	other := &cluster.Spec{Format: cluster.SpecFormat, Name: "other", Hash: "h",
+		Services: []*schema.Service{{Name: "web", Command: []string{"x"}, Placement: &schema.Placement{Count: 1}}}}
+	if _, err := cluster.Deploy(c, other, cluster.DeployOptions{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	ui := cli.NewMockUi()
+	code := (&PlanCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), file})
+	if want := "Warning: web: deployment other (spec 1) runs it, and a service's name is unique across deployments:\n  deploy refuses this plan\n"; code != 0 ||
+		!strings.HasPrefix(ui.ErrorWriter.String(), want) {
+		t.Fatalf("plan of another deployment's web: exit %d\n%s\nwant first\n%s", code, ui.ErrorWriter.String(), want)
+	}
 }
 
 // The example of website/commands/plan.md is what plan prints for its
@@ -296,6 +308,7 @@ func TestPlanDoc(t *testing.T) {
 	}
 
 	agent := consultest.NewDev(t)
+	fleetNodes(t, agent.Client(t), 6) // what deploy's fit check counts; the test plays the fleet
 	t.Chdir(t.TempDir())
 	consul := []string{"-consul-addr", agent.HTTPAddr()}
 	hash := regexp.MustCompile(`\b[0-9a-f]{24}\b`)

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/mitchellh/cli"
 
+	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/internal/coord"
 	"github.com/mariposa-sh/mariposa/internal/lease"
@@ -68,11 +69,15 @@ Options:
   -allow-second-supervisor
                      Run even when another mariposa supervises this node
                      (by default the node lock refuses a second one, which
-                     would take over the first one's registrations).
+                     would take over the first one's registrations). It
+                     registers its own mariposa-<node>-<pid>-<nonce>
+                     service.
   -cluster           Take part in the fleet: run the instances of cluster
                      units (services with a count, deployed with "mariposa
                      deploy" or in these files) whose slots this node
-                     claims. Without it, a service with a count is an error.
+                     claims. Without it, a service with a count is an error,
+                     and the node is not a fleet node: it never takes a
+                     slot and the fleet does not count it.
   -dev               If no Consul agent answers, start a local dev agent
                      (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                      of "make consul", or PATH) and stop it on exit.
@@ -259,7 +264,7 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	defer closeAudit()
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
-		AllowSecondSupervisor: allowSecond, Started: time.Now(),
+		AllowSecondSupervisor: allowSecond, Started: time.Now(), SelfMeta: fleetMeta(clusterMode),
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
 		Events:   func(e supervisor.Event) { logEvents(e); auditEvents(e); fl.event(e); httpAPI.event(e) },
 		Stopped:  fl.stopped,
@@ -395,4 +400,13 @@ func controlErr(err error) error {
 		return fmt.Errorf("%w: %s", control.ErrNoService, err)
 	}
 	return err
+}
+
+// fleetMeta is the meta of mariposa's own service that says this node runs
+// the fleet: only such nodes are placement candidates.
+func fleetMeta(clusterMode bool) map[string]string {
+	if !clusterMode {
+		return nil
+	}
+	return map[string]string{checks.FleetMetaKey: checks.FleetMetaValue}
 }

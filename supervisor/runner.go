@@ -2,6 +2,8 @@ package supervisor
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -52,8 +54,14 @@ type Options struct {
 	// per-service log rings); it must not block.
 	OnOutput func(proc.Line)
 	// AllowSecondSupervisor skips the node lock: another mariposa may
-	// supervise the same node (each must then run distinct services).
+	// supervise the same node (each must then run distinct services). Such
+	// a supervisor registers its own service (SecondSupervisorServiceID:
+	// mariposa-<node>-<pid>-<nonce>), and binds its session to that one's
+	// check: its stop never touches the other supervisor's registration.
 	AllowSecondSupervisor bool
+	// SelfMeta is added to the meta of mariposa's own service (the fleet
+	// layer says there that this node runs the fleet).
+	SelfMeta map[string]string
 	// Started is when this mariposa started (the node lock's value).
 	Started time.Time
 	// Stopped, if set, is called when mariposa stops, once every instance
@@ -85,6 +93,8 @@ type Runner struct {
 	order     []string             // instance keys in start order
 	node      string
 	ready     chan struct{}
+	// selfID is mariposa's own service ID (set by Run).
+	selfID string
 	// registered closes once the first configuration's services are
 	// registered with the agent (Registered).
 	registered chan struct{}
@@ -209,14 +219,21 @@ func (r *Runner) Kill() {
 // service in reverse dependency order, deregisters, and returns.
 func (r *Runner) Run(ctx context.Context) error {
 	node, addr, fromAgent := r.agentIdentity(ctx)
+	selfID := checks.SupervisorServiceID(node)
+	if r.opts.AllowSecondSupervisor {
+		// Not the node's supervisor: a registration of its own, which its
+		// stop removes without touching the other supervisor's.
+		var b [3]byte
+		_, _ = rand.Read(b[:])
+		selfID = checks.SecondSupervisorServiceID(node, os.Getpid(), hex.EncodeToString(b[:]))
+	}
 	r.mu.Lock()
-	r.node = node
+	r.node, r.selfID = node, selfID
 	r.mu.Unlock()
 	log := r.log.With("node", node)
 
 	// One lease (session) per node and lock delay holds every lock of the
 	// node: the node lock, leaders, and next the fleet's slots.
-	selfID := checks.SupervisorServiceID(node)
 	r.leases = lease.NewManager(lease.Config{Client: r.opts.Client, Node: node, Name: "mariposa " + node,
 		Checks: []string{checks.SupervisorCheckID(selfID)}, Log: log.Named("lease")})
 	defer r.leases.Close()
@@ -254,10 +271,20 @@ func (r *Runner) Run(ctx context.Context) error {
 	// The registry registers it and pushes its first status; the heartbeat
 	// goroutine below keeps it passing, so the registry's own refresh is
 	// rare (two heartbeats doubled an idle node's Consul requests).
+	selfMeta := map[string]string{}
+	for k, v := range r.opts.SelfMeta {
+		selfMeta[k] = v
+	}
+	selfMeta[checks.ManagedByKey] = checks.ManagedByValue
+	liveness := &api.AgentServiceCheck{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
+		TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}
+	if r.opts.AllowSecondSupervisor {
+		// A crashed second supervisor's registration (its ID is its own
+		// run's, so no later run takes it over) goes by itself.
+		liveness.DeregisterCriticalServiceAfter = secondSupervisorReap.String()
+	}
 	reg.RegisterHeartbeat(withHTTPAPI(r.opts.HTTPAPI, &api.AgentServiceRegistration{
-		ID: selfID, Name: "mariposa", Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue},
-		Checks: api.AgentServiceChecks{{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
-			TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}},
+		ID: selfID, Name: "mariposa", Meta: selfMeta, Checks: api.AgentServiceChecks{liveness},
 	}), checks.Result{Health: api.HealthPassing, Output: "alive"}, 10*time.Minute)
 	// The registry pushes registrations one at a time, and a thousand of
 	// them take longer than the liveness TTL on a loaded machine: the
@@ -436,6 +463,11 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
+// secondSupervisorReap is how long after its liveness check turns critical
+// the agent removes a second supervisor's registration (Consul's minimum is
+// a minute).
+const secondSupervisorReap = time.Minute
+
 // waitRegistered closes done once every one of ids is registered. It
 // checks every 50ms, from the first id not seen registered yet, so a
 // thousand services cost a check or two per tick, not a thousand.
@@ -575,7 +607,7 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 		})
 	}
 	in.register = func(role string, st checks.Result) {
-		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: checks.SupervisorServiceID(r.node)}
+		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: r.selfID}
 		if svc.Leader != nil && role != "" {
 			o.ExtraMeta = map[string]string{"leader": role}
 			switch {
@@ -626,7 +658,7 @@ func (r *Runner) removeStale(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	keep := map[string]bool{checks.SupervisorServiceID(r.node): true}
+	keep := map[string]bool{r.selfID: true}
 	for _, svc := range r.cfg.Services {
 		if svc.Placement != nil {
 			continue
@@ -638,6 +670,11 @@ func (r *Runner) removeStale(ctx context.Context) {
 	var stale []string
 	for id, s := range have {
 		if s.Meta[checks.ManagedByKey] != checks.ManagedByValue || keep[id] {
+			continue
+		}
+		if s.Service == "mariposa" && id != checks.SupervisorServiceID(r.node) {
+			// Another supervisor's own (-allow-second-supervisor): its
+			// stop removes it, or its check's reaping if it crashed.
 			continue
 		}
 		if r.opts.AllowSecondSupervisor {
