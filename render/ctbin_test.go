@@ -128,6 +128,7 @@ func TestConsulTemplateBuildScript(t *testing.T) {
 	}
 	cache := t.TempDir()
 	t.Setenv("MARIPOSA_CACHE", cache)
+	t.Setenv(consulTemplateEnv, "") // the tests look in the cache
 	want := consulTemplateCache()
 	stub, count := ctBuildStub(t, 3*time.Second, consulTemplateVersion)
 
