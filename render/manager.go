@@ -65,6 +65,8 @@ type subscriber interface {
 type watched struct {
 	view *view
 	subs map[subscriber]struct{}
+	// gen is the Manager's gen when the data last arrived (0: never).
+	gen uint64
 }
 
 // Manager owns the shared data queries of one mariposa process.
@@ -80,6 +82,7 @@ type Manager struct {
 	wg     sync.WaitGroup // service goroutines
 
 	mu       sync.Mutex
+	gen      uint64 // counts deliveries: data of a gen <= g was in the brain at g
 	deps     map[string]*watched
 	services map[*schema.Service]*ServiceData
 	failing  int // queries failing now, for logging transitions
@@ -173,6 +176,8 @@ func (m *Manager) deliver(v *view, data any) {
 		return
 	}
 	m.brain.Remember(v.d, data)
+	m.gen++
+	w.gen = m.gen
 	subs := make([]subscriber, 0, len(w.subs))
 	for s := range w.subs {
 		subs = append(subs, s)
@@ -215,6 +220,29 @@ func (m *Manager) unwatch(s subscriber, key string) {
 		w.view.halt()
 		m.brain.Forget(w.view.d)
 	}
+}
+
+// generation returns the count of deliveries so far: data delivered later has
+// a greater gen.
+func (m *Manager) generation() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen
+}
+
+// unchangedSince reports whether the data of every dependency in keys is
+// still what the brain held at generation g: each is still watched and none
+// has been delivered since.
+func (m *Manager) unchangedSince(g uint64, keys map[string]dep.Dependency) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range keys {
+		w := m.deps[k]
+		if w == nil || w.gen > g {
+			return false
+		}
+	}
+	return true
 }
 
 // recall returns the last data of d, if any arrived.

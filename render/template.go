@@ -36,6 +36,12 @@ type templateRunner struct {
 
 	used map[string]dep.Dependency // only the run goroutine touches it
 	hid  map[string]string         // query -> the value that names it (hideValue); run goroutine only
+	// current: the last render executed the template over the data of
+	// generation gen (used being what it read) and ended without an error,
+	// so a render before any of used changes would do it again for nothing.
+	// Only the run goroutine touches them.
+	current bool
+	gen     uint64
 
 	// failed is set when the template cannot be read or parsed: a
 	// permanent error, unlike missing data. Set before run starts.
@@ -48,6 +54,7 @@ type templateRunner struct {
 	env      []string
 	hash     string // of the last good output
 	renders  int    // files written, for tests
+	execs    int    // executions of the template, for tests
 }
 
 func newTemplateRunner(sd *ServiceData, t *schema.Template, sb *sandbox) *templateRunner {
@@ -156,15 +163,32 @@ func (r *templateRunner) run(ctx context.Context) {
 }
 
 // render executes the template, follows the data it used, and writes the
-// file when all data is there and the output changed.
+// file when all data is there and the output changed. It does nothing when
+// none of the data the template read has changed since its last render
+// (and that render ended well): the output would be the same.
+//
+// consul-template builds its function map (about 250 functions) and parses
+// the text again on every execution, so an execution saved is most of a
+// render's CPU.
 func (r *templateRunner) render() {
 	m := r.sd.m
+	if r.current && m.unchangedSince(r.gen, r.used) {
+		return
+	}
+	r.current = false
 	var res *ctemplate.ExecuteResult
 	var err error
+	var gen uint64
 	// A pass may reveal new dependencies (a key named by a list's entry);
 	// whose data may already be known from other readers: go again then.
 	for range 100 {
+		// Data delivered from here on may not be in this pass: its
+		// gen is above this one.
+		gen = m.generation()
 		res, err = r.ct.Execute(&ctemplate.ExecuteInput{Brain: m.brain})
+		r.sd.mu.Lock()
+		r.execs++
+		r.sd.mu.Unlock()
 		if err != nil {
 			break
 		}
@@ -226,6 +250,7 @@ func (r *templateRunner) render() {
 		}
 	}
 	r.sd.mu.Unlock()
+	r.current, r.gen = errMsg == "", gen
 	if errMsg != "" && errMsg != prevErr {
 		m.log.Warn("template not rendered; the last good file stays", "service", r.sd.svc.Name, "error", errMsg)
 	}
