@@ -575,7 +575,7 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 		})
 	}
 	in.register = func(role string, st checks.Result) {
-		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: checks.SupervisorServiceID(r.node)}
+		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: checks.SupervisorServiceID(r.node), NodeAddress: r.addr}
 		if svc.Leader != nil && role != "" {
 			o.ExtraMeta = map[string]string{"leader": role}
 			switch {
