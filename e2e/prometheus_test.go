@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
@@ -101,7 +103,9 @@ func operationsScrapeConfig(t *testing.T) string {
 // scrapes its /metrics: the target is up, with the node label the page's
 // relabelling sets and the http_api meta under the label the page names,
 // and a mariposa metric is queryable. `promtool check metrics` accepts
-// what /metrics serves.
+// what /metrics serves. With ACLs (default deny), the lines of the page's
+// comments, uncommented, with tokens of exactly the policies they name, do
+// the same.
 func TestPrometheusScrapesAsDocumented(t *testing.T) {
 	t.Parallel()
 	prom, promtool := prometheusBins(t)
@@ -122,18 +126,90 @@ func TestPrometheusScrapesAsDocumented(t *testing.T) {
 		t.Errorf("website/operations.md does not name %s", metaLabel)
 	}
 
-	agent := consultest.NewDev(t)
+	t.Run("without ACLs", func(t *testing.T) {
+		t.Parallel()
+		scrapeAsDocumented(t, prom, promtool, doc, false)
+	})
+	t.Run("with ACLs", func(t *testing.T) {
+		t.Parallel()
+		scrapeAsDocumented(t, prom, promtool, doc, true)
+	})
+}
+
+// ACL policies of the page's comments: Consul's service discovery reads
+// the mariposa service and the nodes, and asks the agent its datacenter
+// (agent:read; without it, nothing is discovered); the scrape needs
+// agent:read.
+const (
+	promSDPolicy = `
+service "mariposa" {
+  policy = "read"
+}
+node_prefix "" {
+  policy = "read"
+}
+agent_prefix "" {
+  policy = "read"
+}
+`
+	promScrapePolicy = `
+agent_prefix "" {
+  policy = "read"
+}
+`
+)
+
+// scrapeAsDocumented runs the page's configuration doc against an agent
+// and a mariposa of its own, with the ACL lines of its comments put in
+// when acl, and checks what Prometheus scraped.
+func scrapeAsDocumented(t *testing.T, prom, promtool, doc string, acl bool) {
+	const metaLabel = "__meta_consul_service_metadata_" + supervisor.HTTPAPIMetaKey
+	dir := t.TempDir()
+	agent := consultest.NewDev(t, consultest.Options{ACL: acl})
+	root := agent.Client(t)
+	var env []string
+	if acl {
+		env = []string{"CONSUL_HTTP_TOKEN=" + consultest.ManagementToken}
+	}
 	apiPort := freePort(t)
 	hcl := writeHCL(t, fmt.Sprintf("service \"idle\" {\n  command = [%q]\n}\n", childBin))
-	startMariposa(t, agent, nil, "-http-addr", fmt.Sprintf("0.0.0.0:%d", apiPort), hcl)
-	waitRunning(t, agent.Client(t), "idle", agent.Name)
+	startMariposa(t, agent, env, "-http-addr", fmt.Sprintf("0.0.0.0:%d", apiPort), hcl)
+	waitRunning(t, root, "idle", agent.Name)
 
 	// The same configuration, pointed at this agent, scraping every second.
-	const server = "server: 127.0.0.1:8500"
-	if strings.Count(doc, server) != 1 {
-		t.Fatalf("the page's configuration does not have %q once", server)
+	edit := func(cfg, from, to string) string {
+		t.Helper()
+		if strings.Count(cfg, from) != 1 {
+			t.Fatalf("the page's configuration does not have %q once:\n%s", from, doc)
+		}
+		return strings.Replace(cfg, from, to, 1)
 	}
-	cfg := "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n" + strings.Replace(doc, server, "server: "+agent.HTTPAddr(), 1)
+	cfg := edit(doc, "server: 127.0.0.1:8500", "server: "+agent.HTTPAddr())
+	var scrapeToken string
+	if acl {
+		// The comments' lines, uncommented, with tokens of the policies
+		// they name.
+		token := func(name, rules string) string {
+			pol, _, err := root.ACL().PolicyCreate(&api.ACLPolicy{Name: name, Rules: rules}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, _, err := root.ACL().TokenCreate(&api.ACLToken{Description: name, Policies: []*api.ACLTokenPolicyLink{{ID: pol.ID}}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok.SecretID
+		}
+		scrapeToken = token("prometheus-scrape", promScrapePolicy)
+		tokenFile := filepath.Join(dir, "mariposa.token")
+		if err := os.WriteFile(tokenFile, []byte(scrapeToken+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg = edit(cfg, "# token: ...", "token: "+token("prometheus-sd", promSDPolicy))
+		cfg = edit(cfg, "    # authorization:\n", "    authorization:\n")
+		cfg = edit(cfg, "    #   credentials_file: /etc/prometheus/mariposa.token\n", "      credentials_file: "+tokenFile+"\n")
+	}
+	cfg = "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n" + cfg
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
@@ -157,7 +233,7 @@ func TestPrometheusScrapesAsDocumented(t *testing.T) {
 
 	// Discovered through Consul and scraped: up, with the page's labels,
 	// and the URL mariposa registered under the label the page names.
-	own, _, err := agent.Client(t).Agent().Service("mariposa-"+agent.Name, nil)
+	own, _, err := root.Agent().Service("mariposa-"+agent.Name, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +293,11 @@ func TestPrometheusScrapesAsDocumented(t *testing.T) {
 	})
 
 	// promtool's own checks of the exposition mariposa serves.
-	resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/metrics", apiPort))
+	req, _ := http.NewRequest("GET", fmt.Sprintf("http://127.0.0.1:%d/metrics", apiPort), nil)
+	if scrapeToken != "" {
+		req.Header.Set("Authorization", "Bearer "+scrapeToken)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
