@@ -63,7 +63,6 @@ service "flappy" {
 	})
 
 	touch(t, sick)
-	touch(t, flap)
 	// sick: restarted after its check goes critical; the new process is
 	// still sick, but is not restarted before its grace period is over: the
 	// kernel's start times of the second and third processes are at least
@@ -96,7 +95,9 @@ service "flappy" {
 		t.Logf("the sick process was restarted %v after its start (grace 2s)", gap)
 	}
 
-	// flappy: critical for about a second, then healthy again.
+	// flappy: critical for about a second, then healthy again (made sick
+	// only now: the sick part lasts longer than flappy's unhealthy_for).
+	touch(t, flap)
 	waitFor(t, 10*time.Second, "flappy critical", func() (bool, string) {
 		es := serviceEntries(c, "flappy")
 		return len(es) == 1 && checkByID(es[0], "flappy-"+agent.Name+":http").Status == api.HealthCritical, "not yet"
