@@ -5,8 +5,10 @@ package checks
 
 import (
 	"fmt"
+	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -60,6 +62,11 @@ type RegOptions struct {
 	ExtraTags []string
 	// ExtraMeta is added to the service's meta (e.g. "leader").
 	ExtraMeta map[string]string
+	// NodeAddress is the node's address, which Consul gives a service
+	// registered without one (MARIPOSA_ADDRESS then): a check whose target
+	// is on the service (schema.Check.OnService) probes the service's
+	// address, else this one.
+	NodeAddress string
 	// LivenessServiceID is mariposa's own service on this node; each
 	// service gets an alias check of it, so the services of a supervisor
 	// that died turn critical within its liveness TTL.
@@ -101,7 +108,7 @@ func Registration(svc *schema.Service, node string, o RegOptions) *api.AgentServ
 		Meta:    meta,
 	}
 	for _, c := range svc.Checks {
-		reg.Checks = append(reg.Checks, agentCheck(id, c))
+		reg.Checks = append(reg.Checks, agentCheck(id, c, Target(c, svc, o.NodeAddress)))
 	}
 	if o.LivenessServiceID != "" {
 		reg.Checks = append(reg.Checks, &api.AgentServiceCheck{
@@ -122,7 +129,36 @@ func Registration(svc *schema.Service, node string, o RegOptions) *api.AgentServ
 	return reg
 }
 
-func agentCheck(serviceID string, c *schema.Check) *api.AgentServiceCheck {
+// Target is the target the agent probes for c, a check of svc: c.Target,
+// with the host (and port) filled in from the service's registered address
+// and port when the check leaves them out: "/health" on a service of port
+// 8080 registered without an address on a node at 10.0.0.5 is
+// "http://10.0.0.5:8080/health"; tcp ":9000" is "10.0.0.5:9000", tcp ""
+// "10.0.0.5:8080". The address is the one the child gets as
+// MARIPOSA_ADDRESS.
+func Target(c *schema.Check, svc *schema.Service, nodeAddr string) string {
+	if !c.OnService() {
+		return c.Target
+	}
+	host := svc.Address
+	if host == "" {
+		host = nodeAddr
+	}
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	port := strconv.Itoa(svc.Port)
+	switch {
+	case c.Kind == schema.CheckHTTP:
+		return "http://" + net.JoinHostPort(host, port) + c.Target
+	case c.Target == "":
+		return net.JoinHostPort(host, port)
+	default:
+		return net.JoinHostPort(host, strings.TrimPrefix(c.Target, ":"))
+	}
+}
+
+func agentCheck(serviceID string, c *schema.Check, target string) *api.AgentServiceCheck {
 	ac := &api.AgentServiceCheck{
 		CheckID:                CheckID(serviceID, c.Name),
 		Name:                   c.Name,
@@ -140,9 +176,9 @@ func agentCheck(serviceID string, c *schema.Check) *api.AgentServiceCheck {
 	}
 	switch c.Kind {
 	case schema.CheckHTTP:
-		ac.HTTP, ac.Interval, ac.Timeout = c.Target, dur(c.Interval), dur(c.Timeout)
+		ac.HTTP, ac.Interval, ac.Timeout = target, dur(c.Interval), dur(c.Timeout)
 	case schema.CheckTCP:
-		ac.TCP, ac.Interval, ac.Timeout = c.Target, dur(c.Interval), dur(c.Timeout)
+		ac.TCP, ac.Interval, ac.Timeout = target, dur(c.Interval), dur(c.Timeout)
 	case schema.CheckGRPC:
 		ac.GRPC, ac.Interval, ac.Timeout = c.Target, dur(c.Interval), dur(c.Timeout)
 	case schema.CheckTTL:

@@ -107,3 +107,40 @@ func TestArgsCheckNotesHideArguments(t *testing.T) {
 		}
 	}
 }
+
+// A check that leaves out its host (and port) probes the service's
+// registered address and port: the service's address, else the node's
+// (what the child gets as MARIPOSA_ADDRESS).
+func TestTargetOnService(t *testing.T) {
+	own := &schema.Service{Name: "web", Port: 8080, Address: "10.0.0.1"}
+	bare := &schema.Service{Name: "web", Port: 8080}
+	v6 := &schema.Service{Name: "web", Port: 8080, Address: "fd00::1"}
+	for _, tc := range []struct {
+		svc    *schema.Service
+		kind   schema.CheckKind
+		target string
+		want   string
+	}{
+		{own, schema.CheckHTTP, "/health", "http://10.0.0.1:8080/health"},
+		{bare, schema.CheckHTTP, "/health?full=1", "http://10.0.0.5:8080/health?full=1"},
+		{v6, schema.CheckHTTP, "/", "http://[fd00::1]:8080/"},
+		{bare, schema.CheckTCP, "", "10.0.0.5:8080"},
+		{own, schema.CheckTCP, ":9000", "10.0.0.1:9000"},
+		{v6, schema.CheckTCP, "", "[fd00::1]:8080"},
+		// Given in full: as written.
+		{own, schema.CheckHTTP, "http://127.0.0.1:9/x", "http://127.0.0.1:9/x"},
+		{own, schema.CheckTCP, "127.0.0.1:9", "127.0.0.1:9"},
+		{own, schema.CheckGRPC, "127.0.0.1:9/h", "127.0.0.1:9/h"},
+	} {
+		c := &schema.Check{Name: "c", Kind: tc.kind, Target: tc.target, Interval: time.Second, Timeout: time.Second}
+		if got := Target(c, tc.svc, "10.0.0.5"); got != tc.want {
+			t.Errorf("%s %q on %q: %q, want %q", tc.kind, tc.target, tc.svc.Address, got, tc.want)
+		}
+		svc := *tc.svc
+		svc.Checks = []*schema.Check{c}
+		reg := Registration(&svc, "n1", RegOptions{SupervisorTTL: time.Minute, NodeAddress: "10.0.0.5"})
+		if got := reg.Checks[0].HTTP + reg.Checks[0].TCP + reg.Checks[0].GRPC; got != tc.want {
+			t.Errorf("registered %s %q: %q, want %q", tc.kind, tc.target, got, tc.want)
+		}
+	}
+}

@@ -9,14 +9,16 @@ import (
 // Type=notify (NOTIFY_SOCKET set); elsewhere it does nothing. A failure is
 // logged: systemd then times the start out, which says more than mariposa
 // could.
-func sdNotify(log hclog.Logger, state string) {
-	sent, err := daemon.SdNotify(false, state)
+// It says whether it sent the state, and why it could not.
+func sdNotify(log hclog.Logger, state string) (sent bool, err error) {
+	sent, err = daemon.SdNotify(false, state)
 	switch {
 	case err != nil:
 		log.Warn("could not notify systemd", "state", state, "error", err)
 	case sent:
 		log.Debug("notified systemd", "state", state)
 	}
+	return sent, err
 }
 
 // notifyReady sends READY=1 once registered closes (mariposa's own service

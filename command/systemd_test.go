@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,13 +68,36 @@ func TestNotifyReady(t *testing.T) {
 	}
 }
 
-// Without NOTIFY_SOCKET (not under systemd) nothing is sent and nothing fails.
+// Without NOTIFY_SOCKET (not under systemd) nothing is sent and nothing
+// fails: no warning is logged. A NOTIFY_SOCKET that nobody listens on is a
+// failure, and says so (the contrast that shows the first case is checked).
 func TestNotifyWithoutSystemd(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
 	os.Unsetenv("NOTIFY_SOCKET")
+	var logged strings.Builder
+	log := hclog.New(&hclog.LoggerOptions{Output: &logged, Level: hclog.Warn})
 	registered := make(chan struct{})
 	close(registered)
-	notifyReady(hclog.NewNullLogger(), registered, make(chan struct{}))
+	if !notifyReady(log, registered, make(chan struct{})) {
+		t.Fatal("notifyReady: not ready once registered")
+	}
+	for _, state := range []string{"READY=1", "STOPPING=1"} {
+		if sent, err := sdNotify(log, state); sent || err != nil {
+			t.Fatalf("sdNotify(%q) without NOTIFY_SOCKET: sent %v, err %v; want nothing sent and no error", state, sent, err)
+		}
+	}
+	notifyStopping(log)
+	if logged.Len() != 0 {
+		t.Fatalf("warnings without systemd: %q", logged.String())
+	}
+
+	t.Setenv("NOTIFY_SOCKET", filepath.Join(t.TempDir(), "nobody"))
+	if sent, err := sdNotify(log, "READY=1"); sent || err == nil {
+		t.Fatalf("sdNotify to a socket nobody listens on: sent %v, err %v; want an error", sent, err)
+	}
+	if logged.Len() == 0 {
+		t.Fatal("a failed notification logged no warning")
+	}
 }
 
 // The start's memory goes back once the services are registered, once;

@@ -31,6 +31,8 @@ import (
 //   - its hcl block is api.hcl, and the commands of its text blocks ($ ...)
 //     run as written, against the default Consul address (the server's,
 //     127.0.0.1:8500): deploy prints its line, status its two tables;
+//   - each mariposa has its own node API (`mariposa logs -node n2` works)
+//     and its own audit file;
 //   - kill -9 of n1's mariposa leaves slot 0 free, and `mariposa why api`
 //     prints the page's last block.
 //
@@ -72,9 +74,22 @@ func TestClusterWorkedExample(t *testing.T) {
 	// rows once they have, but for SINCE and the pids.
 	expectOutput(t, ns, status, 30*time.Second)
 
+	// Each mariposa has its own node API and audit file (the sh block's
+	// -http-addr and -audit-file): `logs -node n2` reaches n2's API (with
+	// the default address only the first mariposa to bind had one, and the
+	// command failed), and no supervisor writes the default audit.jsonl
+	// beside the control sockets, in /tmp for all three.
+	if out, code := ns.run(t, "mariposa logs -node n2 api/1"); code != 0 {
+		t.Fatalf("mariposa logs -node n2 api/1: exit %d\n%s", code, out)
+	}
+	if out, code := ns.run(t, "test -s /tmp/n1.audit.jsonl && test -s /tmp/n2.audit.jsonl && test ! -e /tmp/audit.jsonl"); code != 0 {
+		t.Fatalf("the audit files: exit %d %s; /tmp has:\n%s", code, out, func() string { o, _ := ns.run(t, "ls -a /tmp"); return o }())
+	}
+
 	// kill -9 the mariposa on n1: the one the sh block starts with
 	// -control-socket /tmp/n1.sock.
-	pid := ns.pidOf(t, []string{"mariposa", "run", "-cluster", "-control-socket", "/tmp/n1.sock"})
+	pid := ns.pidOf(t, []string{"mariposa", "run", "-cluster", "-control-socket", "/tmp/n1.sock",
+		"-http-addr", "127.0.0.2:8585", "-audit-file", "/tmp/n1.audit.jsonl"})
 	if out, code := ns.run(t, "kill -9 "+strconv.Itoa(pid)); code != 0 {
 		t.Fatalf("kill -9 %d: exit %d: %s", pid, code, out)
 	}

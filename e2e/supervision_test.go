@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -30,10 +31,10 @@ service "sick" {
   check "http" {
     http     = "http://127.0.0.1:%d/"
     interval = "200ms"
-    timeout  = "1s"
+    timeout  = "500ms"
   }
   restart {
-    grace         = "1s"
+    grace         = "2s"
     unhealthy_for = "0s"
     delay         = "0s"
   }
@@ -62,10 +63,18 @@ service "flappy" {
 	})
 
 	touch(t, sick)
-	touch(t, flap)
 	// sick: restarted after its check goes critical; the new process is
-	// still sick, but is not restarted before its grace period is over.
+	// still sick, but is not restarted before its grace period is over: the
+	// kernel's start times of the second and third processes are at least
+	// grace (2s) apart. Without the grace, the check's critical status
+	// would count once the check has had time to report for this run
+	// (interval + timeout, 0.7s: a critical status that never turned is
+	// taken as the previous run's until then), well before 2s.
 	newPID := waitRunning(t, c, "sick", agent.Name, sickPID)
+	newStart, ok := procStart(newPID)
+	if !ok {
+		t.Fatalf("the restarted sick process %d is gone at once: not kept for its grace", newPID)
+	}
 	sc := supervisorCheck(c, "sick", agent.Name)
 	if !strings.Contains(sc.Output, `last after check "http" critical`) {
 		t.Errorf("supervisor output %q does not say why it restarted", sc.Output)
@@ -73,10 +82,22 @@ service "flappy" {
 	if alive(sickPID) {
 		t.Errorf("old sick process %d still alive", sickPID)
 	}
+	thirdPID := waitRunning(t, c, "sick", agent.Name, sickPID, newPID)
+	thirdStart, ok := procStart(thirdPID)
 	os.Remove(sick)
-	_ = newPID
+	if !ok {
+		t.Fatalf("the third sick process %d is gone at once", thirdPID)
+	}
+	// /proc's start times count clock ticks of 10 ms.
+	if gap := thirdStart - newStart; gap < 2*time.Second-10*time.Millisecond {
+		t.Errorf("the sick process %d was restarted %v after its start, within its grace of 2s", newPID, gap)
+	} else {
+		t.Logf("the sick process was restarted %v after its start (grace 2s)", gap)
+	}
 
-	// flappy: critical for about a second, then healthy again.
+	// flappy: critical for about a second, then healthy again (made sick
+	// only now: the sick part lasts longer than flappy's unhealthy_for).
+	touch(t, flap)
 	waitFor(t, 10*time.Second, "flappy critical", func() (bool, string) {
 		es := serviceEntries(c, "flappy")
 		return len(es) == 1 && checkByID(es[0], "flappy-"+agent.Name+":http").Status == api.HealthCritical, "not yet"
@@ -417,4 +438,24 @@ func TestStopManyLeavesNothing(t *testing.T) {
 	if err != nil || len(svcs) != 0 {
 		t.Fatalf("%d services left on the agent (%v)", len(svcs), err)
 	}
+}
+
+// procStart is when a process started, after the machine's boot, from
+// /proc/<pid>/stat (field 22, in clock ticks of 1/100 s); ok is false when
+// the process is gone.
+func procStart(pid int) (time.Duration, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // f[0] is field 3
+	if len(f) < 20 {
+		return 0, false
+	}
+	ticks, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, true
 }

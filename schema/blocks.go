@@ -16,7 +16,9 @@ import (
 
 const maxCount = math.MaxInt32
 
-func (l *loader) decodeCheck(e *evaluator, block *hcl.Block) *Check {
+// decodeCheck decodes a check block of a service whose port is port (0:
+// none), which a path-only http target and a host-less tcp target need.
+func (l *loader) decodeCheck(e *evaluator, block *hcl.Block, port int) *Check {
 	c := &Check{Name: block.Labels[0], Interval: 10 * time.Second, Timeout: 5 * time.Second}
 	content, diags := bodyContent(block.Body, checkSchema)
 	l.diags = append(l.diags, diags...)
@@ -45,20 +47,50 @@ func (l *loader) decodeCheck(e *evaluator, block *hcl.Block) *Check {
 		switch c.Kind {
 		case CheckHTTP:
 			if s, ok := e.String(attr); ok {
-				if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				if strings.HasPrefix(s, "/") {
+					// A path: on the service's registered address and port.
+					if u, err := url.Parse("http://h" + s); err != nil || u.Host != "h" || strings.HasPrefix(s, "//") {
+						l.errorf(attr.Expr.Range(), "Invalid check target",
+							`The http check's path %q is not a URL path ("//" would start a host): write a path such as "/health", or the whole URL.`, s)
+					} else if port == 0 {
+						l.errorf(attr.Expr.Range(), "Check needs the service's port",
+							`The http check %q gives a path only, %q, which is probed on the service's own address and port, and the service has no port. Set the service's port, or give the whole URL such as "http://127.0.0.1:8080/health".`, c.Name, s)
+					} else {
+						c.Target = s
+					}
+				} else if u, err := url.Parse(s); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 					l.errorf(attr.Expr.Range(), "Invalid check target",
-						`The http check needs an absolute http:// or https:// URL such as "http://127.0.0.1:8080/health"; got %q.`, s)
+						`The http check needs an absolute http:// or https:// URL such as "http://127.0.0.1:8080/health", or a path such as "/health" on the service's own address and port; got %q.`, s)
 				} else {
 					c.Target = s
 				}
 			}
 		case CheckTCP:
 			if s, ok := e.String(attr); ok {
-				if err := checkHostPort(s); err != nil {
-					l.errorf(attr.Expr.Range(), "Invalid check target",
-						`The tcp check needs host:port such as "127.0.0.1:5432": %s.`, err)
-				} else {
-					c.Target = s
+				switch {
+				case s == "":
+					// The service's registered address and port.
+					if port == 0 {
+						l.errorf(attr.Expr.Range(), "Check needs the service's port",
+							`The tcp check %q is empty, which probes the service's own address and port, and the service has no port. Set the service's port, or give host:port such as "127.0.0.1:5432".`, c.Name)
+					} else {
+						c.Target = s
+					}
+				case strings.HasPrefix(s, ":"):
+					// A port on the service's registered address.
+					if err := checkHostPort("h" + s); err != nil {
+						l.errorf(attr.Expr.Range(), "Invalid check target",
+							`The tcp check needs host:port such as "127.0.0.1:5432", :port on the service's own address, or "" for its address and port: %s.`, err)
+					} else {
+						c.Target = s
+					}
+				default:
+					if err := checkHostPort(s); err != nil {
+						l.errorf(attr.Expr.Range(), "Invalid check target",
+							`The tcp check needs host:port such as "127.0.0.1:5432", :port on the service's own address, or "" for its address and port: %s.`, err)
+					} else {
+						c.Target = s
+					}
 				}
 			}
 		case CheckGRPC:

@@ -331,7 +331,7 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 	for _, b := range content.Blocks {
 		switch b.Type {
 		case "check":
-			c := l.decodeCheck(e, b)
+			c := l.decodeCheck(e, b, svc.Port)
 			if prev, dup := checkNames[c.Name]; dup {
 				l.errorf(b.LabelRanges[0], "Duplicate check name",
 					"Service %q already has a check named %q at %s; check names are unique within a service.", name, c.Name, at(prev))

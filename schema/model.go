@@ -90,11 +90,27 @@ const (
 	CheckTTL  CheckKind = "ttl"  // the application heartbeats
 )
 
+// OnService says whether the check's target leaves out the host (and for a
+// path-only http check or an empty tcp one the port): the service's
+// registered address and port fill them in.
+func (c *Check) OnService() bool {
+	switch c.Kind {
+	case CheckHTTP:
+		return strings.HasPrefix(c.Target, "/")
+	case CheckTCP:
+		return c.Target == "" || strings.HasPrefix(c.Target, ":")
+	}
+	return false
+}
+
 // Check is one `check` block.
 type Check struct {
 	Name string
 	Kind CheckKind
-	// Target is the URL (http), host:port (tcp) or host:port[/service] (grpc).
+	// Target is the URL (http), host:port (tcp) or host:port[/service]
+	// (grpc). An http path ("/health"), a tcp ":port" and an empty tcp
+	// target are on the service's own registered address (and port):
+	// OnService says so, and checks.Target makes the target the agent gets.
 	Target string
 	// Args is the argv of an args check.
 	Args []string

@@ -10,7 +10,7 @@ import (
 
 // HTTPAPIMetaKey is the meta key of mariposa's own service that holds the
 // node's HTTP API as a URL ("http://127.0.0.1:8585"); Prometheus' consul_sd
-// shows it as __meta_consul_service_meta_http_api.
+// shows it as __meta_consul_service_metadata_http_api.
 const HTTPAPIMetaKey = "http_api"
 
 // withHTTPAPI makes mariposa's own registration carry the node's HTTP API

@@ -607,7 +607,7 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 		})
 	}
 	in.register = func(role string, st checks.Result) {
-		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: r.selfID}
+		o := checks.RegOptions{SupervisorTTL: r.opts.SupervisorTTL, LivenessServiceID: r.selfID, NodeAddress: r.addr}
 		if svc.Leader != nil && role != "" {
 			o.ExtraMeta = map[string]string{"leader": role}
 			switch {

@@ -136,22 +136,42 @@ func TestRoundOneReadForAllHolds(t *testing.T) {
 }
 
 // TestRoundNewTermNotConfirmedByEarlierRead: a read sent before a term was
-// attached says nothing of it.
+// confirmed (its acquire answered after the round's read went out, while
+// the read was on its way) says nothing of it: its confirmation is not moved
+// back to the read's send time, whose answer may come from before the
+// acquire. The round is given the late term, so only the confirmation's
+// own guard keeps it (a round that took its terms after the read would do
+// the same); the earlier terms are confirmed by the read as usual.
 func TestRoundNewTermNotConfirmedByEarlierRead(t *testing.T) {
 	clock := &fakeClock{}
 	l, s := newTestLease(clock)
 	f := &fakeStore{pairs: map[string]*api.KVPair{}}
 	l.read = f.read
-	heldTerms(l, s, f, 2)
-	var late *Term
-	f.during = func() {
-		clock.Jump(50 * time.Millisecond)
-		f.set("late", s.id)
-		late = newTestTerm(l, s, "late")
+	early := heldTerms(l, s, f, 2)
+	// The late term: its key held by the session, its acquire answered 50
+	// ms after the read below is sent.
+	f.set("late", s.id)
+	late := newTerm(l, s, "late", nil, l.log, clock.Now().Add(50*time.Millisecond))
+	l.mu.Lock()
+	s.terms[late] = struct{}{}
+	l.keys["late"] = keyHeld
+	l.mu.Unlock()
+	sent := clock.Now()
+	f.during = func() { clock.Jump(100 * time.Millisecond) }
+	if !s.round(context.Background(), s.attached(true)) {
+		t.Fatal("round failed")
 	}
-	s.round(context.Background(), s.attached(true))
-	if !late.confirmed.Equal(late.Started) {
-		t.Fatal("a read sent before the term confirmed it")
+	if reads := f.readsSoFar(); len(reads) != 1 || !slices.Contains(reads[0], "late") {
+		t.Fatalf("reads %v, want one read with the late term's key", reads)
+	}
+	if !late.confirmed.Equal(late.Started) || late.Err() != nil {
+		t.Fatalf("late term confirmed at %v (started %v, read sent %v), err %v: a read sent before the term confirmed it",
+			late.confirmed, late.Started, sent, late.Err())
+	}
+	for _, tm := range early {
+		if tm.confirmed.Before(sent) || tm.Err() != nil {
+			t.Fatalf("%s not confirmed by the read: %v %v", tm.Key, tm.confirmed, tm.Err())
+		}
 	}
 }
 

@@ -88,12 +88,22 @@ func (m *Metrics) Event(e supervisor.Event) {
 		*t = instTrack{}
 	case supervisor.EventStoppedForGood:
 		delete(m.insts, e.ServiceID)
+		// m.resigned stays: a shutdown's leader-lost may follow.
 	case supervisor.EventLeaderAcquired:
+		delete(m.resigned, e.ServiceID)
 		m.leaderTerms.WithLabelValues(e.Service).Inc()
 	case supervisor.EventLeaderLost:
 		t.cause = ReasonLeader
+		// A resignation ends its term too: the instance stops contending,
+		// the term ends and decide emits leader-lost after leader-resigned.
+		// That term's failover was counted as resigned.
+		if m.resigned[e.ServiceID] {
+			delete(m.resigned, e.ServiceID)
+			break
+		}
 		m.leaderLosses.WithLabelValues(e.Service, "lost").Inc()
 	case supervisor.EventLeaderResigned:
+		m.resigned[e.ServiceID] = true
 		m.leaderLosses.WithLabelValues(e.Service, "resigned").Inc()
 	}
 }

@@ -73,12 +73,15 @@ type Metrics struct {
 
 	mu    sync.Mutex
 	insts map[string]*instTrack // by service ID
+	// resigned: the instances (by service ID) whose term's failover was
+	// counted at its resignation, until the term's end (leader-lost).
+	resigned map[string]bool
 }
 
 // New returns the metrics of a process, registered in a registry of their
 // own with the Go and process collectors, reading src at scrape time.
 func New(src Sources) *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), now: time.Now, insts: map[string]*instTrack{}}
+	m := &Metrics{reg: prometheus.NewRegistry(), now: time.Now, insts: map[string]*instTrack{}, resigned: map[string]bool{}}
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	build := m.gaugeVec("mariposa_build_info", "Always 1; the labels name this mariposa's version and commit.", "version", "commit")

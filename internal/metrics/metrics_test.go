@@ -241,9 +241,14 @@ func TestEvents(t *testing.T) {
 	ev(supervisor.EventWaiting, 20*time.Second, "waiting: web needs 1 passing db, has 0")
 	ev(supervisor.EventWaiting, 22*time.Second, "waiting: template x needs key y")
 	ev(supervisor.EventStarted, 24*time.Second, "running")
+	// Two terms in decide's order (supervisor's TestLeaderFailoverMetricsFromDecide
+	// feeds what decide emits): one lost with its session, one resigned,
+	// whose end decide reports as leader-lost after leader-resigned.
 	ev(supervisor.EventLeaderAcquired, 25*time.Second, "k")
 	ev(supervisor.EventLeaderLost, 26*time.Second, "session invalidated")
+	ev(supervisor.EventLeaderAcquired, 26*time.Second, "k")
 	ev(supervisor.EventLeaderResigned, 27*time.Second, "restarts exhausted")
+	ev(supervisor.EventLeaderLost, 27*time.Second, "stopped contending")
 	// A failure for good: a later start (an operator's) is no restart
 	// delay.
 	ev(supervisor.EventExited, 30*time.Second, "exit 1")
@@ -276,11 +281,11 @@ func TestEvents(t *testing.T) {
 	if n, s := histCount(t, dw), histSum(t, dw); n != 1 || s != 4 {
 		t.Errorf("dependency wait: %d, sum %v; want 1, 4 s", n, s)
 	}
-	if v := value(t, m.leaderTerms.WithLabelValues("web")); v != 1 {
-		t.Errorf("leader terms: %v", v)
+	if v := value(t, m.leaderTerms.WithLabelValues("web")); v != 2 {
+		t.Errorf("leader terms: %v, want 2", v)
 	}
-	if v := value(t, m.leaderLosses.WithLabelValues("web", "lost")) + value(t, m.leaderLosses.WithLabelValues("web", "resigned")); v != 2 {
-		t.Errorf("leader failovers: %v", v)
+	if lost, resigned := value(t, m.leaderLosses.WithLabelValues("web", "lost")), value(t, m.leaderLosses.WithLabelValues("web", "resigned")); lost != 1 || resigned != 1 {
+		t.Errorf("leader failovers: lost %v, resigned %v; want 1 and 1 (one per term)", lost, resigned)
 	}
 	if v := value(t, m.events.WithLabelValues("web", "started")); v != 7 {
 		t.Errorf("started events: %v, want 7", v)

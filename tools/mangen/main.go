@@ -76,7 +76,8 @@ func write(w io.Writer, cmds map[string]cli.CommandFactory) error {
 	p(`run \fIcount\fR instances of a service between them, on Consul locks.`)
 	p(`.PP`)
 	p(`\fBmariposa help\fR \fIcommand\fR (or \fBmariposa\fR \fIcommand\fR \fB\-h\fR) prints a command's help, which is`)
-	p(`also below. Every command exits 0 on success and 1 on a usage error or a failure.`)
+	p(`also below. A command exits 0 on success and 1 on a usage error or a failure; the two that`)
+	p(`check something exit 2 when the answer is no (\fBEXIT STATUS\fR).`)
 	p(`.SH COMMANDS`)
 	for _, n := range names {
 		c, err := cmds[n]()
@@ -93,6 +94,22 @@ func write(w io.Writer, cmds map[string]cli.CommandFactory) error {
 		}
 		p(`.fi`)
 		p(`.RE`)
+	}
+	p(`.SH EXIT STATUS`)
+	p(`.TP`)
+	p(`.B 0`)
+	p(`Success.`)
+	p(`.TP`)
+	p(`.B 1`)
+	p(`A usage error or a failure: files with errors, Consul unreachable or refusing, a command that`)
+	p(`could not do what it was asked.`)
+	p(`.TP`)
+	p(`.B 2`)
+	for i, c := range exitTwo {
+		if i > 0 {
+			p(`.br`)
+		}
+		p(`\fBmariposa %s\fR %s.`, esc(c.cmd), esc(c.when))
 	}
 	p(`.SH FILES`)
 	p(`.TP`)
@@ -116,6 +133,14 @@ func write(w io.Writer, cmds map[string]cli.CommandFactory) error {
 	p(`.BR consul (1),`)
 	p(`.BR systemd.service (5)`)
 	return nil
+}
+
+// exitTwo are the commands that exit 2, and when: the commands' help says
+// the same, and TestExitStatus checks that every command whose code
+// returns 2 is here.
+var exitTwo = []struct{ cmd, when string }{
+	{"deploy", "-wait: the deployment failed, or was cancelled or superseded"},
+	{"status", "-verify: not verified (an instance not running the version, not running or not passing, a slot not held)"},
 }
 
 // esc escapes text for roff: backslashes, and hyphens as minus signs (so

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -66,5 +69,63 @@ func TestEscape(t *testing.T) {
 		if got := escLine(in); got != want {
 			t.Errorf("escLine(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// The man page's EXIT STATUS names every command that exits 2, as its code
+// says (a `return 2` in the command's files: deploy_wait.go is deploy's),
+// and no other; each such command's help says when, too.
+func TestExitStatus(t *testing.T) {
+	files, err := filepath.Glob("../../command/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("command's files: %v", err)
+	}
+	ret := regexp.MustCompile(`(?m)^\s*return ([2-9])\s*$`)
+	var code []string
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ret.FindAllStringSubmatch(string(b), -1) {
+			if m[1] != "2" {
+				t.Errorf("%s returns %s: the man page knows 0, 1 and 2", f, m[1])
+			}
+			name, _, _ := strings.Cut(strings.TrimSuffix(filepath.Base(f), ".go"), "_")
+			if !slices.Contains(code, name) {
+				code = append(code, name)
+			}
+		}
+	}
+	var page []string
+	for _, c := range exitTwo {
+		page = append(page, c.cmd)
+	}
+	slices.Sort(code)
+	slices.Sort(page)
+	if !slices.Equal(code, page) {
+		t.Errorf("commands that return 2: %v; the man page's EXIT STATUS names %v", code, page)
+	}
+	cmds := command.Commands(cli.NewMockUi())
+	for _, c := range exitTwo {
+		f, ok := cmds[c.cmd]
+		if !ok {
+			t.Errorf("EXIT STATUS names %q, which is no command", c.cmd)
+			continue
+		}
+		cmd, _ := f()
+		if help := strings.Join(strings.Fields(cmd.Help()), " "); !strings.Contains(help, " 2 ") {
+			t.Errorf("%s's help does not say when it exits 2", c.cmd)
+		}
+	}
+	var b bytes.Buffer
+	if err := write(&b, command.Commands(cli.NewMockUi())); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), ".SH EXIT STATUS\n") {
+		t.Error("the page has no EXIT STATUS section")
 	}
 }

@@ -32,6 +32,22 @@ service "checks" {
     tcp = "localhost"       # ERROR: Invalid check target
   }
 
+  check "path-no-port" {
+    http = "/health"        # ERROR: Check needs the service's port
+  }
+
+  check "self-no-port" {
+    tcp = ""                # ERROR: Check needs the service's port
+  }
+
+  check "bad-self-port" {
+    tcp = ":99999"          # ERROR: Invalid check target
+  }
+
+  check "bad-path" {
+    http = "//x/health"     # ERROR: Invalid check target
+  }
+
   check "bad-grpc" {
     grpc = "127.0.0.1:99999/svc" # ERROR: Invalid check target
   }
