@@ -67,6 +67,19 @@ type Handoff struct {
 	At        time.Time `json:"at"`
 	// Volumes are the snapshots by volume name.
 	Volumes map[string]volume.Meta `json:"volumes"`
+	// HookFailed: the volumes whose snapshot hook failed once the
+	// instance had stopped, with the error (not written yet: issue 25).
+	HookFailed map[string]string `json:"hook_failed,omitempty"`
+	// Restored is the next holder's acknowledgement that it has the data
+	// (not written yet: issue 25).
+	Restored *HandoffAck `json:"restored,omitempty"`
+}
+
+// HandoffAck says which holder restored a handoff.
+type HandoffAck struct {
+	Node      string    `json:"node"`
+	TermIndex uint64    `json:"term_index"`
+	At        time.Time `json:"at"`
 }
 
 // DecodeHandoff reads a handoff written by any version; an error for a
