@@ -255,8 +255,12 @@ func TestHandoffForwardedWhenNotReady(t *testing.T) {
 	}
 	first := readHandoffT(t, c)
 
-	// n2 claims and gives the slot up before its volumes are ready.
+	// n2 claims and gives the slot up before its volumes are ready (its
+	// restore failed: its directory is there, empty).
 	hb := b.take(t, "n1")
+	if _, err := b.store.Ensure("db", 0, "data"); err != nil {
+		t.Fatal(err)
+	}
 	if b.f.release(hb, SlotReleased, "rescheduled: volumes not ready", nil) {
 		t.Fatal("a holder that was never ready says it serves a handoff")
 	}
