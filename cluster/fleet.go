@@ -291,7 +291,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 
 // Release gives up every slot this node holds, with a record of each:
 // called once their instances have stopped (mariposa stopping), so the
-// next holders start at once, without a lock delay.
+// next holders start at once, without a lock delay. It returns once the
+// next holders have the data handed off with them (awaitRestores), or
+// ctx ends.
 func (f *Fleet) Release(ctx context.Context, reason string) {
 	f.mu.Lock()
 	held := f.held

@@ -37,13 +37,18 @@ import (
 //	                                             read handoffs/u/k: lock_index n?
 //	serve GET /v1/volumes/u/k/<path>      <───     Restore (session in the request)
 //	                                             verified, renamed into place
-//	                                             hand the slot to the supervisor
+//	                                             generation := its term's index
+//	                                             txn [audit restore,
+//	   (a stopping mariposa waits      <───           CAS handoffs/u/k restored]
+//	    for this, bounded)                       hand the slot to the supervisor
 //
 // The unlock is the fence: Consul refuses it unless the session holds the
 // lock, and with it the whole transaction, so a holder that lost its slot
 // (frozen, cut off) cannot publish a handoff, and the lock_index says whether a
 // handoff was written by the holder just before this one: if not, the
-// last holder was lost without one, and on_missing decides.
+// last holder was lost without one, and on_missing decides. Which copy
+// of the data wins is chooseData's: by generation (the fencing index of
+// the term that wrote it), never by who handed off last.
 
 // HandoffsPrefix holds the last planned handoff of each slot with volumes.
 const HandoffsPrefix = Prefix + "handoffs/"
