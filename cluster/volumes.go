@@ -492,12 +492,19 @@ func (f *Fleet) awaitRestores(ctx context.Context, hs []*heldSlot) {
 	var wg sync.WaitGroup
 	for _, h := range hs {
 		wg.Add(1)
-		go func() { defer wg.Done(); f.awaitRestore(ctx, h) }()
+		go func() {
+			defer wg.Done()
+			if why := f.awaitRestore(ctx, h); why != "" {
+				f.recordUnserved(h, why)
+			}
+		}()
 	}
 	wg.Wait()
 }
 
-func (f *Fleet) awaitRestore(ctx context.Context, h *heldSlot) {
+// awaitRestore waits for the acknowledgement of h's handoff; it returns
+// why it stopped waiting without one ("" once acknowledged or replaced).
+func (f *Fleet) awaitRestore(parent context.Context, h *heldSlot) string {
 	u, k := h.unit.Unit.Name, h.k
 	id := slotName(u, k)
 	limit := HandoffClaimWindow
@@ -508,7 +515,7 @@ func (f *Fleet) awaitRestore(ctx context.Context, h *heldSlot) {
 		}
 	}
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, limit)
+	ctx, cancel := context.WithTimeout(parent, limit)
 	defer cancel()
 	if es, _, err := f.cfg.Client.Health().Service("mariposa", "", true, (&api.QueryOptions{}).WithContext(ctx)); err == nil {
 		others := 0
@@ -518,19 +525,19 @@ func (f *Fleet) awaitRestore(ctx context.Context, h *heldSlot) {
 			}
 		}
 		if others == 0 {
-			f.log.Warn("no other supervisor is live to take the slot: its data stays here until one claims it", "slot", id)
-			return
+			return "no other supervisor is live to take the slot"
 		}
 	}
 	f.log.Info("serving the slot's handoff until the next holder has it", "slot", id, "at_most", limit)
 	var index uint64
 	for {
 		kv, meta, err := f.cfg.Client.KV().Get(HandoffKey(u, k), (&api.QueryOptions{WaitIndex: index, WaitTime: time.Second}).WithContext(ctx))
-		if ctx.Err() != nil {
-			f.log.Warn("the next holder did not say it has the slot's data in time; no longer serving it (the data stays here)", "slot", id, "waited", time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if err != nil {
+		switch {
+		case parent.Err() != nil:
+			return fmt.Sprintf("a second signal cut the wait short after %s", time.Since(start).Round(time.Millisecond))
+		case ctx.Err() != nil:
+			return fmt.Sprintf("no holder said it has the data within %s", limit)
+		case err != nil:
 			select {
 			case <-ctx.Done():
 			case <-time.After(500 * time.Millisecond):
@@ -539,23 +546,39 @@ func (f *Fleet) awaitRestore(ctx context.Context, h *heldSlot) {
 		}
 		index = meta.LastIndex
 		if kv == nil {
-			return
+			return ""
 		}
 		ho, err := DecodeHandoff(kv.Value)
 		if err != nil || ho.Node != f.cfg.Node || ho.TermIndex != h.term.Index {
-			return // another generation's handoff: ours is served no more
+			return "" // another generation's handoff: ours is served no more
 		}
 		if ho.Restored != nil {
 			f.log.Info("the next holder has the slot's data", "slot", id, "holder", ho.Restored.Node, "waited", time.Since(start).Round(time.Millisecond))
-			return
+			return ""
 		}
 		if time.Since(start) > HandoffClaimWindow {
 			s, _, err := f.cfg.Client.KV().Get(SlotKey(u, k), (&api.QueryOptions{}).WithContext(ctx))
 			if err == nil && (s == nil || s.Session == "") {
-				f.log.Warn("no node claimed the slot in time; no longer serving its data (it stays here)", "slot", id, "waited", time.Since(start).Round(time.Millisecond))
-				return
+				return fmt.Sprintf("no node claimed the slot within %s", HandoffClaimWindow)
 			}
 		}
+	}
+}
+
+// recordUnserved records that this node stopped serving the handoff of
+// h's data before a next holder had it: the data stays on this node, and
+// the next holders' restores fail (and pass the handoff on) until it
+// serves it again.
+func (f *Fleet) recordUnserved(h *heldSlot, why string) {
+	id := slotName(h.unit.Unit.Name, h.k)
+	reason := why + "; the slot's data stays on this node, which serves it again once its mariposa runs"
+	f.log.Warn("no longer serving the slot's handoff", "slot", id, "reason", reason)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec := AuditOp(AuditEvent{At: f.cfg.Now(), Node: f.cfg.Node, Service: h.unit.Unit.Name, Slot: id, Action: "handoff-unserved",
+		From: f.cfg.Node, Reason: reason, TermIndex: h.term.Index})
+	if _, _, _, err := f.cfg.Client.Txn().Txn(api.TxnOps{rec}, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
+		f.log.Warn("could not record that the handoff is no longer served", "slot", id, "error", err)
 	}
 }
 

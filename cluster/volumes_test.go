@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -336,4 +337,65 @@ func readHandoffT(t *testing.T, c *api.Client) Handoff {
 		t.Fatal(err)
 	}
 	return ho
+}
+
+// A stopping holder serves its handoff until the next holder acknowledges
+// its restore; a wait cut short (a second signal) is recorded in the
+// audit as a handoff no longer served, with the term it was of.
+func TestAwaitRestore(t *testing.T) {
+	c := consultest.NewDev(t).Client(t)
+	ctx := context.Background()
+	a, b := newVolumeNode(t, c, "n1"), newVolumeNode(t, c, "n2")
+	ha := a.take(t, "")
+	if _, _, err := a.f.prepareVolumes(ctx, ha); err != nil {
+		t.Fatal(err)
+	}
+	ha.volumesReady = true
+	if !a.f.release(ha, SlotReleased, "mariposa stopped", nil) {
+		t.Fatal("no handoff")
+	}
+
+	// Cut short: recorded.
+	cut, cancel := context.WithCancel(ctx)
+	cancel()
+	a.f.awaitRestores(cut, []*heldSlot{ha})
+	var rec *AuditEvent
+	recs, _, err := c.KV().List(AuditPrefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range recs {
+		var e AuditEvent
+		if json.Unmarshal(p.Value, &e) == nil && e.Action == "handoff-unserved" {
+			rec = &e
+		}
+	}
+	if rec == nil || rec.From != "n1" || rec.Slot != "db/0" || rec.TermIndex != ha.term.Index {
+		t.Fatalf("the unserved handoff's record: %+v", rec)
+	}
+
+	// Acknowledged: the wait ends once the next holder's record is in.
+	done := make(chan string, 1)
+	go func() { done <- a.f.awaitRestore(ctx, ha) }()
+	hb := b.take(t, "n1")
+	_, ack, err := b.f.prepareVolumes(ctx, hb)
+	if err != nil || len(ack) == 0 {
+		t.Fatalf("restore: %v, ack %v", err, ack)
+	}
+	select {
+	case why := <-done:
+		t.Fatalf("stopped waiting before the acknowledgement: %q", why)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	if ok, _, _, err := c.Txn().Txn(ack, nil); err != nil || !ok {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	select {
+	case why := <-done:
+		if why != "" {
+			t.Fatalf("the wait ended with %q, want the acknowledgement", why)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("still waiting 10s after the acknowledgement")
+	}
 }
