@@ -330,49 +330,59 @@ func (f *Fleet) readyVolumes(ctx context.Context, h *heldSlot) (string, api.TxnO
 			}
 			notes = append(notes, v.Name+" started empty (on_missing = \"empty\")")
 		default:
-			// latest: the newest copy there is: a periodic copy on another
-			// node, or an older handoff's snapshot when its node still
-			// serves it.
-			type candidate struct {
-				from, url, sha string
-				size           int64
-				at             time.Time
-				raw            bool // a stopped directory whose snapshot hook failed: no restore hook
-			}
-			var cands []candidate
+			// latest: the newest copy there is (newestFirst): this node's
+			// own, a periodic copy on another node, or an older handoff's
+			// snapshot when its node still serves it.
+			var cands []dataCopy
 			if c, err := f.latestCopy(ctx, u, k, v.Name); err != nil {
 				return "", nil, fmt.Errorf("read the copies of volume %s: %w", v.Name, err)
 			} else if c != nil {
-				cands = append(cands, candidate{c.Node, volume.LatestCopyURL(c.URL, u, k, v.Path, c.SHA256), c.SHA256, c.Size, c.TakenAt, false})
+				cands = append(cands, dataCopy{Kind: copyPeriodic, From: c.Node, Gen: c.TermIndex, At: c.TakenAt,
+					url: volume.LatestCopyURL(c.URL, u, k, v.Path, c.SHA256), sha: c.SHA256, size: c.Size})
 			}
 			if ho != nil {
 				if m, ok := ho.Volumes[v.Name]; ok && ho.Node != f.cfg.Node {
-					cands = append(cands, candidate{ho.Node, volume.SnapshotURL(ho.URL, u, k, v.Path, m.SHA256), m.SHA256, m.Size, ho.At, ho.HookFailed[v.Name] != ""})
+					cands = append(cands, dataCopy{Kind: copyHandoff, From: ho.Node, Gen: ho.TermIndex, At: ho.At,
+						url: volume.SnapshotURL(ho.URL, u, k, v.Path, m.SHA256), sha: m.SHA256, size: m.Size, raw: ho.HookFailed[v.Name] != ""})
 				}
 			}
-			sort.Slice(cands, func(i, j int) bool { return cands[i].at.After(cands[j].at) })
+			mine, err := store.Generation(u, k, v.Path)
+			if err != nil {
+				return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			if mine == 0 && ho != nil && ho.Node == f.cfg.Node {
+				mine = ho.TermIndex // recorded by no generation: this node's own handoff (an older mariposa)
+			}
+			if mine != 0 {
+				at := time.Time{}
+				if ho != nil && ho.TermIndex == mine {
+					at = ho.At
+				}
+				cands = append(cands, dataCopy{Kind: copyLocal, From: f.cfg.Node, Gen: mine, At: at})
+			}
+			newestFirst(cands)
 			restored := false
 			for _, c := range cands {
+				if c.Kind == copyLocal {
+					notes = append(notes, fmt.Sprintf("%s kept this node's copy (generation %d), the newest there is: the writes after it are lost", v.Name, c.Gen))
+					restored = true
+					break
+				}
 				src := volume.Source{URL: c.url, SHA256: c.sha, Size: c.size, Header: http.Header{SessionHeader: {h.term.Session}}}
 				hook := v.Restore
 				if c.raw {
 					hook = nil
 				}
 				if _, err := store.Restore(ctx, u, k, v.Path, src, hook, os.Environ(), v.RestoreTimeout); err != nil {
-					f.log.Warn("a copy could not be restored; trying an older one", "slot", slotName(u, k), "volume", v.Name, "from", c.from, "error", err)
+					f.log.Warn("a copy could not be restored; trying an older one", "slot", slotName(u, k), "volume", v.Name, "from", c.From, "error", err)
 					continue
 				}
-				notes = append(notes, fmt.Sprintf("%s restored from the copy of %s on %s: the writes after it are lost (up to %s)",
-					v.Name, c.at.Format(time.RFC3339), c.from, f.cfg.Now().Sub(c.at).Round(time.Second)))
+				notes = append(notes, fmt.Sprintf("%s restored from the copy of %s on %s (generation %d): the writes after it are lost (up to %s)",
+					v.Name, c.At.Format(time.RFC3339), c.From, c.Gen, f.cfg.Now().Sub(c.At).Round(time.Second)))
 				restored = true
 				break
 			}
 			if restored {
-				continue
-			}
-			if ho != nil && (local != 0 && local == ho.TermIndex || local == 0 && ho.Node == f.cfg.Node) {
-				notes = append(notes, fmt.Sprintf("%s kept from this node's handoff of %s: the writes after it are lost (up to %s)",
-					v.Name, ho.At.Format(time.RFC3339), f.cfg.Now().Sub(ho.At).Round(time.Second)))
 				continue
 			}
 			if err := emptyVolume(store, u, k, v.Path); err != nil {
@@ -382,6 +392,48 @@ func (f *Fleet) readyVolumes(ctx context.Context, h *heldSlot) (string, api.TxnO
 		}
 	}
 	return fmt.Sprintf("the last holder (%s) was lost without a handoff: %v", h.prevNode, notes), nil, nil
+}
+
+// copyKind is what a copy of a volume's data is, in the order a new
+// holder prefers them at the same generation.
+type copyKind int
+
+const (
+	copyPeriodic copyKind = iota // pushed while the holder ran: part of its term's writes
+	copyHandoff                  // a handoff's snapshot: the data as its term ended
+	copyLocal                    // this node's own: as good as a handoff, without a transfer
+)
+
+// dataCopy is one copy of a volume's data a new holder could start from
+// after an unplanned loss.
+type dataCopy struct {
+	Kind copyKind
+	From string
+	// Gen is the generation of the data: the fencing index of the term
+	// that wrote it (0: unknown, a copy recorded by an older mariposa).
+	Gen uint64
+	At  time.Time // when it was taken (zero: unknown)
+
+	url, sha string
+	size     int64
+	raw      bool // a stopped directory whose snapshot hook failed: no restore hook
+}
+
+// newestFirst orders the copies newest first: by generation (an unknown
+// one last), then a copy of the whole term (this node's own, a handoff)
+// before a periodic copy taken during it, this node's own before a
+// handoff of the same generation, then by when it was taken.
+func newestFirst(cs []dataCopy) {
+	sort.SliceStable(cs, func(i, j int) bool {
+		a, b := cs[i], cs[j]
+		if a.Gen != b.Gen {
+			return a.Gen > b.Gen
+		}
+		if a.Kind != b.Kind {
+			return a.Kind > b.Kind
+		}
+		return a.At.After(b.At)
+	})
 }
 
 // emptyVolume empties a volume's directory (an old copy of another
@@ -663,6 +715,9 @@ type VolumeCopy struct {
 	SHA256  string    `json:"sha256"`
 	Size    int64     `json:"size"`
 	TakenAt time.Time `json:"taken_at"`
+	// TermIndex is the generation of the copied data: the fencing index
+	// of the holder's term (0 from a mariposa that did not record it).
+	TermIndex uint64 `json:"term_index,omitempty"`
 }
 
 // DecodeCopies reads a copies record; an error for a value that is not one.
@@ -790,7 +845,7 @@ func (f *Fleet) pushCopies(ctx context.Context, h *heldSlot, v *schema.Volume) e
 			f.log.Warn("could not push a copy", "slot", slotName(u, k), "volume", v.Name, "to", p.Node, "error", err)
 			continue
 		}
-		got = append(got, VolumeCopy{Node: p.Node, URL: p.URL, SHA256: m.SHA256, Size: m.Size, TakenAt: m.TakenAt})
+		got = append(got, VolumeCopy{Node: p.Node, URL: p.URL, SHA256: m.SHA256, Size: m.Size, TakenAt: m.TakenAt, TermIndex: h.term.Index})
 	}
 	if len(got) == 0 {
 		return errors.New("no peer took the copy")

@@ -399,3 +399,46 @@ func TestAwaitRestore(t *testing.T) {
 		t.Fatal("still waiting 10s after the acknowledgement")
 	}
 }
+
+// After an unplanned loss the newest copy wins by generation: a periodic
+// copy taken during a term is older than the data as that term ended
+// (this node's own, or a handoff), whatever the clocks say.
+func TestNewestFirst(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 8, 46, 20, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		in   []dataCopy
+		want string // From of the first
+	}{
+		// TestFleetVolumeFollowsSlot's case: this node's own data of
+		// term 38 (it handed it off at 08:46:21) against a periodic copy
+		// taken during term 38 a second earlier, which missed the last
+		// writes.
+		{"own end of term over a copy during it", []dataCopy{
+			{Kind: copyPeriodic, From: "copy", Gen: 38, At: t0},
+			{Kind: copyLocal, From: "local", Gen: 38, At: t0.Add(time.Second)}}, "local"},
+		{"own end of term over a copy during it, even with no time known", []dataCopy{
+			{Kind: copyPeriodic, From: "copy", Gen: 38, At: t0},
+			{Kind: copyLocal, From: "local", Gen: 38}}, "local"},
+		{"a copy of a later term over this node's own", []dataCopy{
+			{Kind: copyLocal, From: "local", Gen: 38},
+			{Kind: copyPeriodic, From: "copy", Gen: 54, At: t0}}, "copy"},
+		{"a handoff of a later term over this node's own", []dataCopy{
+			{Kind: copyLocal, From: "local", Gen: 38},
+			{Kind: copyHandoff, From: "handoff", Gen: 54, At: t0}}, "handoff"},
+		{"a handoff over a copy of the same term", []dataCopy{
+			{Kind: copyPeriodic, From: "copy", Gen: 54, At: t0.Add(time.Minute)},
+			{Kind: copyHandoff, From: "handoff", Gen: 54, At: t0}}, "handoff"},
+		{"a copy of a later term over an older handoff", []dataCopy{
+			{Kind: copyHandoff, From: "handoff", Gen: 38, At: t0.Add(time.Minute)},
+			{Kind: copyPeriodic, From: "copy", Gen: 54, At: t0}}, "copy"},
+		{"the newer of two copies of unknown generation", []dataCopy{
+			{Kind: copyPeriodic, From: "old", At: t0},
+			{Kind: copyPeriodic, From: "new", At: t0.Add(time.Minute)}}, "new"},
+	} {
+		newestFirst(tc.in)
+		if tc.in[0].From != tc.want {
+			t.Errorf("%s: %s first, want %s", tc.name, tc.in[0].From, tc.want)
+		}
+	}
+}
