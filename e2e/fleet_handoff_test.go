@@ -31,14 +31,21 @@ func volumeFleet(t *testing.T) (*consultest.Cluster, *api.Client, string, map[st
 	root := t.TempDir()
 	ms := map[string]*mariposa{}
 	for _, a := range cl.Clients {
-		ms[a.Name] = startMariposa(t, a, nil, "-cluster", "-http-addr", "127.0.0.1:0",
-			"-volume-dir", filepath.Join(root, a.Name), "-liveness-ttl", "2s")
+		ms[a.Name] = startVolumeMariposa(t, a, root, "127.0.0.1:0")
 	}
 	waitFor(t, 60*time.Second, "every supervisor live", func() (bool, string) {
 		live := passingInstances(c, "mariposa")
 		return len(live) == len(cl.Clients), fmt.Sprint(len(live))
 	})
 	return cl, c, root, ms
+}
+
+// startVolumeMariposa starts a mariposa -cluster on agent with its node
+// API on addr and its volumes under root/<node>.
+func startVolumeMariposa(t *testing.T, a *consultest.Agent, root, addr string) *mariposa {
+	t.Helper()
+	return startMariposa(t, a, nil, "-cluster", "-http-addr", addr,
+		"-volume-dir", filepath.Join(root, a.Name), "-liveness-ttl", "2s")
 }
 
 // passingOn waits for unit's one instance to pass on a node other than
@@ -253,4 +260,118 @@ service "cache" {
 	if ho.Node != first || ho.HookFailed["data"] == "" {
 		t.Errorf("the handoff: %+v, want one from %s that says its snapshot hook failed", ho, first)
 	}
+}
+
+// A stop that cannot wait for a next holder (no other supervisor is live:
+// here they are frozen) leaves the data on the stopped node (recorded:
+// handoff-unserved); the next holders, whose fetches fail, pass
+// the handoff on instead of handing off their own empty volumes (issue
+// 25: the next holder then restored an empty volume, or a node kept its
+// own older copy), and once the stopped node's mariposa runs again the
+// line written on it is on the slot's holder.
+func TestFleetVolumeStopCutShort(t *testing.T) {
+	consultest.SkipShort(t, "a fleet in -short mode")
+	cl := consultest.NewCluster(t, 3, 3)
+	c := cl.Servers[0].Client(t)
+	root := t.TempDir()
+	ms, addrs := map[string]*mariposa{}, map[string]string{}
+	for _, a := range cl.Clients {
+		addrs[a.Name] = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		ms[a.Name] = startVolumeMariposa(t, a, root, addrs[a.Name])
+	}
+	waitFor(t, 60*time.Second, "every supervisor live", func() (bool, string) {
+		live := passingInstances(c, "mariposa")
+		return len(live) == len(cl.Clients), fmt.Sprint(len(live))
+	})
+	hcl := writeHCL(t, `
+service "notes" {
+  command   = ["/bin/sh", "-c", "exec sleep 3600"]
+  count     = 1
+  exclusive = true
+
+  volume "data" {
+    handoff         = "snapshot"
+    restore_timeout = "20s"
+  }
+  reschedule {
+    attempts       = 50
+    interval       = "1h"
+    delay          = "1s"
+    delay_function = "constant"
+    penalty        = "1s"
+  }
+}
+`)
+	deploy(t, cl.Servers[0], "-name", "notes", hcl)
+	line := func(node string) string { return filepath.Join(root, node, "notes", "0", "data", "line") }
+	first := passingOn(t, c, "notes")
+	if err := os.WriteFile(line(first), []byte("written on "+first+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The other supervisors frozen (their liveness checks critical),
+	// first's stop finds no other supervisor live to take the slot, and
+	// stops serving its handoff at once, with a record.
+	var others []*mariposa
+	for n, m := range ms {
+		if n != first {
+			others = append(others, m)
+			if err := m.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	thawed := false
+	thaw := func() {
+		if !thawed {
+			thawed = true
+			for _, m := range others {
+				_ = m.cmd.Process.Signal(syscall.SIGCONT)
+			}
+		}
+	}
+	defer thaw()
+	waitFor(t, 60*time.Second, "only "+first+"'s supervisor passing", func() (bool, string) {
+		live := passingInstances(c, "mariposa")
+		return len(live) == 1, fmt.Sprint(live)
+	})
+	if code := ms[first].stop(t, syscall.SIGINT, 2*time.Minute); code != 0 {
+		t.Fatalf("mariposa on %s exited %d", first, code)
+	}
+	var unserved bool
+	for _, e := range auditOf(t, c, "notes") {
+		if e.Action == "handoff-unserved" && e.Node == first {
+			unserved = true
+		}
+	}
+	if !unserved {
+		t.Errorf("no handoff-unserved record from %s", first)
+	}
+	thaw()
+	// The others try and fail to fetch it (a reschedule record by another
+	// node), and pass the handoff on: it stays first's.
+	waitFor(t, 90*time.Second, "another node failing to fetch the data", func() (bool, string) {
+		for _, e := range auditOf(t, c, "notes") {
+			if e.Action == "reschedule" && e.Node != first {
+				return true, e.Reason
+			}
+		}
+		return false, ""
+	})
+	if ho := handoffOf(t, c, "notes", 0); ho.Node != first || ho.ForwardedBy == "" {
+		t.Errorf("the handoff after a failed fetch: %+v, want first's (%s) passed on", ho, first)
+	}
+	// first's mariposa runs again, its node API where it was: the data
+	// reaches the slot's holder, whichever node it is.
+	ms[first] = startVolumeMariposa(t, clientNamed(cl, first), root, addrs[first])
+	var holder string
+	waitFor(t, 3*time.Minute, "the line written on "+first+" on a passing holder", func() (bool, string) {
+		es, _, _ := c.Health().Service("notes", "", true, nil)
+		if len(es) != 1 {
+			return false, fmt.Sprint(len(es), slotHolders(t, c, "notes"))
+		}
+		holder = es[0].Node.Node
+		b, err := os.ReadFile(line(holder))
+		return err == nil && strings.TrimSpace(string(b)) == "written on "+first, fmt.Sprint(holder, " ", string(b), err)
+	})
+	t.Logf("the data written on %s reached %s", first, holder)
 }
