@@ -291,21 +291,30 @@ func (f *Fleet) Run(ctx context.Context) error {
 
 // Release gives up every slot this node holds, with a record of each:
 // called once their instances have stopped (mariposa stopping), so the
-// next holders start at once, without a lock delay.
-func (f *Fleet) Release(reason string) {
+// next holders start at once, without a lock delay. It returns once the
+// next holders have the data handed off with them (awaitRestores), or
+// ctx ends.
+func (f *Fleet) Release(ctx context.Context, reason string) {
 	f.mu.Lock()
 	held := f.held
 	f.held = map[string]*heldSlot{}
 	f.mu.Unlock()
+	var serving []*heldSlot
 	for id, h := range held {
-		f.release(h, SlotReleased, reason, nil)
+		if f.release(h, SlotReleased, reason, nil) {
+			serving = append(serving, h)
+		}
 		f.log.Info("released slot", "slot", id, "reason", reason)
 	}
+	// A planned move: the snapshots handed off are served until the next
+	// holders have them (bounded; volumes.go).
+	f.awaitRestores(ctx, serving)
 }
 
 // release gives h up with a final value and its record; history, if set,
-// is the slot's new reschedule tracker.
-func (f *Fleet) release(h *heldSlot, state, reason string, ops api.TxnOps) {
+// is the slot's new reschedule tracker. It says whether the release
+// published a handoff of this node's own snapshots.
+func (f *Fleet) release(h *heldSlot, state, reason string, ops api.TxnOps) bool {
 	now := f.cfg.Now()
 	v := SlotValue{Node: f.cfg.Node, State: state, Since: now, Reason: reason, Reschedules: h.value.Reschedules}
 	if state != SlotHeld && len(ops) > 0 {
@@ -323,18 +332,22 @@ func (f *Fleet) release(h *heldSlot, state, reason string, ops api.TxnOps) {
 	}
 	// The instance has stopped: its volumes' snapshots go with the release,
 	// in the same transaction, fenced by the slot's session.
-	if hops, err := f.handoffOps(context.Background(), h); err != nil {
+	hops, note, serves, err := f.handoffOps(context.Background(), h)
+	switch {
+	case err != nil:
 		f.log.Warn("no handoff of the slot's data: the next holder applies on_missing", "slot", slotName(h.unit.Unit.Name, h.k), "error", err)
 		reason += "; no handoff of its data: " + err.Error()
-	} else if len(hops) > 0 {
+	case note != "":
 		ops = append(hops, ops...)
-		reason += "; data handed off"
+		reason += "; " + note
 	}
 	ops = append(ops, AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: h.unit.Unit.Name, Slot: slotName(h.unit.Unit.Name, h.k),
 		Action: action, From: f.cfg.Node, To: state, Reason: reason, TermIndex: h.term.Index}))
 	if err := h.term.ReleaseWith(v.encode(), ops); err != nil {
 		f.log.Warn("could not release a slot; retrying in the background", "slot", slotName(h.unit.Unit.Name, h.k), "error", err)
+		return false
 	}
+	return serves
 }
 
 func slotName(unit string, k int) string { return fmt.Sprintf("%s/%d", unit, k) }

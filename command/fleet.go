@@ -35,6 +35,7 @@ type fleetMember struct {
 	apiURL  string
 
 	f      atomic.Pointer[cluster.Fleet]
+	killed <-chan struct{} // the runner's Killed
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
@@ -51,6 +52,7 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
+	m.killed = r.Killed()
 	go func() {
 		defer close(m.done)
 		select {
@@ -116,7 +118,18 @@ func (m *fleetMember) stopped() {
 		}
 		<-m.done
 		if f := m.f.Load(); f != nil {
-			f.Release("mariposa stopped")
+			// The handoffs published are served until the next holders
+			// have them (bounded), unless a second signal cuts it short.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				select {
+				case <-m.killed:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			f.Release(ctx, "mariposa stopped")
 		}
 	})
 }

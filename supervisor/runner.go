@@ -202,6 +202,10 @@ func (r *Runner) Signal(sig syscall.Signal) {
 	}
 }
 
+// Killed is closed once Kill was called (a second signal): what is left
+// of the stop, the fleet's wait for its handoffs included, is cut short.
+func (r *Runner) Killed() <-chan struct{} { return r.killc }
+
 // Kill turns a graceful stop into an immediate one: no drain, no grace,
 // SIGKILL to every process group.
 func (r *Runner) Kill() {

@@ -470,3 +470,45 @@ func readMeta(p string) (Meta, error) {
 	}
 	return m, nil
 }
+
+// generationPath: the generation of a volume's live data (the slot term
+// whose writes it holds), beside its snapshot records.
+func (s *Store) generationPath(unit string, k int, path string) string {
+	return s.snapshotBase(unit, k, path) + ".generation"
+}
+
+// Generation is the generation SetGeneration last recorded for a volume's
+// live data: the fencing index of the slot's term whose writes it holds.
+// 0 when none was recorded (a new volume, or one from a mariposa that did
+// not record them).
+func (s *Store) Generation(unit string, k int, path string) (uint64, error) {
+	if err := validSlot(unit, k, path); err != nil {
+		return 0, err
+	}
+	b, err := os.ReadFile(s.generationPath(unit, k, path))
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var g struct {
+		Generation uint64 `json:"generation"`
+	}
+	if err := json.Unmarshal(b, &g); err != nil {
+		return 0, fmt.Errorf("%s: %w", s.generationPath(unit, k, path), err)
+	}
+	return g.Generation, nil
+}
+
+// SetGeneration records the generation of a volume's live data, durably,
+// before an instance that writes it starts.
+func (s *Store) SetGeneration(unit string, k int, path string, gen uint64) error {
+	if err := validSlot(unit, k, path); err != nil {
+		return err
+	}
+	defer s.lock(unit, k, path)()
+	return s.writeJSON(s.generationPath(unit, k, path), struct {
+		Generation uint64 `json:"generation"`
+	}{gen})
+}
