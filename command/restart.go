@@ -151,7 +151,7 @@ func (c *RestartCommand) Run(args []string) int {
 	defer cancel()
 	client, err := o.client(ctx)
 	if err == nil {
-		err = client.Restart(ctx, svc)
+		svc, err = client.Operate(ctx, "restart", svc)
 	}
 	if err != nil {
 		c.UI.Error("mariposa restart: " + o.errText(err, svc))
