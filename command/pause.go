@@ -23,7 +23,8 @@ func (c *PauseCommand) Help() string {
 Usage: mariposa pause [options] -reason TEXT
 
   Freezes automatic actions across the fleet within about a second: every
-  node follows mariposa/control/ with one blocking query. What a node
+  node follows mariposa/control/ with one blocking query, and so does a
+  mariposa run without -cluster (its restarts wait under scope all). What a node
   holds back is listed by mariposa queue, and happens at mariposa resume.
 
   Scopes:

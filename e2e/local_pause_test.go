@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// TestLocalPause (issue 25 item 9): a mariposa run without -cluster
+// follows mariposa pause as a fleet node does. Its crash-looping service
+// stops being restarted once paused: the supervisor check says so, the
+// queue lists the held restart, and the start count stays the same across
+// several restart periods; the resume restarts it.
+//
+// Mutation check: without cluster.FollowPauses started for a node outside
+// the fleet (command/fleet.go), the check never says "paused" and the
+// test fails at that wait, with the start count growing.
+func TestLocalPause(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	starts := filepath.Join(t.TempDir(), "starts")
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "crash" {
+  command = ["sh", "-c", "echo x >> %s; sleep 0.3; exit 1"]
+  restart {
+    delay    = "200ms"
+    attempts = 0
+  }
+}
+`, starts))
+	m := startMariposa(t, agent, nil, hcl)
+	count := func() int {
+		b, _ := os.ReadFile(starts)
+		return strings.Count(string(b), "x")
+	}
+	waitFor(t, 30*time.Second, "crash restarted at least twice", func() (bool, string) {
+		return count() >= 3, fmt.Sprint(count())
+	})
+	cli := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command(mariposaBin, append(args[:1:1], append([]string{"-consul-addr", agent.HTTPAddr()}, args[1:]...)...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("mariposa %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	cli("pause", "-reason", "incident 4721")
+	sc := waitSupervisor(t, c, "crash", agent.Name, api.HealthCritical, "paused: would restart after exit 1")
+	if !strings.Contains(sc.Output, "incident 4721") {
+		t.Errorf("paused check: %q", sc.Output)
+	}
+	held := count()
+	// Ten restart periods (delay 200ms + run 300ms): none may start.
+	consistently(t, 5*time.Second, "no start while paused", func() (bool, string) {
+		return count() == held, fmt.Sprintf("%d starts, %d at the pause", count(), held)
+	})
+	waitFor(t, 10*time.Second, "the queue lists the held restart", func() (bool, string) {
+		q, _, err := cluster.ReadQueue(c)
+		return err == nil && len(q) == 1 && q[0].Kind == "restart" && q[0].Target == "crash" && q[0].Node == agent.Name,
+			fmt.Sprint(q, err)
+	})
+	cli("resume")
+	waitFor(t, 30*time.Second, "crash restarted after the resume", func() (bool, string) {
+		return count() > held+1, fmt.Sprintf("%d starts, %d at the pause", count(), held)
+	})
+	waitFor(t, 10*time.Second, "the queue empty after the resume", func() (bool, string) {
+		q, _, err := cluster.ReadQueue(c)
+		return err == nil && len(q) == 0, fmt.Sprint(q, err)
+	})
+	_ = m
+}
