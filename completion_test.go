@@ -65,6 +65,7 @@ func TestShellCompletion(t *testing.T) {
 		{"mariposa ", []string{"run", "validate", "deploy", "version"}, nil},
 		{"mariposa va", []string{"validate"}, []string{"run"}},
 		{"mariposa deploy ", []string{"promote", "health"}, nil},
+		{"mariposa queue ", []string{"drop"}, nil},
 		{"mariposa run -con", []string{"-consul-addr", "-control-socket"}, []string{"-dev"}},
 		{"mariposa status -", []string{"-token-file", "-json"}, nil},
 		{"mariposa validate ", []string{"web.hcl", "services.d/"}, []string{"notes.txt"}},
