@@ -73,7 +73,7 @@ func (c *DrainCommand) Run(args []string) int {
 	fs.BoolVar(&force, "force", false, "")
 	fs.DurationVar(&deadline, "deadline", 5*time.Minute, "")
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa drain: " + err.Error() + "\n\n" + c.Help())
+		c.UI.Error("mariposa drain: " + consulErrText(err) + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() != 1 {
@@ -83,7 +83,7 @@ func (c *DrainCommand) Run(args []string) int {
 	node := fs.Arg(0)
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa drain: " + err.Error())
+		c.UI.Error("mariposa drain: " + consulErrText(err))
 		return 1
 	}
 	if undo {
@@ -91,7 +91,7 @@ func (c *DrainCommand) Run(args []string) int {
 		err = retryNoLeader(func() (err error) { was, err = cluster.UndoDrain(client, node, actor()); return err })
 		switch {
 		case err != nil:
-			c.UI.Error("mariposa drain: " + err.Error())
+			c.UI.Error("mariposa drain: " + consulErrText(err))
 			return 1
 		case !was:
 			c.UI.Output(fmt.Sprintf("Node %s is not draining.", node))
@@ -102,13 +102,13 @@ func (c *DrainCommand) Run(args []string) int {
 	}
 	held, _, err := cluster.HeldBy(client, node, &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
-		c.UI.Error("mariposa drain: " + err.Error())
+		c.UI.Error("mariposa drain: " + consulErrText(err))
 		return 1
 	}
 	var r cluster.DrainRecord
 	err = retryNoLeader(func() (err error) { r, err = cluster.StartDrain(client, node, deadline, force, actor()); return err })
 	if err != nil {
-		c.UI.Error("mariposa drain: " + err.Error())
+		c.UI.Error("mariposa drain: " + consulErrText(err))
 		return 1
 	}
 	c.UI.Output(fmt.Sprintf("Node %s is draining %s (deadline %s).", node, nSlots(len(held)), r.Deadline.Format(time.RFC3339)))

@@ -128,7 +128,7 @@ func (c *EventsCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa events: " + err.Error())
+		c.UI.Error("mariposa events: " + consulErrText(err))
 		return 1
 	}
 	ctx := c.Context
@@ -149,7 +149,7 @@ func (c *EventsCommand) Run(args []string) int {
 	from := start.Add(-since)
 	days, err := cluster.AuditDays(ctx, client)
 	if err != nil {
-		c.UI.Error("mariposa events: reading " + cluster.AuditPrefix + ": " + err.Error())
+		c.UI.Error("mariposa events: reading " + cluster.AuditPrefix + ": " + consulErrText(err))
 		return 1
 	}
 	today := cluster.AuditDay(start)
@@ -161,7 +161,7 @@ func (c *EventsCommand) Run(args []string) int {
 		}
 		pairs, _, err := client.KV().List(day, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
-			c.UI.Error("mariposa events: reading " + day + ": " + err.Error())
+			c.UI.Error("mariposa events: reading " + day + ": " + consulErrText(err))
 			return 1
 		}
 		for _, r := range p.decode(pairs, nil) {
@@ -179,7 +179,7 @@ func (c *EventsCommand) Run(args []string) int {
 	if !follow {
 		nodeRecs, err = p.localEvents(file, from)
 		if err != nil && local {
-			c.UI.Error("mariposa events: -local: " + err.Error())
+			c.UI.Error("mariposa events: -local: " + consulErrText(err))
 			return 1
 		}
 	}
@@ -224,7 +224,7 @@ func (c *EventsCommand) follow(ctx context.Context, client *api.Client, p *event
 				return
 			}
 			if !failing {
-				c.UI.Error("mariposa events: " + err.Error() + "; retrying")
+				c.UI.Error("mariposa events: " + consulErrText(err) + "; retrying")
 				failing = true
 			}
 			select {

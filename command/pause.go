@@ -67,7 +67,7 @@ func (c *PauseCommand) Run(args []string) int {
 	fs.StringVar(&scope, "scope", cluster.PauseAll, "")
 	fs.StringVar(&reason, "reason", "", "")
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa pause: " + err.Error() + "\n\n" + c.Help())
+		c.UI.Error("mariposa pause: " + consulErrText(err) + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() > 0 {
@@ -76,13 +76,13 @@ func (c *PauseCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa pause: " + err.Error())
+		c.UI.Error("mariposa pause: " + consulErrText(err))
 		return 1
 	}
 	var r cluster.PauseRecord
 	err = retryNoLeader(func() (err error) { r, err = cluster.Pause(client, group, scope, reason, actor()); return err })
 	if err != nil {
-		c.UI.Error("mariposa pause: " + err.Error())
+		c.UI.Error("mariposa pause: " + consulErrText(err))
 		return 1
 	}
 	target := "The fleet"

@@ -87,17 +87,17 @@ func (c *PlanCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error(errPfx + err.Error())
+		c.UI.Error(errPfx + consulErrText(err))
 		return 1
 	}
 	cur, err := cluster.DesiredSpec(client, name)
 	if err != nil {
-		c.UI.Error(errPfx + err.Error())
+		c.UI.Error(errPfx + consulErrText(err))
 		return 1
 	}
 	fits, err := cluster.FitSpec(client, next)
 	if err != nil {
-		c.UI.Error(errPfx + err.Error())
+		c.UI.Error(errPfx + consulErrText(err))
 		return 1
 	}
 	p := cluster.NewPlan(cur, next)
@@ -114,7 +114,7 @@ func (c *PlanCommand) Run(args []string) int {
 	if asJSON {
 		b, err := json.MarshalIndent(p, "", "  ")
 		if err != nil {
-			c.UI.Error(errPfx + err.Error())
+			c.UI.Error(errPfx + consulErrText(err))
 			return 1
 		}
 		c.UI.Output(string(b))

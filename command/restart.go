@@ -117,8 +117,11 @@ func (o *opArgs) client(ctx context.Context) (*control.Client, error) {
 
 // errText says what went wrong acting on svc, with what to do about it.
 func (o *opArgs) errText(err error, svc string) string {
-	if o.node == "" || o.rn.url == "" {
+	if o.node == "" {
 		return err.Error()
+	}
+	if o.rn.url == "" {
+		return consulErrText(err) // finding the node through Consul
 	}
 	return remoteErr(err, o.rn, o.perm, svc)
 }

@@ -213,7 +213,7 @@ func (c *StatusCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa status: " + err.Error())
+		c.UI.Error("mariposa status: " + consulErrText(err))
 		return 1
 	}
 	if verifying {
@@ -221,7 +221,7 @@ func (c *StatusCommand) Run(args []string) int {
 	}
 	d, err := readStatus(client, only, false)
 	if err != nil {
-		c.UI.Error("mariposa status: " + err.Error())
+		c.UI.Error("mariposa status: " + consulErrText(err))
 		return 1
 	}
 	rows := d.rows
@@ -800,7 +800,7 @@ func (c *StatusCommand) verify(client *api.Client, req verifyRequest) int {
 			// once. A failed read while waiting (an agent restarting)
 			// is tried again each second until the wait is over.
 			if first || req.wait == 0 || !sleepCtx(ctx, time.Second) {
-				c.UI.Error("mariposa status: " + err.Error())
+				c.UI.Error("mariposa status: " + consulErrText(err))
 				return 1
 			}
 			continue
