@@ -122,7 +122,7 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 		}
 	}
 	ops = append(ops, AuditOp(AuditEvent{At: now, Node: "-", Actor: opts.By, Service: spec.Name, Action: "deploy",
-		From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: "spec " + spec.Hash}))
+		From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: specReason(spec)}))
 	ok, _, _, err = client.Txn().Txn(ops, nil)
 	if err != nil {
 		return DeployResult{}, err
