@@ -30,6 +30,7 @@ Usage: mariposa restart [options] SERVICE
   timeout, then start again). A failed or completed service is started.
   With -node, asks NODE's mariposa, through its HTTP API. Either way the
   restart is in the node's audit file and events, with who asked.
+` + serviceArgHelp + `
 
 Options:
 
@@ -39,6 +40,13 @@ Options:
 ` + consulFlagsHelp + `
 `)
 }
+
+// serviceArgHelp says what SERVICE may name, for restart, reset and logs.
+const serviceArgHelp = `
+  SERVICE is a service of the node's files, an instance in a fleet slot
+  the node holds (api/0), or a unit's name when the node holds exactly
+  one slot of it (api for api/0). An unknown name is answered with the
+  node's instances.`
 
 // controlSocketHelp is the -control-socket option of every command that
 // talks to the control socket (run's help says the same).
