@@ -79,3 +79,36 @@ service "crash" {
 	})
 	_ = m
 }
+
+// TestLocalEvents (issue 25 item 8): on a node outside the fleet whose
+// service restarted several times, mariposa events has no fleet records
+// but says how many events the node's own mariposa recorded, and
+// events -local prints its restarts.
+func TestLocalEvents(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	starts := filepath.Join(t.TempDir(), "starts")
+	m := startMariposa(t, agent, nil, writeHCL(t, fmt.Sprintf(`
+service "crash" {
+  command = ["sh", "-c", "echo x >> %s; sleep 0.2; exit 1"]
+  restart {
+    delay    = "100ms"
+    attempts = 5
+    window   = "1m"
+  }
+}
+`, starts)))
+	events := func(args ...string) (string, int) {
+		t.Helper()
+		return m.cli(t, append([]string{"events", "-consul-addr", agent.HTTPAddr()}, args...)...)
+	}
+	waitFor(t, 60*time.Second, "5 restarts in events -local", func() (bool, string) {
+		out, code := events("-local", "-service", "crash")
+		return code == 0 && strings.Count(out, " restarting ") >= 5, out
+	})
+	out, code := events()
+	if code != 0 || !strings.HasPrefix(out, "No events in the last 1h0m0s.\nThis machine's mariposa recorded ") ||
+		!strings.Contains(out, "mariposa events -local shows them") {
+		t.Errorf("events: exit %d\n%s", code, out)
+	}
+}
