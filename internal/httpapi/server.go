@@ -281,6 +281,9 @@ func (s *Server) serviceGuard(perm func(string) Perm, h http.HandlerFunc) http.H
 		}
 		inst, msg, found := control.Resolve(key, services)
 		if !found {
+			if len(services) == 0 {
+				msg = fmt.Sprintf("no service %q on this node", key) // none the token may read to name
+			}
 			writeError(w, http.StatusNotFound, msg)
 			return
 		}
