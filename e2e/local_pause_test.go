@@ -19,7 +19,8 @@ import (
 // follows mariposa pause as a fleet node does. Its crash-looping service
 // stops being restarted once paused: the supervisor check says so, the
 // queue lists the held restart, and the start count stays the same across
-// several restart periods; the resume restarts it.
+// several restart periods; the resume restarts it. Paused again (-group),
+// a held restart dropped with queue drop stays down after the resume.
 //
 // Mutation check: without cluster.FollowPauses started for a node outside
 // the fleet (command/fleet.go), the check never says "paused" and the
@@ -76,6 +77,26 @@ service "crash" {
 	waitFor(t, 10*time.Second, "the queue empty after the resume", func() (bool, string) {
 		q, _, err := cluster.ReadQueue(c)
 		return err == nil && len(q) == 0, fmt.Sprint(q, err)
+	})
+
+	// Paused again, the held restart dropped from the queue: the service
+	// stays down, failed, after the resume too.
+	cli("pause", "-group", "crash", "-reason", "incident 4722")
+	waitSupervisor(t, c, "crash", agent.Name, api.HealthCritical, "incident 4722")
+	var q []cluster.Intent
+	waitFor(t, 10*time.Second, "the queue lists the held restart", func() (bool, string) {
+		var err error
+		q, _, err = cluster.ReadQueue(c)
+		return err == nil && len(q) == 1, fmt.Sprint(q, err)
+	})
+	if out, err := exec.Command(mariposaBin, "queue", "drop", "-consul-addr", agent.HTTPAddr(), q[0].ID).CombinedOutput(); err != nil {
+		t.Fatalf("queue drop: %v\n%s", err, out)
+	}
+	waitSupervisor(t, c, "crash", agent.Name, api.HealthCritical, "dropped from the queue")
+	cli("resume")
+	dropped := count()
+	consistently(t, 2*time.Second, "no start after the resume of a dropped restart", func() (bool, string) {
+		return count() == dropped, fmt.Sprintf("%d starts, %d at the drop", count(), dropped)
 	})
 	_ = m
 }
