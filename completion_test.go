@@ -66,6 +66,7 @@ func TestShellCompletion(t *testing.T) {
 		{"mariposa va", []string{"validate"}, []string{"run"}},
 		{"mariposa deploy ", []string{"promote", "health", "stop"}, nil},
 		{"mariposa deploy stop -", []string{"-purge", "-timeout"}, nil},
+		{"mariposa queue ", []string{"drop"}, nil},
 		{"mariposa run -con", []string{"-consul-addr", "-control-socket"}, []string{"-dev"}},
 		{"mariposa status -", []string{"-token-file", "-json"}, nil},
 		{"mariposa validate ", []string{"web.hcl", "services.d/"}, []string{"notes.txt"}},

@@ -48,12 +48,13 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ui := &cli.BasicUi{Reader: os.Stdin, Writer: stdout, ErrorWriter: stderr}
 	cmds := withCompletion(command.Commands(ui))
-	help := helpFunc()
+	help := helpFunc(cmds)
 
 	// "mariposa help [COMMAND]" is "mariposa [COMMAND] -h".
 	if len(args) > 0 && args[0] == "help" {
 		if len(args) > 1 {
-			args = []string{args[1], "-h"}
+			// "mariposa help deploy promote" too.
+			args = append(append([]string{}, args[1:]...), "-h")
 		} else {
 			args = []string{"-h"}
 		}
@@ -108,11 +109,29 @@ func isAutocompleteFlag(args []string) bool {
 	return false
 }
 
-// helpFunc is the command list, with how to get a command's own help.
-func helpFunc() cli.HelpFunc {
-	basic := cli.BasicHelpFunc("mariposa")
-	return func(cmds map[string]cli.CommandFactory) string {
-		return basic(cmds) + "\nRun \"mariposa help COMMAND\" (or \"mariposa COMMAND -h\") for a command's options."
+// helpFunc is the command list, with how to get a command's own help. It
+// lists every command of all, nested ones too ("deploy promote", "queue
+// drop"), whatever map the CLI passes: mitchellh/cli gives the top level
+// only, and its BasicHelpFunc would leave the nested ones out.
+func helpFunc(all map[string]cli.CommandFactory) cli.HelpFunc {
+	return func(map[string]cli.CommandFactory) string {
+		names := make([]string, 0, len(all))
+		width := 0
+		for n := range all {
+			names = append(names, n)
+			width = max(width, len(n))
+		}
+		sort.Strings(names)
+		var b strings.Builder
+		b.WriteString("Usage: mariposa [--version] [--help] <command> [<args>]\n\nAvailable commands are:\n")
+		for _, n := range names {
+			synopsis := ""
+			if c, err := all[n](); err == nil {
+				synopsis = c.Synopsis()
+			}
+			fmt.Fprintf(&b, "    %s%s  %s\n", n, strings.Repeat(" ", width-len(n)), synopsis)
+		}
+		return b.String() + "\nRun \"mariposa help COMMAND\" (or \"mariposa COMMAND -h\") for a command's options."
 	}
 }
 

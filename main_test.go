@@ -9,7 +9,8 @@ import (
 // What a newcomer types first: the exit status, and what lands on stdout and
 // stderr.
 func TestRealMain(t *testing.T) {
-	cmdList := []string{"Available commands are:", "run ", "status ", "validate ", "version "}
+	cmdList := []string{"Available commands are:", "run ", "status ", "validate ", "version ",
+		"    deploy promote  Promotes", "    deploy health ", "    queue drop ", "    drain "}
 	cases := []struct {
 		name     string
 		args     []string
@@ -35,6 +36,8 @@ func TestRealMain(t *testing.T) {
 			stdout: []string{"Usage: mariposa run [options] PATH...", "SIGHUP"}, notInOut: []string{"Available commands are:"}},
 		{name: "help status", args: []string{"help", "status"}, code: 0,
 			stdout: []string{"Usage: mariposa status", "-tls-server-name"}},
+		{name: "help of a nested command", args: []string{"help", "deploy", "promote"}, code: 0,
+			stdout: []string{"Usage: mariposa deploy promote"}, notInOut: []string{"Available commands are:"}},
 		{name: "help of an unknown command", args: []string{"help", "bogus"}, code: 1,
 			stderr: []string{`mariposa: unknown command "bogus"`}, noStdout: true},
 		{name: "run -h says what SIGHUP does", args: []string{"run", "-h"}, code: 0,

@@ -174,7 +174,7 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 		}
 	}
 	audit := AuditEvent{At: now, Node: "-", Actor: opts.By, Service: spec.Name, Action: "deploy",
-		From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: "spec " + spec.Hash}
+		From: fmt.Sprint(prev.N), To: fmt.Sprint(spec.N), Reason: specReason(spec)}
 	if opts.Stop {
 		audit.Action, audit.Reason = "stop", "spec "+spec.Hash+" (no units): every instance stops and its slot is released"
 	}

@@ -266,7 +266,7 @@ func succeed(client *api.Client, d *Deployment, node string, now time.Time) (boo
 	return transition(client, d, st, api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: StableKey(d.Spec.Name), Value: stable}},
 		AuditOp(AuditEvent{At: now, Node: node, Service: d.Spec.Name, Action: "deploy-successful",
-			To: strconv.FormatUint(st.N, 10), Reason: "every instance healthy at spec " + st.Hash}),
+			To: strconv.FormatUint(st.N, 10), Reason: "every instance healthy at " + stateReason(d, st.Hash)}),
 	})
 }
 

@@ -26,7 +26,12 @@ import (
 //     is released, and the next handoff waits until the new holder's
 //     instance passes.
 //
-// Past the drain's deadline, whatever is left is given up at once. The
+// A slot no other node can take now (none feasible: every other node is
+// down, draining, ineligible or fails the unit's constraints) is not given
+// away: its instance keeps running here and the slot stays held, so the
+// service stays at its count; the drain moves it as soon as a node can
+// take it. Past the drain's deadline, whatever is left is given up at once,
+// but for those slots: they stay unless the drain was forced (-force). The
 // node stays out of placement until mariposa drain -undo deletes the key.
 
 // DrainPrefix is control/drain/: one key per draining node.
@@ -41,17 +46,21 @@ const handoffTimeout = 2 * time.Minute
 type DrainRecord struct {
 	Node     string    `json:"node"`
 	Deadline time.Time `json:"deadline"`
-	Actor    string    `json:"actor"`
-	At       time.Time `json:"at"`
+	// Force: past the deadline, give up even the slots no other node can
+	// take (the service runs below its count).
+	Force bool      `json:"force,omitempty"`
+	Actor string    `json:"actor"`
+	At    time.Time `json:"at"`
 }
 
-// StartDrain marks node draining until deadline, with its record.
-func StartDrain(client *api.Client, node string, within time.Duration, by string) (DrainRecord, error) {
+// StartDrain marks node draining until deadline, with its record; force
+// gives up, past the deadline, the slots no other node can take.
+func StartDrain(client *api.Client, node string, within time.Duration, force bool, by string) (DrainRecord, error) {
 	if within <= 0 {
 		return DrainRecord{}, errors.New("the deadline must be positive")
 	}
 	now := time.Now().UTC()
-	r := DrainRecord{Node: node, Deadline: now.Add(within), Actor: by, At: now}
+	r := DrainRecord{Node: node, Deadline: now.Add(within), Force: force, Actor: by, At: now}
 	b, _ := json.Marshal(r)
 	ok, _, _, err := client.Txn().Txn(api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: DrainPrefix + node, Value: b}},
@@ -130,6 +139,7 @@ func parseDrains(pairs api.KVPairs, report func(key, msg string, err error)) map
 func (f *Fleet) drainStepLocked(now time.Time) (orphans, stops []string) {
 	d, draining := f.drains[f.cfg.Node]
 	if !draining {
+		f.drainStuck = nil
 		return nil, nil
 	}
 	past := !now.Before(d.Deadline)
@@ -145,9 +155,17 @@ func (f *Fleet) drainStepLocked(now time.Time) (orphans, stops []string) {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
+	stuck := map[string]bool{}
 	for _, id := range ids {
 		h := f.held[id]
 		if f.handoffs[id] != nil || h.orphan {
+			continue
+		}
+		if !(past && d.Force) && !f.movableLocked(h.unit, h.k, now) {
+			stuck[id] = true
+			if !f.drainStuck[id] {
+				f.log.Warn("drain: no other node can take the slot; its instance keeps running here", "slot", id)
+			}
 			continue
 		}
 		if h.unit.exclusive() || past {
@@ -159,7 +177,34 @@ func (f *Fleet) drainStepLocked(now time.Time) (orphans, stops []string) {
 			break
 		}
 	}
+	f.drainStuck = stuck
 	return orphans, stops
+}
+
+// movableLocked: a node other than this one may take slot k of u now, as
+// this node sees the fleet (draining nodes, this one included, out of
+// placement).
+func (f *Fleet) movableLocked(u UnitSpec, k int, now time.Time) bool {
+	name := u.Unit.Name
+	holders := map[int]string{}
+	for kk, s := range f.slots[name] {
+		if s.session != "" {
+			holders[kk] = s.value.Node
+		}
+	}
+	for _, h := range f.held {
+		if h.unit.Unit.Name == name {
+			holders[h.k] = f.cfg.Node
+		}
+	}
+	delete(holders, k)
+	v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name]}
+	for _, r := range Rank(u.Unit, k, v, now) {
+		if r.Verdict.OK && r.Node != f.cfg.Node {
+			return true
+		}
+	}
+	return false
 }
 
 // handoff is a drained slot's passage to its next holder.
@@ -231,6 +276,47 @@ func markDraining(nodes []NodeInfo, drains map[string]DrainRecord) []NodeInfo {
 			n.Draining = true
 		}
 		out[i] = n
+	}
+	return out
+}
+
+// Stuck lists the slots node holds that no other node may take now, as
+// this state shows the fleet, each with why ("n2: not live ...; n3:
+// draining"): a drain keeps them there, running, until a node can take
+// them (or, forced, gives them up at its deadline).
+func (st *State) Stuck(node string, now time.Time) map[string]string {
+	out := map[string]string{}
+	for unit, ks := range st.Slots {
+		u, ok := st.Units[unit]
+		if !ok {
+			continue
+		}
+		for k, s := range ks {
+			if s.Session == "" || s.Value.Node != node {
+				continue
+			}
+			v := st.View(unit)
+			delete(v.Holders, k)
+			var why []string
+			movable := false
+			for _, r := range Rank(u.Unit, k, v, now) {
+				if r.Node == node {
+					continue
+				}
+				if r.Verdict.OK {
+					movable = true
+					break
+				}
+				why = append(why, r.Node+": "+oneLine(r.Verdict.Reason))
+			}
+			if movable {
+				continue
+			}
+			if len(why) == 0 {
+				why = []string{"no other node runs mariposa -cluster"}
+			}
+			out[slotName(unit, k)] = strings.Join(why, "; ")
+		}
 	}
 	return out
 }

@@ -17,12 +17,24 @@ func TestDrainStep(t *testing.T) {
 	held := func() map[string]*heldSlot {
 		return map[string]*heldSlot{"web/0": {unit: web, k: 0}, "web/2": {unit: web, k: 2}, "db/1": {unit: db, k: 1}}
 	}
+	other := []NodeInfo{{Name: "me", Live: true, Eligible: true}, {Name: "a", Live: true, Eligible: true}}
+	nowhere := []NodeInfo{{Name: "me", Live: true, Eligible: true}, {Name: "a", Live: false, Eligible: true}}
 	cases := []struct {
 		name          string
 		drains        map[string]DrainRecord
 		handoffs      map[string]*handoff
+		nodes         []NodeInfo // default: other
 		orphans, stop []string
 	}{
+		{name: "no other node can take them: nothing moves, before the deadline",
+			drains: map[string]DrainRecord{"me": {Deadline: now.Add(time.Hour)}}, nodes: nowhere},
+		{name: "no other node can take them: nothing moves past the deadline either",
+			drains: map[string]DrainRecord{"me": {Deadline: now.Add(-time.Second)}}, nodes: nowhere},
+		{name: "no other node can take them, forced: everything at the deadline",
+			drains: map[string]DrainRecord{"me": {Deadline: now.Add(-time.Second), Force: true}}, nodes: nowhere,
+			stop: []string{"db/1", "web/0", "web/2"}},
+		{name: "forced, before the deadline: nothing moves",
+			drains: map[string]DrainRecord{"me": {Deadline: now.Add(time.Hour), Force: true}}, nodes: nowhere},
 		{name: "not draining: nothing", drains: map[string]DrainRecord{"other": {Deadline: now.Add(time.Hour)}}},
 		{name: "draining: the first slot by name; an exclusive one stops",
 			drains: map[string]DrainRecord{"me": {Deadline: now.Add(time.Hour)}}, stop: []string{"db/1"}},
@@ -39,7 +51,10 @@ func TestDrainStep(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := NewFleet(FleetConfig{Node: "me"})
-			f.held, f.drains = held(), tc.drains
+			f.held, f.drains, f.nodes = held(), tc.drains, tc.nodes
+			if tc.nodes == nil {
+				f.nodes = other
+			}
 			if tc.handoffs != nil {
 				f.handoffs = tc.handoffs
 			}

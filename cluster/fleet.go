@@ -108,6 +108,9 @@ type Fleet struct {
 	// drained slots, by slot.
 	drains   map[string]DrainRecord
 	handoffs map[string]*handoff
+	// drainStuck: this draining node's slots no other node can take now,
+	// kept here (and running), as last logged.
+	drainStuck map[string]bool
 	// strays: slots this node's session holds in Consul but this node
 	// does not know it holds (a claim applied whose answer was lost), by
 	// when first seen; released once seen for strayGrace.

@@ -297,10 +297,15 @@ func (f *Fleet) pauseFunc() supervisor.PauseFunc {
 	f.mu.Lock()
 	pauses, drops := f.pauses, f.drops
 	f.mu.Unlock()
+	return pauseFuncOf(pauses, drops, f.cfg.Node)
+}
+
+// pauseFuncOf is the PauseFunc of node under pauses and drops (nil: none
+// paused).
+func pauseFuncOf(pauses map[string]PauseRecord, drops map[string]Drop, node string) supervisor.PauseFunc {
 	if len(pauses) == 0 {
 		return nil
 	}
-	node := f.cfg.Node
 	return func(svc *schema.Service, slot *supervisor.SlotInfo) supervisor.Pause {
 		unit, target := svc.Name, svc.Name
 		if slot != nil {

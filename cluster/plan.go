@@ -87,8 +87,8 @@ type UnitPlan struct {
 	SlotsAdded   int      `json:"slots_added"`
 	SlotsRemoved []string `json:"slots_removed"`
 	// Replace is "all" when a changed service definition (anything but
-	// placement) restarts the instances in every slot that stays, all at
-	// once: there are no rolling updates yet.
+	// placement) replaces the instances in every slot that stays, as
+	// Rollout says (rolling, with canaries, or all at once).
 	Replace string `json:"replace"`
 	// ReplaceServices are the services whose instances are replaced (for a
 	// group, the changed members; the others keep running).
@@ -97,9 +97,9 @@ type UnitPlan struct {
 	// they start, or stop, in every slot.
 	StartServices []string `json:"start_services,omitempty"`
 	StopServices  []string `json:"stop_services,omitempty"`
-	// Rollout is what the unit's update block will make of a replacement
-	// (set when Replace is "all"). Rolling updates are not built yet: today
-	// every instance is replaced at once.
+	// Rollout is what the unit's update block makes of a replacement (set
+	// when Replace is "all"): batches of max_parallel, after canaries when
+	// the block has them, or all at once with max_parallel = 0.
 	Rollout *Rollout `json:"rollout,omitempty"`
 }
 
@@ -811,11 +811,11 @@ func replaceText(u UnitPlan) string {
 }
 
 // rolloutText says how the instances are replaced, as the update block
-// says (canaries are not built yet: the batches go on without them).
+// says.
 func rolloutText(r *Rollout) string {
 	switch {
 	case r == nil:
-		return "all at once (rolling updates: not yet)"
+		return "all at once"
 	case r.MaxParallel == 0:
 		return "all at once (update.max_parallel = 0)"
 	}
@@ -830,9 +830,6 @@ func rolloutText(r *Rollout) string {
 		} else {
 			s = fmt.Sprintf("%s first, then after %s %s", plural(r.Canary, "canary"), promote, s)
 		}
-	}
-	if r.Canary > 0 {
-		s += " (canaries: not yet built; today the batches go on without them)"
 	}
 	return s
 }

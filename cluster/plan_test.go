@@ -77,6 +77,7 @@ type unitWant struct {
 	removed  []string
 	replace  string
 	services []string
+	rollout  string // the JSON of Rollout, when set
 }
 
 func TestNewPlan(t *testing.T) {
@@ -173,14 +174,14 @@ func TestNewPlan(t *testing.T) {
 		next: strings.NewReplacer("count   = 3\n", "count   = 6\n  update {\n    max_parallel = 2\n    canary = 1\n    auto_promote = true\n  }\n", `"-v1"`, `"-v2"`).Replace(planAPI),
 		want: map[string]unitWant{"api": {change: ChangeChange, diffs: []string{`~ api.update.max_parallel: 1 -> 2`, `~ api.update.canary: 0 -> 1`,
 			`~ api.update.auto_promote: false -> true`, `~ api.command: ["app", "-v1"] -> ["app", "-v2"]`},
-			replace: ReplaceAll, services: []string{"api"}}},
-		text: []string{"  replaces: every instance (api/0..api/5), 1 canary first, then after their health (auto_promote) in 3 batches of 2 (canaries: not yet built; today the batches go on without them)\n"},
+			replace: ReplaceAll, services: []string{"api"}, rollout: `{"max_parallel":2,"canary":1,"auto_promote":true,"batches":3}`}},
+		text: []string{"  replaces: every instance (api/0..api/5), 1 canary first, then after their health (auto_promote) in 3 batches of 2\n"},
 	}, {
 		name: "rollout all at once",
 		cur:  planAPI,
 		next: strings.NewReplacer("count   = 3\n", "count   = 3\n  update {\n    max_parallel = 0\n  }\n", `"-v1"`, `"-v2"`).Replace(planAPI),
 		want: map[string]unitWant{"api": {change: ChangeChange, diffs: []string{`~ api.update.max_parallel: 1 -> 0`, `~ api.command: ["app", "-v1"] -> ["app", "-v2"]`},
-			replace: ReplaceAll, services: []string{"api"}}},
+			replace: ReplaceAll, services: []string{"api"}, rollout: `{"max_parallel":0,"canary":0,"auto_promote":false,"batches":1}`}},
 		text: []string{"  replaces: every instance (api/0, api/1, api/2), all at once (update.max_parallel = 0)\n"},
 	}, {
 		name: "identical",
@@ -225,6 +226,11 @@ func TestNewPlan(t *testing.T) {
 					t.Errorf("%s: %s %q +%d -%v replace %s %v\nwant %s %q +%d -%v replace %s %v", u.Unit,
 						u.Change, diffs, u.SlotsAdded, u.SlotsRemoved, u.Replace, u.ReplaceServices,
 						w.change, w.diffs, w.added, removed, w.replace, w.services)
+				}
+				if w.rollout != "" {
+					if b, _ := json.Marshal(u.Rollout); string(b) != w.rollout {
+						t.Errorf("%s: rollout %s, want %s", u.Unit, b, w.rollout)
+					}
 				}
 			}
 			wantChanges := cur == nil || cur.Hash != next.Hash
@@ -349,9 +355,9 @@ func TestPlanHelpers(t *testing.T) {
 	}{
 		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 1}}, 3), "in 3 batches of 1"},
 		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 5}}, 3), "in 1 batch of 5"},
-		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 1, Canary: 2}}, 2), "as 2 canaries, then a promotion (canaries: not yet built; today the batches go on without them)"},
+		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 1, Canary: 2}}, 2), "as 2 canaries, then a promotion"},
 		{rolloutOf(&schema.Placement{Update: schema.Update{MaxParallel: 0, Canary: 2}}, 2), "all at once (update.max_parallel = 0)"},
-		{nil, "all at once (rolling updates: not yet)"},
+		{nil, "all at once"},
 	} {
 		if got := rolloutText(tc.r); got != tc.want {
 			t.Errorf("rolloutText(%+v) = %q, want %q", tc.r, got, tc.want)

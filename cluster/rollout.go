@@ -336,7 +336,7 @@ func (f *Fleet) publishHealthy(ctx context.Context, id string, h *heldSlot, hash
 	now := f.cfg.Now()
 	v.Version, v.HealthyAt = hash, &now
 	err := h.term.Update(ctx, v.encode(), api.TxnOps{AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: unit, Slot: id,
-		Action: "healthy", To: hash, Reason: "healthy for min_healthy_time", TermIndex: h.term.Index})})
+		Action: "healthy", To: withVersion(h.unit.Version(), hash), Reason: "healthy for min_healthy_time", TermIndex: h.term.Index})})
 	if err != nil {
 		return err
 	}

@@ -179,17 +179,20 @@ func indent(s, pre string) string {
 // DeploymentStatus is a deployment as status shows it: its desired spec,
 // that spec's state, the stable spec and the progress per unit.
 type DeploymentStatus struct {
-	Name  string       `json:"name"`
-	N     uint64       `json:"n"`
-	Hash  string       `json:"hash"`
-	State *DeployState `json:"state,omitempty"` // nil: deployed by an older mariposa
+	Name string `json:"name"`
+	N    uint64 `json:"n"`
+	Hash string `json:"hash"`
+	// Versions are the versions the user gave the spec's units (their
+	// services' version attribute), "web 1.4.2, db 2.0"; "" without any.
+	Versions string       `json:"versions,omitempty"`
+	State    *DeployState `json:"state,omitempty"` // nil: deployed by an older mariposa
 	// Stable is the last successful spec, 0 without one.
 	Stable   uint64         `json:"stable,omitempty"`
 	Progress []UnitProgress `json:"progress"`
 }
 
 func statusOf(d *Deployment, slots map[string]map[int]slotKV) DeploymentStatus {
-	ds := DeploymentStatus{Name: d.Spec.Name, N: d.Spec.N, Hash: d.Spec.Hash, Progress: Progress(d, slots)}
+	ds := DeploymentStatus{Name: d.Spec.Name, N: d.Spec.N, Hash: d.Spec.Hash, Versions: specVersions(d.Spec), Progress: Progress(d, slots)}
 	if d.State != nil && d.State.N == d.Spec.N {
 		ds.State = d.State
 	}
@@ -203,6 +206,9 @@ func statusOf(d *Deployment, slots map[string]map[int]slotKV) DeploymentStatus {
 // healthy (1 canary; waiting for promotion); stable spec 4".
 func (ds DeploymentStatus) Line(now time.Time) string {
 	out := fmt.Sprintf("%s: spec %d (%s)", ds.Name, ds.N, ds.Hash)
+	if ds.Versions != "" {
+		out = fmt.Sprintf("%s: spec %d, %s (%s)", ds.Name, ds.N, ds.Versions, ds.Hash)
+	}
 	st := ds.State
 	if st == nil {
 		return out + ", deployed by an older mariposa: no progress is tracked"

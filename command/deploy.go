@@ -106,7 +106,7 @@ func (c *DeployCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa deploy: " + err.Error())
+		c.UI.Error("mariposa deploy: " + consulErrText(err))
 		return 1
 	}
 	// A service another deployment runs: refused before anything else.
@@ -117,7 +117,7 @@ func (c *DeployCommand) Run(args []string) int {
 	var fits []cluster.Fit
 	err = retryNoLeader(func() (err error) { fits, err = cluster.FitSpec(client, spec); return err })
 	if err != nil {
-		c.UI.Error("mariposa deploy: " + err.Error())
+		c.UI.Error("mariposa deploy: " + consulErrText(err))
 		return 1
 	}
 	if noFleet(fits) {
@@ -153,7 +153,7 @@ func (c *DeployCommand) Run(args []string) int {
 		return err
 	})
 	if err != nil {
-		c.UI.Error("mariposa deploy: " + err.Error())
+		c.UI.Error("mariposa deploy: " + consulErrText(err))
 		return 1
 	}
 	if res.Unchanged {
@@ -212,7 +212,7 @@ func reifyFiles(ui cli.Ui, name string, paths []string, vars varFlags, pfx strin
 	}
 	spec, err := cluster.Reify(name, cfg)
 	if err != nil {
-		ui.Error(pfx + err.Error())
+		ui.Error(pfx + consulErrText(err))
 		return nil, false
 	}
 	if len(spec.Units()) == 0 {

@@ -46,7 +46,7 @@ func (c *DeployHealthCommand) Run(args []string) int {
 	fs.SetOutput(io.Discard)
 	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa deploy health: " + err.Error() + "\n\n" + c.Help())
+		c.UI.Error("mariposa deploy health: " + consulErrText(err) + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() == 0 {
@@ -55,21 +55,21 @@ func (c *DeployHealthCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa deploy health: " + err.Error())
+		c.UI.Error("mariposa deploy health: " + consulErrText(err))
 		return 1
 	}
 	code := 0
 	for _, arg := range fs.Args() {
 		unit, k, err := cluster.ParseSlot(arg)
 		if err != nil {
-			c.UI.Error("mariposa deploy health: " + err.Error())
+			c.UI.Error("mariposa deploy health: " + consulErrText(err))
 			code = 1
 			continue
 		}
 		var version string
 		err = retryNoLeader(func() (err error) { version, err = cluster.MarkHealthy(client, unit, k, actor()); return err })
 		if err != nil {
-			c.UI.Error("mariposa deploy health: " + err.Error())
+			c.UI.Error("mariposa deploy health: " + consulErrText(err))
 			code = 1
 			continue
 		}

@@ -44,7 +44,7 @@ func (c *DeployPromoteCommand) Run(args []string) int {
 	fs.SetOutput(io.Discard)
 	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa deploy promote: " + err.Error() + "\n\n" + c.Help())
+		c.UI.Error("mariposa deploy promote: " + consulErrText(err) + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() != 1 {
@@ -53,14 +53,14 @@ func (c *DeployPromoteCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa deploy promote: " + err.Error())
+		c.UI.Error("mariposa deploy promote: " + consulErrText(err))
 		return 1
 	}
 	name := fs.Arg(0)
 	var n uint64
 	err = retryNoLeader(func() (err error) { n, err = cluster.Promote(client, name, actor()); return err })
 	if err != nil {
-		c.UI.Error("mariposa deploy promote: " + err.Error())
+		c.UI.Error("mariposa deploy promote: " + consulErrText(err))
 		return 1
 	}
 	c.UI.Output(fmt.Sprintf("Deployment %s/%d promoted: the other instances move to it now", name, n))

@@ -30,7 +30,7 @@ func followDeployment(ui cli.Ui, client *api.Client, name string, n uint64) int 
 				ui.Error("mariposa deploy: stopped following; the deployment goes on")
 				return 1
 			}
-			ui.Warn("mariposa deploy: " + err.Error() + "; retrying")
+			ui.Warn("mariposa deploy: " + consulErrText(err) + "; retrying")
 			select {
 			case <-ctx.Done():
 				return 1

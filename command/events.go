@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,8 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/control"
+	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 // EventsCommand prints the fleet's audit records and follows them.
@@ -60,6 +63,16 @@ Options:
   -node=NODE              Only records that NODE wrote, or that move a slot
                           from or to NODE.
   -json                   Print each record as one line of JSON, as stored.
+  -local                  Also print the events of this machine's mariposa
+                          (restarts, exits, health changes...: every
+                          instance event, from its audit file), merged in
+                          time order; a mariposa run without -cluster
+                          writes no fleet records, only these. Not with
+                          -follow (follow the node's /v1/events instead).
+  -control-socket=PATH    With -local: the mariposa whose audit file is
+                          read (audit.jsonl beside its control socket;
+                          default as for mariposa restart).
+  -audit-file=PATH        With -local: read this audit file instead.
 
 ` + consulFlagsHelp + `
 `)
@@ -80,6 +93,8 @@ func (c *EventsCommand) Run(args []string) int {
 		since          time.Duration
 		follow, asJSON bool
 		service, node  string
+		local          bool
+		sock, file     string
 	)
 	fs := flag.NewFlagSet("events", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -89,6 +104,9 @@ func (c *EventsCommand) Run(args []string) int {
 	fs.BoolVar(&asJSON, "json", false, "")
 	fs.StringVar(&service, "service", "", "")
 	fs.StringVar(&node, "node", "", "")
+	fs.BoolVar(&local, "local", false, "")
+	fs.StringVar(&sock, "control-socket", "", "")
+	fs.StringVar(&file, "audit-file", "", "")
 	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
 		msg := "mariposa events: takes no arguments"
 		if err != nil {
@@ -101,9 +119,16 @@ func (c *EventsCommand) Run(args []string) int {
 		c.UI.Error(fmt.Sprintf("mariposa events: -since must be more than 0, got %s", since))
 		return 1
 	}
+	if local && follow {
+		c.UI.Error("mariposa events: -local cannot be followed: follow this node's events with curl its /v1/events?follow=1, or tail its audit file")
+		return 1
+	}
+	if file == "" {
+		file = filepath.Join(filepath.Dir(control.ResolvePath(sock)), "audit.jsonl")
+	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa events: " + err.Error())
+		c.UI.Error("mariposa events: " + consulErrText(err))
 		return 1
 	}
 	ctx := c.Context
@@ -124,7 +149,7 @@ func (c *EventsCommand) Run(args []string) int {
 	from := start.Add(-since)
 	days, err := cluster.AuditDays(ctx, client)
 	if err != nil {
-		c.UI.Error("mariposa events: reading " + cluster.AuditPrefix + ": " + err.Error())
+		c.UI.Error("mariposa events: reading " + cluster.AuditPrefix + ": " + consulErrText(err))
 		return 1
 	}
 	today := cluster.AuditDay(start)
@@ -136,7 +161,7 @@ func (c *EventsCommand) Run(args []string) int {
 		}
 		pairs, _, err := client.KV().List(day, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
 		if err != nil {
-			c.UI.Error("mariposa events: reading " + day + ": " + err.Error())
+			c.UI.Error("mariposa events: reading " + day + ": " + consulErrText(err))
 			return 1
 		}
 		for _, r := range p.decode(pairs, nil) {
@@ -150,10 +175,25 @@ func (c *EventsCommand) Run(args []string) int {
 			}
 		}
 	}
+	var nodeRecs []auditRecord
+	if !follow {
+		nodeRecs, err = p.localEvents(file, from)
+		if err != nil && local {
+			c.UI.Error("mariposa events: -local: " + consulErrText(err))
+			return 1
+		}
+	}
+	if local {
+		recs = append(recs, nodeRecs...)
+	}
 	p.print(recs)
 	if !follow {
 		if len(recs) == 0 && !asJSON {
 			c.UI.Output(fmt.Sprintf("No events in the last %s%s.", since, p.filterText()))
+		}
+		if !local && len(nodeRecs) > 0 && !asJSON {
+			c.UI.Output(fmt.Sprintf("This machine's mariposa recorded %s of its own%s in that time (restarts, exits, health): mariposa events -local shows them.",
+				plural(len(nodeRecs), "event"), p.filterText()))
 		}
 		return 0
 	}
@@ -184,7 +224,7 @@ func (c *EventsCommand) follow(ctx context.Context, client *api.Client, p *event
 				return
 			}
 			if !failing {
-				c.UI.Error("mariposa events: " + err.Error() + "; retrying")
+				c.UI.Error("mariposa events: " + consulErrText(err) + "; retrying")
 				failing = true
 			}
 			select {
@@ -393,4 +433,47 @@ func (p *eventPrinter) line(row []string) string {
 		b.WriteString(strings.Repeat(" ", max(p.widths[i]-len(cell), 0)+2))
 	}
 	return b.String()
+}
+
+// localEvents reads the instance events of a node's audit file (path, and
+// its rotated files path.3 .. path.1, oldest first) from from on, as
+// records that pass the filters; none, without an error, when the file
+// does not exist.
+func (p *eventPrinter) localEvents(path string, from time.Time) ([]auditRecord, error) {
+	var out []auditRecord
+	files := []string{path + ".3", path + ".2", path + ".1", path}
+	found := false
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		found = true
+		for i, line := range bytes.Split(b, []byte("\n")) {
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue
+			}
+			var e supervisor.Event
+			if json.Unmarshal(line, &e) != nil || e.Time.IsZero() || e.Kind == "" || e.Time.Before(from) {
+				continue
+			}
+			ev := cluster.AuditEvent{At: e.Time, Node: e.Node, Actor: e.Actor, Service: e.Service, Slot: e.Slot,
+				Action: string(e.Kind), Reason: e.Reason}
+			if e.PID != 0 && ev.Reason == "" {
+				ev.Reason = fmt.Sprintf("pid %d", e.PID)
+			}
+			if !p.match(ev) {
+				continue
+			}
+			raw, _ := json.Marshal(ev)
+			out = append(out, auditRecord{key: fmt.Sprintf("~local/%s/%09d", filepath.Base(f), i), raw: raw, ev: ev})
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("no audit file at %s: is mariposa running on this machine (-control-socket, -audit-file)?", path)
+	}
+	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 // writeAudit writes records as the fleet does: each in a transaction.
@@ -31,7 +32,9 @@ func writeAudit(t *testing.T, c *api.Client, evs ...cluster.AuditEvent) {
 func runEvents(t *testing.T, agent *consultest.Agent, now func() time.Time, args ...string) (int, string, string) {
 	t.Helper()
 	ui := cli.NewMockUi()
-	code := (&EventsCommand{UI: ui, now: now}).Run(append([]string{"-consul-addr", agent.HTTPAddr()}, args...))
+	// No audit file of this machine's mariposa unless the test gives one.
+	code := (&EventsCommand{UI: ui, now: now}).Run(append([]string{"-consul-addr", agent.HTTPAddr(),
+		"-audit-file", filepath.Join(t.TempDir(), "none.jsonl")}, args...))
 	return code, ui.OutputWriter.String(), ui.ErrorWriter.String()
 }
 
@@ -307,5 +310,74 @@ func TestAuditDocs(t *testing.T) {
 		if !strings.Contains(string(page), "`"+name+"`") {
 			t.Errorf("website/operations.md does not document %q (%s)", name, where)
 		}
+	}
+}
+
+// TestEventsLocal (issue 25 item 8): a node outside the fleet has no fleet
+// records, only its audit file's instance events. Without -local, events
+// says how many there are and how to see them; -local merges them with
+// the fleet's records in time order (filters apply; -json prints them as
+// records); -local with no audit file, or with -follow, is refused.
+func TestEventsLocal(t *testing.T) {
+	agent := consultest.NewDev(t)
+	now := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	file := filepath.Join(t.TempDir(), "audit.jsonl")
+	var lines []string
+	add := func(e supervisor.Event) {
+		b, _ := json.Marshal(e)
+		lines = append(lines, string(b))
+	}
+	add(supervisor.Event{Time: now.Add(-2 * time.Hour), Node: "n1", Service: "crash", ServiceID: "crash-n1", Kind: supervisor.EventRestarting, Reason: "too old"})
+	for i := range 5 {
+		at := now.Add(time.Duration(i-10) * time.Minute)
+		add(supervisor.Event{Time: at, Node: "n1", Service: "crash", ServiceID: "crash-n1", Kind: supervisor.EventExited, PID: 100 + i, Reason: "exit 1"})
+		add(supervisor.Event{Time: at.Add(time.Second), Node: "n1", Service: "crash", ServiceID: "crash-n1", Kind: supervisor.EventRestarting, Reason: "restarting after exit 1"})
+	}
+	add(supervisor.Event{Time: now.Add(-time.Minute), Node: "n1", Service: "web", ServiceID: "web-n1", Kind: supervisor.EventStarted, PID: 7})
+	// The older half in the rotated file, as the audit file rotates.
+	if err := os.WriteFile(file+".1", []byte(strings.Join(lines[:4], "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, []byte(strings.Join(lines[4:], "\n")+"\n{torn"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	code, out, errOut := runEvents(t, agent, clock, "-audit-file", file)
+	if code != 0 || out != "No events in the last 1h0m0s.\nThis machine's mariposa recorded 11 events of its own in that time (restarts, exits, health): mariposa events -local shows them.\n" {
+		t.Errorf("without -local: exit %d %q %s", code, out, errOut)
+	}
+	code, out, errOut = runEvents(t, agent, clock, "-audit-file", file, "-local", "-service", "crash")
+	rows := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if code != 0 || len(rows) != 11 || !strings.HasPrefix(rows[0], "TIME ") {
+		t.Fatalf("-local -service crash: exit %d %s\n%s", code, errOut, out)
+	}
+	if f := strings.Fields(rows[2]); f[0] != "2026-11-23T10:20:01Z" || f[1] != "n1" || f[2] != "crash" || f[3] != "restarting" || !strings.HasSuffix(rows[2], "restarting after exit 1") {
+		t.Errorf("a restart: %q", rows[2])
+	}
+	if f := strings.Fields(rows[1]); f[3] != "exited" || !strings.HasSuffix(rows[1], "exit 1") {
+		t.Errorf("an exit: %q", rows[1])
+	}
+	// Merged with the fleet's records, in time order.
+	writeAudit(t, agent.Client(t), cluster.AuditEvent{At: now.Add(-5*time.Minute - 30*time.Second), Node: "-", Actor: "ops", Action: "pause", To: "all", Reason: "the fleet: incident"})
+	code, out, _ = runEvents(t, agent, clock, "-audit-file", file, "-local", "-since", "6m")
+	rows = strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if code != 0 || len(rows) != 5 || !strings.Contains(rows[1], "exited") || !strings.Contains(rows[2], "restarting") ||
+		!strings.Contains(rows[3], "pause") || !strings.Contains(rows[4], "web") {
+		t.Errorf("merged: exit %d %d rows\n%s", code, len(rows), out)
+	}
+	if page := commandPage(t, "events"); !strings.Contains(page, "$ mariposa events -local -since 6m\n"+out) {
+		t.Errorf("events.md does not show what events -local prints:\n%s", out)
+	}
+	code, out, _ = runEvents(t, agent, clock, "-audit-file", file, "-local", "-json", "-service", "web")
+	var ev cluster.AuditEvent
+	if code != 0 || json.Unmarshal([]byte(out), &ev) != nil || ev.Action != "started" || ev.Node != "n1" || ev.Reason != "pid 7" {
+		t.Errorf("-json: exit %d %q", code, out)
+	}
+	if code, _, errOut := runEvents(t, agent, clock, "-local"); code != 1 || !strings.Contains(errOut, "-local: no audit file at ") {
+		t.Errorf("-local without a file: exit %d %q", code, errOut)
+	}
+	if code, _, errOut := runEvents(t, agent, clock, "-local", "-follow"); code != 1 || !strings.Contains(errOut, "-local cannot be followed") {
+		t.Errorf("-local -follow: exit %d %q", code, errOut)
 	}
 }

@@ -19,7 +19,7 @@ import (
 // fleetMember is run -cluster's part in the fleet: a cluster.Fleet started
 // once the runner is ready, fed the runner's events, and stopped when the
 // runner has stopped every instance, so it can release the slots cleanly.
-// Without -cluster every method does nothing.
+// Without -cluster it only follows the fleet's pauses (cluster.FollowPauses).
 type fleetMember struct {
 	on     bool
 	client *api.Client
@@ -47,7 +47,19 @@ func newFleetMember(on bool, client *api.Client, log hclog.Logger) *fleetMember 
 
 func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 	if !m.on {
+		// Outside the fleet, the node still follows its pauses (mariposa
+		// pause holds its restarts too).
 		close(m.done)
+		ctx, cancel := context.WithCancel(context.Background())
+		m.cancel = cancel
+		go func() {
+			select {
+			case <-r.Ready():
+			case <-ctx.Done():
+				return
+			}
+			cluster.FollowPauses(ctx, m.client, r.Node(), r, m.log.Named("pause"))
+		}()
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -34,6 +34,7 @@ Usage: mariposa logs [options] SERVICE
   start with "[stderr] ". With -f, keeps printing new lines until
   interrupted; when the reader falls behind, lines are dropped and the
   count is printed on standard error.
+` + serviceArgHelp + `
 
 Options:
 

@@ -23,7 +23,8 @@ func (c *PauseCommand) Help() string {
 Usage: mariposa pause [options] -reason TEXT
 
   Freezes automatic actions across the fleet within about a second: every
-  node follows mariposa/control/ with one blocking query. What a node
+  node follows mariposa/control/ with one blocking query, and so does a
+  mariposa run without -cluster (its restarts wait under scope all). What a node
   holds back is listed by mariposa queue, and happens at mariposa resume.
 
   Scopes:
@@ -66,7 +67,7 @@ func (c *PauseCommand) Run(args []string) int {
 	fs.StringVar(&scope, "scope", cluster.PauseAll, "")
 	fs.StringVar(&reason, "reason", "", "")
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa pause: " + err.Error() + "\n\n" + c.Help())
+		c.UI.Error("mariposa pause: " + consulErrText(err) + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() > 0 {
@@ -75,13 +76,13 @@ func (c *PauseCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa pause: " + err.Error())
+		c.UI.Error("mariposa pause: " + consulErrText(err))
 		return 1
 	}
 	var r cluster.PauseRecord
 	err = retryNoLeader(func() (err error) { r, err = cluster.Pause(client, group, scope, reason, actor()); return err })
 	if err != nil {
-		c.UI.Error("mariposa pause: " + err.Error())
+		c.UI.Error("mariposa pause: " + consulErrText(err))
 		return 1
 	}
 	target := "The fleet"

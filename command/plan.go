@@ -38,9 +38,10 @@ Usage: mariposa plan [options] PATH...
               instances are replaced
 
   A changed service definition (anything but placement) replaces the
-  instances in every slot that stays: plan says in how many batches the
-  new spec's update block will do it (all at once with max_parallel = 0;
-  canaries are not built yet). A change to placement only
+  instances in every slot that stays: plan says how the new spec's update
+  block will do it (canaries first, waiting for a promotion or, with
+  auto_promote, for their health; then batches of max_parallel; or all at
+  once with max_parallel = 0). A change to placement only
   (count, constraint, affinity, spread, max_per_node, exclusive,
   stop_after, reschedule, update) replaces none.
 
@@ -88,17 +89,17 @@ func (c *PlanCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error(errPfx + err.Error())
+		c.UI.Error(errPfx + consulErrText(err))
 		return 1
 	}
 	cur, err := cluster.DesiredSpec(client, name)
 	if err != nil {
-		c.UI.Error(errPfx + err.Error())
+		c.UI.Error(errPfx + consulErrText(err))
 		return 1
 	}
 	fits, err := cluster.FitSpec(client, next)
 	if err != nil {
-		c.UI.Error(errPfx + err.Error())
+		c.UI.Error(errPfx + consulErrText(err))
 		return 1
 	}
 	p := cluster.NewPlan(cur, next)
@@ -124,7 +125,7 @@ func (c *PlanCommand) Run(args []string) int {
 	if asJSON {
 		b, err := json.MarshalIndent(p, "", "  ")
 		if err != nil {
-			c.UI.Error(errPfx + err.Error())
+			c.UI.Error(errPfx + consulErrText(err))
 			return 1
 		}
 		c.UI.Output(string(b))

@@ -53,7 +53,7 @@ func (c *QueueCommand) Run(args []string) int {
 	cf.register(fs)
 	fs.BoolVar(&asJSON, "json", false, "")
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa queue: " + err.Error() + "\n\n" + c.Help())
+		c.UI.Error("mariposa queue: " + consulErrText(err) + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() > 0 {
@@ -62,12 +62,12 @@ func (c *QueueCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa queue: " + err.Error())
+		c.UI.Error("mariposa queue: " + consulErrText(err))
 		return 1
 	}
 	q, problems, err := cluster.ReadQueue(client)
 	if err != nil {
-		c.UI.Error("mariposa queue: " + err.Error())
+		c.UI.Error("mariposa queue: " + consulErrText(err))
 		return 1
 	}
 	for key, p := range problems {
@@ -115,7 +115,7 @@ func (c *QueueDropCommand) Run(args []string) int {
 	fs.SetOutput(io.Discard)
 	cf.register(fs)
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa queue drop: " + err.Error() + "\n\n" + c.Help())
+		c.UI.Error("mariposa queue drop: " + consulErrText(err) + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() != 1 {
@@ -124,13 +124,13 @@ func (c *QueueDropCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa queue drop: " + err.Error())
+		c.UI.Error("mariposa queue drop: " + consulErrText(err))
 		return 1
 	}
 	var in cluster.Intent
 	err = retryNoLeader(func() (err error) { in, err = cluster.DropIntent(client, fs.Arg(0), actor()); return err })
 	if err != nil {
-		c.UI.Error("mariposa queue drop: " + err.Error())
+		c.UI.Error("mariposa queue drop: " + consulErrText(err))
 		return 1
 	}
 	c.UI.Output(fmt.Sprintf("Dropped %s: %s %s on %s (%s)", in.ID, in.Kind, in.Target, in.Node, in.Detail))

@@ -179,7 +179,7 @@ func TestRemoteCommands(t *testing.T) {
 		{"reset", &ResetCommand{}, []string{"-node", "node-3", "worker"},
 			`mariposa reset: node node-3's mariposa runs with its HTTP API off (-http-addr off, or its default address 127.0.0.1:8585 was taken): run it with -http-addr ADDR to reach it (-http-addr 0.0.0.0:8585 from other machines)`, true},
 		{"restart", &RestartCommand{}, []string{"-node", "node-2", "nope"},
-			`mariposa restart: no service "nope" on node node-2`, false},
+			`mariposa restart: no service "nope" on node node-2 (services: web, worker)`, false},
 		{"restart", &RestartCommand{}, []string{"-node", "node-5", "web"},
 			"mariposa restart: cannot reach node node-5's mariposa at " + f.dead + ": dial tcp " + strings.TrimPrefix(f.dead, "http://") +
 				": connect: connection refused; is mariposa running there, and may this machine reach that address?", false},

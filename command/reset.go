@@ -58,7 +58,7 @@ func (c *ResetCommand) Run(args []string) int {
 			}
 		}
 		if err != nil {
-			c.UI.Error("mariposa reset: " + err.Error())
+			c.UI.Error("mariposa reset: " + consulErrText(err))
 			return 1
 		}
 		c.UI.Output(fmt.Sprintf("slot %s/%d: reset; the best-ranked node claims it", unit, k))
@@ -68,7 +68,7 @@ func (c *ResetCommand) Run(args []string) int {
 	defer cancel()
 	client, err := o.client(ctx)
 	if err == nil {
-		err = client.Reset(ctx, svc)
+		svc, err = client.Operate(ctx, "reset", svc)
 	}
 	if err != nil {
 		c.UI.Error("mariposa reset: " + o.errText(err, svc))

@@ -30,6 +30,7 @@ Usage: mariposa restart [options] SERVICE
   timeout, then start again). A failed or completed service is started.
   With -node, asks NODE's mariposa, through its HTTP API. Either way the
   restart is in the node's audit file and events, with who asked.
+` + serviceArgHelp + `
 
 Options:
 
@@ -39,6 +40,13 @@ Options:
 ` + consulFlagsHelp + `
 `)
 }
+
+// serviceArgHelp says what SERVICE may name, for restart, reset and logs.
+const serviceArgHelp = `
+  SERVICE is a service of the node's files, an instance in a fleet slot
+  the node holds (api/0), or a unit's name when the node holds exactly
+  one slot of it (api for api/0). An unknown name is answered with the
+  node's instances.`
 
 // controlSocketHelp is the -control-socket option of every command that
 // talks to the control socket (run's help says the same).
@@ -117,8 +125,11 @@ func (o *opArgs) client(ctx context.Context) (*control.Client, error) {
 
 // errText says what went wrong acting on svc, with what to do about it.
 func (o *opArgs) errText(err error, svc string) string {
-	if o.node == "" || o.rn.url == "" {
+	if o.node == "" {
 		return err.Error()
+	}
+	if o.rn.url == "" {
+		return consulErrText(err) // finding the node through Consul
 	}
 	return remoteErr(err, o.rn, o.perm, svc)
 }
@@ -151,7 +162,7 @@ func (c *RestartCommand) Run(args []string) int {
 	defer cancel()
 	client, err := o.client(ctx)
 	if err == nil {
-		err = client.Restart(ctx, svc)
+		svc, err = client.Operate(ctx, "restart", svc)
 	}
 	if err != nil {
 		c.UI.Error("mariposa restart: " + o.errText(err, svc))

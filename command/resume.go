@@ -57,7 +57,7 @@ func (c *ResumeCommand) Run(args []string) int {
 	cf.register(fs)
 	fs.StringVar(&group, "group", "", "")
 	if err := fs.Parse(args); err != nil {
-		c.UI.Error("mariposa resume: " + err.Error() + "\n\n" + c.Help())
+		c.UI.Error("mariposa resume: " + consulErrText(err) + "\n\n" + c.Help())
 		return 1
 	}
 	if fs.NArg() > 0 {
@@ -66,13 +66,13 @@ func (c *ResumeCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa resume: " + err.Error())
+		c.UI.Error("mariposa resume: " + consulErrText(err))
 		return 1
 	}
 	var l cluster.Lifted
 	err = retryNoLeader(func() (err error) { l, err = cluster.ResumeAll(client, group, actor()); return err })
 	if err != nil {
-		c.UI.Error("mariposa resume: " + err.Error())
+		c.UI.Error("mariposa resume: " + consulErrText(err))
 		return 1
 	}
 	if len(l.Pauses) == 0 && l.Storm == nil {

@@ -86,7 +86,7 @@ type InstanceStatus struct {
 	Address   string    `json:"address"`
 	Port      int       `json:"port"`
 	State     string    `json:"state"`  // the report's state (starting | waiting | running | backoff | failed | completed | standby | stopping | stopped), lost, or unknown
-	Health    string    `json:"health"` // aggregated status of the service's own checks
+	Health    string    `json:"health"` // aggregated status of the service's own checks; unknown when its node's agent is not alive
 	Version   string    `json:"version,omitempty"`
 	Leader    string    `json:"leader,omitempty"` // leader | follower | "" (no election)
 	Slot      string    `json:"slot,omitempty"`   // "<unit>/<k>" for an instance in a count slot
@@ -213,7 +213,7 @@ func (c *StatusCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa status: " + err.Error())
+		c.UI.Error("mariposa status: " + consulErrText(err))
 		return 1
 	}
 	if verifying {
@@ -221,7 +221,7 @@ func (c *StatusCommand) Run(args []string) int {
 	}
 	d, err := readStatus(client, only, false)
 	if err != nil {
-		c.UI.Error("mariposa status: " + err.Error())
+		c.UI.Error("mariposa status: " + consulErrText(err))
 		return 1
 	}
 	rows := d.rows
@@ -543,11 +543,12 @@ func instanceRow(e *api.ServiceEntry) InstanceStatus {
 		r.Tags = []string{}
 	}
 	var own, node api.HealthChecks
-	supervisorDead := false
+	supervisorDead, agentDead := false, false
 	for _, hc := range e.Checks {
 		switch {
 		case hc.ServiceID == "":
 			node = append(node, hc)
+			agentDead = agentDead || (hc.CheckID == serfHealthCheck && hc.Status == api.HealthCritical)
 		case hc.CheckID == checks.SupervisorCheckID(e.Service.ID):
 			fromSupervisorCheck(&r, hc)
 		case hc.CheckID == checks.CheckID(e.Service.ID, checks.AliveCheckName):
@@ -556,13 +557,21 @@ func instanceRow(e *api.ServiceEntry) InstanceStatus {
 			own = append(own, hc)
 		}
 	}
-	if supervisorDead {
+	switch {
+	case agentDead:
+		// The node's agent is gone: its checks keep the last status they
+		// had, which nobody updates any more.
+		r.State, r.Detail = "lost", "node "+r.Node+"'s Consul agent is not alive ("+serfHealthCheck+" critical); last said: "+r.Detail
+	case supervisorDead:
 		// What the supervisor check says is stale: nobody reports it.
 		r.State, r.Detail = "lost", "the mariposa supervising it is not alive; last said: "+r.Detail
 	}
-	if len(own) > 0 {
+	switch {
+	case agentDead:
+		r.Health = "unknown"
+	case len(own) > 0:
 		r.Health = own.AggregatedStatus()
-	} else {
+	default:
 		r.Health = "-"
 	}
 	if len(node) > 0 {
@@ -577,6 +586,9 @@ func instanceRow(e *api.ServiceEntry) InstanceStatus {
 	}
 	return r
 }
+
+// serfHealthCheck is Consul's check of a node's agent (gossip).
+const serfHealthCheck = "serfHealth"
 
 // fromSupervisorCheck fills r from the supervisor check: the state as data
 // when the output carries it, else (an older mariposa) read from the prose.
@@ -800,7 +812,7 @@ func (c *StatusCommand) verify(client *api.Client, req verifyRequest) int {
 			// once. A failed read while waiting (an agent restarting)
 			// is tried again each second until the wait is over.
 			if first || req.wait == 0 || !sleepCtx(ctx, time.Second) {
-				c.UI.Error("mariposa status: " + err.Error())
+				c.UI.Error("mariposa status: " + consulErrText(err))
 				return 1
 			}
 			continue

@@ -102,7 +102,7 @@ func TestStatusNoAgent(t *testing.T) {
 	if code := (&StatusCommand{UI: ui}).Run([]string{"-consul-addr", "127.0.0.1:" + strconv.Itoa(port)}); code != 1 {
 		t.Fatalf("exit %d with no agent", code)
 	}
-	if !strings.Contains(ui.ErrorWriter.String(), "mariposa status:") {
+	if !strings.Contains(ui.ErrorWriter.String(), "mariposa status: cannot reach Consul's HTTP API at 127.0.0.1:"+strconv.Itoa(port)+" (from -consul-addr") {
 		t.Errorf("error output: %q", ui.ErrorWriter.String())
 	}
 }
@@ -210,6 +210,27 @@ func TestInstanceRow(t *testing.T) {
 			"failed", "failed: x\n\nmariposa-state: {not json", "leader", time.Time{}, 0},
 		{"lost", entry(api.HealthPassing, report.Encode(report.Instance{State: "running", Reason: "running (pid 9)", Since: since}), false),
 			"lost", "the mariposa supervising it is not alive; last said: running (pid 9)", "leader", since, 0},
+	}
+	// A node whose agent is dead: its checks keep their last status, which
+	// nobody updates: the instance is lost, its health unknown.
+	dead := entry(api.HealthPassing, report.Encode(report.Instance{State: "running", Reason: "running (pid 9)", Since: since}), true)
+	dead.Checks = append(dead.Checks, &api.HealthCheck{CheckID: "serfHealth", Status: api.HealthCritical, Output: "Agent not live or unreachable"},
+		&api.HealthCheck{CheckID: "web-n1:http", ServiceID: "web-n1", Status: api.HealthPassing})
+	cases = append(cases, struct {
+		name               string
+		e                  *api.ServiceEntry
+		state, detail, led string
+		since              time.Time
+		pid                int
+	}{"agent dead", dead, "lost", "node n1's Consul agent is not alive (serfHealth critical); last said: running (pid 9)", "leader", since, 0})
+	if r := instanceRow(dead); r.Health != "unknown" {
+		t.Errorf("agent dead: health %q, want unknown", r.Health)
+	}
+	alive := entry(api.HealthPassing, report.Encode(report.Instance{State: "running", Reason: "running (pid 9)", Since: since}), true)
+	alive.Checks = append(alive.Checks, &api.HealthCheck{CheckID: "serfHealth", Status: api.HealthPassing},
+		&api.HealthCheck{CheckID: "web-n1:http", ServiceID: "web-n1", Status: api.HealthPassing})
+	if r := instanceRow(alive); r.State != "running" || r.Health != api.HealthPassing {
+		t.Errorf("agent alive: %s %s", r.State, r.Health)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -592,7 +592,9 @@ func TestInstanceRowNodeChecks(t *testing.T) {
 			{CheckID: "web-n1:ready", ServiceID: "web-n1", Status: api.HealthPassing},
 		}}
 	r := instanceRow(e)
-	if r.nodeHealth != api.HealthMaint || r.nodeBad != "serfHealth, _node_maintenance" || r.Health != api.HealthPassing {
+	// The agent is dead (serfHealth critical): the service's own checks
+	// are stale, its health unknown (issue 25).
+	if r.nodeHealth != api.HealthMaint || r.nodeBad != "serfHealth, _node_maintenance" || r.Health != "unknown" || r.State != "lost" {
 		t.Errorf("node %q (%q), health %q", r.nodeHealth, r.nodeBad, r.Health)
 	}
 	e.Checks = e.Checks[3:]

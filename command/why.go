@@ -51,17 +51,17 @@ func (c *WhyCommand) Run(args []string) int {
 	}
 	client, err := cf.client()
 	if err != nil {
-		c.UI.Error("mariposa why: " + err.Error())
+		c.UI.Error("mariposa why: " + consulErrText(err))
 		return 1
 	}
 	st, err := cluster.ReadState(client)
 	if err != nil {
-		c.UI.Error("mariposa why: " + err.Error())
+		c.UI.Error("mariposa why: " + consulErrText(err))
 		return 1
 	}
 	out, err := st.Why(fs.Arg(0), time.Now())
 	if err != nil {
-		c.UI.Error("mariposa why: " + err.Error())
+		c.UI.Error("mariposa why: " + consulErrText(err))
 		return 1
 	}
 	c.UI.Output(strings.TrimRight(out, "\n"))

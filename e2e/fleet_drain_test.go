@@ -127,3 +127,75 @@ service "web" {
 		t.Errorf("audit: %v", a)
 	}
 }
+
+// TestFleetDrainNowhere (issue 25 item 5): a drain of the only node a unit
+// may run on (its constraint names it) cannot keep the unit at its count:
+// drain -wait says the slot cannot move and why, waits to its deadline and
+// exits 1, and the slot stays held with its instance passing, after the
+// deadline too. drain -force gives it up at the deadline, and says the
+// unit runs below its count.
+//
+// Mutation check: with movableLocked answering true (the old drain), the
+// slot is released at once, drain -wait exits 0 within a second saying it
+// moved, and the test fails.
+func TestFleetDrainNowhere(t *testing.T) {
+	consultest.SkipShort(t, "a fleet in -short mode")
+	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 1, Clients: 2})
+	c := cl.Servers[0].Client(t)
+	fleetOf(t, cl)
+	addr := cl.Servers[0].HTTPAddr()
+	victim := cl.Clients[0].Name
+	deploy(t, cl.Servers[0], "-name", "web", writeHCL(t, fmt.Sprintf(`
+service "web" {
+  command = ["sleep", "600"]
+  count   = 1
+  check "up" {
+    args     = ["true"]
+    interval = "500ms"
+  }
+  constraint {
+    attribute = "node.name"
+    value     = %q
+  }
+}
+`, victim)))
+	passingOnVictim := func() (bool, string) {
+		es, _, _ := c.Health().Service("web", "", true, nil)
+		return len(es) == 1 && es[0].Node.Node == victim && slotHolders(t, c, "web")[0] == victim,
+			fmt.Sprint(len(es), slotHolders(t, c, "web"))
+	}
+	waitFor(t, 60*time.Second, "web/0 passing on "+victim, passingOnVictim)
+
+	start := time.Now()
+	out, err := exec.Command(mariposaBin, "drain", "-consul-addr", addr, "-wait", "-deadline", "6s", victim).CombinedOutput()
+	took := time.Since(start)
+	if code := exitCode(err); code != 1 || took < 6*time.Second ||
+		!strings.Contains(string(out), "web/0 cannot move: no other node can take it (") ||
+		!strings.Contains(string(out), "past the deadline, node "+victim+" still holds web/0") || strings.Contains(string(out), "moved") {
+		t.Fatalf("drain -wait: exit %d after %s\n%s", code, took, out)
+	}
+	// After the deadline too: still here, still passing.
+	consistently(t, 3*time.Second, "web/0 held and passing on "+victim, passingOnVictim)
+	if out, err := exec.Command(mariposaBin, "drain", "-consul-addr", addr, "-undo", victim).CombinedOutput(); err != nil {
+		t.Fatalf("drain -undo: %v\n%s", err, out)
+	}
+
+	// Forced: given up at the deadline, and said so.
+	out, err = exec.Command(mariposaBin, "drain", "-consul-addr", addr, "-wait", "-force", "-deadline", "2s", victim).CombinedOutput()
+	if code := exitCode(err); code != 1 || !strings.Contains(string(out), "web/0 left node "+victim+" and no other node holds them") {
+		t.Fatalf("drain -wait -force: exit %d\n%s", code, out)
+	}
+	if h := slotHolders(t, c, "web"); h[0] != "" {
+		t.Errorf("web/0 held by %q after a forced drain", h[0])
+	}
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}

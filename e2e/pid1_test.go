@@ -99,7 +99,7 @@ service "init" {
 	// mariposa still gets its own child's exit status: kill it and the
 	// restart names the signal.
 	_ = syscall.Kill(child, syscall.SIGKILL)
-	waitSupervisor(t, c, "init", agent.Name, "passing", "restarted 1 times, last after killed by SIGKILL")
+	waitSupervisor(t, c, "init", agent.Name, "passing", "restarted 1 time, last after killed by SIGKILL")
 	waitFor(t, 10*time.Second, "orphans of the second run reaped", func() (bool, string) {
 		z := zombieChildren(mpid)
 		return len(z) == 0 && len(children(mpid)) == 1, fmt.Sprintf("zombies %v", z)

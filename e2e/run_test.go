@@ -140,7 +140,7 @@ service "web" {
 		sup := checkByID(es[0], id+":mariposa")
 		secondPID = supervisorPID(sup.Output)
 		return sup.Status == api.HealthPassing && secondPID > 0 && secondPID != firstPID &&
-			strings.Contains(sup.Output, "restarted 1 times, last after killed by SIGKILL"), sup.Status + " " + sup.Output
+			strings.Contains(sup.Output, "restarted 1 time, last after killed by SIGKILL"), sup.Status + " " + sup.Output
 	})
 	if !consultest.ProcessAlive(secondPID) {
 		t.Fatalf("new child %d not alive", secondPID)

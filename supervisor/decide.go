@@ -441,7 +441,11 @@ func (st *stepper) setRunning() {
 		}
 	}
 	if s.restarts > 0 {
-		out += fmt.Sprintf("; restarted %d times, last after %s", s.restarts, s.lastEnd)
+		times := "times"
+		if s.restarts == 1 {
+			times = "time"
+		}
+		out += fmt.Sprintf("; restarted %d %s, last after %s", s.restarts, times, s.lastEnd)
 	}
 	if r := s.reload; r != nil && !r.granted {
 		out += "; " + r.why + ": waiting for a reload token"

@@ -111,7 +111,7 @@ func TestDecideExitRestartsWithBackoffAndStderr(t *testing.T) {
 		t.Fatal("backoff timer did not start the process")
 	}
 	m.step(input{kind: inStarted, pid: 43, started: m.now})
-	m.want(StateRunning, "restarted 1 times, last after exit 3")
+	m.want(StateRunning, "restarted 1 time, last after exit 3")
 }
 
 func TestDecideStaleExitIgnored(t *testing.T) {

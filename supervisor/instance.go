@@ -69,6 +69,10 @@ type Instance struct {
 	now    func() time.Time
 	events func(Event)
 	onLine func(proc.Line) // sees every output line (the log ring)
+	// key names the instance within the runner (instanceKey): "web", or
+	// "api/0" in a slot. onLine's lines carry it as their Name, so the
+	// log ring of "api/0" is the one mariposa logs api/0 reads.
+	key string
 
 	// register (re-)registers the service; role is "", "leader" or
 	// "follower" and picks the tags and meta of a leader service.
@@ -684,6 +688,9 @@ func (in *Instance) tap(line proc.Line) {
 		in.lastStderr.Store(&t)
 	}
 	if in.onLine != nil {
+		if in.key != "" {
+			line.Name = in.key
+		}
 		in.onLine(line)
 	}
 }

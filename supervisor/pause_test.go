@@ -38,7 +38,7 @@ func TestDecidePause(t *testing.T) {
 			t.Fatal("the resume did not restart")
 		}
 		m.step(input{kind: inStarted, pid: 43, started: m.now})
-		m.want(StateRunning, "restarted 1 times, last after exit 1")
+		m.want(StateRunning, "restarted 1 time, last after exit 1")
 	})
 	t.Run("paused during the backoff: held when it ends", func(t *testing.T) {
 		m := newMachine(t, testService(nil))

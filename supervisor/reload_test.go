@@ -106,7 +106,7 @@ func TestReloadDecisions(t *testing.T) {
 			if got := released(acts); !slices.Equal(got, []uint64{a.seq}) {
 				t.Fatalf("running again without checks: released %v, want [%d]", got, a.seq)
 			}
-			m.want(StateRunning, "restarted 1 times, last after template web.conf changed")
+			m.want(StateRunning, "restarted 1 time, last after template web.conf changed")
 		}},
 		{"with checks: the token goes back once they pass about the new process", func(s *schema.Service) {
 			coordTemplates("restart", 1)(s)

@@ -596,6 +596,7 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
 	in.abandoned = &r.abandoned
 	in.node = r.node
+	in.key = sp.key
 	if sp.slot != nil {
 		in.inSlot(*sp.slot)
 	}

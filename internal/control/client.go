@@ -169,12 +169,25 @@ func (c *Client) do(ctx context.Context, method, path, service string, q url.Val
 }
 
 func (c *Client) act(ctx context.Context, action, service string) error {
+	_, err := c.Operate(ctx, action, service)
+	return err
+}
+
+// Operate asks for action ("restart" or "reset") on service and returns
+// the instance it acted on (service, on an error): service itself, or the one slot of a unit the
+// node holds when service names the unit ("api" -> "api/0").
+func (c *Client) Operate(ctx context.Context, action, service string) (string, error) {
 	resp, err := c.do(ctx, http.MethodPost, "/v1/"+action, service, nil)
 	if err != nil {
-		return err
+		return service, err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	return resp.Body.Close()
+	defer resp.Body.Close()
+	var r Response
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+	if json.Unmarshal(body, &r) != nil || r.Service == "" {
+		return service, nil
+	}
+	return r.Service, nil
 }
 
 // Restart restarts the service's process now (or starts a failed or

@@ -707,3 +707,28 @@ func TestPeerDialHelper(t *testing.T) {
 	}
 	fmt.Println("REFUSED:", err)
 }
+
+// TestResolve: a name is an instance of the node, or a unit of which the
+// node holds exactly one slot; else the message names what the node has.
+func TestResolve(t *testing.T) {
+	node := []string{"web", "api/0", "db/1", "db/2", "apiary"}
+	for _, c := range []struct {
+		name, key, msg string
+	}{
+		{"web", "web", ""},
+		{"api/0", "api/0", ""},
+		{"api", "api/0", ""},
+		{"db/2", "db/2", ""},
+		{"db", "", `this node holds 2 slots of "db": name one (db/1, db/2)`},
+		{"ap", "", `no service "ap" on this node (services: api/0, apiary, db/1, db/2, web)`},
+		{"api/1", "", `no service "api/1" on this node (services: api/0, apiary, db/1, db/2, web)`},
+	} {
+		key, msg, ok := Resolve(c.name, node)
+		if key != c.key || msg != c.msg || ok != (c.key != "") {
+			t.Errorf("Resolve(%q) = %q, %q, %v; want %q, %q", c.name, key, msg, ok, c.key, c.msg)
+		}
+	}
+	if _, msg, _ := Resolve("x", nil); msg != `no service "x" on this node (services: none)` {
+		t.Errorf("no services: %q", msg)
+	}
+}

@@ -284,17 +284,36 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 	writeJSON(w, code, errorBody{Error: msg})
 }
 
-// known checks the service is on this node; else the 404 message names the
-// ones that are.
-func (s *Handlers) known(name string) (string, bool) {
-	names := append([]string(nil), s.target.Services()...)
+// known finds the instance name means on this node (see Resolve); else
+// the 404 message names the ones that are.
+func (s *Handlers) known(name string) (string, string, bool) {
+	return Resolve(name, s.target.Services())
+}
+
+// Resolve finds the instance on a node whose instances are services that
+// name means: the name itself ("web", "api/0"), or a unit's name when the
+// node holds exactly one slot of it ("api" for "api/0"), as journalctl -u
+// and nomad alloc logs need no index. Else msg says why, naming what the
+// node has.
+func Resolve(name string, services []string) (key, msg string, ok bool) {
+	names := append([]string(nil), services...)
 	sort.Strings(names)
+	var slots []string
 	for _, n := range names {
 		if n == name {
-			return "", true
+			return n, "", true
+		}
+		if unit, _, cut := strings.Cut(n, "/"); cut && unit == name {
+			slots = append(slots, n)
 		}
 	}
-	return noServiceMsg(name, names), false
+	switch len(slots) {
+	case 0:
+		return "", noServiceMsg(name, names), false
+	case 1:
+		return slots[0], "", true
+	}
+	return "", fmt.Sprintf("this node holds %d slots of %q: name one (%s)", len(slots), name, strings.Join(slots, ", ")), false
 }
 
 func noServiceMsg(name string, names []string) string {
@@ -312,20 +331,20 @@ func (s *Handlers) audit(r *http.Request, action, service string) (hclog.Logger,
 
 func (s *Handlers) action(name string, do func(service, by string) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		svc := r.PathValue("service")
-		lg, c := s.audit(r, name, svc)
-		if msg, ok := s.known(svc); !ok {
+		svc, msg, ok := s.known(r.PathValue("service"))
+		if !ok {
+			lg, _ := s.audit(r, name, r.PathValue("service"))
 			lg.Warn("control request refused", "error", msg)
 			writeError(w, http.StatusNotFound, msg)
 			return
 		}
+		lg, c := s.audit(r, name, svc)
 		if err := do(svc, c.Actor); err != nil {
 			code := http.StatusConflict
 			msg := err.Error()
 			if errors.Is(err, ErrNoService) {
 				code = http.StatusNotFound
-				m, _ := s.known(svc)
-				if m != "" {
+				if _, m, _ := s.known(svc); m != "" {
 					msg = m
 				}
 			}
@@ -391,12 +410,14 @@ func (s *Handlers) handleLogs(w http.ResponseWriter, r *http.Request) {
 	if follow {
 		action = "logs-follow"
 	}
+	key, msg, ok := s.known(svc)
 	lg, _ := s.audit(r, action, svc)
-	if msg, ok := s.known(svc); !ok {
+	if !ok {
 		lg.Warn("control request refused", "error", msg)
 		writeError(w, http.StatusNotFound, msg)
 		return
 	}
+	svc = key
 	lg.Info("control request")
 
 	if text {

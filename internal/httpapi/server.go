@@ -270,16 +270,26 @@ func serviceName(key string) string {
 func (s *Server) serviceGuard(perm func(string) Perm, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.PathValue("service")
-		_, r, ok := s.authorize(w, r, []Perm{perm(serviceName(key))})
+		d, r, ok := s.authorize(w, r, []Perm{perm(serviceName(key))})
 		if !ok {
 			return
 		}
 		// The control handler's 404 names every service of the node: this
-		// one names none the token may not read.
-		if !slices.Contains(s.cfg.Target.Services(), key) {
-			writeError(w, http.StatusNotFound, fmt.Sprintf("no service %q on this node", key))
+		// one names none the token may not read (with ACLs, only the
+		// instances of the unit the token may read).
+		services := s.cfg.Target.Services()
+		if !d.ACLDisabled {
+			services = slices.DeleteFunc(slices.Clone(services), func(n string) bool { return serviceName(n) != serviceName(key) })
+		}
+		inst, msg, found := control.Resolve(key, services)
+		if !found {
+			if len(services) == 0 {
+				msg = fmt.Sprintf("no service %q on this node", key) // none the token may read to name
+			}
+			writeError(w, http.StatusNotFound, msg)
 			return
 		}
+		r.SetPathValue("service", inst)
 		h(w, r)
 	}
 }

@@ -159,8 +159,8 @@ func TestAPIWithoutACLs(t *testing.T) {
 		}
 	}
 	code, body = fx.do(t, "POST", "/v1/restart/nope", "")
-	if code != 404 || strings.Contains(body, "web") {
-		t.Errorf("unknown service: %d %s (must name no service)", code, body)
+	if code != 404 || !strings.Contains(body, "api/0, db, web") {
+		t.Errorf("unknown service: %d %s (without ACLs, names the node's services)", code, body)
 	}
 	if code, _ = fx.do(t, "GET", "/v1/restart/web", ""); code != http.StatusMethodNotAllowed {
 		t.Errorf("GET restart: %d", code)
@@ -196,7 +196,10 @@ func TestAPIWithACLs(t *testing.T) {
 		{"GET", "/v1/logs/web", "web-reader", 200, "hello", ""},
 		{"GET", "/v1/logs/db", "web-reader", 403, `service:read on \"db\"`, ""},
 		{"GET", "/v1/logs/api%2F0", "api-reader", 200, "from a slot", ""},
-		{"GET", "/v1/logs/nope", "web-reader", 403, "nope", "db"}, // no service:read on nope; names no other service
+		{"GET", "/v1/logs/api", "api-reader", 200, "from a slot", ""},                                             // the unit's one slot here
+		{"GET", "/v1/logs/api%2F7", "api-reader", 404, "api/0", "web"},                                            // names only the unit's instances
+		{"GET", "/v1/logs/nope", "web-reader", 403, "nope", "db"},                                                 // no service:read on nope; names no other service
+		{"GET", "/v1/logs/web%2F3", "web-reader", 404, `no service \"web/3\" on this node (services: web)`, "db"}, // names only what it may read
 		{"POST", "/v1/restart/web", "web-reader", 403, `service:write on \"web\"`, ""},
 		{"POST", "/v1/restart/web", "web-writer", 200, "restart", ""},
 		{"GET", "/metrics", "web-reader", 403, `agent:read on \"n1\"`, ""},
