@@ -125,6 +125,18 @@ type slotKV struct {
 	session     string
 	modifyIndex uint64
 	corrupt     error
+	// status is what the holder says about its current hold (parseSlots):
+	// nil when the slot is not held or nothing is known.
+	status *HoldStatus
+}
+
+// at says whether s is held at version want, and when it was first healthy
+// at it in this hold (nil: not yet).
+func (s slotKV) at(want string) (bool, *time.Time) {
+	if s.status == nil || s.status.Version != want {
+		return false, nil
+	}
+	return true, s.status.HealthyAt
 }
 
 type heldSlot struct {
@@ -132,6 +144,9 @@ type heldSlot struct {
 	k     int
 	term  *lease.Term
 	value SlotValue // as claimed
+	// status is what this holder last wrote into the slot's status key
+	// (zero: nothing yet in this hold).
+	status HoldStatus
 	// orphan: the term of a non-exclusive slot ended (the node's session
 	// was lost) and its instance keeps running, until another node holds
 	// the slot or this one claims it again.
@@ -331,7 +346,9 @@ func (f *Fleet) release(h *heldSlot, state, reason string, ops api.TxnOps) {
 		reason += "; data handed off"
 	}
 	ops = append(ops, AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: h.unit.Unit.Name, Slot: slotName(h.unit.Unit.Name, h.k),
-		Action: action, From: f.cfg.Node, To: state, Reason: reason, TermIndex: h.term.Index}))
+		Action: action, From: f.cfg.Node, To: state, Reason: reason, TermIndex: h.term.Index}),
+		// The hold's status goes with the hold.
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: StatusKey(h.unit.Unit.Name, h.k)}})
 	if err := h.term.ReleaseWith(v.encode(), ops); err != nil {
 		f.log.Warn("could not release a slot; retrying in the background", "slot", slotName(h.unit.Unit.Name, h.k), "error", err)
 	}
@@ -465,10 +482,13 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 				// max_parallel = 0: at once, once the slot says so.
 				restamp = append(restamp, restampOf{h, u})
 			}
-			if name := f.deploymentOfLocked(u.Unit.Name); name != "" && f.remote[name].running() &&
-				!h.updating && !h.publishing && !h.orphan && needsPublish(h) {
+			// Every hold says when it is healthy at its version, not only
+			// a deployment's: a re-claimed slot (a restart, a drain's
+			// undo, a node's return) counts as healthy again once it is.
+			if !h.updating && !h.publishing && !h.orphan && needsPublish(h) {
+				name := f.deploymentOfLocked(u.Unit.Name)
 				h.publishing = true
-				go f.publish(ctx, id, h)
+				go f.publish(ctx, id, h, name != "" && f.remote[name].running())
 			}
 			continue
 		}
