@@ -42,6 +42,10 @@ const statusSuffix = "/status"
 // PenaltyKey is penalty/<unit>/<node>.
 func PenaltyKey(unit, node string) string { return PenaltyPrefix + unit + "/" + node }
 
+// ParseSlotKey splits a slot's lock key slots/<unit>/<k>; false for any
+// other key, a slot's status key among them.
+func ParseSlotKey(key string) (unit string, k int, ok bool) { return parseSlotKey(key) }
+
 // parseSlotKey splits slots/<unit>/<k>.
 func parseSlotKey(key string) (unit string, k int, ok bool) {
 	rest, found := strings.CutPrefix(key, SlotsPrefix)
