@@ -790,7 +790,8 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 		if len(free) == 0 {
 			continue
 		}
-		v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name], Load: load}
+		v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name], Load: load,
+			Previous: previousHolders(f.slots[name])}
 		asg := Assign(u.Unit, free, v, now)
 		// Each slot's ranking assumes the slots before it go to their
 		// first choice; this node may be due for several as a later

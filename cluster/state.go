@@ -109,7 +109,12 @@ func ReadState(client *api.Client) (*State, error) {
 
 // View is the placement view of unit as this state shows it.
 func (st *State) View(unit string) View {
-	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}}
+	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}, Previous: map[int]string{}}
+	for k, s := range st.Slots[unit] {
+		if n := lastHolder(s.Value, s.Session); n != "" && s.Corrupt == "" {
+			v.Previous[k] = n
+		}
+	}
 	for u, ks := range st.Slots {
 		for k, s := range ks {
 			if s.Session == "" {
