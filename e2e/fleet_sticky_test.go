@@ -28,9 +28,8 @@ func TestFleetStickySlotReturns(t *testing.T) {
 	args := func(node string) []string {
 		return []string{"-cluster", "-http-addr", "127.0.0.1:0", "-volume-dir", filepath.Join(root, node)}
 	}
-	ms := map[string]*mariposa{}
 	for _, a := range cl.Clients {
-		ms[a.Name] = startMariposa(t, a, nil, args(a.Name)...)
+		startMariposa(t, a, nil, args(a.Name)...)
 	}
 	waitFor(t, 60*time.Second, "every supervisor live", func() (bool, string) {
 		live := passingInstances(c, "mariposa")
