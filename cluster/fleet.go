@@ -155,8 +155,9 @@ type heldSlot struct {
 	// the instance; failedSeen: versions whose rollout failed.
 	updating   bool
 	failedSeen map[string]bool
-	// publishing: waiting to say in the slot key that the instance is
-	// healthy at its version (a running deployment's progress).
+	// publishing: waiting to say in the slot's status key that the
+	// instance is healthy at its version (a deployment's progress, and
+	// the healthy counts), once in each hold.
 	publishing bool
 	pubMu      sync.Mutex // one publishHealthy at a time
 	// prevNode held the slot before this node claimed it.
