@@ -177,7 +177,7 @@ service "api" {
 	}
 
 	deployWait(spec("v1", ""))
-	holders, envs1 := running("v1 running", at("v1"))
+	_, envs1 := running("v1 running", at("v1"))
 	kept("after the first deployment (deploy -wait)", envs1)
 
 	deployWait(spec("v2", ""))
@@ -212,7 +212,7 @@ service "api" {
 	if _, err := c.KV().Put(&api.KVPair{Key: "fence/conf", Value: []byte("c2")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	holders, envs = running("the coordinated reload onto c2", func(k int, env map[string]string) bool {
+	holders, envs := running("the coordinated reload onto c2", func(k int, env map[string]string) bool {
 		return env["CONF"] == "c2" && env["PID"] != before[k]
 	})
 	kept("after a coordinated reload", envs)
