@@ -230,7 +230,13 @@ func (c *StatusCommand) Run(args []string) int {
 	// without a fleet) status still lists the instances.
 	if d.stErr == nil {
 		out.Units = unitsStatus(d.st, rows, only)
-		d.st.Recount(liveSlots(d.rows))
+		live := liveSlots(d.rows)
+		d.st.Recount(func(unit string, k int, node string) bool {
+			if u, ok := d.st.Units[unit]; ok && !unitMatches(u, only) {
+				return true // its instances were not read: the holder's word stands
+			}
+			return live(unit, k, node)
+		})
 		out.Deployments = d.st.Deployments
 		if len(d.st.Problems) > 0 {
 			out.Problems = d.st.Problems
