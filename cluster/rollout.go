@@ -335,7 +335,7 @@ func (f *Fleet) publishHealthy(ctx context.Context, id string, h *heldSlot, hash
 	unit := h.unit.Unit.Name
 	f.mu.Unlock()
 	now := f.cfg.Now()
-	st := HoldStatus{Index: h.term.Index, Node: f.cfg.Node, Version: hash, HealthyAt: &now, At: now}
+	st := HoldStatus{Index: h.term.Index, Version: hash, HealthyAt: &now}
 	ops := api.TxnOps{statusOp(unit, h.k, st)}
 	if record {
 		ops = append(ops, AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: unit, Slot: id,
@@ -365,8 +365,7 @@ func (f *Fleet) restamp(ctx context.Context, h *heldSlot, hash string) error {
 	if cur.Version == "" && h.value.Version == hash {
 		return nil // as claimed
 	}
-	now := f.cfg.Now()
-	st := HoldStatus{Index: h.term.Index, Node: f.cfg.Node, Version: hash, At: now}
+	st := HoldStatus{Index: h.term.Index, Version: hash}
 	if err := h.term.Fenced(ctx, api.TxnOps{statusOp(unit, h.k, st)}); err != nil {
 		return err
 	}

@@ -51,15 +51,16 @@ type SlotValue struct {
 // release. It describes the hold whose fencing token is Index and nothing
 // else: a status whose Index is not the slot key's ModifyIndex, or for a
 // slot not held, is an earlier hold's and is ignored.
+//
+// It is kept small (every node's watch of slots/ carries it): the holder's
+// node and the hold's start are in the slot key.
 type HoldStatus struct {
 	Index uint64 `json:"index"` // the hold's fencing token
-	Node  string `json:"node"`
 	// Version is how the holder runs the slot's instances now (the run
 	// hash), and HealthyAt when they were first healthy at it in this
 	// hold under the unit's update block (nil: not yet).
 	Version   string     `json:"version"`
 	HealthyAt *time.Time `json:"healthy_at,omitempty"`
-	At        time.Time  `json:"at"` // when it was written
 }
 
 func (s HoldStatus) encode() []byte {

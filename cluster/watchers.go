@@ -243,7 +243,7 @@ func holdStatus(s slotKV, st HoldStatus) *HoldStatus {
 	case st.Index != 0 && st.Index == s.modifyIndex:
 		return &st
 	case s.value.Version != "":
-		return &HoldStatus{Index: s.modifyIndex, Node: s.value.Node, Version: s.value.Version, HealthyAt: s.value.HealthyAt, At: s.value.Since}
+		return &HoldStatus{Index: s.modifyIndex, Version: s.value.Version, HealthyAt: s.value.HealthyAt}
 	}
 	return nil
 }

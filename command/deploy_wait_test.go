@@ -301,7 +301,7 @@ func TestDeployPromoteDoc(t *testing.T) {
 		t.Fatal(ok, err)
 	}
 	held, _, _ := c.KV().Get(cluster.SlotKey("web", 0), nil)
-	st, _ := json.Marshal(cluster.HoldStatus{Index: held.ModifyIndex, Node: node, Version: cluster.VersionOf(sp5, "web"), HealthyAt: &now, At: now})
+	st, _ := json.Marshal(cluster.HoldStatus{Index: held.ModifyIndex, Version: cluster.VersionOf(sp5, "web"), HealthyAt: &now})
 	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StatusKey("web", 0), Value: st}, nil); err != nil {
 		t.Fatal(err)
 	}
