@@ -24,9 +24,11 @@ import (
 //	                      failed ──▶ auto_revert: spec n+1 = stable's, running,
 //	                                 no canary phase, same update block
 //
-// The holders publish their progress in their slot keys (Version, the run
-// hash of what they run, and HealthyAt), so that any node can judge the
-// deployment from the slots it already watches: deployStep is that
+// The holders publish their progress in their slots' status keys
+// (HoldStatus: Version, the run hash of what they run, and HealthyAt;
+// never in the lock key, whose ModifyIndex is the fencing token), so that
+// any node can judge the deployment from the slots it already watches (the
+// status keys are under slots/ too): deployStep is that
 // judgement, a pure function of the deployment, the slots and now. One
 // node acts on it (the first live supervisor by name; a split view makes
 // two try, and the check-index on the state key lets one win), and every
@@ -178,10 +180,10 @@ func deployStep(d *Deployment, slots map[string]map[int]slotKV, now time.Time) d
 				return deployAction{kind: actFail, unit: name,
 					reason: fmt.Sprintf("slot %s failed: %s", slotName(name, k), s.value.Reason)}
 			}
-			if ok && s.session != "" && s.value.Version == want && s.value.HealthyAt != nil {
+			if at, healthyAt := s.at(want); ok && at && healthyAt != nil {
 				healthy++
-				if s.value.HealthyAt.After(progress) {
-					progress = *s.value.HealthyAt
+				if healthyAt.After(progress) {
+					progress = *healthyAt
 				}
 				continue
 			}
@@ -599,8 +601,11 @@ type UnitProgress struct {
 	Canaries  int `json:"canaries,omitempty"`
 }
 
-// Progress is d's progress per unit, from the slots.
-func Progress(d *Deployment, slots map[string]map[int]slotKV) []UnitProgress {
+// Progress is d's progress per unit, from the slots and, when live is not
+// nil, from what live says of each slot's instances now (held at node):
+// a slot counts as healthy when its holder said it was healthy at the
+// version in this hold and live says its instances are healthy now.
+func Progress(d *Deployment, slots map[string]map[int]slotKV, live func(unit string, k int, node string) bool) []UnitProgress {
 	var out []UnitProgress
 	for _, u := range d.Spec.Units() {
 		p := UnitProgress{Unit: u.Unit.Name, Count: count(u)}
@@ -609,12 +614,12 @@ func Progress(d *Deployment, slots map[string]map[int]slotKV) []UnitProgress {
 		}
 		want := runHash(u)
 		for k := range p.Count {
-			s, ok := slots[u.Unit.Name][k]
-			if !ok || s.session == "" || s.value.Version != want {
+			at, healthyAt := slots[u.Unit.Name][k].at(want)
+			if !at {
 				continue
 			}
 			p.AtVersion++
-			if s.value.HealthyAt != nil {
+			if healthyAt != nil && (live == nil || live(u.Unit.Name, k, slots[u.Unit.Name][k].value.Node)) {
 				p.Healthy++
 			}
 		}
@@ -641,7 +646,7 @@ func Watch(ctx context.Context, client *api.Client, name string, index uint64) (
 	if d == nil {
 		return nil, nil, meta.LastIndex, fmt.Errorf("no deployment %q", name)
 	}
-	return d, Progress(d, parseSlots(sl, func(string, string, error) {})), meta.LastIndex, nil
+	return d, Progress(d, parseSlots(sl, func(string, string, error) {}), nil), meta.LastIndex, nil
 }
 
 // ReadDeployState reads deploy/<name>/state/<n> (nil when absent).
@@ -685,17 +690,30 @@ func MarkHealthy(client *api.Client, unit string, k int, by string) (string, err
 	if err != nil {
 		return "", fmt.Errorf("slot %s/%d: %w", unit, k, err)
 	}
+	checks := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: p.ModifyIndex}}}
+	sp, _, err := client.KV().Get(StatusKey(unit, k), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return "", err
+	}
+	s := slotKV{value: v, session: p.Session, modifyIndex: p.ModifyIndex}
+	var st HoldStatus
+	if sp != nil && json.Unmarshal(sp.Value, &st) == nil && st.Index == p.ModifyIndex {
+		// The version the holder moved to since its claim: it must not
+		// move on while it is marked.
+		checks = append(checks, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: sp.Key, Index: sp.ModifyIndex}})
+	}
+	if hs := holdStatus(s, st); hs != nil {
+		v.Version = hs.Version
+	}
 	if v.Version == "" {
 		return "", fmt.Errorf("slot %s/%d does not say which version it runs (its node's mariposa is older)", unit, k)
 	}
 	now := time.Now().UTC()
 	b, _ := json.Marshal(map[string]any{"by": by, "at": now, "node": v.Node})
-	ok, _, _, err := client.Txn().Txn(api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: p.ModifyIndex}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: ManualHealthKey(unit, v.Version, k), Value: b}},
+	ok, _, _, err := client.Txn().Txn(append(checks,
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: ManualHealthKey(unit, v.Version, k), Value: b}},
 		AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Service: unit, Slot: slotName(unit, k), Action: "mark-healthy",
-			To: v.Version, Reason: "health_check manual: marked healthy on " + v.Node}),
-	}, nil)
+			To: v.Version, Reason: "health_check manual: marked healthy on " + v.Node})), nil)
 	if err != nil {
 		return "", err
 	}

@@ -29,7 +29,7 @@ func TestDeployStep(t *testing.T) {
 	v1 := runHash(depSpec(1, "v1", 3, 1, false).Units()[0])
 	at := func(d time.Duration) *time.Time { x := t0.Add(d); return &x }
 	slot := func(version string, healthy *time.Time) slotKV {
-		return slotKV{session: "s", value: SlotValue{Node: "n", State: SlotHeld, Version: version, HealthyAt: healthy}}
+		return slotKV{session: "s", value: SlotValue{Node: "n", State: SlotHeld}, status: &HoldStatus{Version: version, HealthyAt: healthy}}
 	}
 	running := func(mut func(*DeployState)) *Deployment {
 		st := &DeployState{N: 2, Hash: sp.Hash, Status: DeployRunning, Started: t0, Canaries: map[string]int{"web": 1}}

@@ -128,6 +128,18 @@ type slotKV struct {
 	session     string
 	modifyIndex uint64
 	corrupt     error
+	// status is what the holder says about its current hold (parseSlots):
+	// nil when the slot is not held or nothing is known.
+	status *HoldStatus
+}
+
+// at says whether s is held at version want, and when it was first healthy
+// at it in this hold (nil: not yet).
+func (s slotKV) at(want string) (bool, *time.Time) {
+	if s.status == nil || s.status.Version != want {
+		return false, nil
+	}
+	return true, s.status.HealthyAt
 }
 
 type heldSlot struct {
@@ -135,6 +147,9 @@ type heldSlot struct {
 	k     int
 	term  *lease.Term
 	value SlotValue // as claimed
+	// status is what this holder last wrote into the slot's status key
+	// (zero: nothing yet in this hold).
+	status HoldStatus
 	// orphan: the term of a non-exclusive slot ended (the node's session
 	// was lost) and its instance keeps running, until another node holds
 	// the slot or this one claims it again.
@@ -143,8 +158,9 @@ type heldSlot struct {
 	// the instance; failedSeen: versions whose rollout failed.
 	updating   bool
 	failedSeen map[string]bool
-	// publishing: waiting to say in the slot key that the instance is
-	// healthy at its version (a running deployment's progress).
+	// publishing: waiting to say in the slot's status key that the
+	// instance is healthy at its version (a deployment's progress, and
+	// the healthy counts), once in each hold.
 	publishing bool
 	pubMu      sync.Mutex // one publishHealthy at a time
 	// prevNode held the slot before this node claimed it.
@@ -345,7 +361,9 @@ func (f *Fleet) release(h *heldSlot, state, reason string, ops api.TxnOps) bool 
 		reason += "; " + note
 	}
 	ops = append(ops, AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: h.unit.Unit.Name, Slot: slotName(h.unit.Unit.Name, h.k),
-		Action: action, From: f.cfg.Node, To: state, Reason: reason, TermIndex: h.term.Index}))
+		Action: action, From: f.cfg.Node, To: state, Reason: reason, TermIndex: h.term.Index}),
+		// The hold's status goes with the hold.
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: StatusKey(h.unit.Unit.Name, h.k)}})
 	if err := h.term.ReleaseWith(v.encode(), ops); err != nil {
 		f.log.Warn("could not release a slot; retrying in the background", "slot", slotName(h.unit.Unit.Name, h.k), "error", err)
 		return false
@@ -481,10 +499,13 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 				// max_parallel = 0: at once, once the slot says so.
 				restamp = append(restamp, restampOf{h, u})
 			}
-			if name := f.deploymentOfLocked(u.Unit.Name); name != "" && f.remote[name].running() &&
-				!h.updating && !h.publishing && !h.orphan && needsPublish(h) {
+			// Every hold says when it is healthy at its version, not only
+			// a deployment's: a re-claimed slot (a restart, a drain's
+			// undo, a node's return) counts as healthy again once it is.
+			if !h.updating && !h.publishing && !h.orphan && needsPublish(h) {
+				name := f.deploymentOfLocked(u.Unit.Name)
 				h.publishing = true
-				go f.publish(ctx, id, h)
+				go f.publish(ctx, id, h, name != "" && f.remote[name].running())
 			}
 			continue
 		}
@@ -786,7 +807,8 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 		if len(free) == 0 {
 			continue
 		}
-		v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name], Load: load}
+		v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name], Load: load,
+			Previous: previousHolders(f.slots[name])}
 		asg := Assign(u.Unit, free, v, now)
 		// Each slot's ranking assumes the slots before it go to their
 		// first choice; this node may be due for several as a later

@@ -32,8 +32,19 @@ func DesiredKey(name string) string { return DeployPrefix + name + "/desired" }
 // SlotKey is slots/<unit>/<k>: the lock of slot k of a unit.
 func SlotKey(unit string, k int) string { return SlotsPrefix + unit + "/" + strconv.Itoa(k) }
 
+// StatusKey is slots/<unit>/<k>/status: what the holder of slot k says
+// about its hold (HoldStatus), beside the lock key, which is never written
+// while held.
+func StatusKey(unit string, k int) string { return SlotKey(unit, k) + statusSuffix }
+
+const statusSuffix = "/status"
+
 // PenaltyKey is penalty/<unit>/<node>.
 func PenaltyKey(unit, node string) string { return PenaltyPrefix + unit + "/" + node }
+
+// ParseSlotKey splits a slot's lock key slots/<unit>/<k>; false for any
+// other key, a slot's status key among them.
+func ParseSlotKey(key string) (unit string, k int, ok bool) { return parseSlotKey(key) }
 
 // parseSlotKey splits slots/<unit>/<k>.
 func parseSlotKey(key string) (unit string, k int, ok bool) {

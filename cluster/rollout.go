@@ -148,7 +148,7 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 	err = f.waitHealthy(ctx, id, h, next, lost, p.Update.HealthyDeadline)
 	switch {
 	case err == nil:
-		if err := f.publishHealthy(ctx, id, h, hash); err != nil {
+		if err := f.publishHealthy(ctx, id, h, hash, true); err != nil {
 			log.Warn("rollout: instance healthy, but its slot could not say so", "error", err)
 		}
 		log.Info("rollout: instance healthy on the new version")
@@ -302,8 +302,10 @@ func (f *Fleet) watchMark(ctx context.Context, key string) func() bool {
 }
 
 // publish waits until slot id's instances are healthy at the version
-// they run and says so in the slot key (a deployment's progress).
-func (f *Fleet) publish(ctx context.Context, id string, h *heldSlot) {
+// they run and says so in the slot's status key (a deployment's progress,
+// and the health status counts).
+// The record goes with it while a deployment runs (record).
+func (f *Fleet) publish(ctx context.Context, id string, h *heldSlot, record bool) {
 	defer func() {
 		f.mu.Lock()
 		h.publishing = false
@@ -315,14 +317,14 @@ func (f *Fleet) publish(ctx context.Context, id string, h *heldSlot) {
 	if err := f.waitHealthy(ctx, id, h, u, h.term.Lost(), 0); err != nil {
 		return
 	}
-	if err := f.publishHealthy(ctx, id, h, runHash(u)); err != nil && ctx.Err() == nil {
+	if err := f.publishHealthy(ctx, id, h, runHash(u), record); err != nil && ctx.Err() == nil {
 		f.log.Warn("could not publish the slot's health", "slot", id, "error", err)
 	}
 }
 
-// publishHealthy writes into slot id's key that its instances run version
-// hash and are healthy at it, with the record.
-func (f *Fleet) publishHealthy(ctx context.Context, id string, h *heldSlot, hash string) error {
+// publishHealthy writes into slot id's status key that its instances run
+// version hash and are healthy at it, with the record when record.
+func (f *Fleet) publishHealthy(ctx context.Context, id string, h *heldSlot, hash string, record bool) error {
 	h.pubMu.Lock()
 	defer h.pubMu.Unlock()
 	f.mu.Lock()
@@ -330,47 +332,59 @@ func (f *Fleet) publishHealthy(ctx context.Context, id string, h *heldSlot, hash
 		f.mu.Unlock()
 		return nil // moved on meanwhile: its health is no longer news
 	}
-	v := h.value
 	unit := h.unit.Unit.Name
 	f.mu.Unlock()
 	now := f.cfg.Now()
-	v.Version, v.HealthyAt = hash, &now
-	err := h.term.Update(ctx, v.encode(), api.TxnOps{AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: unit, Slot: id,
-		Action: "healthy", To: withVersion(h.unit.Version(), hash), Reason: "healthy for min_healthy_time", TermIndex: h.term.Index})})
+	st := HoldStatus{Index: h.term.Index, Version: hash, HealthyAt: &now}
+	ops := api.TxnOps{statusOp(unit, h.k, st)}
+	if record {
+		ops = append(ops, AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: unit, Slot: id,
+			Action: "healthy", To: withVersion(h.unit.Version(), hash), Reason: "healthy for min_healthy_time", TermIndex: h.term.Index}))
+	}
+	err := h.term.Fenced(ctx, ops)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	h.value = v
+	h.status = st
 	f.mu.Unlock()
 	return nil
 }
 
-// restamp writes into h's key that its instances now move to version
-// hash, not healthy at it yet.
+// restamp writes into h's status key that its instances now move to
+// version hash, not healthy at it yet.
 func (f *Fleet) restamp(ctx context.Context, h *heldSlot, hash string) error {
 	h.pubMu.Lock()
 	defer h.pubMu.Unlock()
 	f.mu.Lock()
-	v := h.value
+	cur, unit := h.status, h.unit.Unit.Name
 	f.mu.Unlock()
-	if v.Version == hash && v.HealthyAt == nil {
+	if cur.Version == hash && cur.HealthyAt == nil {
 		return nil
 	}
-	v.Version, v.HealthyAt = hash, nil
-	if err := h.term.Update(ctx, v.encode(), nil); err != nil {
+	if cur.Version == "" && h.value.Version == hash {
+		return nil // as claimed
+	}
+	st := HoldStatus{Index: h.term.Index, Version: hash}
+	if err := h.term.Fenced(ctx, api.TxnOps{statusOp(unit, h.k, st)}); err != nil {
 		return err
 	}
 	f.mu.Lock()
-	h.value = v
+	h.status = st
 	f.mu.Unlock()
 	return nil
 }
 
-// needsPublish: h's key does not say yet that it is healthy at the
+// statusOp writes st into slot k of unit's status key (with Term.Fenced:
+// only while the hold lasts).
+func statusOp(unit string, k int, st HoldStatus) *api.TxnOp {
+	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: StatusKey(unit, k), Value: st.encode()}}
+}
+
+// needsPublish: h's status key does not say yet that it is healthy at the
 // version it runs.
 func needsPublish(h *heldSlot) bool {
-	return h.value.Version != runHash(h.unit) || h.value.HealthyAt == nil
+	return h.status.Version != runHash(h.unit) || h.status.HealthyAt == nil
 }
 
 // slotHealthy says whether every member of u runs in slot id and is

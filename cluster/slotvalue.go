@@ -16,8 +16,12 @@ const (
 // SlotValue is the value of slots/<unit>/<k>. It is written only when the
 // slot is claimed and when it is released, never while held: the key's
 // ModifyIndex right after the claim is the instance's fencing token
-// (MARIPOSA_SLOT_INDEX), and a write while held would change it. Live
-// state (starting, healthy, ...) is in the catalog, as for every service.
+// (MARIPOSA_SLOT_INDEX), and it stays the key's ModifyIndex for the whole
+// hold, so a child's check-index on the key passes until the hold ends.
+// What the holder says about its hold after the claim (the version it
+// moved to, when it was healthy at it) is in the sibling status key
+// (HoldStatus); live state (running, checks) is in the catalog, as for
+// every service.
 type SlotValue struct {
 	Node  string    `json:"node"`
 	State string    `json:"state"`
@@ -30,12 +34,38 @@ type SlotValue struct {
 	// Takeover: this claim took the slot over from a node that lost it
 	// (counted against the takeover budget, storm.go).
 	Takeover bool `json:"takeover,omitempty"`
-	// Version is how the holder runs the slot's instances (the run hash of
-	// its unit's definition, as in a deployment's progress), and HealthyAt
-	// when they first were healthy at it under the unit's update block:
-	// written by the holder while a deployment runs (deployment.go).
+	// Version is how the claimer ran the slot's instances when it claimed
+	// it (the run hash of its unit's definition, as in a deployment's
+	// progress). HealthyAt is only ever set by a mariposa older than the
+	// status key, which wrote both into the held key (moving the fencing
+	// token): read only as the hold's status when no current status key
+	// exists (slotKV.hold).
 	Version   string     `json:"version,omitempty"`
 	HealthyAt *time.Time `json:"healthy_at,omitempty"`
+}
+
+// HoldStatus is the value of slots/<unit>/<k>/status: what the holder says
+// about its hold after the claim. It is written only by the holder, in a
+// transaction with check-session and check-index (the term's fencing
+// token) on the slot key (lease.Term.Fenced), and deleted with the
+// release. It describes the hold whose fencing token is Index and nothing
+// else: a status whose Index is not the slot key's ModifyIndex, or for a
+// slot not held, is an earlier hold's and is ignored.
+//
+// It is kept small (every node's watch of slots/ carries it): the holder's
+// node and the hold's start are in the slot key.
+type HoldStatus struct {
+	Index uint64 `json:"index"` // the hold's fencing token
+	// Version is how the holder runs the slot's instances now (the run
+	// hash), and HealthyAt when they were first healthy at it in this
+	// hold under the unit's update block (nil: not yet).
+	Version   string     `json:"version"`
+	HealthyAt *time.Time `json:"healthy_at,omitempty"`
+}
+
+func (s HoldStatus) encode() []byte {
+	b, _ := json.Marshal(s)
+	return b
 }
 
 // maxReschedules bounds the tracker kept in the key.

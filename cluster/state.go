@@ -19,6 +19,9 @@ type State struct {
 	Deployments []DeploymentStatus
 	// Problems are corrupt values found (and skipped), by key.
 	Problems map[string]string
+
+	deps  map[string]*Deployment
+	slots map[string]map[int]slotKV
 }
 
 // SlotState is one slot key as read.
@@ -26,6 +29,9 @@ type SlotState struct {
 	Value   SlotValue
 	Session string // the holder's session; "" when free
 	Corrupt string // why the value could not be read, if it could not
+	// Status is what the holder says about its current hold (its status
+	// key); nil when the slot is not held or its holder said nothing.
+	Status *HoldStatus
 }
 
 // ReadState reads the fleet's state from Consul.
@@ -66,13 +72,14 @@ func ReadState(client *api.Client) (*State, error) {
 	}
 	st.Slots = map[string]map[int]SlotState{}
 	slots := parseSlots(sl, report)
+	st.deps, st.slots = deps, slots
 	for _, n := range names {
-		st.Deployments = append(st.Deployments, statusOf(deps[n], slots))
+		st.Deployments = append(st.Deployments, statusOf(deps[n], slots, nil))
 	}
 	for unit, ks := range slots {
 		st.Slots[unit] = map[int]SlotState{}
 		for k, s := range ks {
-			ss := SlotState{Value: s.value, Session: s.session}
+			ss := SlotState{Value: s.value, Session: s.session, Status: s.status}
 			if s.corrupt != nil {
 				ss.Corrupt = s.corrupt.Error()
 			}
@@ -102,7 +109,12 @@ func ReadState(client *api.Client) (*State, error) {
 
 // View is the placement view of unit as this state shows it.
 func (st *State) View(unit string) View {
-	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}}
+	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}, Previous: map[int]string{}}
+	for k, s := range st.Slots[unit] {
+		if n := lastHolder(s.Value, s.Session); n != "" && s.Corrupt == "" {
+			v.Previous[k] = n
+		}
+	}
 	for u, ks := range st.Slots {
 		for k, s := range ks {
 			if s.Session == "" {
@@ -191,8 +203,21 @@ type DeploymentStatus struct {
 	Progress []UnitProgress `json:"progress"`
 }
 
-func statusOf(d *Deployment, slots map[string]map[int]slotKV) DeploymentStatus {
-	ds := DeploymentStatus{Name: d.Spec.Name, N: d.Spec.N, Hash: d.Spec.Hash, Versions: specVersions(d.Spec), Progress: Progress(d, slots)}
+// Recount counts the deployments' healthy instances again with what live
+// says of each held slot's instances now (the catalog's states and checks,
+// which status reads): a slot is healthy when its holder said it was
+// healthy at the deployment's version in this hold and live says it is
+// now, so a count never stays up while an instance is critical.
+func (st *State) Recount(live func(unit string, k int, node string) bool) {
+	for i, ds := range st.Deployments {
+		if d := st.deps[ds.Name]; d != nil {
+			st.Deployments[i].Progress = Progress(d, st.slots, live)
+		}
+	}
+}
+
+func statusOf(d *Deployment, slots map[string]map[int]slotKV, live func(string, int, string) bool) DeploymentStatus {
+	ds := DeploymentStatus{Name: d.Spec.Name, N: d.Spec.N, Hash: d.Spec.Hash, Versions: specVersions(d.Spec), Progress: Progress(d, slots, live)}
 	if d.State != nil && d.State.N == d.Spec.N {
 		ds.State = d.State
 	}

@@ -46,8 +46,9 @@ type View struct {
 	// free. Slots at or above the count (being stopped) still count as
 	// held on their node.
 	Holders map[int]string
-	// Previous maps a slot to the node that held it last (stickiness, for
-	// units with a volume).
+	// Previous maps a free slot to the node that held it last, as its
+	// released (or lost) value names it (stickiness, for units whose volume
+	// says handoff = "sticky" or "snapshot"). previousHolders builds it.
 	Previous map[int]string
 	// Penalties maps a node to the end of its reschedule penalty for this
 	// unit (penalty/<unit>/<node>).
@@ -71,4 +72,27 @@ func placement(u Unit) schema.Placement {
 		p.MaxPerNode = schema.DefaultMaxPerNode
 	}
 	return p
+}
+
+// previousHolders is View.Previous from a unit's slot keys: for each slot
+// nobody holds, the node its value names (the node that released it, or
+// that held it when it was lost). A held, failed or corrupt slot, or one
+// never claimed, has none.
+func previousHolders(slots map[int]slotKV) map[int]string {
+	out := map[int]string{}
+	for k, s := range slots {
+		if n := lastHolder(s.value, s.session); n != "" && s.corrupt == nil {
+			out[k] = n
+		}
+	}
+	return out
+}
+
+// lastHolder is the node a free slot's value names as its last holder, ""
+// when the slot is held, failed (nobody claims it) or names none.
+func lastHolder(v SlotValue, session string) string {
+	if session != "" || v.State == SlotFailed {
+		return ""
+	}
+	return v.Node
 }

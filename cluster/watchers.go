@@ -191,10 +191,23 @@ func parseDeploy(pairs api.KVPairs, report func(key, msg string, err error)) map
 	return specs
 }
 
-// parseSlots reads slots/: unit -> k -> the key.
+// parseSlots reads slots/: unit -> k -> the key, with the hold's status
+// from the status key beside it when that is the current hold's.
 func parseSlots(pairs api.KVPairs, report func(key, msg string, err error)) map[string]map[int]slotKV {
 	slots := map[string]map[int]slotKV{}
+	statuses := map[string]HoldStatus{}
 	for _, p := range pairs {
+		if lock, ok := strings.CutSuffix(p.Key, statusSuffix); ok {
+			if _, _, isSlot := parseSlotKey(lock); isSlot {
+				var st HoldStatus
+				if err := json.Unmarshal(p.Value, &st); err != nil {
+					report(p.Key, "a corrupt slot status; ignoring it", err)
+					continue
+				}
+				statuses[lock] = st
+				continue
+			}
+		}
 		unit, k, ok := parseSlotKey(p.Key)
 		if !ok {
 			report(p.Key, "a key under slots/ that is not a slot; ignoring it", nil)
@@ -209,7 +222,30 @@ func parseSlots(pairs api.KVPairs, report func(key, msg string, err error)) map[
 		}
 		slots[unit][k] = slotKV{value: v, session: p.Session, modifyIndex: p.ModifyIndex, corrupt: err}
 	}
+	for unit, ks := range slots {
+		for k, s := range ks {
+			s.status = holdStatus(s, statuses[SlotKey(unit, k)])
+			ks[k] = s
+		}
+	}
 	return slots
+}
+
+// holdStatus is what s's holder says about its current hold: st when it is
+// this hold's (its Index is the key's ModifyIndex, which stays the claim's
+// while held); else, for a held key, what the claim wrote into the key (a
+// mariposa older than the status key also wrote the hold's later version
+// and health there); nil for a key not held.
+func holdStatus(s slotKV, st HoldStatus) *HoldStatus {
+	switch {
+	case s.session == "" || s.corrupt != nil:
+		return nil
+	case st.Index != 0 && st.Index == s.modifyIndex:
+		return &st
+	case s.value.Version != "":
+		return &HoldStatus{Index: s.modifyIndex, Version: s.value.Version, HealthyAt: s.value.HealthyAt}
+	}
+	return nil
 }
 
 // parseNodes reads the health of the service "mariposa": one NodeInfo per

@@ -11,8 +11,10 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/mitchellh/cli"
 
+	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/report"
 )
 
 // TestDeployWaitDoc: deploy -wait, with the test playing the fleet (slot
@@ -290,13 +292,37 @@ func TestDeployPromoteDoc(t *testing.T) {
 	if shown := "$ mariposa deploy -name web web.hcl\n" + out; !strings.Contains(norm(string(deployPage)), norm(shown)) {
 		t.Errorf("deploy.md does not show:\n%s", shown)
 	}
-	// Its canary (slot 0) is healthy at spec 5, as its holder says.
+	// Its canary (slot 0) is healthy at spec 5, as its holder says in the
+	// slot's status key, and its instance runs and passes in the catalog.
 	sp5, _ := cluster.DesiredSpec(c, "web")
 	sess, _, _ := c.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: "release"}, nil)
 	now := time.Now()
-	v, _ := json.Marshal(cluster.SlotValue{Node: "n1", State: cluster.SlotHeld, Version: cluster.VersionOf(sp5, "web"), HealthyAt: &now})
+	node := agent.Name
+	v, _ := json.Marshal(cluster.SlotValue{Node: node, State: cluster.SlotHeld, Version: cluster.VersionOf(sp5, "web")})
 	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: cluster.SlotKey("web", 0), Value: v, Session: sess}, nil); !ok || err != nil {
 		t.Fatal(ok, err)
+	}
+	held, _, _ := c.KV().Get(cluster.SlotKey("web", 0), nil)
+	st, _ := json.Marshal(cluster.HoldStatus{Index: held.ModifyIndex, Version: cluster.VersionOf(sp5, "web"), HealthyAt: &now})
+	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StatusKey("web", 0), Value: st}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "web-0", Name: "web",
+		Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue},
+		Check: &api.AgentServiceCheck{CheckID: checks.SupervisorCheckID("web-0"), Name: "mariposa supervisor", TTL: "1m",
+			Status: api.HealthCritical}, // the update below changes the status: synced at once
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Agent().UpdateTTL(checks.SupervisorCheckID("web-0"),
+		report.Encode(report.Instance{State: "running", PID: 7, Reason: "running (pid 7)", Slot: "web/0", Since: now}), api.HealthPassing); err != nil {
+		t.Fatal(err)
+	}
+	if !consultest.WaitFor(10*time.Second, func() bool {
+		rows, err := Instances(c, "web")
+		return err == nil && len(rows) == 1 && rows[0].Slot == "web/0"
+	}) {
+		t.Fatal("the canary's instance never showed in the catalog")
 	}
 	ui := cli.NewMockUi()
 	if code := (&StatusCommand{UI: ui}).Run(consul); code != 0 {

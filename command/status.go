@@ -230,6 +230,13 @@ func (c *StatusCommand) Run(args []string) int {
 	// without a fleet) status still lists the instances.
 	if d.stErr == nil {
 		out.Units = unitsStatus(d.st, rows, only)
+		live := liveSlots(d.rows)
+		d.st.Recount(func(unit string, k int, node string) bool {
+			if u, ok := d.st.Units[unit]; ok && !unitMatches(u, only) {
+				return true // its instances were not read: the holder's word stands
+			}
+			return live(unit, k, node)
+		})
 		out.Deployments = d.st.Deployments
 		if len(d.st.Problems) > 0 {
 			out.Problems = d.st.Problems
@@ -412,6 +419,28 @@ func unitsStatus(st *cluster.State, rows []InstanceStatus, only string) []UnitSt
 		units = append(units, us)
 	}
 	return units
+}
+
+// liveSlots says, from the catalog's rows, whether slot k of unit has its
+// instances registered on node (its holder), every one running and
+// passing its checks (or without any): the current fact a deployment's
+// healthy count is checked against.
+func liveSlots(rows []InstanceStatus) func(unit string, k int, node string) bool {
+	bySlot := map[string][]InstanceStatus{}
+	for _, r := range rows {
+		if r.Slot != "" {
+			bySlot[r.Slot] = append(bySlot[r.Slot], r)
+		}
+	}
+	return func(unit string, k int, node string) bool {
+		in := bySlot[unit+"/"+strconv.Itoa(k)]
+		for _, r := range in {
+			if r.Node != node || r.State != "running" || (r.Health != api.HealthPassing && r.Health != "-") {
+				return false
+			}
+		}
+		return len(in) > 0
+	}
 }
 
 // unitsTable summarises the fleet's units: count, slots held, free and

@@ -212,7 +212,10 @@ func slotHoldersOf(c *api.Client, unit string) map[int]string {
 		return out
 	}
 	for _, p := range pairs {
-		k, _ := strconv.Atoi(p.Key[strings.LastIndexByte(p.Key, '/')+1:])
+		_, k, ok := cluster.ParseSlotKey(p.Key)
+		if !ok {
+			continue // a slot's status key
+		}
 		v, _ := cluster.DecodeSlotValue(p.Value)
 		if p.Session != "" {
 			out[k] = v.Node

@@ -359,14 +359,28 @@ func unhealthySlots(c *api.Client, unit string) string {
 	if err != nil {
 		return err.Error()
 	}
+	status := map[string]cluster.HoldStatus{}
+	for _, p := range pairs {
+		var st cluster.HoldStatus
+		if lock, ok := strings.CutSuffix(p.Key, "/status"); ok && json.Unmarshal(p.Value, &st) == nil {
+			status[lock] = st
+		}
+	}
 	var b strings.Builder
 	for _, p := range pairs {
+		if _, _, ok := cluster.ParseSlotKey(p.Key); !ok {
+			continue
+		}
 		v, err := cluster.DecodeSlotValue(p.Value)
-		if err == nil && p.Session != "" && v.Version == want && v.HealthyAt != nil {
+		st := status[p.Key]
+		if st.Index != p.ModifyIndex {
+			st = cluster.HoldStatus{Version: v.Version} // nothing said in this hold: the claim's version
+		}
+		if err == nil && p.Session != "" && st.Version == want && st.HealthyAt != nil {
 			continue
 		}
 		fmt.Fprintf(&b, "  %s: node %s, session %q, state %s, version %s (want %s), healthy at %v, since %s, error %v\n",
-			p.Key, v.Node, p.Session, v.State, v.Version, want, v.HealthyAt, v.Since.Format(time.RFC3339Nano), err)
+			p.Key, v.Node, p.Session, v.State, st.Version, want, st.HealthyAt, v.Since.Format(time.RFC3339Nano), err)
 	}
 	return b.String()
 }

@@ -37,7 +37,10 @@ func slotHolders(t *testing.T, c *api.Client, unit string) map[int]string {
 	}
 	out := map[int]string{}
 	for _, p := range pairs {
-		k, _ := strconv.Atoi(p.Key[strings.LastIndexByte(p.Key, '/')+1:])
+		_, k, ok := cluster.ParseSlotKey(p.Key)
+		if !ok {
+			continue // a slot's status key
+		}
 		v, _ := cluster.DecodeSlotValue(p.Value)
 		if p.Session != "" {
 			out[k] = v.Node
@@ -213,6 +216,9 @@ service "api" {
 	placed(1)
 	pairs, _, _ := c.KV().List(cluster.SlotsPrefix+"api/", nil)
 	for _, p := range pairs {
+		if _, _, ok := cluster.ParseSlotKey(p.Key); !ok {
+			continue // a slot's status key
+		}
 		v, err := cluster.DecodeSlotValue(p.Value)
 		if err != nil {
 			t.Errorf("%s: %v", p.Key, err)

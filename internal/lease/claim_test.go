@@ -97,9 +97,10 @@ func TestClaimAndReleaseWith(t *testing.T) {
 	_ = t2.Release()
 }
 
-// Term.Update writes the held key's value, with its ops, only while the
-// term's session holds the key; a later release leaves the updated value.
-func TestTermUpdate(t *testing.T) {
+// Term.Fenced applies its ops only while the term holds the key as
+// acquired, and never writes the key itself: the fencing token (Index)
+// stays the key's ModifyIndex for the whole hold.
+func TestTermFenced(t *testing.T) {
 	c := dev(t)
 	l := New(Config{Client: c, Checks: []string{consultest.StartLiveness(t, c, "n1").CheckID}, Log: consultest.Logger(t, "n1")})
 	t.Cleanup(l.Close)
@@ -110,27 +111,51 @@ func TestTermUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "mariposa/audit/x", Value: []byte("healthy")}}
-	if err := term.Update(ctx, []byte("healthy"), api.TxnOps{rec}); err != nil {
-		t.Fatal(err)
+	status := func(v string) api.TxnOps {
+		return api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: key + "/status", Value: []byte(v)}}}
+	}
+	for _, v := range []string{"starting", "healthy"} {
+		if err := term.Fenced(ctx, status(v)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	p, _, _ := kv.Get(key, nil)
-	if a, _, _ := kv.Get("mariposa/audit/x", nil); p == nil || string(p.Value) != "healthy" || p.Session != term.Session || a == nil {
-		t.Fatalf("after Update: %+v, record %v", p, a)
+	if st, _, _ := kv.Get(key+"/status", nil); p == nil || string(p.Value) != "claimed" || p.ModifyIndex != term.Index ||
+		p.Session != term.Session || st == nil || string(st.Value) != "healthy" {
+		t.Fatalf("after Fenced: key %+v (term index %d), status %+v", p, term.Index, st)
+	}
+	// The child's own fenced write, with the token it was given, still
+	// passes.
+	if ok, _, _, err := c.Txn().Txn(api.TxnOps{
+		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: key, Index: term.Index}},
+		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: key, Session: term.Session}},
+		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "app/data", Value: []byte("x")}},
+	}, nil); err != nil || !ok {
+		t.Fatalf("the child's fenced write after two Fenced: ok %v, %v", ok, err)
 	}
 	if err := term.Release(); err != nil {
 		t.Fatal(err)
 	}
-	if p, _, _ := kv.Get(key, nil); p == nil || string(p.Value) != "healthy" || p.Session != "" {
-		t.Fatalf("after Release: %+v", p)
+	if err := term.Fenced(ctx, status("stale")); err == nil {
+		t.Fatal("Fenced after Release succeeded")
 	}
-	// Another session holds the key now: an Update of the old term (or of
-	// one whose key was taken) fails and writes nothing.
-	if err := term.Update(ctx, []byte("stale"), nil); err == nil {
-		t.Fatal("Update after Release succeeded")
-	}
+	// The same session takes the key again: the earlier term's Fenced
+	// fails (check-index), the new one's passes.
 	term2, err := l.TryAcquire(ctx, Hold{Key: key, Value: []byte("again")})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if term2.Session != term.Session {
+		t.Fatalf("a new session: %s, was %s", term2.Session, term.Session)
+	}
+	term.released.Store(false) // as a goroutine of the old term that has not seen its end
+	term.mu.Lock()
+	term.err = nil
+	term.mu.Unlock()
+	if err := term.Fenced(ctx, status("stale")); err == nil {
+		t.Fatal("the earlier term's Fenced succeeded under the same session")
+	}
+	if err := term2.Fenced(ctx, status("again")); err != nil {
 		t.Fatal(err)
 	}
 	other, _, _ := c.Session().Create(&api.SessionEntry{Behavior: "release", TTL: "30s"}, nil)
@@ -140,10 +165,10 @@ func TestTermUpdate(t *testing.T) {
 	if ok, _, _ := kv.Acquire(&api.KVPair{Key: key, Value: []byte("theirs"), Session: other}, nil); !ok {
 		t.Fatal("the other session could not take the key")
 	}
-	if err := term2.Update(ctx, []byte("stale"), api.TxnOps{rec}); err == nil {
-		t.Fatal("Update of a key another session holds succeeded")
+	if err := term2.Fenced(ctx, status("stale")); err == nil {
+		t.Fatal("Fenced on a key another session holds succeeded")
 	}
-	if p, _, _ := kv.Get(key, nil); string(p.Value) != "theirs" {
-		t.Fatalf("a failed Update wrote %q", p.Value)
+	if st, _, _ := kv.Get(key+"/status", nil); string(st.Value) != "again" {
+		t.Fatalf("a failed Fenced wrote %q", st.Value)
 	}
 }
