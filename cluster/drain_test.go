@@ -17,8 +17,8 @@ func TestDrainStep(t *testing.T) {
 	held := func() map[string]*heldSlot {
 		return map[string]*heldSlot{"web/0": {unit: web, k: 0}, "web/2": {unit: web, k: 2}, "db/1": {unit: db, k: 1}}
 	}
-	other := []NodeInfo{{Name: "me", Live: true, Eligible: true}, {Name: "a", Live: true, Eligible: true}}
-	nowhere := []NodeInfo{{Name: "me", Live: true, Eligible: true}, {Name: "a", Live: false, Eligible: true}}
+	other := []NodeInfo{{Name: "me", Fleet: true, Live: true, Eligible: true}, {Name: "a", Fleet: true, Live: true, Eligible: true}}
+	nowhere := []NodeInfo{{Name: "me", Fleet: true, Live: true, Eligible: true}, {Name: "a", Fleet: true, Live: false, Eligible: true}}
 	cases := []struct {
 		name          string
 		drains        map[string]DrainRecord

@@ -51,7 +51,7 @@ func TestViewPrevious(t *testing.T) {
 func TestStickinessRanksLastHolderFirst(t *testing.T) {
 	now := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
 	u := Unit{Name: "db", Placement: &schema.Placement{Count: 1}, HasVolume: true}
-	nodes := []NodeInfo{{Name: "n1", Live: true, Eligible: true}, {Name: "n2", Live: true, Eligible: true}, {Name: "n3", Live: true, Eligible: true}}
+	nodes := []NodeInfo{{Name: "n1", Fleet: true, Live: true, Eligible: true}, {Name: "n2", Fleet: true, Live: true, Eligible: true}, {Name: "n3", Fleet: true, Live: true, Eligible: true}}
 	first := func(v View) string {
 		for _, r := range Rank(u, 0, v, now) {
 			if r.Rank == 0 {

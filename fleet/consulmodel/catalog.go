@@ -152,6 +152,14 @@ type HealthEntry struct {
 	Status   string
 }
 
+// ServiceIndex is the index a health query of the service answers with.
+func (s *Store) ServiceIndex(name string) uint64 {
+	if idx := s.catalog.svcIdx[name]; idx != 0 {
+		return idx
+	}
+	return max(s.catalog.nodeIdx, 1)
+}
+
 // HealthService is GET /v1/health/service/<name>: every instance with its
 // aggregated status (passingOnly keeps the passing ones), and the
 // service's index.
@@ -178,11 +186,7 @@ func (s *Store) HealthService(name string, passingOnly, stale bool) ([]HealthEnt
 			out = append(out, HealthEntry{Instance: c, Status: st})
 		}
 	}
-	idx := s.catalog.svcIdx[name]
-	if idx == 0 {
-		idx = max(s.catalog.nodeIdx, 1)
-	}
-	return out, idx, nil
+	return out, s.ServiceIndex(name), nil
 }
 
 func statuses(n *catalogNode, ids []string) []string {
