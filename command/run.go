@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/mitchellh/cli"
 
+	"github.com/mariposa-sh/mariposa/internal/cgroup"
 	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/internal/coord"
 	"github.com/mariposa-sh/mariposa/internal/lease"
@@ -73,6 +74,11 @@ Options:
                      units (services with a count, deployed with "mariposa
                      deploy" or in these files) whose slots this node
                      claims. Without it, a service with a count is an error.
+  -cgroup-parent=mariposa
+                     The control group under which each instance gets its
+                     own (below mariposa's own group, in every hierarchy
+                     used; $MARIPOSA_CGROUP_PARENT works too). "none": no
+                     control groups (a stop kills the process group only).
   -dev               If no Consul agent answers, start a local dev agent
                      (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                      of "make consul", or PATH) and stop it on exit.
@@ -131,6 +137,11 @@ func (c *RunCommand) Run(args []string) int {
 	fs.StringVar(&controlSock, "control-socket", "", "")
 	fs.BoolVar(&allowSecond, "allow-second-supervisor", false, "")
 	fs.BoolVar(&clusterMode, "cluster", false, "")
+	cgroupParent := "mariposa"
+	if v := os.Getenv("MARIPOSA_CGROUP_PARENT"); v != "" {
+		cgroupParent = v
+	}
+	fs.StringVar(&cgroupParent, "cgroup-parent", cgroupParent, "")
 	paths, ok := parsePathsOpt(c.UI, fs, args, c.Help(), "mariposa run: no service files given", &clusterMode)
 	if !ok {
 		return 1
@@ -197,6 +208,8 @@ func (c *RunCommand) Run(args []string) int {
 		proc.EnableReaper()
 		log.Info("running as PID 1: reaping orphaned processes")
 	}
+
+	cgroups := openCgroups(cgroupParent, log)
 
 	sigs := c.Signals
 	if sigs == nil {
@@ -268,6 +281,7 @@ func (c *RunCommand) Run(args []string) int {
 		ReloadGate: coord.New(client, log.Named("reload")),
 		HTTPAPI:    httpAPI.boundAddr(),
 		OnRender:   httpAPI.metrics.ObserveRender,
+		Cgroups:    cgroups,
 	})
 	httpAPI.start(r)
 	fl.apiURL = handoffURL(client, httpAPI.boundAddr())
@@ -392,4 +406,20 @@ func controlErr(err error) error {
 		return fmt.Errorf("%w: %s", control.ErrNoService, err)
 	}
 	return err
+}
+
+// openCgroups makes the parent of the instances' control groups, or says
+// at the start why there is none.
+func openCgroups(parent string, log hclog.Logger) *cgroup.Manager {
+	if parent == "none" || parent == "" {
+		log.Warn("control groups off (-cgroup-parent=none): a stop kills each service's process group only; a child that left it (setsid) outlives the stop")
+		return nil
+	}
+	m, err := cgroup.Open(parent)
+	if err != nil {
+		log.Warn("no control group per instance: a stop kills each service's process group only, and a child that left it (setsid) outlives the stop; resource limits are not applied", "error", err)
+		return nil
+	}
+	log.Info("a control group per instance", "hierarchies", m.Describe())
+	return m
 }

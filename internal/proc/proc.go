@@ -26,6 +26,18 @@ type Spec struct {
 	// Tap, when set, sees every line as it is read, before Output (which
 	// may drop lines); it must not block.
 	Tap func(Line)
+	// Group, when set, is the control group the child starts in.
+	Group Group
+}
+
+// Group is a control group a child is started in: forked straight into the
+// directory FD names (CLONE_INTO_CGROUP) where it is not -1, and handed to
+// Place right after the fork, before Start returns (Place moves it into the
+// hierarchies a fork cannot target). A Place error kills the child: nothing
+// runs outside the limits it was given.
+type Group interface {
+	FD() int
+	Place(pid int) error
 }
 
 // Exit is how a process ended.
@@ -158,6 +170,9 @@ func Start(spec Spec) (*Process, error) {
 	// waitPid).
 	pidfd := -1
 	cmd.SysProcAttr = sysProcAttr(&pidfd)
+	if spec.Group != nil {
+		intoCgroup(cmd.SysProcAttr, spec.Group.FD())
+	}
 	// Our own pipes instead of exec's copying goroutines: the readers below
 	// never block the child, whatever the log sink does.
 	outR, outW, err := newPipe()
@@ -182,6 +197,12 @@ func Start(spec Spec) (*Process, error) {
 		return nil, classify(spec, err)
 	}
 	p.Pid, p.Started = cmd.Process.Pid, time.Now()
+	var placeErr error
+	if spec.Group != nil {
+		if placeErr = spec.Group.Place(p.Pid); placeErr != nil {
+			_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		}
+	}
 	// One goroutine follows every child's output and exit (the poller);
 	// where it cannot, goroutines of this child's own do.
 	if !followOutput(spec.Output, spec.Name, spec.Tap, outR, errR, func() { close(p.outDone) }) {
@@ -209,6 +230,10 @@ func Start(spec Spec) (*Process, error) {
 	}):
 	default:
 		go func() { p.exited(waitPid(cmd.Process, pidfd)) }()
+	}
+	if placeErr != nil {
+		<-p.done
+		return nil, &StartError{Err: fmt.Errorf("placing the process in its control group: %w", placeErr)}
 	}
 	return p, nil
 }
