@@ -23,6 +23,7 @@ import (
 	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/logring"
 	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/internal/users"
 	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -167,7 +168,7 @@ func (c *RunCommand) Run(args []string) int {
 
 	// The same checks as validate: templates parse, programs and dirs
 	// exist here (warnings).
-	loadOpts := schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate, CheckHost: true}
+	loadOpts := schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate, CheckHost: true, Users: userCheck(true)}
 	load := func() (*schema.Config, *schema.Diagnostics) {
 		if len(paths) == 0 { // run -cluster with no files: only what is deployed
 			return &schema.Config{}, &schema.Diagnostics{}
@@ -422,4 +423,11 @@ func openCgroups(parent string, log hclog.Logger) *cgroup.Manager {
 	}
 	log.Info("a control group per instance", "hierarchies", m.Describe())
 	return m
+}
+
+// userCheck checks services' users on this machine: errors for run
+// (nothing starts half-configured), warnings for validate.
+func userCheck(strict bool) *schema.UserCheck {
+	return &schema.UserCheck{Strict: strict, CanSwitch: users.CanSwitch,
+		Resolve: func(u, g string) error { _, err := users.Resolve(u, g); return err }}
 }

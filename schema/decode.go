@@ -47,6 +47,7 @@ type serviceDecl struct {
 	tmpls map[*Template]hcl.Range
 	id    *hcl.Range // set when id is given explicitly
 	lead  *hcl.Range
+	user  *hcl.Range // where user, or else group, was written
 }
 
 func (l *loader) errorf(subject hcl.Range, summary, format string, args ...any) {
@@ -312,6 +313,16 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 	if attr, ok := attrs["version"]; ok {
 		svc.Version, _ = e.String(attr)
 	}
+	if attr, ok := attrs["user"]; ok {
+		svc.User, _ = l.userName(e, attr, "user")
+		decl.user = attr.Expr.Range().Ptr()
+	}
+	if attr, ok := attrs["group"]; ok {
+		svc.UserGroup, _ = l.userName(e, attr, "group")
+		if decl.user == nil {
+			decl.user = attr.Expr.Range().Ptr()
+		}
+	}
 
 	// Singleton blocks are decoded after the loop: restart's defaults depend
 	// on whether the service has checks.
@@ -391,9 +402,15 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		decl.lead = leader.DefRange.Ptr()
 	}
 	svc.Stop = l.decodeStop(e, stop)
+	for _, t := range svc.Templates {
+		if t.User == "" && t.Group == "" {
+			t.User, t.Group = svc.User, svc.UserGroup
+		}
+	}
 	if l.opts.CheckHost {
 		l.checkHost(svc, attrs["command"], attrs["dir"])
 	}
+	l.checkUsers(svc, decl)
 
 	l.cfg.Services = append(l.cfg.Services, svc)
 	l.decls = append(l.decls, decl)
@@ -468,4 +485,47 @@ func (l *loader) decodeStop(e *evaluator, block *hcl.Block) Stop {
 		s.Drain, _ = e.Duration(attr)
 	}
 	return s
+}
+
+// userName decodes a user or group: a name or a numeric id.
+func (l *loader) userName(e *evaluator, attr *hcl.Attribute, what string) (string, bool) {
+	v, ok := e.String(attr)
+	if !ok {
+		return "", false
+	}
+	if v == "" || strings.ContainsAny(v, ":/ \t\n\x00") || strings.HasPrefix(v, "-") {
+		l.errorf(attr.Expr.Range(), "Invalid "+what,
+			"%q is not a %s: give a name such as \"postgres\" or a numeric id such as 70.", v, what)
+		return "", false
+	}
+	return v, true
+}
+
+// checkUsers reports a user or group this mariposa cannot switch to, or
+// that this machine does not know: errors when the files are loaded to run
+// (LoadOptions.Users.Strict), warnings otherwise (files may be validated
+// elsewhere than where they run).
+func (l *loader) checkUsers(svc *Service, decl *serviceDecl) {
+	u := l.opts.Users
+	if u == nil || decl.user == nil || (svc.User == "" && svc.UserGroup == "") {
+		return
+	}
+	report := l.warnf
+	if u.Strict {
+		report = l.errorf
+	}
+	rng := *decl.user
+	if u.CanSwitch != nil {
+		if err := u.CanSwitch(); err != nil {
+			report(rng, "Cannot switch users",
+				"Service %q runs as user %q group %q, but %v: start mariposa as root (the shipped systemd unit does), or remove user and group.",
+				svc.Name, svc.User, svc.UserGroup, err)
+			return
+		}
+	}
+	if u.Resolve != nil {
+		if err := u.Resolve(svc.User, svc.UserGroup); err != nil {
+			report(rng, "Unknown user or group", "Service %q cannot run as user %q group %q on this machine: %v.", svc.Name, svc.User, svc.UserGroup, err)
+		}
+	}
 }

@@ -61,6 +61,11 @@ type Service struct {
 	Meta    map[string]string
 	Version string
 
+	// User and UserGroup are who the process, its args checks and its
+	// volume hooks run as (names or numeric ids; "" is mariposa's own).
+	User      string `json:",omitempty"`
+	UserGroup string `json:",omitempty"`
+
 	Checks    []*Check
 	Restart   Restart
 	Depends   []*Dependency
@@ -160,12 +165,16 @@ type Template struct {
 	// Dir, or the source file's directory when Dir is empty).
 	Destination string
 	Perms       os.FileMode // default 0644
-	ChangeMode  string      // restart (default) | signal | command | noop
-	Signal      syscall.Signal
-	Command     []string
-	WaitMin     time.Duration
-	WaitMax     time.Duration
-	Env         bool
+	// User and Group own the rendered file (names or numeric ids); by
+	// default the service's user and group, "" keeps the file's owner.
+	User       string `json:",omitempty"`
+	Group      string `json:",omitempty"`
+	ChangeMode string // restart (default) | signal | command | noop
+	Signal     syscall.Signal
+	Command    []string
+	WaitMin    time.Duration
+	WaitMax    time.Duration
+	Env        bool
 	// Coordinate, when set, paces the restarts or signals a change of this
 	// template causes across every instance of the service (or of its
 	// unit): a few at a time, under Consul semaphore tokens. nil: each

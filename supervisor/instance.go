@@ -110,6 +110,11 @@ type Instance struct {
 	group *cgroup.Group
 	// oomBase is the group's OOM kill count when the process started.
 	oomBase uint64
+
+	// cred is who the service's processes run as (nil: mariposa's own
+	// user); identErr why its user could not be found (the start fails).
+	cred     *proc.Credential
+	identErr error
 }
 
 type opRequest struct {
@@ -323,7 +328,7 @@ func (in *Instance) run() {
 		}
 		kick := make(chan struct{}, 1)
 		l.kicks = append(l.kicks, kick)
-		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log, Kick: kick}
+		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log, Kick: kick, Cred: in.cred}
 		scripts.Add(1)
 		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
@@ -730,7 +735,10 @@ func (l *loop) start(extra []string) input {
 	}
 	empty := ""
 	in.lastStderr.Store(&empty)
-	spec := proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name, Tap: in.tap}
+	spec := proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name, Tap: in.tap, Cred: in.cred}
+	if in.identErr != nil {
+		return input{kind: inStartFailed, err: &proc.StartError{Err: in.identErr, Permanent: true}}
+	}
 	if err := l.openGroup(); err != nil {
 		return input{kind: inStartFailed, err: err}
 	}
@@ -904,7 +912,7 @@ func (in *Instance) changeCommands(stop <-chan struct{}) {
 			return
 		case t = <-in.changec:
 		}
-		p, err := proc.Start(proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change"})
+		p, err := proc.Start(proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change", Cred: in.cred})
 		if err != nil {
 			in.log.Error("template change command failed to start", "destination", t.Destination, "error", err)
 			continue

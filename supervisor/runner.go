@@ -564,6 +564,7 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
 	in.abandoned = &r.abandoned
 	in.cgroups = r.opts.Cgroups
+	in.runAs()
 	in.node = r.node
 	if sp.slot != nil {
 		in.inSlot(*sp.slot)

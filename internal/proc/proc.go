@@ -28,6 +28,14 @@ type Spec struct {
 	Tap func(Line)
 	// Group, when set, is the control group the child starts in.
 	Group Group
+	// Cred, when set, is who the child runs as.
+	Cred *Credential
+}
+
+// Credential is a user, group and supplementary groups to run as.
+type Credential struct {
+	Uid, Gid uint32
+	Groups   []uint32
 }
 
 // Group is a control group a child is started in: forked straight into the
@@ -172,6 +180,10 @@ func Start(spec Spec) (*Process, error) {
 	cmd.SysProcAttr = sysProcAttr(&pidfd)
 	if spec.Group != nil {
 		intoCgroup(cmd.SysProcAttr, spec.Group.FD())
+	}
+	if c := spec.Cred; c != nil {
+		// Groups nil sets none: only the ones given, never mariposa's.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.Uid, Gid: c.Gid, Groups: c.Groups}
 	}
 	// Our own pipes instead of exec's copying goroutines: the readers below
 	// never block the child, whatever the log sink does.

@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// procStatus reads the named lines of /proc/<pid>/status.
+func procStatus(t *testing.T, pid int) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok {
+			out[k] = strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return out
+}
+
+// TestServiceUser: user = "nobody" runs the service as nobody (uid, gid,
+// groups as /proc shows them, HOME, USER and LOGNAME as login sets them),
+// which cannot read a 0600 root file; its template is given to nobody, and
+// its args check runs as nobody too.
+func TestServiceUser(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root")
+		}
+		t.Skip("needs root")
+	}
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	dir, err := os.MkdirTemp("", "mariposa-user-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("root only"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hcl := writeHCL(t, fmt.Sprintf(`
+service "asnobody" {
+  dir     = %q
+  user    = "nobody"
+  command = ["sh", "-c", "cat secret >/dev/null 2>&1; echo $? > secret.status; cat app.conf > conf.copy; exec sleep 600"]
+  template {
+    contents    = "key = value\n"
+    destination = "app.conf"
+    perms       = "0600"
+  }
+  template {
+    contents    = "other\n"
+    destination = "other.conf"
+    perms       = "0640"
+    user        = "root"
+    group       = "nogroup"
+  }
+  check "whoami" {
+    args     = ["sh", "-c", "id -u > check.uid"]
+    interval = "1h"
+  }
+}
+`, dir))
+	m := startMariposa(t, agent, nil, hcl)
+	pid := waitRunning(t, c, "asnobody", agent.Name)
+	_ = m
+
+	st := procStatus(t, pid)
+	if st["Uid"] != "65534 65534 65534 65534" || st["Gid"] != "65534 65534 65534 65534" || st["Groups"] != "" {
+		t.Fatalf("not nobody: Uid %q Gid %q Groups %q", st["Uid"], st["Gid"], st["Groups"])
+	}
+	env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	for _, want := range []string{"HOME=/nonexistent", "USER=nobody", "LOGNAME=nobody"} {
+		if !strings.Contains("\x00"+string(env), "\x00"+want+"\x00") {
+			t.Errorf("environment lacks %s", want)
+		}
+	}
+	read := func(name string) string {
+		var b []byte
+		waitFor(t, 20*time.Second, name+" written", func() (bool, string) {
+			b, err = os.ReadFile(filepath.Join(dir, name))
+			return err == nil && len(b) > 0, fmt.Sprint(err)
+		})
+		return strings.TrimSpace(string(b))
+	}
+	if s := read("secret.status"); s == "0" {
+		t.Fatalf("nobody read a 0600 root file (cat exited %s)", s)
+	}
+	if s := read("conf.copy"); s != "key = value" {
+		t.Fatalf("the service could not read its own 0600 template: %q", s)
+	}
+	if s := read("check.uid"); s != "65534" {
+		t.Fatalf("the args check ran as uid %s", s)
+	}
+	for name, want := range map[string][3]uint32{"app.conf": {65534, 65534, 0o600}, "other.conf": {0, 65534, 0o640}} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys := fi.Sys().(*syscall.Stat_t)
+		if sys.Uid != want[0] || sys.Gid != want[1] || uint32(fi.Mode().Perm()) != want[2] {
+			t.Errorf("%s: owner %d:%d mode %o, want %d:%d %o", name, sys.Uid, sys.Gid, fi.Mode().Perm(), want[0], want[1], want[2])
+		}
+	}
+}
