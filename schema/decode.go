@@ -326,7 +326,7 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 
 	// Singleton blocks are decoded after the loop: restart's defaults depend
 	// on whether the service has checks.
-	var restart, leader, stop *hcl.Block
+	var restart, leader, stop, resources, limits *hcl.Block
 	single := func(b *hcl.Block, slot **hcl.Block) {
 		if *slot != nil {
 			l.errorf(b.DefRange, "Duplicate "+b.Type+" block",
@@ -376,6 +376,10 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 			single(b, &leader)
 		case "stop":
 			single(b, &stop)
+		case "resources":
+			single(b, &resources)
+		case "limits":
+			single(b, &limits)
 		case "volume":
 			volumes = append(volumes, b)
 		default:
@@ -402,6 +406,19 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		decl.lead = leader.DefRange.Ptr()
 	}
 	svc.Stop = l.decodeStop(e, stop)
+	svc.Resources = l.decodeResources(e, resources)
+	svc.Limits = l.decodeLimits(e, limits)
+	if attr, ok := attrs["umask"]; ok {
+		if m, ok := e.Perms(attr); ok {
+			svc.Umask = &m
+		}
+	}
+	svc.NoNewPrivs = svc.User != "" || svc.UserGroup != ""
+	if attr, ok := attrs["no_new_privs"]; ok {
+		if b, ok := e.Bool(attr); ok {
+			svc.NoNewPrivs = b
+		}
+	}
 	for _, t := range svc.Templates {
 		if t.User == "" && t.Group == "" {
 			t.User, t.Group = svc.User, svc.UserGroup
@@ -485,6 +502,59 @@ func (l *loader) decodeStop(e *evaluator, block *hcl.Block) Stop {
 		s.Drain, _ = e.Duration(attr)
 	}
 	return s
+}
+
+// decodeResources decodes a resources block (nil without one).
+func (l *loader) decodeResources(e *evaluator, block *hcl.Block) *Resources {
+	if block == nil {
+		return nil
+	}
+	content, diags := bodyContent(block.Body, resourcesSchema)
+	l.diags = append(l.diags, diags...)
+	r := &Resources{}
+	attrs := content.Attributes
+	if attr, ok := attrs["cpu"]; ok {
+		r.CPU, _ = e.Int(attr, 1, 1<<20)
+	}
+	if attr, ok := attrs["memory"]; ok {
+		r.Memory, _ = e.Int(attr, 4, 1<<30)
+	}
+	if attr, ok := attrs["memory_max"]; ok {
+		r.MemoryMax, _ = e.Int(attr, 4, 1<<30)
+		if r.MemoryMax > 0 && r.Memory > r.MemoryMax {
+			l.errorf(attr.Expr.Range(), "memory_max below memory",
+				"memory_max (%d MiB) is the hard limit and memory (%d MiB) the reservation: the limit cannot be below the reservation.", r.MemoryMax, r.Memory)
+		}
+	}
+	if attr, ok := attrs["pids"]; ok {
+		r.Pids, _ = e.Int(attr, 1, 1<<22)
+	}
+	if *r == (Resources{}) {
+		return nil
+	}
+	return r
+}
+
+// decodeLimits decodes a limits block (nil without one).
+func (l *loader) decodeLimits(e *evaluator, block *hcl.Block) *Limits {
+	if block == nil {
+		return nil
+	}
+	content, diags := bodyContent(block.Body, limitsSchema)
+	l.diags = append(l.diags, diags...)
+	lim := &Limits{}
+	for name, dst := range map[string]**uint64{"nofile": &lim.NOFile, "nproc": &lim.NProc, "core": &lim.Core} {
+		if attr, ok := content.Attributes[name]; ok {
+			if n, ok := e.Int(attr, 0, math.MaxInt64); ok {
+				v := uint64(n)
+				*dst = &v
+			}
+		}
+	}
+	if *lim == (Limits{}) {
+		return nil
+	}
+	return lim
 }
 
 // userName decodes a user or group: a name or a numeric id.

@@ -30,5 +30,27 @@ func (in *Instance) runAs() {
 
 // resourcesOf is what the service's control group limits.
 func resourcesOf(svc *schema.Service) cgroup.Resources {
-	return cgroup.Resources{}
+	r := svc.Resources
+	if r == nil {
+		return cgroup.Resources{}
+	}
+	return cgroup.Resources{CPU: r.CPU, Memory: r.Memory, MemoryMax: r.MemoryMax, Pids: r.Pids}
+}
+
+// asService gives spec the service's user, no_new_privs and umask, and for
+// its main process (main) its rlimits.
+func (in *Instance) asService(spec *proc.Spec, main bool) {
+	svc := in.svc
+	spec.Cred = in.cred
+	spec.NoNewPrivs = svc.NoNewPrivs
+	if svc.Umask != nil {
+		spec.Umask, spec.HasUmask = int(*svc.Umask), true
+	}
+	if main && svc.Limits != nil {
+		for res, v := range map[int]*uint64{proc.RlimitNOFile: svc.Limits.NOFile, proc.RlimitNProc: svc.Limits.NProc, proc.RlimitCore: svc.Limits.Core} {
+			if v != nil {
+				spec.Rlimits = append(spec.Rlimits, proc.Rlimit{Resource: res, Value: *v})
+			}
+		}
+	}
 }

@@ -328,7 +328,7 @@ func (in *Instance) run() {
 		}
 		kick := make(chan struct{}, 1)
 		l.kicks = append(l.kicks, kick)
-		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log, Kick: kick, Cred: in.cred}
+		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log, Kick: kick, Cred: in.cred, NoNewPrivs: in.svc.NoNewPrivs}
 		scripts.Add(1)
 		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
@@ -735,7 +735,8 @@ func (l *loop) start(extra []string) input {
 	}
 	empty := ""
 	in.lastStderr.Store(&empty)
-	spec := proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name, Tap: in.tap, Cred: in.cred}
+	spec := proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name, Tap: in.tap}
+	in.asService(&spec, true)
 	if in.identErr != nil {
 		return input{kind: inStartFailed, err: &proc.StartError{Err: in.identErr, Permanent: true}}
 	}
@@ -777,6 +778,11 @@ func (l *loop) reap() input {
 	p := l.p
 	l.p = nil
 	e := p.Exit()
+	if g := l.in.group; g != nil {
+		if n := g.OOMKills(); n > l.in.oomBase {
+			e.OOMKilled, l.in.oomBase = true, n
+		}
+	}
 	// Whatever the child left in its group goes with it; during a stop,
 	// its control group gets the rest of the stop timeout (see stop).
 	_ = p.Signal(syscall.SIGKILL)
@@ -912,7 +918,9 @@ func (in *Instance) changeCommands(stop <-chan struct{}) {
 			return
 		case t = <-in.changec:
 		}
-		p, err := proc.Start(proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change", Cred: in.cred})
+		spec := proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change"}
+		in.asService(&spec, false)
+		p, err := proc.Start(spec)
 		if err != nil {
 			in.log.Error("template change command failed to start", "destination", t.Destination, "error", err)
 			continue

@@ -235,6 +235,10 @@ func (g *Group) apply(r Resources) error {
 	if limit > 0 {
 		if g.m.v2ctl["memory"] {
 			set(g.v2, "memory.max", strconv.FormatInt(int64(limit)*mib, 10))
+			// The limit holds swap too: a leak is killed, not swapped.
+			if _, err := os.Stat(filepath.Join(g.v2, "memory.swap.max")); err == nil {
+				set(g.v2, "memory.swap.max", "0")
+			}
 			if soft > 0 {
 				set(g.v2, "memory.low", strconv.FormatInt(int64(soft)*mib, 10))
 			}
@@ -242,7 +246,19 @@ func (g *Group) apply(r Resources) error {
 		} else if dir, err := g.v1dir("memory"); err != nil {
 			errs = append(errs, err)
 		} else {
-			set(dir, "memory.limit_in_bytes", strconv.FormatInt(int64(limit)*mib, 10))
+			// The limit holds swap too (memory+swap = memory). memsw may
+			// never be below the memory limit: raised first, lowered last.
+			bytes := strconv.FormatInt(int64(limit)*mib, 10)
+			memsw := filepath.Join(dir, "memory.memsw.limit_in_bytes")
+			_, err := os.Stat(memsw)
+			hasSwap := err == nil
+			if hasSwap {
+				_ = os.WriteFile(memsw, []byte(bytes), 0)
+			}
+			set(dir, "memory.limit_in_bytes", bytes)
+			if hasSwap {
+				set(dir, "memory.memsw.limit_in_bytes", bytes)
+			}
 			if soft > 0 {
 				set(dir, "memory.soft_limit_in_bytes", strconv.FormatInt(int64(soft)*mib, 10))
 			}

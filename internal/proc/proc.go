@@ -30,6 +30,32 @@ type Spec struct {
 	Group Group
 	// Cred, when set, is who the child runs as.
 	Cred *Credential
+	// Umask, when HasUmask, is the child's umask; else it has mariposa's.
+	Umask    int
+	HasUmask bool
+	// NoNewPrivs sets PR_SET_NO_NEW_PRIVS in the child: neither it nor what
+	// it runs gains privileges through setuid binaries or file caps.
+	NoNewPrivs bool
+	// Rlimits are set on the child right after its fork.
+	Rlimits []Rlimit
+}
+
+// Rlimit is one resource limit, soft and hard alike.
+type Rlimit struct {
+	Resource int
+	Value    uint64
+}
+
+func rlimitName(r int) string {
+	switch r {
+	case RlimitNOFile:
+		return "nofile"
+	case RlimitNProc:
+		return "nproc"
+	case RlimitCore:
+		return "core"
+	}
+	return fmt.Sprintf("rlimit %d", r)
 }
 
 // Credential is a user, group and supplementary groups to run as.
@@ -54,12 +80,21 @@ type Exit struct {
 	Signal syscall.Signal // the signal that killed it, or 0
 	Err    error          // a wait error, rare
 	At     time.Time
+	// OOMKilled: the kernel's OOM killer killed a process of the child's
+	// control group while it ran (its memory limit), as the group's own
+	// counters tell; set by the supervisor.
+	OOMKilled bool
 }
 
 // Success reports a clean exit 0.
-func (e Exit) Success() bool { return e.Err == nil && e.Signal == 0 && e.Code == 0 }
+func (e Exit) Success() bool { return e.Err == nil && e.Signal == 0 && e.Code == 0 && !e.OOMKilled }
 
 func (e Exit) String() string {
+	if e.OOMKilled {
+		base := e
+		base.OOMKilled = false
+		return "oom-killed (" + base.String() + ")"
+	}
 	switch {
 	case e.Err != nil:
 		return "wait error: " + e.Err.Error()
@@ -200,7 +235,15 @@ func Start(spec Spec) (*Process, error) {
 	cmd.Stdout, cmd.Stderr = outW, errW
 	p := &Process{done: make(chan struct{}), outDone: make(chan struct{})}
 	req := &startReq{cmd: cmd, exited: p.exited}
-	err = startOne(req)
+	if spec.HasUmask || spec.NoNewPrivs {
+		umask := -1
+		if spec.HasUmask {
+			umask = spec.Umask
+		}
+		err = startSpecial(req, umask, spec.NoNewPrivs)
+	} else {
+		err = startOne(req)
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -210,10 +253,16 @@ func Start(spec Spec) (*Process, error) {
 	}
 	p.Pid, p.Started = cmd.Process.Pid, time.Now()
 	var placeErr error
-	if spec.Group != nil {
+	if len(spec.Rlimits) > 0 {
+		placeErr = setRlimits(p.Pid, spec.Rlimits)
+	}
+	if spec.Group != nil && placeErr == nil {
 		if placeErr = spec.Group.Place(p.Pid); placeErr != nil {
-			_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+			placeErr = fmt.Errorf("placing the process in its control group: %w", placeErr)
 		}
+	}
+	if placeErr != nil {
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 	}
 	// One goroutine follows every child's output and exit (the poller);
 	// where it cannot, goroutines of this child's own do.
@@ -245,7 +294,7 @@ func Start(spec Spec) (*Process, error) {
 	}
 	if placeErr != nil {
 		<-p.done
-		return nil, &StartError{Err: fmt.Errorf("placing the process in its control group: %w", placeErr)}
+		return nil, &StartError{Err: placeErr}
 	}
 	return p, nil
 }
