@@ -30,7 +30,7 @@ func procStatus(t *testing.T, pid int) map[string]string {
 
 // TestServiceUser: user = "nobody" runs the service as nobody (uid, gid,
 // groups as /proc shows them, HOME, USER and LOGNAME as login sets them),
-// which cannot read a 0600 root file; its template is given to nobody, and
+// which cannot read a 0600 root file nor gain privileges (no_new_privs); its template is given to nobody, and
 // its args check runs as nobody too.
 func TestServiceUser(t *testing.T) {
 	t.Parallel()
@@ -84,6 +84,10 @@ service "asnobody" {
 	st := procStatus(t, pid)
 	if st["Uid"] != "65534 65534 65534 65534" || st["Gid"] != "65534 65534 65534 65534" || st["Groups"] != "" {
 		t.Fatalf("not nobody: Uid %q Gid %q Groups %q", st["Uid"], st["Gid"], st["Groups"])
+	}
+	// no_new_privs by default for a service that switches user.
+	if st["NoNewPrivs"] != "1" {
+		t.Errorf("NoNewPrivs %q, want 1", st["NoNewPrivs"])
 	}
 	env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	for _, want := range []string{"HOME=/nonexistent", "USER=nobody", "LOGNAME=nobody"} {
