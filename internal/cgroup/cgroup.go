@@ -53,7 +53,6 @@ type Manager struct {
 	v1 map[string]string
 }
 
-const cgroupRoot = "/sys/fs/cgroup"
 
 var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
 
