@@ -322,9 +322,20 @@ func (g *Group) Place(pid int) error {
 				}
 			}
 		}
-		pending = pending[:0]
+		done := pending
+		pending = nil
 		if g.v2 == "" {
-			break // the freezer is the tracking group itself
+			// No tracking group to read what was forked before the move:
+			// the moved processes' children, as /proc lists them (one
+			// forked and orphaned within those microseconds escapes).
+			for _, p := range done {
+				for _, c := range children(p) {
+					if !moved[c] {
+						pending = append(pending, c)
+					}
+				}
+			}
+			continue
 		}
 		procs, _ := g.Procs()
 		for _, p := range procs {
@@ -334,6 +345,21 @@ func (g *Group) Place(pid int) error {
 		}
 	}
 	return nil
+}
+
+// children lists the children of pid's threads.
+func children(pid int) []int {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var out []int
+	for _, t := range tasks {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
 }
 
 // tracking is the directory whose members are the instance's processes.
