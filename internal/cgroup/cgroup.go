@@ -53,7 +53,6 @@ type Manager struct {
 	v1 map[string]string
 }
 
-
 var v1Controllers = []string{"memory", "cpu", "cpuacct", "pids", "freezer"}
 
 // Open finds the hierarchies this process can manage and creates the
