@@ -98,23 +98,12 @@ func Open(name string) (*Manager, error) {
 // openUnified creates the parent in the cgroup2 hierarchy and enables the
 // controllers that limits need on the way to it. A non-root group that
 // holds processes cannot pass controllers down (no internal processes), so
-// mariposa first moves itself into a leaf of its own group, "supervisor":
-// what systemd's Delegate=yes asks a delegated service to do.
+// where enabling one is refused as busy, mariposa moves itself into a leaf
+// of its own group, "supervisor", and tries again: what systemd's
+// Delegate=yes asks of a delegated service, and what a container's
+// namespace root needs.
 func (m *Manager) openUnified(mp mount, ownPath, name string) error {
 	base := filepath.Join(mp.dir, strings.TrimPrefix(ownPath, mp.root))
-	avail := fields(readString(filepath.Join(base, "cgroup.controllers")))
-	want := []string{}
-	for _, c := range []string{"cpu", "memory", "pids"} {
-		if avail[c] {
-			want = append(want, c)
-		}
-	}
-	if len(want) > 0 && filepath.Clean(ownPath) != "/" && filepath.Base(base) != "supervisor" {
-		sup := filepath.Join(base, "supervisor")
-		if err := os.MkdirAll(sup, 0o755); err == nil {
-			_ = os.WriteFile(filepath.Join(sup, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0)
-		}
-	}
 	if filepath.Base(base) == "supervisor" && filepath.Clean(ownPath) != "/" {
 		base = filepath.Dir(base) // a restarted mariposa already in its leaf
 	}
@@ -122,9 +111,22 @@ func (m *Manager) openUnified(mp mount, ownPath, name string) error {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
 	}
-	for _, c := range want {
-		if os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+"+c), 0) == nil &&
-			os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+"+c), 0) == nil {
+	avail := fields(readString(filepath.Join(base, "cgroup.controllers")))
+	moved := false
+	for _, c := range []string{"cpu", "memory", "pids"} {
+		if !avail[c] {
+			continue
+		}
+		err := os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+"+c), 0)
+		if errors.Is(err, syscall.EBUSY) && !moved {
+			moved = true
+			sup := filepath.Join(base, "supervisor")
+			if os.MkdirAll(sup, 0o755) == nil &&
+				os.WriteFile(filepath.Join(sup, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0) == nil {
+				err = os.WriteFile(filepath.Join(base, "cgroup.subtree_control"), []byte("+"+c), 0)
+			}
+		}
+		if err == nil && os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+"+c), 0) == nil {
 			m.v2ctl[c] = true
 		}
 	}
