@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -121,5 +123,70 @@ service "asnobody" {
 		if sys.Uid != want[0] || sys.Gid != want[1] || uint32(fi.Mode().Perm()) != want[2] {
 			t.Errorf("%s: owner %d:%d mode %o, want %d:%d %o", name, sys.Uid, sys.Gid, fi.Mode().Perm(), want[0], want[1], want[2])
 		}
+	}
+}
+
+// TestCannotSwitchUsers: a mariposa that cannot switch users (here: run as
+// nobody) refuses to run a service with a user, naming its position, and
+// starts nothing; validate warns at the same position and exits 0.
+func TestCannotSwitchUsers(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root")
+		}
+		t.Skip("needs root")
+	}
+	dir, err := os.MkdirTemp("", "mariposa-nouser-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bin := filepath.Join(dir, "mariposa")
+	b, err := os.ReadFile(mariposaBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hcl := filepath.Join(dir, "svc.hcl")
+	marker := filepath.Join(dir, "started")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(hcl, []byte(fmt.Sprintf(`service "db" {
+  command = ["sh", "-c", "touch %s; exec sleep 600"]
+  user    = "root"
+}
+`, marker)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(args ...string) (string, int) {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}, Pdeathsig: syscall.SIGKILL}
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=/", "MARIPOSA_CONTROL_SOCKET=" + filepath.Join(dir, "s")}
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return string(out), ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return string(out), 0
+	}
+	where := hcl + ":3:13"
+	out, code := asNobody("validate", hcl)
+	if code != 0 || !strings.Contains(out, "Warning: "+where+": Cannot switch users") {
+		t.Errorf("validate as nobody: exit %d, want 0 with a warning at %s:\n%s", code, where, out)
+	}
+	out, code = asNobody("run", "-consul-addr", "127.0.0.1:1", hcl)
+	if code != 1 || !strings.Contains(out, "Error: "+where+": Cannot switch users") {
+		t.Errorf("run as nobody: exit %d, want 1 with the error at %s:\n%s", code, where, out)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the service started")
 	}
 }

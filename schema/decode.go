@@ -585,17 +585,24 @@ func (l *loader) checkUsers(svc *Service, decl *serviceDecl) {
 		report = l.errorf
 	}
 	rng := *decl.user
+	who := fmt.Sprintf("user %q", svc.User)
+	switch {
+	case svc.User == "":
+		who = fmt.Sprintf("group %q", svc.UserGroup)
+	case svc.UserGroup != "":
+		who += fmt.Sprintf(" and group %q", svc.UserGroup)
+	}
 	if u.CanSwitch != nil {
 		if err := u.CanSwitch(); err != nil {
 			report(rng, "Cannot switch users",
-				"Service %q runs as user %q group %q, but %v: start mariposa as root (the shipped systemd unit does), or remove user and group.",
-				svc.Name, svc.User, svc.UserGroup, err)
+				"Service %q runs as %s, but %v: start mariposa as root (the shipped systemd unit does), or remove user and group.",
+				svc.Name, who, err)
 			return
 		}
 	}
 	if u.Resolve != nil {
 		if err := u.Resolve(svc.User, svc.UserGroup); err != nil {
-			report(rng, "Unknown user or group", "Service %q cannot run as user %q group %q on this machine: %v.", svc.Name, svc.User, svc.UserGroup, err)
+			report(rng, "Unknown user or group", "Service %q cannot run as %s on this machine: %v.", svc.Name, who, err)
 		}
 	}
 }
