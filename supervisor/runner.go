@@ -564,6 +564,9 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
 	in.abandoned = &r.abandoned
 	in.cgroups = r.opts.Cgroups
+	if in.cgroups == nil && svc.Resources != nil {
+		log.Warn("no control groups on this node: the service's resources are not applied", "service", svc.Name)
+	}
 	in.runAs()
 	in.node = r.node
 	if sp.slot != nil {
