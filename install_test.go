@@ -132,7 +132,7 @@ func TestMakeInstall(t *testing.T) {
 	for _, want := range []string{
 		"ExecStart=" + bin + " run $MARIPOSA_OPTS " + etc + "/mariposa/services.d\n",
 		"EnvironmentFile=-" + etc + "/mariposa/mariposa.env\n",
-		"Type=notify\n", "ExecReload=/bin/kill -HUP $MAINPID\n", "KillMode=mixed\n", "Restart=on-failure\n",
+		"Type=notify\n", "ExecReload=/bin/kill -HUP $MAINPID\n", "KillMode=mixed\n", "Restart=on-failure\n", "Delegate=yes\n",
 	} {
 		if !strings.Contains(string(unit), want) {
 			t.Errorf("the installed unit lacks %q:\n%s", want, unit)

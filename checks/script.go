@@ -34,6 +34,10 @@ type ScriptCheck struct {
 	// new process is not shown with the status its predecessor left for up
 	// to an interval.
 	Kick <-chan struct{}
+	// Cred, when set, is who the check runs as: the service's user.
+	Cred *proc.Credential
+	// NoNewPrivs: the check cannot gain privileges (the service's setting).
+	NoNewPrivs bool
 }
 
 // Run runs the check until ctx ends, the first time at once, and at once
@@ -53,7 +57,7 @@ func (s *ScriptCheck) Run(ctx context.Context) {
 		case <-s.Kick:
 		}
 		res := make(chan Result, 1)
-		go func() { res <- RunScript(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout) }()
+		go func() { res <- RunScriptAs(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout, s.Cred, s.NoNewPrivs) }()
 		st := s.await(id, res, last)
 		if ctx.Err() != nil {
 			return // cut short by the stop: not a result
@@ -97,6 +101,12 @@ func (s *ScriptCheck) await(id string, res <-chan Result, last *Result) Result {
 // RunScript runs argv once in its own process group and maps the result to
 // a check status. A timeout kills the whole group.
 func RunScript(ctx context.Context, argv, env []string, dir string, timeout time.Duration) Result {
+	return RunScriptAs(ctx, argv, env, dir, timeout, nil, false)
+}
+
+// RunScriptAs is RunScript as the user cred (nil: mariposa's own), with
+// no_new_privs if nnp.
+func RunScriptAs(ctx context.Context, argv, env []string, dir string, timeout time.Duration, cred *proc.Credential, nnp bool) Result {
 	var mu sync.Mutex
 	var out strings.Builder
 	sink := proc.NewSink(256, func(l proc.Line) {
@@ -107,7 +117,7 @@ func RunScript(ctx context.Context, argv, env []string, dir string, timeout time
 			out.WriteByte('\n')
 		}
 	}, nil)
-	p, err := proc.Start(proc.Spec{Argv: argv, Env: env, Dir: dir, Output: sink})
+	p, err := proc.Start(proc.Spec{Argv: argv, Env: env, Dir: dir, Output: sink, Cred: cred, NoNewPrivs: nnp})
 	if err != nil {
 		sink.Close()
 		return Result{Health: api.HealthCritical, Output: "check could not start: " + err.Error()}

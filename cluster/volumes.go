@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/users"
 	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -253,8 +254,17 @@ func (f *Fleet) readyVolumes(ctx context.Context, h *heldSlot) (string, api.TxnO
 	store := f.cfg.Volumes
 	u, k := h.unit.Unit.Name, h.k
 	vols, snapshotted := volumesOf(h.unit)
+	owner, err := volumeOwner(h.unit)
+	if err != nil {
+		return "", nil, err
+	}
+	ctx = volume.WithRunAs(ctx, owner)
 	for _, v := range vols {
-		if _, err := store.Ensure(u, k, v.Path); err != nil {
+		live, err := store.Ensure(u, k, v.Path)
+		if err == nil {
+			err = volume.Own(live, owner)
+		}
+		if err != nil {
 			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 	}
@@ -493,6 +503,11 @@ func (f *Fleet) handoffOps(ctx context.Context, h *heldSlot) (ops api.TxnOps, no
 	if f.cfg.APIURL == "" {
 		return nil, "", false, errors.New("this node's HTTP API is off: nothing could serve the snapshot")
 	}
+	owner, err := volumeOwner(h.unit)
+	if err != nil {
+		return nil, "", false, err
+	}
+	ctx = volume.WithRunAs(ctx, owner)
 	ho := Handoff{Node: f.cfg.Node, URL: f.cfg.APIURL, LockIndex: h.term.LockIndex, TermIndex: h.term.Index,
 		Volumes: map[string]volume.Meta{}}
 	note = "data handed off"
@@ -886,4 +901,21 @@ func (f *Fleet) latestCopy(ctx context.Context, unit string, k int, vol string) 
 		}
 	}
 	return best, nil
+}
+
+// volumeOwner is the user a unit's volumes belong to, and their hooks run
+// as: the user and group of its first service that has one (nil: none,
+// mariposa's own).
+func volumeOwner(u UnitSpec) (*volume.RunAs, error) {
+	for _, svc := range u.Services {
+		if svc.User == "" && svc.UserGroup == "" {
+			continue
+		}
+		id, err := users.Resolve(svc.User, svc.UserGroup)
+		if err != nil {
+			return nil, fmt.Errorf("the volumes' owner: service %s: %w", svc.Name, err)
+		}
+		return &volume.RunAs{Uid: id.Uid, Gid: id.Gid, Groups: id.Groups}, nil
+	}
+	return nil, nil
 }

@@ -18,11 +18,13 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/cgroup"
 	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/internal/coord"
 	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/logring"
 	"github.com/mariposa-sh/mariposa/internal/proc"
+	"github.com/mariposa-sh/mariposa/internal/users"
 	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -78,6 +80,11 @@ Options:
                      claims. Without it, a service with a count is an error,
                      and the node is not a fleet node: it never takes a
                      slot and the fleet does not count it.
+  -cgroup-parent=mariposa
+                     The control group under which each instance gets its
+                     own (below mariposa's own group, in every hierarchy
+                     used; $MARIPOSA_CGROUP_PARENT works too). "none": no
+                     control groups (a stop kills the process group only).
   -dev               If no Consul agent answers, start a local dev agent
                      (the consul binary from $MARIPOSA_CONSUL_BIN, the cache
                      of "make consul", or PATH) and stop it on exit.
@@ -136,6 +143,11 @@ func (c *RunCommand) Run(args []string) int {
 	fs.StringVar(&controlSock, "control-socket", "", "")
 	fs.BoolVar(&allowSecond, "allow-second-supervisor", false, "")
 	fs.BoolVar(&clusterMode, "cluster", false, "")
+	cgroupParent := "mariposa"
+	if v := os.Getenv("MARIPOSA_CGROUP_PARENT"); v != "" {
+		cgroupParent = v
+	}
+	fs.StringVar(&cgroupParent, "cgroup-parent", cgroupParent, "")
 	paths, ok := parsePathsOpt(c.UI, fs, args, c.Help(), "mariposa run: no service files given", &clusterMode)
 	if !ok {
 		return 1
@@ -161,7 +173,7 @@ func (c *RunCommand) Run(args []string) int {
 
 	// The same checks as validate: templates parse, programs and dirs
 	// exist here (warnings).
-	loadOpts := schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate, CheckHost: true}
+	loadOpts := schema.LoadOptions{Vars: vars, CheckTemplate: render.CheckTemplate, CheckHost: true, Users: userCheck(true)}
 	load := func() (*schema.Config, *schema.Diagnostics) {
 		if len(paths) == 0 { // run -cluster with no files: only what is deployed
 			return &schema.Config{}, &schema.Diagnostics{}
@@ -202,6 +214,8 @@ func (c *RunCommand) Run(args []string) int {
 		proc.EnableReaper()
 		log.Info("running as PID 1: reaping orphaned processes")
 	}
+
+	cgroups := openCgroups(cgroupParent, log)
 
 	sigs := c.Signals
 	if sigs == nil {
@@ -273,6 +287,7 @@ func (c *RunCommand) Run(args []string) int {
 		ReloadGate: coord.New(client, log.Named("reload")),
 		HTTPAPI:    httpAPI.boundAddr(),
 		OnRender:   httpAPI.metrics.ObserveRender,
+		Cgroups:    cgroups,
 	})
 	httpAPI.start(r, log)
 	// Below "alive" in mariposa's liveness check: the open API's warning,
@@ -409,4 +424,27 @@ func fleetMeta(clusterMode bool) map[string]string {
 		return nil
 	}
 	return map[string]string{checks.FleetMetaKey: checks.FleetMetaValue}
+}
+
+// openCgroups makes the parent of the instances' control groups, or says
+// at the start why there is none.
+func openCgroups(parent string, log hclog.Logger) *cgroup.Manager {
+	if parent == "none" || parent == "" {
+		log.Warn("control groups off (-cgroup-parent=none): a stop kills each service's process group only; a child that left it (setsid) outlives the stop")
+		return nil
+	}
+	m, err := cgroup.Open(parent)
+	if err != nil {
+		log.Warn("no control group per instance: a stop kills each service's process group only, and a child that left it (setsid) outlives the stop; resource limits are not applied", "error", err)
+		return nil
+	}
+	log.Info("a control group per instance", "hierarchies", m.Describe())
+	return m
+}
+
+// userCheck checks services' users on this machine: errors for run
+// (nothing starts half-configured), warnings for validate.
+func userCheck(strict bool) *schema.UserCheck {
+	return &schema.UserCheck{Strict: strict, CanSwitch: users.CanSwitch,
+		Resolve: func(u, g string) error { _, err := users.Resolve(u, g); return err }}
 }

@@ -90,6 +90,7 @@ func (c *ValidateCommand) Run(args []string) int {
 		Environ:       c.Environ,
 		CheckTemplate: render.CheckTemplate,
 		CheckHost:     true,
+		Users:         userCheck(false),
 	})
 	valid := !diags.HasErrors() && cfg != nil
 

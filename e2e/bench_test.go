@@ -422,3 +422,60 @@ func parentPID(pid int) int {
 	ppid, _ := strconv.Atoi(f[1])
 	return ppid
 }
+
+// restartRound runs the stamp child under mariposa (with args, and body
+// added to the service) until trials restarts, and returns the exit to
+// start latencies.
+func restartRound(b *testing.B, agent *consultest.Agent, trials int, body string, args ...string) latencies {
+	stamps := filepath.Join(b.TempDir(), "stamps")
+	hcl := writeHCL(b, fmt.Sprintf(`
+service "flaky" {
+  command = [%q]
+  env     = { STAMP_FILE = %q, STAMP_SLEEP_MS = "100", STAMP_EXIT = "1" }
+  restart {
+    policy   = "always"
+    delay    = "0s"
+    attempts = 0
+  }
+%s
+}
+`, stampBin, stamps, body))
+	m := startMariposa(b, agent, nil, append(append([]string{"-log-level", "warn"}, args...), hcl)...)
+	var got []stamp
+	waitFor(b, 2*time.Minute, fmt.Sprintf("%d restarts", trials), func() (bool, string) {
+		got = readStamps(stamps)
+		return countStarts(got) > trials, fmt.Sprintf("%d starts", countStarts(got))
+	})
+	m.stop(b, syscall.SIGTERM, 20*time.Second)
+	return exitToStart(got)
+}
+
+// BenchmarkRestartCgroupCost: what a control group per instance adds to
+// process exit -> restarted (BENCHMARKS.md: goal <= 0.2 ms): the same
+// restarts without control groups (-cgroup-parent=none), with one (the
+// cgroup2 tracking group: CLONE_INTO_CGROUP, an emptiness check at exit
+// and at start), and with limits (cpu, memory, pids: on a v1 host three
+// more hierarchies joined after each fork). Rounds alternate; the medians
+// are over all rounds together.
+func BenchmarkRestartCgroupCost(b *testing.B) {
+	const trials = 60
+	rounds := benchRounds(3)
+	agent := consultest.NewDev(b)
+	const limits = "  resources {\n    cpu    = 2000\n    memory = 512\n    pids   = 256\n  }"
+	for i := 0; i < b.N; i++ {
+		var none, group, limited latencies
+		for range rounds {
+			none = append(none, restartRound(b, agent, trials, "", "-cgroup-parent", "none")...)
+			group = append(group, restartRound(b, agent, trials, "")...)
+			limited = append(limited, restartRound(b, agent, trials, limits)...)
+		}
+		none.report(b, "process exit -> restarted, no control groups")
+		group.report(b, "process exit -> restarted, a control group per instance")
+		limited.report(b, "process exit -> restarted, a control group per instance with cpu, memory and pids limits")
+		added, addedLimits := group.pct(0.5)-none.pct(0.5), limited.pct(0.5)-none.pct(0.5)
+		fmt.Printf("a cgroup per instance on the restart path: p50 %.3f ms without, %.3f ms with (added %.3f ms), %.3f ms with limits (added %.3f ms); goal <= 0.2 ms added\n",
+			ms(none.pct(0.5)), ms(group.pct(0.5)), ms(added), ms(limited.pct(0.5)), ms(addedLimits))
+		b.ReportMetric(ms(added), "cgroup-added-p50-ms")
+		b.ReportMetric(ms(addedLimits), "cgroup-limits-added-p50-ms")
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/internal/cgroup"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/report"
 )
@@ -69,7 +70,12 @@ func TestMain(m *testing.M) {
 			}
 		}
 	}
+	// The mariposas of this run keep their control groups apart from those
+	// of other test binaries running at once (same service IDs).
+	cgParent := fmt.Sprintf("mariposa-e2e-%d", os.Getpid())
+	os.Setenv("MARIPOSA_CGROUP_PARENT", cgParent)
 	code := m.Run()
+	removeCgroupParent(cgParent)
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -246,3 +252,12 @@ func instanceReport(t testing.TB, sc *api.HealthCheck) report.Instance {
 }
 
 func freePort(t testing.TB) int { return consultest.FreePorts(t, 1)[0] }
+
+// removeCgroupParent removes the control groups this run's mariposas made.
+func removeCgroupParent(name string) {
+	if m, err := cgroup.Open(name); err == nil {
+		if err := m.Remove(); err != nil {
+			fmt.Fprintln(os.Stderr, "removing the test run's control groups:", err)
+		}
+	}
+}

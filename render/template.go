@@ -221,7 +221,12 @@ func (r *templateRunner) render() {
 	}
 	changed := false
 	if out != nil {
-		changed, err = writeFile(r.t.Destination, out, r.t.Perms)
+		uid, gid, oerr := templateOwner(r.t)
+		if oerr != nil {
+			err = oerr
+		} else {
+			changed, err = writeFileOwned(r.t.Destination, out, r.t.Perms, uid, gid)
+		}
 		if err != nil {
 			errMsg = fmt.Sprintf("template %s: write: %v", r.name, err)
 		}

@@ -8,6 +8,9 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+
+	"github.com/mariposa-sh/mariposa/internal/users"
+	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // writeFile makes path hold data with mode perm, atomically: readers see the
@@ -24,6 +27,13 @@ import (
 // putting their files in place (see dirWriter); a lone write costs what it
 // always did.
 func writeFile(path string, data []byte, perm os.FileMode) (changed bool, err error) {
+	return writeFileOwned(path, data, perm, -1, -1)
+}
+
+// writeFileOwned is writeFile that gives the file to uid:gid (each -1:
+// keep the previous file's, as writeFile does), also when only the owner
+// is wrong.
+func writeFileOwned(path string, data []byte, perm os.FileMode, uid, gid int) (changed bool, err error) {
 	var owner *syscall.Stat_t
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
 		if cur, err := os.Open(path); err == nil {
@@ -38,17 +48,38 @@ func writeFile(path string, data []byte, perm os.FileMode) (changed bool, err er
 						return false, err
 					}
 				}
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok && (uid >= 0 && st.Uid != uint32(uid) || gid >= 0 && st.Gid != uint32(gid)) {
+					if err := os.Chown(path, uid, gid); err != nil {
+						return false, err
+					}
+				}
 				return false, nil
 			}
 		}
 		owner, _ = fi.Sys().(*syscall.Stat_t)
+	}
+	if uid >= 0 || gid >= 0 {
+		o := syscall.Stat_t{Uid: uint32(uid), Gid: uint32(gid)}
+		if owner != nil {
+			if uid < 0 {
+				o.Uid = owner.Uid
+			}
+			if gid < 0 {
+				o.Gid = owner.Gid
+			}
+		} else if uid < 0 {
+			o.Uid = uint32(os.Geteuid())
+		} else if gid < 0 {
+			o.Gid = uint32(os.Getegid())
+		}
+		owner = &o
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return false, err
 	}
 	w := &write{path: path, dir: dir}
-	if err := w.createTemp(data, perm.Perm(), owner); err != nil {
+	if err := w.createTemp(data, perm.Perm(), owner, uid >= 0 || gid >= 0); err != nil {
 		if w.f != nil {
 			w.f.Close()
 			os.Remove(w.tmp)
@@ -83,7 +114,7 @@ type write struct {
 
 // createTemp writes data to a new temporary file beside w's path, with its
 // mode and owner.
-func (w *write) createTemp(data []byte, perm os.FileMode, owner *syscall.Stat_t) error {
+func (w *write) createTemp(data []byte, perm os.FileMode, owner *syscall.Stat_t, strict bool) error {
 	f, err := os.CreateTemp(w.dir, "."+filepath.Base(w.path)+".mariposa-*")
 	if err != nil {
 		return err
@@ -97,8 +128,11 @@ func (w *write) createTemp(data []byte, perm os.FileMode, owner *syscall.Stat_t)
 	}
 	if owner != nil {
 		// Keep the owner an operator gave the file; only root may, so
-		// failing is expected and harmless otherwise.
-		_ = f.Chown(int(owner.Uid), int(owner.Gid))
+		// failing is expected and harmless otherwise. An owner the
+		// template asks for must be given (strict).
+		if err := f.Chown(int(owner.Uid), int(owner.Gid)); err != nil && strict {
+			return fmt.Errorf("giving the file to %d:%d: %w", owner.Uid, owner.Gid, err)
+		}
 	}
 	return nil
 }
@@ -240,4 +274,24 @@ func syncDir(dir string) error {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	return nil
+}
+
+// templateOwner is the uid and gid a template's file is given (-1: keep).
+func templateOwner(t *schema.Template) (uid, gid int, err error) {
+	uid, gid = -1, -1
+	if t.User != "" {
+		id, err := users.Resolve(t.User, t.Group)
+		if err != nil {
+			return -1, -1, err
+		}
+		return int(id.Uid), int(id.Gid), nil
+	}
+	if t.Group != "" {
+		g, err := users.LookupGroup(t.Group)
+		if err != nil {
+			return -1, -1, err
+		}
+		gid = int(g)
+	}
+	return uid, gid, nil
 }

@@ -413,6 +413,12 @@ func (l *loader) decodeTemplate(e *evaluator, block *hcl.Block, svc *Service, p 
 			t.Perms = perms
 		}
 	}
+	if attr, aok := attrs["user"]; aok {
+		t.User, _ = l.userName(e, attr, "user")
+	}
+	if attr, aok := attrs["group"]; aok {
+		t.Group, _ = l.userName(e, attr, "group")
+	}
 	modeAttr, hasMode := attrs["change_mode"]
 	if hasMode {
 		if s, mok := e.Enum(modeAttr, "Invalid change_mode", templateChangeModes); mok {

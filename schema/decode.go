@@ -47,6 +47,7 @@ type serviceDecl struct {
 	tmpls map[*Template]hcl.Range
 	id    *hcl.Range // set when id is given explicitly
 	lead  *hcl.Range
+	user  *hcl.Range // where user, or else group, was written
 }
 
 func (l *loader) errorf(subject hcl.Range, summary, format string, args ...any) {
@@ -312,10 +313,20 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 	if attr, ok := attrs["version"]; ok {
 		svc.Version, _ = e.String(attr)
 	}
+	if attr, ok := attrs["user"]; ok {
+		svc.User, _ = l.userName(e, attr, "user")
+		decl.user = attr.Expr.Range().Ptr()
+	}
+	if attr, ok := attrs["group"]; ok {
+		svc.UserGroup, _ = l.userName(e, attr, "group")
+		if decl.user == nil {
+			decl.user = attr.Expr.Range().Ptr()
+		}
+	}
 
 	// Singleton blocks are decoded after the loop: restart's defaults depend
 	// on whether the service has checks.
-	var restart, leader, stop *hcl.Block
+	var restart, leader, stop, resources, limits *hcl.Block
 	single := func(b *hcl.Block, slot **hcl.Block) {
 		if *slot != nil {
 			l.errorf(b.DefRange, "Duplicate "+b.Type+" block",
@@ -365,6 +376,10 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 			single(b, &leader)
 		case "stop":
 			single(b, &stop)
+		case "resources":
+			single(b, &resources)
+		case "limits":
+			single(b, &limits)
 		case "volume":
 			volumes = append(volumes, b)
 		default:
@@ -391,9 +406,28 @@ func (l *loader) decodeService(e *evaluator, block *hcl.Block, p *parsed, group 
 		decl.lead = leader.DefRange.Ptr()
 	}
 	svc.Stop = l.decodeStop(e, stop)
+	svc.Resources = l.decodeResources(e, resources)
+	svc.Limits = l.decodeLimits(e, limits)
+	if attr, ok := attrs["umask"]; ok {
+		if m, ok := e.Perms(attr); ok {
+			svc.Umask = &m
+		}
+	}
+	svc.NoNewPrivs = svc.User != "" || svc.UserGroup != ""
+	if attr, ok := attrs["no_new_privs"]; ok {
+		if b, ok := e.Bool(attr); ok {
+			svc.NoNewPrivs = b
+		}
+	}
+	for _, t := range svc.Templates {
+		if t.User == "" && t.Group == "" {
+			t.User, t.Group = svc.User, svc.UserGroup
+		}
+	}
 	if l.opts.CheckHost {
 		l.checkHost(svc, attrs["command"], attrs["dir"])
 	}
+	l.checkUsers(svc, decl)
 
 	l.cfg.Services = append(l.cfg.Services, svc)
 	l.decls = append(l.decls, decl)
@@ -468,4 +502,107 @@ func (l *loader) decodeStop(e *evaluator, block *hcl.Block) Stop {
 		s.Drain, _ = e.Duration(attr)
 	}
 	return s
+}
+
+// decodeResources decodes a resources block (nil without one).
+func (l *loader) decodeResources(e *evaluator, block *hcl.Block) *Resources {
+	if block == nil {
+		return nil
+	}
+	content, diags := bodyContent(block.Body, resourcesSchema)
+	l.diags = append(l.diags, diags...)
+	r := &Resources{}
+	attrs := content.Attributes
+	if attr, ok := attrs["cpu"]; ok {
+		r.CPU, _ = e.Int(attr, 1, 1<<20)
+	}
+	if attr, ok := attrs["memory"]; ok {
+		r.Memory, _ = e.Int(attr, 4, 1<<30)
+	}
+	if attr, ok := attrs["memory_max"]; ok {
+		r.MemoryMax, _ = e.Int(attr, 4, 1<<30)
+		if r.MemoryMax > 0 && r.Memory > r.MemoryMax {
+			l.errorf(attr.Expr.Range(), "memory_max below memory",
+				"memory_max (%d MiB) is the hard limit and memory (%d MiB) the reservation: the limit cannot be below the reservation.", r.MemoryMax, r.Memory)
+		}
+	}
+	if attr, ok := attrs["pids"]; ok {
+		r.Pids, _ = e.Int(attr, 1, 1<<22)
+	}
+	if *r == (Resources{}) {
+		return nil
+	}
+	return r
+}
+
+// decodeLimits decodes a limits block (nil without one).
+func (l *loader) decodeLimits(e *evaluator, block *hcl.Block) *Limits {
+	if block == nil {
+		return nil
+	}
+	content, diags := bodyContent(block.Body, limitsSchema)
+	l.diags = append(l.diags, diags...)
+	lim := &Limits{}
+	for name, dst := range map[string]**uint64{"nofile": &lim.NOFile, "nproc": &lim.NProc, "core": &lim.Core} {
+		if attr, ok := content.Attributes[name]; ok {
+			if n, ok := e.Int(attr, 0, math.MaxInt64); ok {
+				v := uint64(n)
+				*dst = &v
+			}
+		}
+	}
+	if *lim == (Limits{}) {
+		return nil
+	}
+	return lim
+}
+
+// userName decodes a user or group: a name or a numeric id.
+func (l *loader) userName(e *evaluator, attr *hcl.Attribute, what string) (string, bool) {
+	v, ok := e.String(attr)
+	if !ok {
+		return "", false
+	}
+	if v == "" || strings.ContainsAny(v, ":/ \t\n\x00") || strings.HasPrefix(v, "-") {
+		l.errorf(attr.Expr.Range(), "Invalid "+what,
+			"%q is not a %s: give a name such as \"postgres\" or a numeric id such as 70.", v, what)
+		return "", false
+	}
+	return v, true
+}
+
+// checkUsers reports a user or group this mariposa cannot switch to, or
+// that this machine does not know: errors when the files are loaded to run
+// (LoadOptions.Users.Strict), warnings otherwise (files may be validated
+// elsewhere than where they run).
+func (l *loader) checkUsers(svc *Service, decl *serviceDecl) {
+	u := l.opts.Users
+	if u == nil || decl.user == nil || (svc.User == "" && svc.UserGroup == "") {
+		return
+	}
+	report := l.warnf
+	if u.Strict {
+		report = l.errorf
+	}
+	rng := *decl.user
+	who := fmt.Sprintf("user %q", svc.User)
+	switch {
+	case svc.User == "":
+		who = fmt.Sprintf("group %q", svc.UserGroup)
+	case svc.UserGroup != "":
+		who += fmt.Sprintf(" and group %q", svc.UserGroup)
+	}
+	if u.CanSwitch != nil {
+		if err := u.CanSwitch(); err != nil {
+			report(rng, "Cannot switch users",
+				"Service %q runs as %s, but %v: start mariposa as root (the shipped systemd unit does), or remove user and group.",
+				svc.Name, who, err)
+			return
+		}
+	}
+	if u.Resolve != nil {
+		if err := u.Resolve(svc.User, svc.UserGroup); err != nil {
+			report(rng, "Unknown user or group", "Service %q cannot run as %s on this machine: %v.", svc.Name, who, err)
+		}
+	}
 }

@@ -27,6 +27,20 @@ type LoadOptions struct {
 	// cannot be found or is not executable, a dir that does not exist. Only
 	// warnings: files may be validated elsewhere than where they run.
 	CheckHost bool
+	// Users, when set, checks each service's user and group on this
+	// machine (schema imports no runtime package: mariposa passes
+	// internal/users').
+	Users *UserCheck
+}
+
+// UserCheck checks users and groups against this machine.
+type UserCheck struct {
+	// CanSwitch says why this process cannot run children as other users.
+	CanSwitch func() error
+	// Resolve says why a user and group cannot be found.
+	Resolve func(user, group string) error
+	// Strict: errors (mariposa run) instead of warnings (validate).
+	Strict bool
 }
 
 // source is one file to load. name is how the file is shown in diagnostics

@@ -61,6 +61,22 @@ type Service struct {
 	Meta    map[string]string
 	Version string
 
+	// User and UserGroup are who the process, its args checks and its
+	// volume hooks run as (names or numeric ids; "" is mariposa's own).
+	User      string `json:",omitempty"`
+	UserGroup string `json:",omitempty"`
+	// NoNewPrivs: the process and its children cannot gain privileges
+	// (setuid binaries, file capabilities): PR_SET_NO_NEW_PRIVS. Default:
+	// on when user or group is set.
+	NoNewPrivs bool `json:",omitempty"`
+
+	// Resources limit the instance's control group; nil: none.
+	Resources *Resources `json:",omitempty"`
+	// Limits are the process's rlimits; nil: mariposa's own.
+	Limits *Limits `json:",omitempty"`
+	// Umask is the process's file mode creation mask; nil: mariposa's.
+	Umask *os.FileMode `json:",omitempty"`
+
 	Checks    []*Check
 	Restart   Restart
 	Depends   []*Dependency
@@ -77,6 +93,22 @@ type Service struct {
 	// SourceDir its directory. Relative template sources resolve against it.
 	SourceFile string
 	SourceDir  string
+}
+
+// Resources is a `resources` block: what the instance's control group
+// allows it (zero: unset).
+type Resources struct {
+	CPU       int `json:",omitempty"` // millicores: 1000 is one core
+	Memory    int `json:",omitempty"` // MiB: the reservation, and the limit unless MemoryMax
+	MemoryMax int `json:",omitempty"` // MiB: the hard limit
+	Pids      int `json:",omitempty"` // processes and threads
+}
+
+// Limits is a `limits` block: rlimits, soft and hard alike (nil: unset).
+type Limits struct {
+	NOFile *uint64 `json:",omitempty"`
+	NProc  *uint64 `json:",omitempty"`
+	Core   *uint64 `json:",omitempty"`
 }
 
 // CheckKind is what a check probes.
@@ -176,12 +208,16 @@ type Template struct {
 	// Dir, or the source file's directory when Dir is empty).
 	Destination string
 	Perms       os.FileMode // default 0644
-	ChangeMode  string      // restart (default) | signal | command | noop
-	Signal      syscall.Signal
-	Command     []string
-	WaitMin     time.Duration
-	WaitMax     time.Duration
-	Env         bool
+	// User and Group own the rendered file (names or numeric ids); by
+	// default the service's user and group, "" keeps the file's owner.
+	User       string `json:",omitempty"`
+	Group      string `json:",omitempty"`
+	ChangeMode string // restart (default) | signal | command | noop
+	Signal     syscall.Signal
+	Command    []string
+	WaitMin    time.Duration
+	WaitMax    time.Duration
+	Env        bool
 	// Coordinate, when set, paces the restarts or signals a change of this
 	// template causes across every instance of the service (or of its
 	// unit): a few at a time, under Consul semaphore tokens. nil: each

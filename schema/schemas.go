@@ -57,6 +57,10 @@ var serviceSchema = &hcl.BodySchema{
 		{Name: "tags"},
 		{Name: "meta"},
 		{Name: "version"},
+		{Name: "user"},
+		{Name: "group"},
+		{Name: "no_new_privs"},
+		{Name: "umask"},
 		{Name: "count"},
 		{Name: "max_per_node"},
 		{Name: "exclusive"},
@@ -69,6 +73,8 @@ var serviceSchema = &hcl.BodySchema{
 		{Type: "template"},
 		{Type: "leader"},
 		{Type: "stop"},
+		{Type: "resources"},
+		{Type: "limits"},
 		{Type: "constraint"},
 		{Type: "affinity"},
 		{Type: "spread"},
@@ -128,6 +134,8 @@ var templateSchema = &hcl.BodySchema{
 		{Name: "contents"},
 		{Name: "destination", Required: true},
 		{Name: "perms"},
+		{Name: "user"},
+		{Name: "group"},
 		{Name: "change_mode"},
 		{Name: "signal"},
 		{Name: "command"},
@@ -155,6 +163,23 @@ var leaderSchema = &hcl.BodySchema{
 		{Name: "lock_delay"},
 		{Name: "change_mode"},
 		{Name: "signal"},
+	},
+}
+
+var resourcesSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "cpu"},
+		{Name: "memory"},
+		{Name: "memory_max"},
+		{Name: "pids"},
+	},
+}
+
+var limitsSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "nofile"},
+		{Name: "nproc"},
+		{Name: "core"},
 	},
 }
 

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/cgroup"
 	"github.com/mariposa-sh/mariposa/internal/leader"
 	"github.com/mariposa-sh/mariposa/internal/proc"
 	"github.com/mariposa-sh/mariposa/internal/report"
@@ -103,6 +105,20 @@ type Instance struct {
 	mu   sync.Mutex
 	snap Snapshot
 	cur  *proc.Process
+
+	// cgroups makes the instance's control group; nil: none (cgroups
+	// unavailable; the process group is all there is).
+	cgroups *cgroup.Manager
+	// group is the instance's control group, made at the first start and
+	// kept across restarts; only the loop touches it.
+	group *cgroup.Group
+	// oomBase is the group's OOM kill count when the process started.
+	oomBase uint64
+
+	// cred is who the service's processes run as (nil: mariposa's own
+	// user); identErr why its user could not be found (the start fails).
+	cred     *proc.Credential
+	identErr error
 }
 
 type opRequest struct {
@@ -256,6 +272,10 @@ type loop struct {
 	// Coordinated reloads: the token requests under way, by seq.
 	reloads map[uint64]*reloadHold
 	granted chan reloadGrant
+
+	// stopDone, during a stop, closes once the stop's goroutine is done:
+	// the group is empty, or its stop timeout passed and it was killed.
+	stopDone chan struct{}
 }
 
 // reloadHold is a reload token asked for, and once granted, held.
@@ -312,7 +332,7 @@ func (in *Instance) run() {
 		}
 		kick := make(chan struct{}, 1)
 		l.kicks = append(l.kicks, kick)
-		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log, Kick: kick}
+		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log, Kick: kick, Cred: in.cred, NoNewPrivs: in.svc.NoNewPrivs}
 		scripts.Add(1)
 		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
@@ -465,8 +485,62 @@ func (in *Instance) run() {
 	}
 	stopScripts()
 	stopElecting()
+	l.closeGroup()
 	<-electorDone // lock released, session destroyed
 	scripts.Wait()
+}
+
+// openGroup makes (or finds again) the instance's control group and empties
+// it: whatever is still in it is a stray of a previous process of this
+// instance, or of a previous mariposa killed without its stop (its
+// children were placed here and outlived it through setsid); it is
+// killed before the new start, which waits for it (at most 5 s). A group
+// that cannot be made fails the start: nothing runs outside its limits.
+func (l *loop) openGroup() error {
+	in := l.in
+	if in.cgroups == nil {
+		return nil
+	}
+	if l.stopDone != nil {
+		<-l.stopDone // the last stop's strays have their timeout
+		l.stopDone = nil
+	}
+	if in.group == nil {
+		g, err := in.cgroups.Group(in.id, resourcesOf(in.svc))
+		if err != nil {
+			return fmt.Errorf("control group: %w", err)
+		}
+		in.group = g
+	}
+	n, err := in.group.KillAll(5 * time.Second)
+	if n > 0 {
+		in.log.Warn("killed processes left in the instance's control group before starting it", "count", n, "group", in.group.Dirs()[0])
+	}
+	if err != nil {
+		return fmt.Errorf("control group: %w", err)
+	}
+	in.oomBase = in.group.OOMKills()
+	return nil
+}
+
+// closeGroup, when the instance ends, kills what is left in its group and
+// removes it.
+func (l *loop) closeGroup() {
+	in := l.in
+	if l.stopDone != nil {
+		<-l.stopDone
+		l.stopDone = nil
+	}
+	if in.group == nil {
+		return
+	}
+	if n, err := in.group.KillAll(5 * time.Second); err != nil || n > 0 {
+		in.log.Debug("killed processes left in the instance's control group", "count", n, "error", err)
+	}
+	if err := in.group.Remove(); err != nil {
+		in.log.Warn("could not remove the instance's control group", "error", err)
+	}
+	in.group = nil
 }
 
 // drain steps through the queue (outside run's frame: see newLoop).
@@ -665,7 +739,18 @@ func (l *loop) start(extra []string) input {
 	}
 	empty := ""
 	in.lastStderr.Store(&empty)
-	p, err := proc.Start(proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name, Tap: in.tap})
+	spec := proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name, Tap: in.tap}
+	in.asService(&spec, true)
+	if in.identErr != nil {
+		return input{kind: inStartFailed, err: &proc.StartError{Err: in.identErr, Permanent: true}}
+	}
+	if err := l.openGroup(); err != nil {
+		return input{kind: inStartFailed, err: err}
+	}
+	if in.group != nil {
+		spec.Group = in.group
+	}
+	p, err := proc.Start(spec)
 	if err != nil {
 		return input{kind: inStartFailed, err: err}
 	}
@@ -700,8 +785,19 @@ func (l *loop) reap() input {
 	p := l.p
 	l.p = nil
 	e := p.Exit()
-	// Whatever the child left in its group goes with it.
+	if g := l.in.group; g != nil {
+		if n := g.OOMKills(); n > l.in.oomBase {
+			e.OOMKilled, l.in.oomBase = true, n
+		}
+	}
+	// Whatever the child left in its group goes with it; during a stop,
+	// its control group gets the rest of the stop timeout (see stop).
 	_ = p.Signal(syscall.SIGKILL)
+	if g := l.in.group; g != nil && l.stopDone == nil {
+		if pids, _ := g.Procs(); len(pids) > 0 {
+			_ = g.Kill()
+		}
+	}
 	// Its last words may still be in the pipe: wait for them briefly.
 	select {
 	case <-p.OutputDone():
@@ -721,8 +817,12 @@ func (l *loop) stop(kill bool) {
 	if p == nil {
 		return
 	}
+	g := l.in.group
 	if kill {
 		_ = p.Signal(syscall.SIGKILL)
+		if g != nil {
+			_ = g.Kill()
+		}
 		return
 	}
 	sig, timeout := l.in.svc.Stop.Signal, l.in.svc.Stop.Timeout
@@ -730,7 +830,23 @@ func (l *loop) stop(kill bool) {
 		sig = syscall.SIGTERM
 	}
 	_ = p.Signal(sig)
+	// Every process of the control group gets the stop signal and the stop
+	// timeout, then SIGKILL (systemd's KillMode=control-group).
+	var pids []int
+	if g != nil {
+		pids, _ = g.Procs()
+		for _, pid := range pids {
+			if pid != p.Pid {
+				_ = syscall.Kill(pid, sig)
+			}
+		}
+	}
+	done := make(chan struct{})
+	if l.stopDone == nil {
+		l.stopDone = done
+	}
 	go func() {
+		defer close(done)
 		t := time.NewTimer(timeout)
 		defer t.Stop()
 		select {
@@ -738,6 +854,28 @@ func (l *loop) stop(kill bool) {
 		case <-t.C:
 			l.in.log.Warn("stop timeout; killing the process group", "pid", p.Pid, "timeout", timeout)
 			_ = p.Signal(syscall.SIGKILL)
+			if g != nil {
+				_ = g.Kill()
+			}
+			return
+		}
+		if g == nil {
+			return
+		}
+		for tick := time.NewTicker(10 * time.Millisecond); ; {
+			if left, err := g.Procs(); err != nil || len(left) == 0 {
+				tick.Stop()
+				return
+			}
+			select {
+			case <-tick.C:
+				continue
+			case <-t.C:
+				l.in.log.Warn("stop timeout; killing the control group", "pid", p.Pid, "timeout", timeout)
+			}
+			tick.Stop()
+			_ = g.Kill()
+			return
 		}
 	}()
 }
@@ -787,7 +925,9 @@ func (in *Instance) changeCommands(stop <-chan struct{}) {
 			return
 		case t = <-in.changec:
 		}
-		p, err := proc.Start(proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change"})
+		spec := proc.Spec{Argv: t.Command, Dir: in.svc.Dir, Env: in.env, Output: in.sink, Name: in.svc.Name + ".change"}
+		in.asService(&spec, false)
+		p, err := proc.Start(spec)
 		if err != nil {
 			in.log.Error("template change command failed to start", "destination", t.Destination, "error", err)
 			continue

@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/cgroup"
 	"github.com/mariposa-sh/mariposa/internal/leader"
 	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/proc"
@@ -79,6 +80,9 @@ type Options struct {
 	// OnRender sees each template render that had its data (the metrics);
 	// see render.Options.Observe.
 	OnRender func(service string, changed, failed bool)
+	// Cgroups gives each instance a control group of its own; nil: none
+	// (the process group is all that a stop kills).
+	Cgroups *cgroup.Manager
 }
 
 // Runner supervises every service of one configuration on this node.
@@ -595,6 +599,11 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	in := newInstance(svc, id, childEnv(r.baseEnv, svc, id, r.node, r.addr), log, r.reg, r.opts.Sink, data, elector,
 		func(e Event) { e.Node = node; events(e) }, r.opts.OnOutput)
 	in.abandoned = &r.abandoned
+	in.cgroups = r.opts.Cgroups
+	if in.cgroups == nil && svc.Resources != nil {
+		log.Warn("no control groups on this node: the service's resources are not applied", "service", svc.Name)
+	}
+	in.runAs()
 	in.node = r.node
 	in.key = sp.key
 	if sp.slot != nil {

@@ -19,6 +19,7 @@ type instTrack struct {
 // Restart reasons (mariposa_restarts_total's reason label).
 const (
 	ReasonExit        = "exit"
+	ReasonOOMKilled   = "oom-killed" // the exit of a process whose control group the OOM killer hit
 	ReasonStartFailed = "start-failed"
 	ReasonUnhealthy   = "unhealthy"
 	ReasonTemplate    = "template"
@@ -45,6 +46,9 @@ func (m *Metrics) Event(e supervisor.Event) {
 	switch e.Kind {
 	case supervisor.EventExited:
 		t.cause = ReasonExit
+		if strings.HasPrefix(e.Reason, "oom-killed") {
+			t.cause = ReasonOOMKilled
+		}
 		if t.downAt.IsZero() {
 			t.downAt = e.Time
 		}

@@ -461,3 +461,22 @@ func TestCatalogIsTheRegistry(t *testing.T) {
 		t.Errorf("only %d metrics", len(cat))
 	}
 }
+
+// TestOOMKilledRestartReason: an exit the OOM killer caused counts its
+// restart as oom-killed, not as a plain exit.
+func TestOOMKilledRestartReason(t *testing.T) {
+	m := New(Sources{})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ev := func(kind supervisor.EventKind, reason string) {
+		m.Event(supervisor.Event{Time: t0, Service: "hog", ServiceID: "hog-n1", Kind: kind, Reason: reason})
+	}
+	ev(supervisor.EventStarted, "running")
+	ev(supervisor.EventExited, "oom-killed (killed by SIGKILL)")
+	ev(supervisor.EventRestarting, "restarting in 1s after oom-killed (killed by SIGKILL), attempt 1/10")
+	if v := value(t, m.restarts.WithLabelValues("hog", ReasonOOMKilled)); v != 1 {
+		t.Errorf("restarts{reason=oom-killed}: %v, want 1", v)
+	}
+	if v := value(t, m.restarts.WithLabelValues("hog", ReasonExit)); v != 0 {
+		t.Errorf("restarts{reason=exit}: %v, want 0", v)
+	}
+}

@@ -26,6 +26,52 @@ type Spec struct {
 	// Tap, when set, sees every line as it is read, before Output (which
 	// may drop lines); it must not block.
 	Tap func(Line)
+	// Group, when set, is the control group the child starts in.
+	Group Group
+	// Cred, when set, is who the child runs as.
+	Cred *Credential
+	// Umask, when HasUmask, is the child's umask; else it has mariposa's.
+	Umask    int
+	HasUmask bool
+	// NoNewPrivs sets PR_SET_NO_NEW_PRIVS in the child: neither it nor what
+	// it runs gains privileges through setuid binaries or file caps.
+	NoNewPrivs bool
+	// Rlimits are set on the child right after its fork.
+	Rlimits []Rlimit
+}
+
+// Rlimit is one resource limit, soft and hard alike.
+type Rlimit struct {
+	Resource int
+	Value    uint64
+}
+
+func rlimitName(r int) string {
+	switch r {
+	case RlimitNOFile:
+		return "nofile"
+	case RlimitNProc:
+		return "nproc"
+	case RlimitCore:
+		return "core"
+	}
+	return fmt.Sprintf("rlimit %d", r)
+}
+
+// Credential is a user, group and supplementary groups to run as.
+type Credential struct {
+	Uid, Gid uint32
+	Groups   []uint32
+}
+
+// Group is a control group a child is started in: forked straight into the
+// directory FD names (CLONE_INTO_CGROUP) where it is not -1, and handed to
+// Place right after the fork, before Start returns (Place moves it into the
+// hierarchies a fork cannot target). A Place error kills the child: nothing
+// runs outside the limits it was given.
+type Group interface {
+	FD() int
+	Place(pid int) error
 }
 
 // Exit is how a process ended.
@@ -34,12 +80,21 @@ type Exit struct {
 	Signal syscall.Signal // the signal that killed it, or 0
 	Err    error          // a wait error, rare
 	At     time.Time
+	// OOMKilled: the kernel's OOM killer killed a process of the child's
+	// control group while it ran (its memory limit), as the group's own
+	// counters tell; set by the supervisor.
+	OOMKilled bool
 }
 
 // Success reports a clean exit 0.
-func (e Exit) Success() bool { return e.Err == nil && e.Signal == 0 && e.Code == 0 }
+func (e Exit) Success() bool { return e.Err == nil && e.Signal == 0 && e.Code == 0 && !e.OOMKilled }
 
 func (e Exit) String() string {
+	if e.OOMKilled {
+		base := e
+		base.OOMKilled = false
+		return "oom-killed (" + base.String() + ")"
+	}
 	switch {
 	case e.Err != nil:
 		return "wait error: " + e.Err.Error()
@@ -158,6 +213,13 @@ func Start(spec Spec) (*Process, error) {
 	// waitPid).
 	pidfd := -1
 	cmd.SysProcAttr = sysProcAttr(&pidfd)
+	if spec.Group != nil {
+		intoCgroup(cmd.SysProcAttr, spec.Group.FD())
+	}
+	if c := spec.Cred; c != nil {
+		// Groups nil sets none: only the ones given, never mariposa's.
+		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: c.Uid, Gid: c.Gid, Groups: c.Groups}
+	}
 	// Our own pipes instead of exec's copying goroutines: the readers below
 	// never block the child, whatever the log sink does.
 	outR, outW, err := newPipe()
@@ -173,7 +235,15 @@ func Start(spec Spec) (*Process, error) {
 	cmd.Stdout, cmd.Stderr = outW, errW
 	p := &Process{done: make(chan struct{}), outDone: make(chan struct{})}
 	req := &startReq{cmd: cmd, exited: p.exited}
-	err = startOne(req)
+	if spec.HasUmask || spec.NoNewPrivs {
+		umask := -1
+		if spec.HasUmask {
+			umask = spec.Umask
+		}
+		err = startSpecial(req, umask, spec.NoNewPrivs)
+	} else {
+		err = startOne(req)
+	}
 	outW.Close()
 	errW.Close()
 	if err != nil {
@@ -182,6 +252,18 @@ func Start(spec Spec) (*Process, error) {
 		return nil, classify(spec, err)
 	}
 	p.Pid, p.Started = cmd.Process.Pid, time.Now()
+	var placeErr error
+	if len(spec.Rlimits) > 0 {
+		placeErr = setRlimits(p.Pid, spec.Rlimits)
+	}
+	if spec.Group != nil && placeErr == nil {
+		if placeErr = spec.Group.Place(p.Pid); placeErr != nil {
+			placeErr = fmt.Errorf("placing the process in its control group: %w", placeErr)
+		}
+	}
+	if placeErr != nil {
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+	}
 	// One goroutine follows every child's output and exit (the poller);
 	// where it cannot, goroutines of this child's own do.
 	if !followOutput(spec.Output, spec.Name, spec.Tap, outR, errR, func() { close(p.outDone) }) {
@@ -209,6 +291,10 @@ func Start(spec Spec) (*Process, error) {
 	}):
 	default:
 		go func() { p.exited(waitPid(cmd.Process, pidfd)) }()
+	}
+	if placeErr != nil {
+		<-p.done
+		return nil, &StartError{Err: placeErr}
 	}
 	return p, nil
 }

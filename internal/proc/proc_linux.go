@@ -54,3 +54,12 @@ func waitPidfd(pid, pidfd int) (ws syscall.WaitStatus, polled bool, err error) {
 	}
 	return ws, true, werr
 }
+
+// intoCgroup has the child forked into the cgroup2 directory fd (clone3's
+// CLONE_INTO_CGROUP): no migration after the fork, no window in which it
+// could fork outside its group.
+func intoCgroup(a *syscall.SysProcAttr, fd int) {
+	if fd >= 0 {
+		a.UseCgroupFD, a.CgroupFD = true, fd
+	}
+}

@@ -81,6 +81,10 @@ func TestNothingLockedEndsAThread(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, l := range strings.Split(string(b), "\n") {
+				// The fork threads of special_linux.go lock and never end.
+				if f[0] == "github.com/mariposa-sh/mariposa/internal/proc" && name == "special_linux.go" {
+					continue
+				}
 				if call.MatchString(l) && !strings.HasPrefix(strings.TrimSpace(l), "//") {
 					found = append(found, fmt.Sprintf("%s/%s:%d: %s", f[0], name, i+1, strings.TrimSpace(l)))
 				}

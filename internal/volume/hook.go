@@ -18,7 +18,7 @@ import (
 var hookWaitDelay = 2 * time.Second
 
 // runHook runs a snapshot or restore hook in dir, in a process group of
-// its own, with env (nil: mariposa's environment) and
+// its own, as the volume's user (WithRunAs), with env (nil: mariposa's environment) and
 // MARIPOSA_VOLUME_DIR=dir. When ctx ends the whole group is killed; when
 // the hook returns, whatever it left running in its group is killed too,
 // so nothing it started writes the directory once it is in place.
@@ -30,7 +30,7 @@ func runHook(ctx context.Context, log hclog.Logger, what string, argv, env []str
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = hookAttr(ctx)
 	out := &tail{max: 4096}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

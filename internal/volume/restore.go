@@ -168,6 +168,9 @@ func (s *Store) Restore(ctx context.Context, unit string, k int, path string, sr
 			}
 		}
 	}()
+	if err := ownTree(ctx, tmp); err != nil {
+		return fail("giving the directory to its user", err)
+	}
 	if len(hook) > 0 {
 		if err := runHook(ctx, s.log(), "restore", hook, env, tmp); err != nil {
 			return fail("hook", fmt.Errorf("%w: %w", ErrHook, err))
