@@ -39,10 +39,16 @@ type cont struct {
 	dead    bool
 }
 
-func w(s string, create uint64) cont    { return cont{s: s, create: create, flags: FlagWaiting} }
-func h(s string, create uint64) cont    { return cont{s: s, create: create, touched: 1, flags: FlagHolding} }
-func old(s string, create uint64) cont  { return cont{s: s, create: create, flags: api.SemaphoreFlagValue} }
-func dead(s string, create uint64) cont { return cont{s: s, create: create, flags: FlagHolding, dead: true} }
+func w(s string, create uint64) cont { return cont{s: s, create: create, flags: FlagWaiting} }
+func h(s string, create uint64) cont {
+	return cont{s: s, create: create, touched: 1, flags: FlagHolding}
+}
+func old(s string, create uint64) cont {
+	return cont{s: s, create: create, flags: api.SemaphoreFlagValue}
+}
+func dead(s string, create uint64) cont {
+	return cont{s: s, create: create, flags: FlagHolding, dead: true}
+}
 
 // view is what a table row checks of a Decision.
 type view struct {

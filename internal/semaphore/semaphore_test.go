@@ -308,4 +308,3 @@ func TestStaleWaiterSkipped(t *testing.T) {
 		t.Fatal("the waiter behind a stale one never got the free token")
 	}
 }
-
