@@ -317,7 +317,9 @@ func (s *Semaphore) markStale(pairs api.KVPairs, d Decision, seen map[string]tim
 	}
 	now := time.Now()
 	for _, p := range pairs {
-		if p.Flags != FlagWaiting || p.Session == "" || d.Lock.Holders[p.Session] || p.Key == s.key() || p.CreateIndex > d.Self.CreateIndex {
+		// Any waiter ahead, an older node's too: one that sees a free
+		// token tries at once.
+		if p.Session == "" || d.Lock.Holders[p.Session] || p.Key == s.key() || p.CreateIndex > d.Self.CreateIndex {
 			continue
 		}
 		id := fmt.Sprintf("%s@%d", p.Key, p.ModifyIndex)

@@ -287,24 +287,30 @@ func TestHolderDies(t *testing.T) {
 }
 
 // TestStaleWaiterSkipped: a waiter ahead that no longer acts (its key
-// left behind, its session alive) holds the queue up for StaleAfter only.
+// left behind, its session alive; this package's or an older node's)
+// holds the queue up for StaleAfter only.
 func TestStaleWaiterSkipped(t *testing.T) {
 	consultest.RequireBinary(t)
 	c := consultest.NewDev(t).Client(t)
-	stale := newSession(t, c)
-	if ok, _, err := c.KV().Acquire(&api.KVPair{Key: "sem/stale/" + stale, Flags: FlagWaiting, Session: stale}, nil); err != nil || !ok {
-		t.Fatal(ok, err)
-	}
-	b := newFIFO(t, c, "sem/stale", 1, newSession(t, c))
-	got := make(chan struct{})
-	go func() {
-		if l, err := b.Acquire(nil); err == nil && l != nil {
-			close(got)
-		}
-	}()
-	select {
-	case <-got:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the waiter behind a stale one never got the free token")
+	for name, flags := range map[string]uint64{"queued": FlagWaiting, "api.Semaphore": api.SemaphoreFlagValue} {
+		t.Run(name, func(t *testing.T) {
+			prefix := "sem/stale/" + name
+			stale := newSession(t, c)
+			if ok, _, err := c.KV().Acquire(&api.KVPair{Key: prefix + "/" + stale, Flags: flags, Session: stale}, nil); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			b := newFIFO(t, c, prefix, 1, newSession(t, c))
+			got := make(chan struct{})
+			go func() {
+				if l, err := b.Acquire(nil); err == nil && l != nil {
+					close(got)
+				}
+			}()
+			select {
+			case <-got:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the waiter behind a stale one never got the free token")
+			}
+		})
 	}
 }
