@@ -15,46 +15,62 @@
 //
 // # The queue
 //
-// The waiters are the live contender keys (a key held by its session)
-// whose session is not among .lock's live holders, ordered by CreateIndex
-// (then key): the order in which they came. Decide computes, from one read
-// of the prefix, what one contender does:
+// A session holds a token when it is in .lock's holders and has a live
+// contender key (held by a session) that is not waiting: flags FlagHolding,
+// or an older node's (api.SemaphoreFlagValue). The waiters are the other
+// live contender keys, ordered by CreateIndex (then key): the order in
+// which they came. Decide computes, from one read of the prefix, what one
+// contender does:
 //
 //   - a waiter at position i (0 first) tries, with one CAS of .lock, only
-//     when more than i tokens are free (limit minus .lock's live holders).
-//     When one token comes back, only the first waiter tries.
+//     when more than i tokens are free (limit minus the holders). When one
+//     token comes back, only the first waiter tries.
 //   - the first waiter blocks on the whole prefix (a release, a holder's
 //     death, an arrival wake it); every other waiter blocks on its
 //     predecessor's contender key only, with the ModifyIndex it read.
-//   - a waiter that becomes a holder says so in its contender key, in the
-//     same transaction as its .lock CAS (flags FlagHolding): that wakes
-//     its successor, the new first waiter, which then blocks on the prefix.
-//     A waiter that gives up deletes its key: that wakes its successor too.
+//   - a waiter becomes a holder with one transaction: the CAS of .lock
+//     (its holders pruned, and the session added) and its contender key
+//     locked again with flags FlagHolding. That wakes its successor, the
+//     new first waiter, which then blocks on the prefix. A waiter that
+//     gives up deletes its key: that wakes its successor too.
+//   - a holder gives its token back by deleting its contender key, one
+//     write that no other write can make fail, and .lock is left as it is:
+//     the session no longer counts, and the next acquisition's CAS prunes
+//     it. (api.Semaphore CASes .lock on release too, so releases of a
+//     batch that became healthy together failed each other's CASes.)
 //
-// So a release wakes the first waiter (one read, one CAS) and, when it took
-// the token, the second (one read): O(1), whatever the number of waiters.
-// A failed CAS happens only when two writes of .lock race (a release and
-// an acquisition, or several acquisitions while several tokens are free).
+// So a release wakes the first waiter (one read, one transaction) and,
+// when it took the token, the second (one read): O(1), whatever the number
+// of waiters. A token costs three writes: the contender key, the
+// acquisition, the release. A failed CAS is left only when two waiters try
+// at once (several tokens free, and both awake) or a token goes away
+// unseen.
 //
 // # Safety
 //
-// Unchanged from api.Semaphore, because the queue decides only who tries,
-// never who holds: a session holds a token when it is in .lock's holders
-// and its contender key is held by it. .lock changes only by CAS, and a
-// CAS that adds a holder is computed from a read that saw fewer than limit
-// live holders: so never more than limit holders. The acquisition's
-// transaction also locks the contender key with the session, so a session
-// Consul invalidated can not become a holder. A holder's session ending
-// (its node died, its TTL ran out) releases or deletes its contender key,
-// and every reader prunes it from the holders: the token comes back by
-// session invalidation alone. The holder learns it from its own contender
-// key (Acquire's lost channel), which it watches with a blocking query.
+// Never more than limit holders. A key becomes FlagHolding only in the
+// transaction of a CAS of .lock that keeps the session among the holders,
+// and that CAS was computed from a read that saw fewer than limit holders.
+// Between that read and the CAS the holders can only shrink (a key
+// deleted or invalidated): a new holder needs a CAS of .lock, which would
+// make ours fail. A session whose entry in .lock outlived its release
+// does not come back to life by contending again: its new key is
+// FlagWaiting, so it is a waiter until its own CAS.
+//
+// A dead session holds nothing: the acquisition's transaction locks the
+// contender key with the session, so a session Consul invalidated can not
+// become a holder. A holder's session ending (its node died, its TTL ran
+// out) releases or deletes its contender key, and every reader prunes it
+// from the holders: the token comes back by session invalidation alone.
+// The holder learns it from its own contender key (Acquire's lost
+// channel), which it watches with a blocking query.
 //
 // A waiter that stops acting without deleting its key (Consul unreachable
-// at the moment it gave up, and a session that lives on) would block the
-// waiters behind it: a waiter treats one ahead of it whose key did not
-// change for StaleAfter while tokens were free as gone, and tries anyway.
-// That costs at worst a failed CAS, never a token too many.
+// at the moment it gave up, and a session that lives on; or an older
+// node's key left behind) would hold up the waiters behind it: a waiter
+// takes one ahead of it whose key did not change for StaleAfter while
+// tokens were free for gone, and tries anyway. That costs at worst a
+// failed CAS, never a token too many.
 //
 // # Older nodes
 //
@@ -62,8 +78,10 @@
 // Limit and Holders) and contender keys named by session and held by it;
 // only the contender's flags differ (FlagWaiting, FlagHolding), and
 // api.Semaphore does not read them. So during a rolling upgrade an older
-// node on the same prefix counts the new nodes' holders and the new nodes
-// count its holders: never more than limit holders in a mixed fleet. An
+// node on the same prefix counts the new nodes' holders (it counts every
+// session in .lock with a key under the prefix: the new nodes' holders and
+// more) and the new nodes count its holders: never more than limit
+// holders in a mixed fleet. An
 // older node still wakes on every change and tries whenever it sees a free
 // token (it may take a token before new waiters that came first); a new
 // waiter behind an older one blocks on the prefix, as older nodes do,
@@ -123,7 +141,7 @@ func Decide(pairs api.KVPairs, prefix, session string, limit int, stale map[stri
 	lockKey := path.Join(prefix, LockKey)
 	var d Decision
 	d.Lock = Lock{Limit: limit, Holders: map[string]bool{}}
-	alive := map[string]bool{}
+	holding := map[string]bool{} // sessions with a live contender key not waiting
 	var conts []*api.KVPair
 	for _, p := range pairs {
 		if p.Key == lockKey {
@@ -146,7 +164,9 @@ func Decide(pairs api.KVPairs, prefix, session string, limit int, stale map[stri
 			continue
 		}
 		if p.Session != "" {
-			alive[p.Session] = true
+			if p.Flags != FlagWaiting {
+				holding[p.Session] = true
+			}
 			conts = append(conts, p)
 		}
 		if p.Key == path.Join(prefix, session) {
@@ -155,7 +175,7 @@ func Decide(pairs api.KVPairs, prefix, session string, limit int, stale map[stri
 		}
 	}
 	for h := range d.Lock.Holders {
-		if !alive[h] {
+		if !holding[h] {
 			delete(d.Lock.Holders, h)
 		}
 	}
@@ -410,8 +430,10 @@ func (s *Semaphore) giveUp() {
 	}()
 }
 
-// Release gives the token back: one transaction takes the session out of
-// .lock's holders and deletes its contender key (the first waiter wakes).
+// Release gives the token back: it deletes the contender key (one write,
+// which no other write can make fail; the first waiter wakes). .lock keeps
+// the session until the next acquisition's CAS prunes it: a holder counts
+// only while its contender key lives and is not waiting.
 func (s *Semaphore) Release() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -420,35 +442,6 @@ func (s *Semaphore) Release() error {
 	}
 	s.held = false
 	close(s.done)
-	kv := s.c.KV()
-	lockKey := path.Join(s.o.Prefix, LockKey)
-	for {
-		p, _, err := kv.Get(lockKey, nil)
-		if err != nil {
-			return err
-		}
-		var l Lock
-		if p != nil && len(p.Value) > 0 {
-			if err := json.Unmarshal(p.Value, &l); err != nil {
-				return fmt.Errorf("semaphore: .lock: %v", err)
-			}
-		}
-		if p == nil || !l.Holders[s.o.Session] {
-			_, err := kv.Delete(s.key(), nil)
-			return err
-		}
-		delete(l.Holders, s.o.Session)
-		b, _ := json.Marshal(l)
-		ops := api.TxnOps{
-			{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: lockKey, Value: b, Flags: api.SemaphoreFlagValue, Index: p.ModifyIndex}},
-			{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: s.key()}},
-		}
-		ok, _, _, err := s.c.Txn().Txn(ops, nil)
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-	}
+	_, err := s.c.KV().Delete(s.key(), nil)
+	return err
 }
