@@ -55,8 +55,8 @@ import (
 //     Raft through anti-entropy), beside the least a rollout writes by
 //     design per instance: the slot's restamp and healthy publication (2
 //     txns) and the token's contender key, the txn that CASes .lock and
-//     marks the contender holding, and the txn that CASes .lock and
-//     deletes the contender key (3; internal/semaphore); and the failed
+//     marks the contender holding, and the contender key's delete that
+//     gives the token back (3; internal/semaphore); and the failed
 //     CASes and txns per instance (each a Raft entry that changed
 //     nothing), those on the rollout tokens apart: a release that woke
 //     every waiter showed there (api.Semaphore: ~3.7 per instance);
@@ -339,7 +339,7 @@ service "web" {
 			kvw += v
 		}
 	}
-	fmt.Printf("  the mariposas' writes, per instance: %.2f KV/txn (design minimum 5: restamp and healthy txns, contender acquire, acquire txn, release txn): %s; reads %.1f\n",
+	fmt.Printf("  the mariposas' writes, per instance: %.2f KV/txn (design minimum 5: restamp and healthy txns, contender acquire, acquire txn, contender delete): %s; reads %.1f\n",
 		float64(kvw)/float64(updated), perInstance(floatCounts(writes), updated), float64(reads)/float64(updated))
 	failedAll, failedTokens := failedWrites(writes)
 	fmt.Printf("  failed CASes and txns per instance: %.2f, of which on the rollout tokens %.2f (api.Semaphore's herd: ~3.7; goal: a release wakes one waiter)\n",
