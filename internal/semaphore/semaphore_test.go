@@ -41,6 +41,17 @@ func newFIFO(t *testing.T, c *api.Client, prefix string, limit int, session stri
 	return s
 }
 
+// newFIFOPatient is newFIFO with blocking queries as long as the
+// defaults: no timeout wakes a waiter while a test counts wake-ups.
+func newFIFOPatient(t *testing.T, c *api.Client, prefix string, limit int, session string) contender {
+	t.Helper()
+	s, err := New(c, Options{Prefix: prefix, Limit: limit, Session: session, StaleAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func newOld(t *testing.T, c *api.Client, prefix string, limit int, session string) contender {
 	t.Helper()
 	s, err := c.SemaphoreOpts(&api.SemaphoreOptions{Prefix: prefix, Limit: limit, Session: session, SemaphoreWaitTime: time.Minute})
@@ -173,7 +184,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	consultest.RequireBinary(t)
 	const n = 10
 	t.Run("queue", func(t *testing.T) {
-		reads, failed := wakeups(t, newFIFO, n)
+		reads, failed := wakeups(t, newFIFOPatient, n)
 		t.Logf("one release, %d waiters: %d reads, %d failed writes", n, reads, failed)
 		// The first waiter's read and CAS, its monitor's first read, the
 		// second waiter's wake-up and read.
