@@ -24,6 +24,7 @@ var (
 	childBin    string
 	stampBin    string
 	stampKind   = "Go"
+	rawLoopBin  string // testdata/rawloop.c where a compiler exists: the restart's floor
 )
 
 func TestMain(m *testing.M) {
@@ -66,6 +67,20 @@ func TestMain(m *testing.M) {
 				break
 			} else if kind == "C" {
 				fmt.Fprintf(os.Stderr, "building the C stamp child failed; using the Go one: %v\n%s", err, out)
+			}
+		}
+	}
+	// The floor of BenchmarkRestartAfterExit, where a compiler exists.
+	if cc, err := exec.LookPath("cc"); err == nil {
+		bin := filepath.Join(dir, "rawloop")
+		for _, static := range []bool{true, false} {
+			args := []string{"-O2", "-o", bin, "testdata/rawloop.c"}
+			if static {
+				args = append([]string{"-static"}, args...)
+			}
+			if exec.Command(cc, args...).Run() == nil {
+				rawLoopBin = bin
+				break
 			}
 		}
 	}
