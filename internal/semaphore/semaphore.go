@@ -411,7 +411,8 @@ func (s *Semaphore) monitor(idx uint64, lost chan struct{}, done chan struct{}) 
 }
 
 // giveUp deletes the contender key of a waiter that stops waiting (its
-// successor wakes), trying for a while when Consul does not answer.
+// successor wakes) or of a holder whose release failed, trying for a while
+// when Consul does not answer.
 func (s *Semaphore) giveUp() {
 	del := func() bool {
 		_, err := s.c.KV().Delete(s.key(), nil)
@@ -443,5 +444,9 @@ func (s *Semaphore) Release() error {
 	s.held = false
 	close(s.done)
 	_, err := s.c.KV().Delete(s.key(), nil)
+	if err != nil {
+		// Kept, the token would stay taken as long as the session.
+		s.giveUp()
+	}
 	return err
 }
