@@ -63,7 +63,10 @@
 // out) releases or deletes its contender key, and every reader prunes it
 // from the holders: the token comes back by session invalidation alone.
 // The holder learns it from its own contender key (Acquire's lost
-// channel), which it watches with a blocking query.
+// channel), which it watches with a blocking query. It does not watch
+// .lock, as api.Semaphore's holders do (every acquisition would wake every
+// holder): a session taken out of .lock by hand, or a .lock deleted by
+// hand, is noticed by nobody until it releases.
 //
 // A waiter that stops acting without deleting its key (Consul unreachable
 // at the moment it gave up, and a session that lives on; or an older
