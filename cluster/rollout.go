@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/internal/semaphore"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
@@ -21,7 +22,8 @@ import (
 // has max_parallel > 0, each holder replaces its instance only under a
 // token of rollout/<unit>/<run-hash>/tokens, a Consul semaphore with limit
 // max_parallel whose contender is the slot's own session (so a token dies
-// with its holder), then waits until the new instance is healthy for
+// with its holder; internal/semaphore: api.Semaphore's keys, with the
+// waiters queued so that a token given back wakes one of them), then waits until the new instance is healthy for
 // min_healthy_time (running, and with health_check = "checks" every check
 // passing) before it gives the token back. So never more than count
 // instances run, and never more than max_parallel are being replaced. An
@@ -97,9 +99,8 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		return
 	}
 	defer unlock()
-	sem, err := f.cfg.Client.SemaphoreOpts(&api.SemaphoreOptions{
-		Prefix: prefix, Limit: p.Update.MaxParallel,
-		Session: h.term.Session, SemaphoreWaitTime: 5 * time.Second,
+	sem, err := semaphore.New(f.cfg.Client, semaphore.Options{
+		Prefix: prefix, Limit: p.Update.MaxParallel, Session: h.term.Session,
 	})
 	if err != nil {
 		log.Warn("rollout: no semaphore", "error", err)

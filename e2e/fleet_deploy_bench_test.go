@@ -54,8 +54,12 @@ import (
 //     txn marked: each is a Raft entry; agent writes are local and reach
 //     Raft through anti-entropy), beside the least a rollout writes by
 //     design per instance: the slot's restamp and healthy publication (2
-//     txns) and the semaphore's contender key, .lock CAS in and out and
-//     contender delete (4);
+//     txns) and the token's contender key, the txn that CASes .lock and
+//     marks the contender holding, and the contender key's delete that
+//     gives the token back (3; internal/semaphore); and the failed
+//     CASes and txns per instance (each a Raft entry that changed
+//     nothing), those on the rollout tokens apart: a release that woke
+//     every waiter showed there (api.Semaphore: ~3.7 per instance);
 //   - where the time goes, from the mariposas' logs (JSON lines; kept per
 //     round in MARIPOSA_BENCH_LOGS=DIR when set): the first replacement
 //     after the deploy, replacement -> healthy per instance, the token
@@ -335,13 +339,17 @@ service "web" {
 			kvw += v
 		}
 	}
-	fmt.Printf("  the mariposas' writes, per instance: %.2f KV/txn (design minimum 6: restamp and healthy txns, contender acquire, .lock CAS in and out, contender delete): %s; reads %.1f\n",
+	fmt.Printf("  the mariposas' writes, per instance: %.2f KV/txn (design minimum 5: restamp and healthy txns, contender acquire, acquire txn, contender delete): %s; reads %.1f\n",
 		float64(kvw)/float64(updated), perInstance(floatCounts(writes), updated), float64(reads)/float64(updated))
+	failedAll, failedTokens := failedWrites(writes)
+	fmt.Printf("  failed CASes and txns per instance: %.2f, of which on the rollout tokens %.2f (api.Semaphore's herd: ~3.7; goal: a release wakes one waiter)\n",
+		float64(failedAll)/float64(updated), float64(failedTokens)/float64(updated))
 	b.ReportMetric(toSucc, "s-to-successful")
 	b.ReportMetric(toSucc/bound.Seconds(), "ratio-to-bound")
 	b.ReportMetric(toSucc/floor, "ratio-to-handoff-floor")
 	b.ReportMetric(perInst, "raft-entries/instance")
 	b.ReportMetric(float64(kvw)/float64(updated), "kv-writes/instance")
+	b.ReportMetric(float64(failedAll)/float64(updated), "failed-cas/instance")
 	b.ReportMetric(float64(worstPassing), "min-passing")
 	b.ReportMetric(float64(worstTotal), "max-instances")
 	b.ReportMetric(0, "ns/op")
@@ -658,6 +666,21 @@ func classifyWrite(r *http.Request, body []byte) string {
 		return "agent " + strings.Join(parts[:min(2, len(parts))], " ") + " (local)"
 	}
 	return r.Method + " " + path
+}
+
+// failedWrites counts the failed writes (a CAS or acquire answered
+// false, a txn rolled back), and those of them on the rollout tokens.
+func failedWrites(writes map[string]int) (all, tokens int) {
+	for k, v := range writes {
+		if !strings.HasSuffix(k, " (failed)") {
+			continue
+		}
+		all += v
+		if strings.Contains(k, "rollout .lock") || strings.Contains(k, "rollout contender") {
+			tokens += v
+		}
+	}
+	return all, tokens
 }
 
 // proxyTotals sums the proxies' writes by kind, and their reads.

@@ -167,6 +167,12 @@ func rssMB(pid int) float64 {
 // one per core), as a node whose CPU other work takes: its figures are
 // printed beside the quiet run's from the same run (goal: CPU within 2x
 // and requests within 1.2x), with the busiest API paths of both.
+//
+// Memory as users compare it is printed on the next line: RSS, PSS and USS
+// from smaps_rollup (see memFigures), means of the same samples; the 1
+// run measures beside it, in the same window, an idle Go program (the e2e
+// child, which links net/http and os/exec): the floor a Go supervisor
+// starts from.
 func BenchmarkIdleServices(b *testing.B) {
 	var quiet struct {
 		cpu, reqs float64
@@ -215,10 +221,19 @@ func BenchmarkIdleServices(b *testing.B) {
 				t0, c0, r0 := time.Now(), cpuTicks(pid), proxy.n.Load()
 				const samples = 22 // 110 s
 				var anon, file float64
+				var mem, floorMem memFigures
+				floorPID := 0
+				if n == 1 {
+					floorPID = startIdleGo(b)
+				}
 				for tick := 1; tick <= samples; tick++ {
 					time.Sleep(time.Until(t0.Add(time.Duration(tick) * 5 * time.Second)))
 					a, f := rssSplitMB(pid)
 					anon, file = anon+a/samples, file+f/samples
+					mem.add(smapsMB(pid), 1.0/samples)
+					if floorPID != 0 {
+						floorMem.add(smapsMB(floorPID), 1.0/samples)
+					}
 				}
 				wall := time.Since(t0)
 				cpu := float64(cpuTicks(pid)-c0) / 100 / wall.Seconds() * 100 // USER_HZ = 100
@@ -242,6 +257,13 @@ func BenchmarkIdleServices(b *testing.B) {
 				}
 				fmt.Printf("%s: RSS %.1f MB (anonymous %.1f, the binary's pages %.1f of the %.1f it maps%s), CPU %.2f%% of a core, %.0f Consul requests/min (%s)\n",
 					what, rss, anon, file, mapped, anchor, cpu, reqs, paths)
+				floorLine := ""
+				if floorPID != 0 {
+					floorLine = "; beside it, same run, an idle Go program (the e2e child): " + floorMem.String()
+				}
+				fmt.Printf("  memory as users compare it: mariposa %s (goal: USS <= 6 MB)%s\n", mem, floorLine)
+				b.ReportMetric(mem.pss, "PSS-MB")
+				b.ReportMetric(mem.uss, "USS-MB")
 				switch {
 				case n == 1:
 					one.rss, one.anon = rss, anon
@@ -317,8 +339,8 @@ func BenchmarkIdleOverhead(b *testing.B) {
 					what = fmt.Sprintf("API on, /metrics (%.0f KiB) read every 15s, audit file on", f.scrapeKiB)
 					lines = fmt.Sprintf("%.1f audit-file lines/min", f.fileLines)
 				}
-				fmt.Printf("%d idle services, -cluster, %s: RSS %.1f MB, CPU %.2f%% of a core, %.0f Consul requests/min; events written when idle: %s, %.1f KV audit records/min (goal 0)\n",
-					n, what, f.rss, f.cpu, f.reqs, lines, f.kvRecords)
+				fmt.Printf("%d idle services, -cluster, %s: RSS %.1f MB (PSS %.1f, USS %.1f), CPU %.2f%% of a core, %.0f Consul requests/min; events written when idle: %s, %.1f KV audit records/min (goal 0)\n",
+					n, what, f.rss, f.mem.pss, f.mem.uss, f.cpu, f.reqs, lines, f.kvRecords)
 				b.ReportMetric(f.rss, "RSS-MB")
 				b.ReportMetric(f.cpu, "CPU-%")
 				b.ReportMetric(f.reqs, "requests/min")
@@ -354,6 +376,8 @@ type idleFigures struct {
 	scrapeKiB            float64 // the size of /metrics (on)
 	scrapeCPU            float64 // the scrapes' share of cpu, % of a core (on)
 	scrapeMS             float64 // CPU time per scrape, ms (on)
+
+	mem memFigures // RSS, PSS, USS (means of the samples rss is the mean of)
 }
 
 // measureIdle runs mariposa -cluster with n idle services (hcl) against
@@ -418,6 +442,7 @@ func measureIdle(b *testing.B, agent *consultest.Agent, proxy *countingProxy, n 
 			scrapes++
 		}
 		rss = append(rss, rssMB(pid))
+		f.mem.add(smapsMB(pid), 1.0/22)
 	}
 	wall := time.Since(t0)
 	f.cpu = float64(cpuTicks(pid)-c0) / 100 / wall.Seconds() * 100 // USER_HZ = 100

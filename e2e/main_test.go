@@ -25,6 +25,7 @@ var (
 	childBin    string
 	stampBin    string
 	stampKind   = "Go"
+	rawLoopBin  string // testdata/rawloop.c where a compiler exists: the restart's floor
 )
 
 func TestMain(m *testing.M) {
@@ -74,6 +75,20 @@ func TestMain(m *testing.M) {
 	// of other test binaries running at once (same service IDs).
 	cgParent := fmt.Sprintf("mariposa-e2e-%d", os.Getpid())
 	os.Setenv("MARIPOSA_CGROUP_PARENT", cgParent)
+	// The floor of BenchmarkRestartAfterExit, where a compiler exists.
+	if cc, err := exec.LookPath("cc"); err == nil {
+		bin := filepath.Join(dir, "rawloop")
+		for _, static := range []bool{true, false} {
+			args := []string{"-O2", "-o", bin, "testdata/rawloop.c"}
+			if static {
+				args = append([]string{"-static"}, args...)
+			}
+			if exec.Command(cc, args...).Run() == nil {
+				rawLoopBin = bin
+				break
+			}
+		}
+	}
 	code := m.Run()
 	removeCgroupParent(cgParent)
 	os.RemoveAll(dir)

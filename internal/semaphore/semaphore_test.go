@@ -1,0 +1,327 @@
+package semaphore
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/http/httputil"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// contender is what the tests drive: this package's Semaphore or, as the
+// control and as an older node, api.Semaphore.
+type contender interface {
+	Acquire(stop <-chan struct{}) (<-chan struct{}, error)
+	Release() error
+}
+
+func newSession(t *testing.T, c *api.Client) string {
+	t.Helper()
+	id, _, err := c.Session().Create(&api.SessionEntry{TTL: "60s", Behavior: api.SessionBehaviorRelease, LockDelay: time.Millisecond}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func newFIFO(t *testing.T, c *api.Client, prefix string, limit int, session string) contender {
+	t.Helper()
+	s, err := New(c, Options{Prefix: prefix, Limit: limit, Session: session, StaleAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// newFIFOPatient is newFIFO with blocking queries as long as the
+// defaults: no timeout wakes a waiter while a test counts wake-ups.
+func newFIFOPatient(t *testing.T, c *api.Client, prefix string, limit int, session string) contender {
+	t.Helper()
+	s, err := New(c, Options{Prefix: prefix, Limit: limit, Session: session, StaleAfter: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func newOld(t *testing.T, c *api.Client, prefix string, limit int, session string) contender {
+	t.Helper()
+	s, err := c.SemaphoreOpts(&api.SemaphoreOptions{Prefix: prefix, Limit: limit, Session: session, SemaphoreWaitTime: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// counter is a front for the agent that counts what the waiters ask of
+// Consul: reads answered, failed writes (a CAS answered false, a txn
+// rolled back), and the blocking reads in flight.
+type counter struct {
+	reads, failed, inflight, done atomic.Int64
+}
+
+func (k *counter) client(t *testing.T, target string) *api.Client {
+	addr := consultest.AgentProxy(t, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			blocking := r.URL.Query().Get("index") != ""
+			if blocking {
+				k.inflight.Add(1)
+			}
+			rp.ServeHTTP(w, r)
+			if blocking {
+				k.inflight.Add(-1)
+			}
+			k.reads.Add(1)
+			k.done.Add(1)
+			return
+		}
+		rec := &recorder{ResponseWriter: w, code: 200}
+		rp.ServeHTTP(rec, r)
+		if rec.code == http.StatusConflict || strings.TrimSpace(rec.body.String()) == "false" {
+			k.failed.Add(1)
+		}
+		k.done.Add(1)
+	})
+	cfg := api.DefaultConfig()
+	cfg.Address = addr
+	cfg.Transport = &http.Transport{MaxIdleConnsPerHost: 64}
+	c, err := api.NewClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+type recorder struct {
+	http.ResponseWriter
+	code int
+	body bytes.Buffer
+}
+
+func (r *recorder) WriteHeader(code int) { r.code = code; r.ResponseWriter.WriteHeader(code) }
+func (r *recorder) Write(p []byte) (int, error) {
+	if r.body.Len() < 16 {
+		r.body.Write(p[:min(len(p), 16)])
+	}
+	return r.ResponseWriter.Write(p)
+}
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// settled waits until n blocking reads are in flight and nothing else
+// went through the front for a while.
+func (k *counter) settled(t *testing.T, n int64, what string) {
+	t.Helper()
+	last, since := k.done.Load(), time.Now()
+	ok := consultest.WaitFor(60*time.Second, func() bool {
+		if d := k.done.Load(); d != last || k.inflight.Load() != n {
+			last, since = d, time.Now()
+			return false
+		}
+		return time.Since(since) > 400*time.Millisecond
+	})
+	if !ok {
+		t.Fatalf("%s: %d blocking reads in flight, want %d", what, k.inflight.Load(), n)
+	}
+}
+
+// wakeups measures one release with n waiters behind one holder: the
+// reads answered and the failed writes of the waiters between the
+// release and the moment the next holder and the n-1 waiters left block
+// again.
+func wakeups(t *testing.T, mk func(*testing.T, *api.Client, string, int, string) contender, n int) (reads, failed int64) {
+	agent := consultest.NewDev(t)
+	direct := agent.Client(t)
+	var k counter
+	waitersClient := k.client(t, agent.HTTPAddr())
+	prefix := "sem/" + t.Name()
+	holder := mk(t, direct, prefix, 1, newSession(t, direct))
+	if _, err := holder.Acquire(nil); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int, n)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	for i := range n {
+		c := mk(t, waitersClient, prefix, 1, newSession(t, direct))
+		go func() {
+			if lost, err := c.Acquire(stop); err == nil && lost != nil {
+				got <- i
+			}
+		}()
+	}
+	// Every waiter blocks (on the prefix, or on its predecessor's key).
+	k.settled(t, int64(n), "before the release")
+	r0, f0 := k.reads.Load(), k.failed.Load()
+	if err := holder.Release(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no waiter took the token given back")
+	}
+	// The new holder's monitor and the n-1 waiters left block again.
+	k.settled(t, int64(n), "after the release")
+	return k.reads.Load() - r0, k.failed.Load() - f0
+}
+
+// TestReleaseWakesOneWaiter: with 10 waiters, a release costs a few reads
+// and no failed CAS, where api.Semaphore (the control, which every waiter
+// watches the prefix of) costs a read per waiter and failed CASes.
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	consultest.RequireBinary(t)
+	const n = 10
+	t.Run("queue", func(t *testing.T) {
+		reads, failed := wakeups(t, newFIFOPatient, n)
+		t.Logf("one release, %d waiters: %d reads, %d failed writes", n, reads, failed)
+		// The first waiter's read and CAS, its monitor's first read, the
+		// second waiter's wake-up and read.
+		if reads > 6 || failed > 1 {
+			t.Errorf("one release with %d waiters: %d reads, %d failed writes; want <= 6 and <= 1", n, reads, failed)
+		}
+	})
+	t.Run("api.Semaphore (control)", func(t *testing.T) {
+		reads, failed := wakeups(t, newOld, n)
+		t.Logf("one release, %d waiters: %d reads, %d failed writes", n, reads, failed)
+		if reads < n {
+			t.Errorf("the control did not herd: %d reads for %d waiters (does the test count?)", reads, n)
+		}
+	})
+}
+
+// TestNeverMoreThanLimit: contenders of both kinds (an older node's
+// api.Semaphore among this package's) take and give back the tokens of
+// one prefix; never more than limit hold at once and every one gets its
+// turn.
+func TestNeverMoreThanLimit(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	const limit, each = 2, 3
+	var holding, most atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	for i := range 8 {
+		mk := newFIFO
+		if i%3 == 2 {
+			mk = newOld
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sess := newSession(t, c)
+			for range each {
+				s := mk(t, c, "sem/limit", limit, sess)
+				lost, err := s.Acquire(nil)
+				if err != nil || lost == nil {
+					errs <- fmt.Errorf("contender %d: %v", i, err)
+					return
+				}
+				h := holding.Add(1)
+				for {
+					m := most.Load()
+					if h <= m || most.CompareAndSwap(m, h) {
+						break
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+				holding.Add(-1)
+				if err := s.Release(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if m := most.Load(); m > limit {
+		t.Errorf("%d held at once, limit %d", m, limit)
+	}
+	pairs, _, _ := c.KV().List("sem/limit", nil)
+	for _, p := range pairs {
+		if !strings.HasSuffix(p.Key, "/.lock") {
+			t.Errorf("contender key left: %s", p.Key)
+		}
+	}
+}
+
+// TestHolderDies: a holder's session ends; its token comes back by the
+// invalidation alone (the next waiter takes it) and its lost channel
+// closes.
+func TestHolderDies(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	s1 := newSession(t, c)
+	a := newFIFO(t, c, "sem/dies", 1, s1)
+	lost, err := a.Acquire(nil)
+	if err != nil || lost == nil {
+		t.Fatal(err)
+	}
+	b := newFIFO(t, c, "sem/dies", 1, newSession(t, c))
+	got := make(chan struct{})
+	go func() {
+		if l, err := b.Acquire(nil); err == nil && l != nil {
+			close(got)
+		}
+	}()
+	if !consultest.WaitFor(30*time.Second, func() bool {
+		pairs, _, _ := c.KV().List("sem/dies", nil)
+		return len(pairs) == 3
+	}) {
+		t.Fatal("the waiter's contender key never came")
+	}
+	if _, err := c.Session().Destroy(s1, nil); err != nil {
+		t.Fatal(err)
+	}
+	for what, ch := range map[string]<-chan struct{}{"the dead holder's lost": lost, "the waiter's token": got} {
+		select {
+		case <-ch:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s: not within 30s", what)
+		}
+	}
+}
+
+// TestStaleWaiterSkipped: a waiter ahead that no longer acts (its key
+// left behind, its session alive; this package's or an older node's)
+// holds the queue up for StaleAfter only.
+func TestStaleWaiterSkipped(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	for name, flags := range map[string]uint64{"queued": FlagWaiting, "api.Semaphore": api.SemaphoreFlagValue} {
+		t.Run(name, func(t *testing.T) {
+			prefix := "sem/stale/" + name
+			stale := newSession(t, c)
+			if ok, _, err := c.KV().Acquire(&api.KVPair{Key: prefix + "/" + stale, Flags: flags, Session: stale}, nil); err != nil || !ok {
+				t.Fatal(ok, err)
+			}
+			b := newFIFO(t, c, prefix, 1, newSession(t, c))
+			got := make(chan struct{})
+			go func() {
+				if l, err := b.Acquire(nil); err == nil && l != nil {
+					close(got)
+				}
+			}()
+			select {
+			case <-got:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the waiter behind a stale one never got the free token")
+			}
+		})
+	}
+}
