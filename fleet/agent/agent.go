@@ -1,0 +1,680 @@
+package agent
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// Unit is a cluster unit as this cut of the agent knows it.
+type Unit struct {
+	Name       string
+	Count      int
+	Exclusive  bool
+	MaxPerNode int
+}
+
+// SlotID names a slot: the key slots/<Unit>/<K>.
+type SlotID struct {
+	Unit string
+	K    int
+}
+
+func (s SlotID) String() string { return fmt.Sprintf("%s/%d", s.Unit, s.K) }
+
+// Key is the slot's lock key.
+func (s SlotID) Key() string { return fmt.Sprintf("mariposa/slots/%s/%d", s.Unit, s.K) }
+
+// Slot is one slot key as a watch answered it.
+type Slot struct {
+	K           int
+	Session     string // "" free
+	Node        string // the holder named in the value
+	ModifyIndex uint64
+	// Released: the value says its holder released it. A free key whose
+	// value does not was freed by an invalidation, and Consul refuses to
+	// lock it for the lock delay.
+	Released bool
+}
+
+// SlotsView is one answer of the watch on a unit's slots, immutable once
+// built: the simulator hands the same view to every node that gets the
+// same answer, and the ranking it carries is computed once.
+type SlotsView struct {
+	Unit    string
+	Index   uint64
+	Slots   map[int]Slot
+	Holders map[int]string // held slots -> node
+	bySess  map[string][]int
+}
+
+// NewSlotsView builds a view from a watch's answer.
+func NewSlotsView(unit string, index uint64, slots []Slot) *SlotsView {
+	v := &SlotsView{Unit: unit, Index: index, Slots: map[int]Slot{}, Holders: map[int]string{}, bySess: map[string][]int{}}
+	for _, s := range slots {
+		v.Slots[s.K] = s
+		if s.Session != "" {
+			v.Holders[s.K] = s.Node
+			v.bySess[s.Session] = append(v.bySess[s.Session], s.K)
+		}
+	}
+	return v
+}
+
+// NodesView is the live fleet nodes as a watch answered, immutable.
+type NodesView struct {
+	Index uint64
+	Nodes []string
+}
+
+// Inputs.
+type (
+	// Tick: a timer the agent asked for has fired (or any wake-up).
+	Tick struct{}
+	// SlotsAnswer: a new answer of the watch on a unit's slots.
+	SlotsAnswer struct{ View *SlotsView }
+	// NodesAnswer: a new answer of the watch on the live fleet nodes.
+	NodesAnswer struct{ View *NodesView }
+	// UnitsAnswer: the units this node runs its part of.
+	UnitsAnswer struct{ Units []Unit }
+	// SessionCreated answers CreateSession (ID "" with Err: failed).
+	SessionCreated struct {
+		ID  string
+		Err error
+	}
+	// SessionLost: the node's session is gone (invalidated).
+	SessionLost struct{}
+	// ClaimDone answers Claim. Lost: no answer came back (it may have
+	// been applied).
+	ClaimDone struct {
+		Slot  SlotID
+		OK    bool
+		Lost  bool
+		Index uint64 // the key's ModifyIndex after the lock
+		// LockDelay: refused for the key's lock delay.
+		LockDelay bool
+	}
+	// ReleaseDone answers Release.
+	ReleaseDone struct {
+		Slot SlotID
+		OK   bool
+	}
+	// ConfirmDone answers Confirm sent at Sent: which slots the session
+	// still holds; Err: no answer (cut off, no leader).
+	ConfirmDone struct {
+		Sent time.Time
+		Held map[SlotID]bool
+		Err  error
+	}
+	// InstanceStarted and InstanceExited come from the node's supervisor.
+	InstanceStarted struct{ Slot SlotID }
+	InstanceExited  struct{ Slot SlotID }
+)
+
+// Actions.
+type (
+	// CreateSession: create the node's session (answer: SessionCreated).
+	CreateSession struct{}
+	// Claim: lock the slot key with the session, the value naming Node.
+	Claim struct {
+		Slot    SlotID
+		Session string
+		Node    string
+	}
+	// Release: unlock the slot key (answer: ReleaseDone).
+	Release struct {
+		Slot    SlotID
+		Session string
+	}
+	// Confirm: one consistent read of the held exclusive keys.
+	Confirm struct {
+		Slots   []SlotID
+		Session string
+	}
+	// Start the slot's instance with its fencing token.
+	Start struct {
+		Slot    SlotID
+		Index   uint64
+		Session string
+	}
+	// Stop the slot's instance (Kill: at once).
+	Stop struct {
+		Slot SlotID
+		Kill bool
+	}
+	// Wake: call Step with Tick at At.
+	Wake struct{ At time.Time }
+	// Record: an audit record of a decision (in the real agent, in the
+	// transaction that carries it out).
+	Record struct {
+		Slot   SlotID
+		Action string
+		Reason string
+	}
+)
+
+// Phase is a held slot's place in its life (doc.go).
+type Phase int
+
+// The phases.
+const (
+	Claiming Phase = iota
+	Starting
+	Running
+	Stopping
+	Releasing
+)
+
+// maxInflight bounds the confirmations on their way at once.
+const maxInflight = 3
+
+var phaseNames = [...]string{"claiming", "starting", "running", "stopping", "releasing"}
+
+func (p Phase) String() string { return phaseNames[p] }
+
+type held struct {
+	phase     Phase
+	exclusive bool
+	index     uint64    // the fencing token
+	sent      time.Time // when the claim was sent
+	acked     time.Time // when its answer came
+	confirmed time.Time // send time of the last read that showed the hold
+	lost      bool      // the hold ended: stop without releasing
+	orphan    bool      // non-exclusive, session lost: keep running
+}
+
+// Faults break the mechanism on purpose, for the simulator's mutation
+// checks only: each must make an invariant fail.
+type Faults struct {
+	NoWatchdog bool // an exclusive holder never kills an unconfirmed instance
+}
+
+// Config is a node's agent.
+type Config struct {
+	Node      string
+	Step      time.Duration // rank spacing (cluster.DefaultStep)
+	LockDelay time.Duration // the session's lock delay (1 s)
+	Seed      uint64        // the claim jitter's source
+	// Rank ranks the free slots of a unit (DefaultRank when nil). It must
+	// be a pure function of its arguments: the simulator shares one
+	// result among the nodes that have the same views.
+	Rank   func(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking
+	Faults Faults
+	// Warm, when set, starts the agent holding these slots under
+	// Session, their instances running and confirmed at At (a simulation
+	// that starts from a placed fleet).
+	Warm *Warm
+}
+
+// Warm is a placed start: the session and the held slots' fencing tokens.
+type Warm struct {
+	Session   string
+	At        time.Time
+	Held      map[SlotID]uint64
+	Exclusive map[string]bool // by unit
+}
+
+// Agent is one node's fleet state. Only Step changes it.
+type Agent struct {
+	cfg     Config
+	rng     *rand.Rand
+	session string
+	asking  bool // CreateSession in flight
+	units   map[string]Unit
+	slots   map[string]*SlotsView
+	nodes   *NodesView
+	held    map[SlotID]*held
+	vacant  map[SlotID]vacancy
+	// inflight: confirmations sent and not answered. They are sent every
+	// lock_delay/5 whether or not the last one came back (each carries
+	// its send time, so a slow answer costs nothing), up to maxInflight.
+	inflight    int
+	lastConfirm time.Time
+	// strays: the view index at which a stray's release was last tried;
+	// it is tried again only once a newer view still shows it.
+	strays      map[SlotID]uint64
+	wakeAt      time.Time
+	assignments map[string]assignment
+	// dirty: units whose claims and strays are looked at again in this
+	// step (their view changed); waiting: units with a claim timed for
+	// later; free: units with free slots at their last look.
+	dirty, free map[string]bool
+	waitAt      map[string]time.Time
+}
+
+type vacancy struct {
+	since  time.Time
+	jitter float64
+	// notBefore: a claim refused for the lock delay is not tried again
+	// before this.
+	notBefore time.Time
+}
+
+type assignment struct {
+	slotsIdx, nodesIdx uint64
+	a                  Ranking
+}
+
+// Ranking is where each feasible node stands for each free slot of a
+// unit (cluster.Assign's outcome, kept small: a node reads only its own
+// place).
+type Ranking map[int]map[string]Place
+
+// Place is one feasible node's standing for a slot: its first-round rank
+// and its rank by rendezvous hash alone (ClaimDelay, SecondRoundDelay).
+type Place struct{ Rank, HRWRank int }
+
+// Of returns node's place for slot; false: not feasible there.
+func (r Ranking) Of(slot int, node string) (Place, bool) {
+	p, ok := r[slot][node]
+	return p, ok
+}
+
+// New returns a node's agent.
+func New(cfg Config) *Agent {
+	if cfg.Step <= 0 {
+		cfg.Step = cluster.DefaultStep
+	}
+	if cfg.LockDelay <= 0 {
+		cfg.LockDelay = time.Second
+	}
+	if cfg.Rank == nil {
+		cfg.Rank = DefaultRank
+	}
+	a := &Agent{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
+		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[SlotID]vacancy{},
+		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
+		strays: map[SlotID]uint64{}}
+	if w := cfg.Warm; w != nil {
+		a.session = w.Session
+		for id, idx := range w.Held {
+			a.held[id] = &held{phase: Running, exclusive: w.Exclusive[id.Unit], index: idx, sent: w.At, acked: w.At, confirmed: w.At}
+		}
+	}
+	return a
+}
+
+func (a *Agent) dirtyAll() {
+	for u := range a.units {
+		a.dirty[u] = true
+	}
+}
+
+// Session is the node's session ("" none).
+func (a *Agent) Session() string { return a.session }
+
+// Held lists the held slots with their phases, in order.
+func (a *Agent) Held() map[SlotID]Phase {
+	out := map[SlotID]Phase{}
+	for id, h := range a.held {
+		out[id] = h.phase
+	}
+	return out
+}
+
+// Step takes one input at now and returns what to do.
+func (a *Agent) Step(now time.Time, in any) []any {
+	var out []any
+	switch in := in.(type) {
+	case Tick:
+		for u, t := range a.waitAt {
+			if !now.Before(t) {
+				a.dirty[u] = true
+			}
+		}
+	case UnitsAnswer:
+		a.units = map[string]Unit{}
+		for _, u := range in.Units {
+			a.units[u.Name] = u
+		}
+		a.dirtyAll()
+	case SlotsAnswer:
+		a.slots[in.View.Unit] = in.View
+		a.dirty[in.View.Unit] = true
+	case NodesAnswer:
+		a.nodes = in.View
+		for u := range a.free {
+			a.dirty[u] = true
+		}
+	case SessionCreated:
+		a.asking = false
+		if in.Err == nil {
+			a.session = in.ID
+			a.dirtyAll()
+		}
+	case SessionLost:
+		out = a.loseSession(out)
+	case ClaimDone:
+		h := a.held[in.Slot]
+		if h == nil || h.phase != Claiming {
+			break
+		}
+		if !in.OK {
+			// Refused, or no answer: free again as far as this node
+			// knows; a claim applied whose answer was lost shows up as a
+			// stray in the next view and is released.
+			delete(a.held, in.Slot)
+			a.dirty[in.Slot.Unit] = true
+			if in.LockDelay {
+				v := a.vacant[in.Slot]
+				if v.since.IsZero() {
+					v = vacancy{since: now, jitter: a.rng.Float64()}
+				}
+				v.notBefore = now.Add(a.cfg.LockDelay / 10)
+				a.vacant[in.Slot] = v
+			}
+			break
+		}
+		h.index, h.confirmed, h.acked, h.phase = in.Index, h.sent, now, Starting
+		out = append(out, Start{Slot: in.Slot, Index: in.Index, Session: a.session},
+			Record{Slot: in.Slot, Action: "claim"})
+	case ReleaseDone:
+		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
+			delete(a.held, in.Slot)
+			a.dirty[in.Slot.Unit] = true
+		}
+	case ConfirmDone:
+		a.inflight = max(0, a.inflight-1)
+		if in.Err != nil {
+			break
+		}
+		for id, h := range a.held {
+			if !h.exclusive || h.lost || h.phase == Claiming || h.phase == Releasing {
+				continue
+			}
+			if in.Held[id] {
+				if in.Sent.After(h.confirmed) {
+					h.confirmed = in.Sent
+				}
+			} else if !h.acked.IsZero() && !h.acked.After(in.Sent) {
+				// The read was sent after the claim's answer came and
+				// does not show the hold: it has ended. (A read sent
+				// before that may have been served before the claim.)
+				out = a.lose(id, h, "slot key not held by this node's session", out)
+			}
+		}
+	case InstanceStarted:
+		if h := a.held[in.Slot]; h != nil && h.phase == Starting {
+			h.phase = Running
+		}
+	case InstanceExited:
+		h := a.held[in.Slot]
+		if h == nil {
+			break
+		}
+		if h.lost || h.orphan {
+			delete(a.held, in.Slot)
+			// If Consul still says this session holds it, the next look
+			// finds a stray and releases it.
+			a.dirty[in.Slot.Unit] = true
+			break
+		}
+		if h.phase == Stopping {
+			h.phase = Releasing
+			out = append(out, Release{Slot: in.Slot, Session: a.session})
+		}
+	default:
+		panic(fmt.Sprintf("agent: unknown input %T", in))
+	}
+	return a.reconcile(now, out)
+}
+
+func (a *Agent) loseSession(out []any) []any {
+	a.session, a.inflight = "", 0
+	for id, h := range a.held {
+		switch {
+		case h.phase == Claiming || h.phase == Releasing:
+			delete(a.held, id)
+		case h.exclusive:
+			out = a.lose(id, h, "session lost", out)
+		default:
+			h.orphan = true
+		}
+	}
+	return out
+}
+
+// lose ends a hold: the instance is killed, the key is not released (it
+// is not this node's any more).
+func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
+	if h.lost {
+		return out
+	}
+	h.lost = true
+	switch h.phase {
+	case Claiming, Releasing:
+		delete(a.held, id)
+		return out
+	}
+	h.phase = Stopping
+	return append(out, Stop{Slot: id, Kill: true}, Record{Slot: id, Action: "lost", Reason: why})
+}
+
+// reconcile is everything that follows from the state at now.
+func (a *Agent) reconcile(now time.Time, out []any) []any {
+	var wake time.Time
+	at := func(t time.Time) {
+		if wake.IsZero() || t.Before(wake) {
+			wake = t
+		}
+	}
+	if a.session == "" && !a.asking {
+		a.asking = true
+		out = append(out, CreateSession{})
+	}
+
+	// The holds.
+	ids := a.heldIDs()
+	var confirm []SlotID
+	for _, id := range ids {
+		h := a.held[id]
+		u, ok := a.units[id.Unit]
+		view := a.slots[id.Unit]
+		switch {
+		case h.orphan:
+			// Stop once another node holds the slot.
+			if view != nil && view.Slots[id.K].Session != "" && h.phase != Stopping {
+				h.phase = Stopping
+				out = append(out, Stop{Slot: id})
+			}
+			continue
+		case h.lost || h.phase == Claiming || h.phase == Releasing:
+			continue
+		}
+		if h.exclusive && !a.cfg.Faults.NoWatchdog {
+			deadline := h.confirmed.Add(a.cfg.LockDelay / 2)
+			if !now.Before(deadline) {
+				out = a.lose(id, h, "hold not confirmed in time", out)
+				continue
+			}
+			at(deadline)
+			confirm = append(confirm, id)
+		}
+		if view != nil && view.Index > 0 {
+			s := view.Slots[id.K]
+			if s.Session != "" && s.Session != a.session && s.ModifyIndex > h.index {
+				out = a.lose(id, h, "slot held by another session", out)
+				continue
+			}
+		}
+		if (!ok || id.K >= u.Count) && h.phase != Stopping {
+			h.phase = Stopping
+			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "release", Reason: "scaled down"})
+		}
+	}
+	if len(confirm) > 0 && a.session != "" && a.inflight < maxInflight {
+		next := a.lastConfirm.Add(a.cfg.LockDelay / 5)
+		if !now.Before(next) {
+			a.inflight++
+			a.lastConfirm = now
+			out = append(out, Confirm{Slots: confirm, Session: a.session})
+		} else {
+			at(next)
+		}
+	}
+
+	// Strays and claims, for the units whose view changed or whose claim
+	// time came.
+	if a.session != "" && a.nodes != nil {
+		for _, name := range sortedSet(a.dirty) {
+			delete(a.waitAt, name)
+			delete(a.free, name)
+			v := a.slots[name]
+			if v == nil {
+				continue
+			}
+			// Strays: held by this node's session in Consul, unknown here.
+			for _, k := range v.bySess[a.session] {
+				id := SlotID{name, k}
+				if _, ok := a.held[id]; !ok && a.strays[id] < v.Index {
+					a.strays[id] = v.Index
+					a.held[id] = &held{phase: Releasing}
+					out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
+				}
+			}
+			u, ok := a.units[name]
+			if !ok || u.Count == 0 {
+				continue
+			}
+			// Free as the view says: every node with this view ranks the
+			// same slots, so the ranking is the same everywhere.
+			var free []int
+			for k := range u.Count {
+				if v.Slots[k].Session != "" {
+					delete(a.vacant, SlotID{name, k})
+					continue
+				}
+				free = append(free, k)
+			}
+			if len(free) == 0 {
+				continue
+			}
+			a.free[name] = true
+			asg := a.assign(u, v, free)
+			// What this node holds of the unit, as it knows it: a view
+			// may not show its latest claims yet.
+			mine := 0
+			for id, h := range a.held {
+				if id.Unit == name && !h.orphan {
+					mine++
+				}
+			}
+			for _, k := range free {
+				id := SlotID{name, k}
+				if _, ok := a.held[id]; ok {
+					continue
+				}
+				if mine >= max(1, u.MaxPerNode) {
+					break
+				}
+				me, ok := asg.Of(k, a.cfg.Node)
+				if !ok {
+					continue
+				}
+				vac, seen := a.vacant[id]
+				if !seen {
+					vac = vacancy{since: now, jitter: a.rng.Float64()}
+					a.vacant[id] = vac
+				}
+				d, first := cluster.ClaimDelay(me.Rank, a.cfg.Step, vac.jitter)
+				if !first {
+					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
+				}
+				when := vac.since.Add(d)
+				if !v.Slots[k].Released && v.Slots[k].ModifyIndex > 0 {
+					// Freed by an invalidation: Consul refuses a lock
+					// for the lock delay from when it was freed (which
+					// this node saw no earlier than since), so the ranks
+					// start after it.
+					when = when.Add(a.cfg.LockDelay)
+				}
+				when = maxTime(when, vac.notBefore)
+				if now.Before(when) {
+					if t, ok := a.waitAt[name]; !ok || when.Before(t) {
+						a.waitAt[name] = when
+					}
+					continue
+				}
+				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
+				mine++
+				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node})
+			}
+		}
+		clear(a.dirty)
+	}
+	for _, t := range a.waitAt {
+		at(t)
+	}
+	if !wake.IsZero() && (a.wakeAt.IsZero() || !a.wakeAt.Equal(wake) || !a.wakeAt.After(now)) {
+		a.wakeAt = wake
+		out = append(out, Wake{At: wake})
+	}
+	return out
+}
+
+// assign ranks the free slots of u with the view; the same view gives
+// the same ranking, so it is kept until a view changes.
+func (a *Agent) assign(u Unit, v *SlotsView, free []int) Ranking {
+	if c, ok := a.assignments[u.Name]; ok && c.slotsIdx == v.Index && c.nodesIdx == a.nodes.Index {
+		return c.a
+	}
+	asg := a.cfg.Rank(u, v, a.nodes, free)
+	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, a: asg}
+	return asg
+}
+
+// DefaultRank is cluster.Assign over a unit's slots view and the live
+// nodes.
+func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
+	infos := make([]cluster.NodeInfo, len(nodes.Nodes))
+	for i, n := range nodes.Nodes {
+		infos[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
+	}
+	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
+	asg := cluster.Assign(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})
+	out := make(Ranking, len(asg))
+	for k, rs := range asg {
+		m := make(map[string]Place, len(rs))
+		for _, r := range rs {
+			if r.Verdict.OK {
+				m[r.Node] = Place{Rank: r.Rank, HRWRank: r.HRWRank}
+			}
+		}
+		out[k] = m
+	}
+	return out
+}
+
+func (a *Agent) heldIDs() []SlotID {
+	ids := make([]SlotID, 0, len(a.held))
+	for id := range a.held {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		if ids[i].Unit != ids[j].Unit {
+			return ids[i].Unit < ids[j].Unit
+		}
+		return ids[i].K < ids[j].K
+	})
+	return ids
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func sortedSet(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

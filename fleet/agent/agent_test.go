@@ -1,0 +1,205 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// machine drives one agent on a fake clock, as supervisor's decide tests
+// do: inputs in, actions out, nothing else.
+type machine struct {
+	t   *testing.T
+	a   *Agent
+	now time.Time
+}
+
+func newMachine(t *testing.T, units ...Unit) *machine {
+	m := &machine{t: t, a: New(Config{Node: "me", Seed: 1}), now: t0}
+	m.step(UnitsAnswer{Units: units})
+	m.step(SessionCreated{ID: "s-me"})
+	m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me"}}})
+	return m
+}
+
+func (m *machine) step(in any) []any {
+	m.t.Helper()
+	return m.a.Step(m.now, in)
+}
+
+func find[T any](acts []any) (T, bool) {
+	for _, a := range acts {
+		if x, ok := a.(T); ok {
+			return x, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func slots(unit string, idx uint64, ss ...Slot) SlotsAnswer {
+	return SlotsAnswer{View: NewSlotsView(unit, idx, ss)}
+}
+
+// The life of an exclusive slot: claimed at its rank's time, started with
+// its fencing token, confirmed, killed when confirmations stop.
+func TestExclusiveSlotLife(t *testing.T) {
+	m := newMachine(t, Unit{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1})
+	acts := m.step(slots("db", 5))
+	if _, ok := find[Claim](acts); ok {
+		t.Fatalf("claimed before its rank's time: %v", acts)
+	}
+	w, ok := find[Wake](acts)
+	if !ok {
+		t.Fatalf("no wake for the claim: %v", acts)
+	}
+	m.now = w.At
+	c, ok := find[Claim](m.step(Tick{}))
+	if !ok || c.Slot != (SlotID{"db", 0}) || c.Session != "s-me" {
+		t.Fatalf("claim: %+v %v", c, ok)
+	}
+	m.now = m.now.Add(2 * time.Millisecond)
+	acts = m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
+	st, ok := find[Start](acts)
+	if !ok || st.Index != 42 {
+		t.Fatalf("start: %+v %v", st, ok)
+	}
+	// The first confirmation goes out at once, the next lock_delay/5 later.
+	if _, ok := find[Confirm](acts); !ok {
+		t.Fatal("no confirmation with the claim's answer")
+	}
+	first := m.now
+	m.step(InstanceStarted{Slot: c.Slot})
+	if p := m.a.Held()[c.Slot]; p != Running {
+		t.Fatalf("phase %v", p)
+	}
+	m.now = first.Add(199 * time.Millisecond)
+	if _, ok := find[Confirm](m.step(Tick{})); ok {
+		t.Fatal("confirmation before lock_delay/5")
+	}
+	m.now = first.Add(200 * time.Millisecond)
+	if _, ok := find[Confirm](m.step(Tick{})); !ok {
+		t.Fatal("no confirmation at lock_delay/5")
+	}
+	m.step(ConfirmDone{Sent: m.now, Held: map[SlotID]bool{c.Slot: true}})
+	sent := m.now
+	view := slots("db", 9, Slot{K: 0, Session: "s-me", Node: "me", ModifyIndex: 42})
+	m.step(view)
+	// No answer to anything after that: killed at sent + lock_delay/2.
+	m.now = sent.Add(499 * time.Millisecond)
+	if s, ok := find[Stop](m.step(Tick{})); ok {
+		t.Fatalf("killed early: %+v", s)
+	}
+	m.now = sent.Add(500 * time.Millisecond)
+	s, ok := find[Stop](m.step(Tick{}))
+	if !ok || !s.Kill {
+		t.Fatalf("not killed at the deadline: %+v %v", s, ok)
+	}
+	// Its exit does not release (the hold is not known to be ours); the
+	// next view that still shows the key ours finds a stray, released once.
+	// Once it has exited, the key its view still shows held by its
+	// session is a stray: released, once for that view.
+	if _, ok := find[Release](m.step(InstanceExited{Slot: c.Slot})); !ok {
+		t.Fatal("stray not released once the instance exited")
+	}
+	acts = append(m.step(ReleaseDone{Slot: c.Slot, OK: false}), m.step(view)...)
+	if _, ok := find[Release](acts); ok {
+		t.Fatal("the same view released the stray twice")
+	}
+}
+
+// A read sent before the claim's answer came may have been served before
+// the claim: it does not end the hold.
+func TestConfirmBeforeClaimAnswered(t *testing.T) {
+	m := newMachine(t, Unit{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1})
+	w, _ := find[Wake](m.step(slots("db", 5)))
+	m.now = w.At
+	c, _ := find[Claim](m.step(Tick{}))
+	early := m.now.Add(time.Millisecond)
+	m.now = m.now.Add(3 * time.Millisecond)
+	m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
+	if s, ok := find[Stop](m.step(ConfirmDone{Sent: early, Held: map[SlotID]bool{c.Slot: false}})); ok {
+		t.Fatalf("an earlier read ended the hold: %+v", s)
+	}
+	if s, ok := find[Stop](m.step(ConfirmDone{Sent: m.now, Held: map[SlotID]bool{c.Slot: false}})); !ok || !s.Kill {
+		t.Fatalf("a later read did not end it: %+v", s)
+	}
+}
+
+// A slot freed by an invalidation is claimed after the lock delay plus the
+// rank's delay; a released one at the rank's delay. A refusal for the lock
+// delay backs off.
+func TestClaimTiming(t *testing.T) {
+	for _, tc := range []struct {
+		released bool
+		min, max time.Duration
+	}{
+		{true, 0, 50 * time.Millisecond},
+		{false, time.Second, time.Second + 50*time.Millisecond},
+	} {
+		t.Run(fmt.Sprint("released=", tc.released), func(t *testing.T) {
+			m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+			w, ok := find[Wake](m.step(slots("web", 7, Slot{K: 0, ModifyIndex: 6, Released: tc.released})))
+			if !ok {
+				t.Fatal("no wake")
+			}
+			if d := w.At.Sub(t0); d < tc.min || d > tc.max {
+				t.Fatalf("claim at %v, want [%v, %v]", d, tc.min, tc.max)
+			}
+			m.now = w.At
+			c, ok := find[Claim](m.step(Tick{}))
+			if !ok {
+				t.Fatal("no claim")
+			}
+			w, ok = find[Wake](m.step(ClaimDone{Slot: c.Slot, LockDelay: true}))
+			if !ok || w.At.Sub(m.now) != 100*time.Millisecond {
+				t.Fatalf("after a lock-delay refusal: %+v", w)
+			}
+		})
+	}
+}
+
+// A node counts its own holds toward max_per_node even when its view does
+// not show them (here a stale view names another holder of its slot 0).
+func TestMaxPerNodeCountsOwnHolds(t *testing.T) {
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Warm: &Warm{Session: "s-me", At: t0,
+		Held: map[SlotID]uint64{{"web", 0}: 9}}})}
+	m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 2, MaxPerNode: 1}}})
+	m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "other"}}})
+	var claims int
+	acts := m.step(slots("web", 7, Slot{K: 0, Session: "s-other", Node: "other", ModifyIndex: 5}))
+	for range 20 {
+		for _, a := range acts {
+			if _, ok := a.(Claim); ok {
+				claims++
+			}
+		}
+		w, ok := find[Wake](acts)
+		if !ok {
+			break
+		}
+		m.now = w.At
+		acts = m.step(Tick{})
+	}
+	if claims != 0 {
+		t.Fatalf("%d claims while holding one with max_per_node 1", claims)
+	}
+}
+
+// Scaled down: stop first, release once the instance has exited.
+func TestScaleDownStopsThenReleases(t *testing.T) {
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Warm: &Warm{Session: "s-me", At: t0,
+		Held: map[SlotID]uint64{{"web", 1}: 9}}})}
+	acts := m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 1, MaxPerNode: 2}}})
+	if s, ok := find[Stop](acts); !ok || s.Kill {
+		t.Fatalf("stop: %+v %v", s, ok)
+	}
+	if _, ok := find[Release](acts); ok {
+		t.Fatal("released before the instance exited")
+	}
+	if r, ok := find[Release](m.step(InstanceExited{Slot: SlotID{"web", 1}})); !ok || r.Session != "s-me" {
+		t.Fatalf("release: %+v %v", r, ok)
+	}
+}

@@ -1,0 +1,54 @@
+// Package agent is a fleet node's decisions as one step machine (CLUSTER.md
+// section 12), in the manner of supervisor/decide.go and etcd's raft:
+// Step(now, input) changes the agent's state and returns actions as data;
+// it never blocks, never reads a clock and never talks to Consul. One
+// executor per node performs the actions and feeds their outcomes back as
+// inputs; the simulator (fleet/sim) runs the same Step for every node over
+// a model of Consul (fleet/consulmodel), on simulated time.
+//
+// This first cut holds the slot protocol (CLUSTER.md section 3): the node's
+// session, rank-ordered claims (cluster.Assign, ClaimDelay,
+// SecondRoundDelay), the hold, the exclusive holder's confirmations and
+// watchdog, scale-down, strays (a claim Consul applied whose answer was
+// lost) and the loss of the session. Deployments, pause, drain, volumes,
+// the brake and the takeover budget are still decided by cluster.Fleet and
+// move here next.
+//
+// # A held slot
+//
+//	 Claim sent
+//	     |
+//	+----v-----+  refused / answer lost    (free again; a stray is
+//	| claiming |-------------------------> released when seen)
+//	+----+-----+
+//	     | claimed (term index = the key's ModifyIndex)
+//	+----v-----+  Start
+//	| starting |
+//	+----+-----+
+//	     | instance started
+//	+----v-----+
+//	| running  |
+//	+----+-----+
+//	     | scaled down / unit removed: Stop    | watchdog (exclusive: no
+//	+----v-----+                               | confirmation for
+//	| stopping |<------------------------------+ lock_delay/2), session
+//	+----+-----+                                 lost, key not ours:
+//	     | instance exited                       Stop{Kill}, no release
+//	+----v------+  (only when the hold is still ours)
+//	| releasing | Release: unlock the key (no lock delay)
+//	+----+------+
+//	     | released
+//	    gone
+//
+// A non-exclusive slot whose session is lost keeps its instance running
+// (an orphan) until another node holds the slot, then stops it.
+//
+// # Safety
+//
+// Nothing here makes two holders impossible; Consul's lock on the slot key
+// does, and the watchdog bounds how long an exclusive instance outlives its
+// hold (internal/leader/doc.go's argument, per slot): with c the send time
+// of the last consistent read that showed the hold, the instance is killed
+// before c + lock_delay/2, while another session can lock the key only
+// after c + lock_delay. Placement only decides who tries first.
+package agent

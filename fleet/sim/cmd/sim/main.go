@@ -1,0 +1,87 @@
+// Command sim runs the fleet's simulator (make sim) and prints, as its last
+// line: sim: <N> nodes, <S> seeds, <V> violations, full count p50 <x> s p99
+// <y> s after losing 10%, <w> txns/vacancy, <b> KB served/slot change.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/fleet/sim"
+)
+
+func main() {
+	nodes := flag.Int("nodes", 50, "simulated nodes")
+	seeds := flag.Int("seeds", 20, "seeds to run")
+	first := flag.Uint64("seed", 1, "first seed")
+	units := flag.Int("units", 0, "units (default nodes/10, at least 10)")
+	slots := flag.Int("slots", 0, "slots per unit (default 100, at most nodes)")
+	chaos := flag.Bool("chaos", true, "mariposa kills, a cut-off node and lost answers besides the loss")
+	trace := flag.Bool("trace", false, "print the trace of each seed")
+	flag.Parse()
+	u := *units
+	if u == 0 {
+		u = max(10, *nodes/10)
+	}
+	sl := *slots
+	if sl == 0 {
+		sl = min(100, *nodes/2)
+	}
+	start := time.Now()
+	results := make([]sim.Result, *seeds)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i := range *seeds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos}
+			if *trace {
+				cfg.Trace = func(l string) { fmt.Println(l) }
+			}
+			results[i] = sim.Run(cfg)
+		}()
+	}
+	wg.Wait()
+	var all []time.Duration
+	var violations int
+	var txns, vac, changes, bytes, raft, steps uint64
+	var stepTime time.Duration
+	for _, r := range results {
+		for _, v := range r.Violations {
+			fmt.Fprintf(os.Stderr, "%s (replay: make sim NODES=%d SEEDS=1 SEED=%d)\n", v, *nodes, r.Seed)
+		}
+		violations += len(r.Violations)
+		all = append(all, r.Recovery...)
+		txns += r.Txns
+		raft += r.RaftWrites
+		vac += uint64(r.Vacancies)
+		changes += r.SlotChanges
+		bytes += r.BytesServed
+		steps += r.Steps
+		stepTime += r.StepTime
+		fmt.Printf("seed %d: trace %s, %d vacancies, full count p50 %.1f s p99 %.1f s, %d txns, %d raft writes, %d events\n",
+			r.Seed, r.Trace, r.Vacancies, r.Percentile(0.5).Seconds(), r.Percentile(0.99).Seconds(), r.Txns, r.RaftWrites, r.Events)
+	}
+	slices.Sort(all)
+	pct := func(p float64) float64 {
+		if len(all) == 0 {
+			return 0
+		}
+		return all[min(len(all)-1, int(p*float64(len(all))))].Seconds()
+	}
+	fmt.Printf("simulated: %d units x %d slots; %d agent steps, %.1f us each (wall); raft writes/vacancy %.2f; ran %.1f s\n",
+		u, sl, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
+	fmt.Printf("sim: %d nodes, %d seeds, %d violations, full count p50 %.1f s p99 %.1f s after losing 10%%, %.2f txns/vacancy, %.1f KB served/slot change\n",
+		*nodes, *seeds, violations, pct(0.5), pct(0.99), float64(txns)/float64(max(1, vac)), float64(bytes)/1024/float64(max(1, changes)))
+	if violations > 0 {
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,1008 @@
+// Package sim is the fleet's deterministic simulator (CLUSTER.md section
+// 12; FoundationDB's simulation, TigerBeetle's VOPR, etcd's rafttest): many
+// nodes, each running the real step machine (fleet/agent), over the model
+// of Consul (fleet/consulmodel), on simulated time, with one seeded
+// scheduler. Faults are injected from the seed; invariants are checked
+// after every event; the same seed gives the same trace, byte for byte
+// (Result.Trace is its hash).
+//
+// The scheduler is a queue of events ordered by (time, sequence). Every
+// call a node makes to Consul travels for a latency drawn from the seed,
+// is applied to the model when it arrives (if the node can reach the
+// servers then), and its answer travels back the same way. Blocking
+// queries are modelled by their effect: after a write, every node
+// watching a prefix whose index moved gets one answer (coalesced while
+// one is on its way), computed when it arrives; its size is counted as
+// the bytes Consul serves.
+//
+// Failure detection is not simulated packet by packet: a lost node's
+// serfHealth turns critical after Consul's gossip detection time for N
+// nodes (a probe, up to 1.5 s, then Lifeguard's suspicion timeout at its
+// floor, 4 x log10(N) probe intervals of 1 s, plus up to 1 s for the
+// confirmations), and mariposa's liveness TTL check 3 s after mariposa
+// stops answering.
+package sim
+
+import (
+	"container/heap"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"hash"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/consulmodel"
+)
+
+// Config is one simulation.
+type Config struct {
+	Seed         uint64
+	Nodes        int
+	Units        int
+	SlotsPerUnit int
+	// ExclusiveEvery: every n-th unit is exclusive (0: none).
+	ExclusiveEvery int
+	LockDelay      time.Duration // 1 s
+	Step           time.Duration // cluster.DefaultStep
+	// LoseFraction of the nodes is lost at once at LossAt (0.1).
+	LoseFraction float64
+	LossAt       time.Duration
+	// Chaos adds faults drawn from the seed around the loss: mariposa
+	// killed and restarted, a node cut from the servers and healed, claim
+	// answers lost.
+	Chaos bool
+	// Settle: how long after the last fault the fleet must be back at
+	// full count.
+	Settle time.Duration
+	// Faults break the agent on purpose (mutation checks); ExecFaults
+	// break the executor.
+	Faults     agent.Faults
+	ExecFaults ExecFaults
+	// Trace, when set, receives every line of the trace.
+	Trace func(line string)
+}
+
+// ExecFaults break the executor on purpose, for mutation checks.
+type ExecFaults struct {
+	// WriteHeldKey: a holder writes its status into the held lock key
+	// after its instance starts (the fencing token moves).
+	WriteHeldKey bool
+	// ReleaseBeforeStop: a release unlocks the key before the instance
+	// has exited.
+	ReleaseBeforeStop bool
+}
+
+func (c *Config) defaults() {
+	if c.Nodes <= 0 {
+		c.Nodes = 50
+	}
+	if c.Units <= 0 {
+		c.Units = 10
+	}
+	if c.SlotsPerUnit <= 0 {
+		c.SlotsPerUnit = 10
+	}
+	if c.SlotsPerUnit > c.Nodes {
+		c.SlotsPerUnit = c.Nodes
+	}
+	if c.LockDelay <= 0 {
+		c.LockDelay = time.Second
+	}
+	if c.Step <= 0 {
+		c.Step = cluster.DefaultStep
+	}
+	if c.LoseFraction == 0 {
+		c.LoseFraction = 0.1
+	}
+	if c.LossAt <= 0 {
+		c.LossAt = 5 * time.Second
+	}
+	if c.Settle <= 0 {
+		c.Settle = 60 * time.Second
+	}
+}
+
+// Result is what a simulation found and measured.
+type Result struct {
+	Seed       uint64
+	Violations []string
+	// Recovery is, per slot its lost node held (Lost of them), the
+	// simulated time from the loss to its instance running elsewhere.
+	Recovery []time.Duration
+	Lost     int
+	// Vacancies: every time a slot below its count was left without a
+	// running instance (the loss, and every other fault's).
+	Vacancies int
+	// From the placed start to the end: the fleet's write transactions
+	// (refused ones included), its Raft writes (the instances' own
+	// fenced writes left out), slot key changes and the bytes Consul
+	// served to the fleet's watchers.
+	Txns, RaftWrites, SlotChanges, BytesServed uint64
+	// Steps and StepTime: every agent step, and the wall time they took.
+	Steps    uint64
+	StepTime time.Duration
+	Events   uint64
+	Trace    string // sha256 of the trace
+	End      time.Duration
+}
+
+// Percentile of the recovery times (p in [0, 1]).
+func (r Result) Percentile(p float64) time.Duration {
+	if len(r.Recovery) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.Recovery)
+	slices.Sort(s)
+	i := int(math.Ceil(p*float64(len(s)))) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+type event struct {
+	at  time.Duration
+	seq uint64
+	fn  func()
+}
+
+type queue []*event
+
+func (q queue) Len() int { return len(q) }
+func (q queue) Less(i, j int) bool {
+	if q[i].at != q[j].at {
+		return q[i].at < q[j].at
+	}
+	return q[i].seq < q[j].seq
+}
+func (q queue) Swap(i, j int)  { q[i], q[j] = q[j], q[i] }
+func (q *queue) Push(x any)    { *q = append(*q, x.(*event)) }
+func (q *queue) Pop() any      { o := *q; x := o[len(o)-1]; *q = o[:len(o)-1]; return x }
+func (q queue) peek() *event   { return q[0] }
+func (q queue) empty() bool    { return len(q) == 0 }
+func newQueue() *queue         { q := &queue{}; heap.Init(q); return q }
+func (q *queue) push(e *event) { heap.Push(q, e) }
+func (q *queue) pop() *event   { return heap.Pop(q).(*event) }
+
+type instance struct {
+	node    *node
+	slot    agent.SlotID
+	index   uint64
+	session string
+	running bool
+}
+
+type node struct {
+	name  string
+	agent *agent.Agent
+	alive bool // the machine (and its Consul agent) is up
+	up    bool // mariposa runs
+	cut   bool // cut off from the servers
+	gen   int  // mariposa's incarnation: answers to an older one are dropped
+	sess  string
+	inst  map[agent.SlotID]*instance
+	// starting: starts on their way, by slot; a stop cancels one.
+	starting map[agent.SlotID]uint64
+	startSeq uint64
+	// watches: per unit, the index last answered and whether an answer
+	// is on its way; the same for the nodes.
+	watch     map[string]uint64
+	pending   map[string]bool
+	nodesIdx  uint64
+	nodesPend bool
+	wakeAt    time.Duration
+}
+
+func (n *node) reachable() bool { return n.alive && n.up && !n.cut }
+
+type cachedSlots struct {
+	idx   uint64
+	view  *agent.SlotsView
+	bytes uint64
+}
+
+// Sim is one run.
+type Sim struct {
+	cfg   Config
+	rng   *rand.Rand
+	now   time.Duration
+	q     *queue
+	seq   uint64
+	store *consulmodel.Store
+	nodes []*node
+	units []agent.Unit
+	byU   map[string]agent.Unit
+
+	slotsCache map[string]cachedSlots
+	nodesCache *agent.NodesView
+	nodesBytes uint64
+	ranks      map[string]rankMemo
+
+	// running instances per slot
+	running map[agent.SlotID][]*instance
+
+	res      Result
+	trace    hash.Hash
+	lostAt   map[agent.SlotID]time.Duration // vacated by the loss: since
+	lossDone bool
+	counting bool
+	// Raft writes of the instances' own fenced writes, which are not the
+	// fleet's; the Raft writes of the placed start.
+	fencedRaft, raftFrom uint64
+}
+
+type rankMemo struct {
+	slotsIdx, nodesIdx uint64
+	free               string
+	a                  agent.Ranking
+}
+
+// Run runs one simulation to its end and returns what it found.
+func Run(cfg Config) Result {
+	cfg.defaults()
+	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x73696d)), q: newQueue(), store: consulmodel.New(),
+		slotsCache: map[string]cachedSlots{}, ranks: map[string]rankMemo{}, running: map[agent.SlotID][]*instance{},
+		trace: sha256.New(), lostAt: map[agent.SlotID]time.Duration{}, byU: map[string]agent.Unit{}}
+	s.res.Seed = cfg.Seed
+	s.setup()
+	s.faults()
+	end := cfg.LossAt + cfg.Settle
+	for !s.q.empty() && s.q.peek().at <= end {
+		e := s.q.pop()
+		s.now = e.at
+		e.fn()
+		s.res.Events++
+
+	}
+	s.now = end
+	s.finalCheck()
+	s.res.End = s.now
+	s.res.Trace = fmt.Sprintf("%x", s.trace.Sum(nil))[:16]
+	return s.res
+}
+
+func (s *Sim) wall() time.Time { return epoch.Add(s.now) }
+
+func (s *Sim) at(d time.Duration, fn func()) {
+	s.seq++
+	s.q.push(&event{at: s.now + d, seq: s.seq, fn: fn})
+}
+
+// chaosWindow: the faults of a chaos run happen from the start until this
+// long after the loss; then the fleet must settle.
+const chaosWindow = 20 * time.Second
+
+// latency is one way of a call or an answer: 0.5-2 ms, and in a chaos
+// run's window one in 30 is slow (50-500 ms: a busy server, a
+// retransmission), so answers overtake each other.
+func (s *Sim) latency() time.Duration {
+	d := 500*time.Microsecond + time.Duration(s.rng.Int64N(int64(1500*time.Microsecond)))
+	if s.cfg.Chaos && s.now < s.cfg.LossAt+chaosWindow && s.rng.IntN(30) == 0 {
+		d += 50*time.Millisecond + time.Duration(s.rng.Int64N(int64(450*time.Millisecond)))
+	}
+	return d
+}
+
+func (s *Sim) note(format string, args ...any) {
+	line := fmt.Sprintf("%10.6f %s", s.now.Seconds(), fmt.Sprintf(format, args...))
+	s.trace.Write([]byte(line))
+	s.trace.Write([]byte{'\n'})
+	if s.cfg.Trace != nil {
+		s.cfg.Trace(line)
+	}
+}
+
+func (s *Sim) violate(format string, args ...any) {
+	msg := fmt.Sprintf("seed %d at %.3fs: %s", s.cfg.Seed, s.now.Seconds(), fmt.Sprintf(format, args...))
+	s.note("VIOLATION %s", msg)
+	if len(s.res.Violations) < 20 {
+		s.res.Violations = append(s.res.Violations, msg)
+	}
+}
+
+func slotValue(node string, id agent.SlotID, state string) []byte {
+	// About the size of the fleet's slot value (cluster.SlotValue).
+	b, _ := json.Marshal(map[string]any{"node": node, "n": 3, "version": "v1-3f2a9c1b", "state": state,
+		"since": "2026-01-01T00:00:00Z", "deployment": "d-" + id.Unit, "reschedules": []any{}})
+	return b
+}
+
+func (s *Sim) setup() {
+	c := s.cfg
+	for i := range c.Units {
+		u := agent.Unit{Name: fmt.Sprintf("u%03d", i), Count: c.SlotsPerUnit, MaxPerNode: 1,
+			Exclusive: c.ExclusiveEvery > 0 && i%c.ExclusiveEvery == 0}
+		s.units = append(s.units, u)
+		s.byU[u.Name] = u
+	}
+	excl := map[string]bool{}
+	for _, u := range s.units {
+		excl[u.Name] = u.Exclusive
+	}
+	for i := range c.Nodes {
+		n := &node{name: fmt.Sprintf("n%04d", i), alive: true, up: true, inst: map[agent.SlotID]*instance{}, starting: map[agent.SlotID]uint64{},
+			watch: map[string]uint64{}, pending: map[string]bool{}}
+		s.nodes = append(s.nodes, n)
+		must(s.store.RegisterNode(n.name, "10.0.0.1"))
+		must(s.store.RegisterService(consulmodel.ServiceInstance{Node: n.name, ID: "mariposa-" + n.name, Service: "mariposa"},
+			map[string]string{aliveCheck(n.name): api.HealthPassing}))
+	}
+	// A placed fleet: slot k of unit i on node (i*count + k) mod N.
+	held := map[string]map[agent.SlotID]uint64{}
+	for _, n := range s.nodes {
+		id, err := s.store.CreateSession(s.wall(), consulmodel.SessionSpec{Node: n.name, LockDelay: c.LockDelay,
+			Checks: []string{"serfHealth", aliveCheck(n.name)}})
+		must(err)
+		n.sess = id
+		held[n.name] = map[agent.SlotID]uint64{}
+	}
+	for i, u := range s.units {
+		for k := range u.Count {
+			n := s.nodes[(i*u.Count+k)%len(s.nodes)]
+			id := agent.SlotID{Unit: u.Name, K: k}
+			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVLock, Key: id.Key(), Session: n.sess, Value: slotValue(n.name, id, "running")}})
+			must(err)
+			if !r.OK {
+				panic(fmt.Sprintf("warm claim of %s: %v", id, r.Errors))
+			}
+			held[n.name][id] = r.Results[0].ModifyIndex
+			inst := &instance{node: n, slot: id, index: r.Results[0].ModifyIndex, session: n.sess, running: true}
+			n.inst[id] = inst
+			s.running[id] = append(s.running[id], inst)
+		}
+	}
+	s.store.TakeCommits()
+	s.counting = true
+	s.raftFrom = s.store.Stats().RaftWrites
+	for _, n := range s.nodes {
+		s.startAgent(n, &agent.Warm{Session: n.sess, At: s.wall(), Held: held[n.name], Exclusive: excl})
+	}
+	// Fenced writes: every running exclusive instance writes with its
+	// token every second.
+	s.at(time.Second, s.fencedWrites)
+}
+
+func aliveCheck(node string) string { return "mariposa-" + node + ":alive" }
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
+
+func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, free []int) agent.Ranking {
+	key := fmt.Sprint(free)
+	if m, ok := s.ranks[u.Name]; ok && m.slotsIdx == v.Index && m.nodesIdx == nodes.Index && m.free == key {
+		return m.a
+	}
+	a := agent.DefaultRank(u, v, nodes, free)
+	s.ranks[u.Name] = rankMemo{slotsIdx: v.Index, nodesIdx: nodes.Index, free: key, a: a}
+	return a
+}
+
+func (s *Sim) startAgent(n *node, warm *agent.Warm) {
+	seed := s.cfg.Seed*1_000_003 + uint64(len(n.name)) + uint64(n.gen)*7919
+	for _, ch := range n.name {
+		seed = seed*31 + uint64(ch)
+	}
+	n.agent = agent.New(agent.Config{Node: n.name, Step: s.cfg.Step, LockDelay: s.cfg.LockDelay, Seed: seed,
+		Rank: s.rank, Faults: s.cfg.Faults, Warm: warm})
+	units := slices.Clone(s.units)
+	s.step(n, agent.UnitsAnswer{Units: units})
+	s.deliverNodes(n)
+	for _, u := range s.units {
+		s.deliverSlots(n, u.Name)
+	}
+}
+
+// step runs one input through a node's agent and carries out its actions.
+func (s *Sim) step(n *node, in any) {
+	if !n.up || !n.alive {
+		return
+	}
+	t0 := time.Now()
+	acts := n.agent.Step(s.wall(), in)
+	s.res.StepTime += time.Since(t0)
+	s.res.Steps++
+	for _, a := range acts {
+		s.act(n, a)
+	}
+}
+
+func (s *Sim) act(n *node, a any) {
+	gen := n.gen
+	switch a := a.(type) {
+	case agent.CreateSession:
+		s.rpc(n, func() any {
+			id, err := s.store.CreateSession(s.wall(), consulmodel.SessionSpec{Node: n.name, LockDelay: s.cfg.LockDelay,
+				Checks: []string{"serfHealth", aliveCheck(n.name)}})
+			if err == nil {
+				n.sess = id
+			}
+			s.note("%s session %s %v", n.name, id, err)
+			return agent.SessionCreated{ID: id, Err: err}
+		}, func() any { return agent.SessionCreated{Err: fmt.Errorf("no answer")} })
+	case agent.Claim:
+		s.note("%s claim %s", n.name, a.Slot)
+		lose := s.cfg.Chaos && s.rng.IntN(50) == 0
+		s.rpc(n, func() any {
+			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVLock, Key: a.Slot.Key(), Session: a.Session, Value: slotValue(n.name, a.Slot, "starting")}})
+			s.countTxn(r, err)
+			if err != nil || !r.OK {
+				return agent.ClaimDone{Slot: a.Slot, LockDelay: err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")}
+			}
+			s.checkMaxPerNode(a.Slot.Unit)
+			if lose {
+				s.note("%s claim %s applied, answer lost", n.name, a.Slot)
+				return nil
+			}
+			return agent.ClaimDone{Slot: a.Slot, OK: true, Index: r.Results[0].ModifyIndex}
+		}, func() any { return agent.ClaimDone{Slot: a.Slot, Lost: true} })
+	case agent.Release:
+		release := func() {
+			s.rpc(n, func() any {
+				r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVUnlock, Key: a.Slot.Key(), Session: a.Session, Value: slotValue(n.name, a.Slot, "released")}})
+				s.countTxn(r, err)
+				return agent.ReleaseDone{Slot: a.Slot, OK: err == nil && r.OK}
+			}, func() any { return agent.ReleaseDone{Slot: a.Slot} })
+		}
+		release()
+	case agent.Confirm:
+		sent := s.wall()
+		s.rpc(n, func() any {
+			var ops api.KVTxnOps
+			for _, id := range a.Slots {
+				ops = append(ops, &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: id.Key()})
+			}
+			r, err := s.store.KVTxn(s.wall(), ops)
+			if err != nil {
+				return agent.ConfirmDone{Sent: sent, Err: err}
+			}
+			held := map[agent.SlotID]bool{}
+			for i, id := range a.Slots {
+				held[id] = r.Results[i].Session == a.Session
+			}
+			return agent.ConfirmDone{Sent: sent, Held: held}
+		}, func() any { return agent.ConfirmDone{Sent: sent, Err: fmt.Errorf("no answer")} })
+	case agent.Start:
+		s.note("%s start %s index %d", n.name, a.Slot, a.Index)
+		n.startSeq++
+		tok := n.startSeq
+		n.starting[a.Slot] = tok
+		s.at(50*time.Millisecond, func() {
+			if n.gen != gen || !n.alive || n.starting[a.Slot] != tok {
+				return
+			}
+			delete(n.starting, a.Slot)
+			s.startInstance(n, a)
+			if s.cfg.ExecFaults.WriteHeldKey {
+				s.rpc(n, func() any {
+					r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session},
+						{Verb: api.KVSet, Key: a.Slot.Key(), Value: slotValue(n.name, a.Slot, "healthy")}})
+					s.countTxn(r, err)
+					return nil
+				}, func() any { return nil })
+			}
+			s.step(n, agent.InstanceStarted{Slot: a.Slot})
+		})
+	case agent.Stop:
+		s.note("%s stop %s kill=%v", n.name, a.Slot, a.Kill)
+		delete(n.starting, a.Slot)
+		d := 100 * time.Millisecond
+		if a.Kill {
+			d = 0
+		}
+		if s.cfg.ExecFaults.ReleaseBeforeStop && !a.Kill {
+			if inst := n.inst[a.Slot]; inst != nil {
+				sess := inst.session
+				s.rpc(n, func() any {
+					r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVUnlock, Key: a.Slot.Key(), Session: sess, Value: slotValue(n.name, a.Slot, "released")}})
+					s.countTxn(r, err)
+					return nil
+				}, func() any { return nil })
+			}
+		}
+		stop := func() {
+			if n.gen != gen {
+				return
+			}
+			s.stopInstance(n, a.Slot)
+			s.step(n, agent.InstanceExited{Slot: a.Slot})
+		}
+		if d == 0 {
+			// SIGKILL: the process is gone before anything else happens.
+			s.stopInstance(n, a.Slot)
+			s.at(0, func() {
+				if n.gen == gen {
+					s.step(n, agent.InstanceExited{Slot: a.Slot})
+				}
+			})
+		} else {
+			s.at(d, stop)
+		}
+	case agent.Wake:
+		at := a.At.Sub(epoch)
+		if at < s.now {
+			at = s.now
+		}
+		if n.wakeAt == at {
+			return
+		}
+		n.wakeAt = at
+		s.at(at-s.now, func() {
+			if n.gen != gen || n.wakeAt != at {
+				return
+			}
+			n.wakeAt = 0
+			s.step(n, agent.Tick{})
+		})
+	case agent.Record:
+		s.note("%s record %s %s %s", n.name, a.Slot, a.Action, a.Reason)
+	default:
+		panic(fmt.Sprintf("sim: unknown action %T", a))
+	}
+}
+
+func (s *Sim) countTxn(r consulmodel.TxnResult, err error) {
+	if s.counting && err == nil {
+		s.res.Txns++
+	}
+	s.notify()
+}
+
+// rpc sends a call: apply runs at the servers when it arrives (if the node
+// reaches them), and its answer comes back a latency later; a call or an
+// answer that cannot travel ends in fail after a timeout. apply may
+// return nil: no answer (it was lost after being applied).
+func (s *Sim) rpc(n *node, apply func() any, fail func() any) {
+	gen := n.gen
+	s.at(s.latency(), func() {
+		if n.gen != gen {
+			return
+		}
+		if !n.reachable() || !s.store.HasLeader() {
+			s.at(time.Second, func() {
+				if n.gen == gen {
+					if ans := fail(); ans != nil {
+						s.step(n, ans)
+					}
+				}
+			})
+			return
+		}
+		ans := apply()
+		s.notify()
+		if ans == nil {
+			s.at(time.Second, func() {
+				if n.gen == gen {
+					if f := fail(); f != nil {
+						s.step(n, f)
+					}
+				}
+			})
+			return
+		}
+		s.at(s.latency(), func() {
+			if n.gen != gen {
+				return
+			}
+			if !n.reachable() {
+				s.at(time.Second, func() {
+					if n.gen == gen {
+						if f := fail(); f != nil {
+							s.step(n, f)
+						}
+					}
+				})
+				return
+			}
+			s.step(n, ans)
+		})
+	})
+}
+
+// notify turns the model's new commits into blocking-query answers.
+func (s *Sim) notify() {
+	commits := s.store.TakeCommits()
+	if len(commits) == 0 {
+		return
+	}
+	units := map[string]bool{}
+	nodesChanged := false
+	for _, c := range commits {
+		for _, k := range c.Keys {
+			if rest, ok := strings.CutPrefix(k, "mariposa/slots/"); ok {
+				u, _, _ := strings.Cut(rest, "/")
+				units[u] = true
+				if s.counting {
+					s.res.SlotChanges++
+				}
+			}
+		}
+		if slices.Contains(c.Services, "mariposa") {
+			nodesChanged = true
+		}
+	}
+	for _, u := range sortedKeys(units) {
+		for _, n := range s.nodes {
+			if n.reachable() && !n.pending[u] {
+				n.pending[u] = true
+				gen := n.gen
+				s.at(s.latency(), func() {
+					if n.gen != gen {
+						return
+					}
+					n.pending[u] = false
+					s.deliverSlots(n, u)
+				})
+			}
+		}
+	}
+	if nodesChanged {
+		for _, n := range s.nodes {
+			if n.reachable() && !n.nodesPend {
+				n.nodesPend = true
+				gen := n.gen
+				s.at(s.latency(), func() {
+					if n.gen != gen {
+						return
+					}
+					n.nodesPend = false
+					s.deliverNodes(n)
+				})
+			}
+		}
+	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (s *Sim) slotsView(unit string) cachedSlots {
+	prefix := "mariposa/slots/" + unit + "/"
+	idx := s.store.ListIndex(prefix)
+	if c, ok := s.slotsCache[unit]; ok && c.idx == idx {
+		return c
+	}
+	es, _, _ := s.store.List(prefix, true)
+	var slots []agent.Slot
+	var bytes uint64
+	for _, e := range es {
+		k, err := strconv.Atoi(strings.TrimPrefix(e.Key, prefix))
+		if err != nil {
+			continue
+		}
+		var v struct{ Node, State string }
+		_ = json.Unmarshal(e.Value, &v)
+		slots = append(slots, agent.Slot{K: k, Session: e.Session, Node: v.Node, ModifyIndex: e.ModifyIndex, Released: v.State == "released"})
+		// Consul's JSON for an entry: the fields, the key, the value in
+		// base64 and the session.
+		bytes += 100 + uint64(len(e.Key)) + uint64((len(e.Value)+2)/3*4) + uint64(len(e.Session))
+	}
+	c := cachedSlots{idx: idx, view: agent.NewSlotsView(unit, idx, slots), bytes: bytes}
+	s.slotsCache[unit] = c
+	return c
+}
+
+func (s *Sim) deliverSlots(n *node, unit string) {
+	if !n.reachable() {
+		return
+	}
+	c := s.slotsView(unit)
+	if c.idx <= n.watch[unit] {
+		return
+	}
+	n.watch[unit] = c.idx
+	if s.counting {
+		s.res.BytesServed += c.bytes
+	}
+	s.step(n, agent.SlotsAnswer{View: c.view})
+}
+
+func (s *Sim) deliverNodes(n *node) {
+	if !n.reachable() {
+		return
+	}
+	idx := s.store.ServiceIndex("mariposa")
+	if s.nodesCache == nil || s.nodesCache.Index != idx {
+		es, _, _ := s.store.HealthService("mariposa", true, true)
+		var names []string
+		for _, e := range es {
+			names = append(names, e.Instance.Node)
+		}
+		s.nodesCache = &agent.NodesView{Index: idx, Nodes: names}
+		// A health answer carries the node, the service and its checks:
+		// about 1.5 KB an instance.
+		s.nodesBytes = uint64(len(es)) * 1500
+	}
+	if idx <= n.nodesIdx {
+		return
+	}
+	n.nodesIdx = idx
+	if s.counting {
+		s.res.BytesServed += s.nodesBytes
+	}
+	s.step(n, agent.NodesAnswer{View: s.nodesCache})
+}
+
+func (s *Sim) startInstance(n *node, a agent.Start) {
+	u := s.byU[a.Slot.Unit]
+	for _, other := range s.running[a.Slot] {
+		if other.running && other.node != n && u.Exclusive {
+			s.violate("exclusive slot %s: %s starts while %s still runs it", a.Slot, n.name, other.node.name)
+		}
+	}
+	inst := &instance{node: n, slot: a.Slot, index: a.Index, session: a.Session, running: true}
+	n.inst[a.Slot] = inst
+	s.running[a.Slot] = append(s.running[a.Slot], inst)
+	if t, ok := s.lostAt[a.Slot]; ok {
+		s.res.Recovery = append(s.res.Recovery, s.now-t)
+		delete(s.lostAt, a.Slot)
+	}
+}
+
+func (s *Sim) stopInstance(n *node, id agent.SlotID) {
+	inst := n.inst[id]
+	if inst == nil {
+		return
+	}
+	inst.running = false
+	delete(n.inst, id)
+	s.running[id] = slices.DeleteFunc(s.running[id], func(i *instance) bool { return i == inst })
+	if len(s.running[id]) == 0 && id.K < s.byU[id.Unit].Count {
+		s.res.Vacancies++
+	}
+}
+
+// fencedWrites: every running exclusive instance writes with its fencing
+// token. One accepted from anyone but the key's holder, or one refused
+// from the holder, is a violation.
+func (s *Sim) fencedWrites() {
+	for _, n := range s.nodes {
+		if !n.reachable() {
+			continue
+		}
+		for _, id := range sortedSlots(n.inst) {
+			inst := n.inst[id]
+			if !s.byU[id.Unit].Exclusive || !inst.running {
+				continue
+			}
+			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVCheckIndex, Key: id.Key(), Index: inst.index},
+				{Verb: api.KVSet, Key: "mariposa/data/" + id.String(), Value: []byte(n.name)}})
+			if err != nil {
+				continue
+			}
+			s.fencedRaft++
+			e, _, _ := s.store.Get(id.Key(), true)
+			holder := e != nil && e.Session == inst.session
+			switch {
+			case r.OK && !holder:
+				s.violate("fenced write of %s accepted from %s, which does not hold it", id, n.name)
+			case !r.OK && holder:
+				s.violate("fenced write of %s refused from its holder %s: the token moved (%s)", id, n.name, r.Errors[0].What)
+			}
+		}
+	}
+	s.notify()
+	s.at(time.Second, s.fencedWrites)
+}
+
+func sortedSlots(m map[agent.SlotID]*instance) []agent.SlotID {
+	ids := make([]agent.SlotID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool {
+		if ids[i].Unit != ids[j].Unit {
+			return ids[i].Unit < ids[j].Unit
+		}
+		return ids[i].K < ids[j].K
+	})
+	return ids
+}
+
+// checkMaxPerNode: no node's session holds more than max_per_node slots
+// of the unit.
+func (s *Sim) checkMaxPerNode(unit string) {
+	es, _, _ := s.store.List("mariposa/slots/"+unit+"/", true)
+	per := map[string]int{}
+	for _, e := range es {
+		if e.Session != "" {
+			per[e.Session]++
+		}
+	}
+	for sess, c := range per {
+		if c > s.byU[unit].MaxPerNode {
+			s.violate("unit %s: session %s holds %d slots, max_per_node %d", unit, sess, c, s.byU[unit].MaxPerNode)
+		}
+	}
+}
+
+// detection is Consul's gossip failure detection for n nodes.
+func (s *Sim) detection() time.Duration {
+	probe := time.Duration(s.rng.Int64N(int64(1500 * time.Millisecond)))
+	scale := math.Max(1, math.Log10(float64(len(s.nodes))))
+	suspicion := time.Duration(4 * scale * float64(time.Second))
+	return probe + suspicion + time.Duration(s.rng.Int64N(int64(time.Second)))
+}
+
+func (s *Sim) faults() {
+	c := s.cfg
+	lose := int(math.Round(c.LoseFraction * float64(len(s.nodes))))
+	order := s.rng.Perm(len(s.nodes))
+	victims := order[:lose]
+	s.at(c.LossAt, func() {
+		s.lossDone = true
+		for _, i := range victims {
+			n := s.nodes[i]
+			s.note("lose %s", n.name)
+			for _, id := range sortedSlots(n.inst) {
+				s.lostAt[id] = s.now
+				s.res.Lost++
+				s.stopInstance(n, id)
+			}
+			n.alive = false
+			n.gen++
+			s.at(s.detection(), func() {
+				must(s.store.SetCheck(s.wall(), n.name, "serfHealth", api.HealthCritical))
+				s.note("serfHealth of %s critical", n.name)
+				s.notify()
+			})
+		}
+	})
+	if !c.Chaos {
+		return
+	}
+	others := order[lose:]
+	// mariposa killed on two nodes, restarted 5-10 s later.
+	for j := 0; j < 2 && j < len(others); j++ {
+		n := s.nodes[others[j]]
+		at := c.LossAt + time.Duration(s.rng.Int64N(int64(5*time.Second)))
+		back := time.Duration(5+s.rng.IntN(5)) * time.Second
+		s.at(at, func() {
+			s.note("kill mariposa on %s", n.name)
+			for _, id := range sortedSlots(n.inst) {
+				s.stopInstance(n, id) // the parent-death signal
+			}
+			n.up = false
+			n.gen++
+			s.at(3*time.Second, func() {
+				must(s.store.SetCheck(s.wall(), n.name, aliveCheck(n.name), api.HealthCritical))
+				s.notify()
+			})
+			s.at(back, func() {
+				s.note("restart mariposa on %s", n.name)
+				n.up = true
+				n.watch, n.pending, n.nodesIdx, n.nodesPend = map[string]uint64{}, map[string]bool{}, 0, false
+				must(s.store.SetCheck(s.wall(), n.name, aliveCheck(n.name), api.HealthPassing))
+				s.notify()
+				s.startAgent(n, nil)
+			})
+		})
+	}
+	// An operator lowers an exclusive unit's count by one and raises it
+	// again a moment later (a deploy and its revert): the last slot's
+	// holder stops and releases it, and another node may claim it at once.
+	for i := 0; c.ExclusiveEvery > 0 && i < 5; i++ {
+		u := s.units[(i*c.ExclusiveEvery)%len(s.units)]
+		at := time.Duration(s.rng.Int64N(int64(c.LossAt + chaosWindow - time.Second)))
+		back := time.Duration(20+s.rng.IntN(60)) * time.Millisecond
+		s.at(at, func() {
+			s.note("count of %s %d -> %d", u.Name, u.Count, u.Count-1)
+			s.setCount(u.Name, u.Count-1)
+			s.at(back, func() {
+				s.note("count of %s back to %d", u.Name, u.Count)
+				s.setCount(u.Name, u.Count)
+			})
+		})
+	}
+	// One node cut off from the servers for 5-15 s, then healed.
+	if len(others) > 2 {
+		n := s.nodes[others[2]]
+		at := c.LossAt + time.Duration(s.rng.Int64N(int64(3*time.Second)))
+		dur := time.Duration(5+s.rng.IntN(10)) * time.Second
+		s.at(at, func() {
+			s.note("cut %s", n.name)
+			n.cut = true
+			s.at(s.detection(), func() {
+				must(s.store.SetCheck(s.wall(), n.name, "serfHealth", api.HealthCritical))
+				s.notify()
+			})
+			s.at(dur, func() {
+				s.note("heal %s", n.name)
+				n.cut = false
+				must(s.store.SetCheck(s.wall(), n.name, "serfHealth", api.HealthPassing))
+				s.notify()
+				// The executor finds its session gone when it renews.
+				if se, _ := s.store.SessionInfo(n.sess, true); se == nil {
+					s.step(n, agent.SessionLost{})
+				}
+				n.watch, n.nodesIdx = map[string]uint64{}, 0
+				s.deliverNodes(n)
+				for _, u := range s.units {
+					s.deliverSlots(n, u.Name)
+				}
+			})
+		})
+	}
+}
+
+// setCount changes a unit's count, as a deployment does: every node
+// learns it a latency later.
+func (s *Sim) setCount(unit string, count int) {
+	for i := range s.units {
+		if s.units[i].Name == unit {
+			s.units[i].Count = count
+		}
+	}
+	units := slices.Clone(s.units)
+	for _, n := range s.nodes {
+		if !n.reachable() {
+			continue
+		}
+		gen := n.gen
+		s.at(s.latency(), func() {
+			if n.gen == gen {
+				s.step(n, agent.UnitsAnswer{Units: units})
+			}
+		})
+	}
+}
+
+func (s *Sim) finalCheck() {
+	live := 0
+	for _, n := range s.nodes {
+		if n.alive && n.up && !n.cut {
+			live++
+		}
+	}
+	for _, u := range s.units {
+		if live*u.MaxPerNode < u.Count {
+			// Not feasible: no count to restore.
+			continue
+		}
+		for k := range u.Count {
+			id := agent.SlotID{Unit: u.Name, K: k}
+			var live []string
+			for _, inst := range s.running[id] {
+				if inst.running && inst.node.alive {
+					live = append(live, inst.node.name)
+				}
+			}
+			switch {
+			case len(live) == 0:
+				s.violate("slot %s has no running instance %v after the last fault", id, s.cfg.Settle)
+			case u.Exclusive && len(live) > 1:
+				s.violate("exclusive slot %s runs on %v", id, live)
+			}
+		}
+	}
+	for _, id := range sortedLost(s.lostAt) {
+		s.violate("slot %s vacated by the loss never ran again", id)
+	}
+	s.res.RaftWrites = s.store.Stats().RaftWrites - s.fencedRaft - s.raftFrom
+}
+
+func sortedLost(m map[agent.SlotID]time.Duration) []agent.SlotID {
+	ids := make([]agent.SlotID, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	return ids
+}
