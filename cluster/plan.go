@@ -453,6 +453,7 @@ var blockNames = map[string]string{
 	"Affinities":  "affinity",
 	"Spreads":     "spread",
 	"Targets":     "target",
+	"UserGroup":   "group",
 }
 
 // labelFields name a list's elements, first found first: check "http",

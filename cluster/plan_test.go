@@ -151,7 +151,7 @@ func TestNewPlan(t *testing.T) {
 		cur:  strings.Replace(planAPI, "count   = 3", "count   = 2", 1),
 		next: "group \"api\" {\n  count = 2\n  service \"app\" {\n    command = [\"app\"]\n  }\n}\n",
 		want: map[string]unitWant{"api": {change: ChangeChange, diffs: []string{`- api.id: ""`, `- api.command: ["app", "-v1"]`, `- api.dir: ""`, `- api.env`,
-			`- api.port: 0`, `- api.address: ""`, `- api.tags: []`, `- api.meta`, `- api.version: ""`, `- api.check "http"`,
+			`- api.port: 0`, `- api.address: ""`, `- api.tags: []`, `- api.meta`, `- api.version: ""`, `- api.user: ""`, `- api.group: ""`, `- api.no_new_privs: false`, `- api.check "http"`,
 			`- api.restart`, `- api.stop`, `+ api.app`},
 			replace: ReplaceAll, services: []string{"app"}}},
 	}, {

@@ -86,7 +86,7 @@ service "escape" {
 	m := startMariposa(t, agent, nil, hcl)
 	pid := waitRunning(t, c, "escape", agent.Name)
 	s1 := oneStray()
-	if cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", s1)); !strings.Contains(string(cg), "/escape-"+agent.Name) {
+	if cg, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", s1)); !strings.Contains(string(cg), "/"+agent.Name+".escape-"+agent.Name) {
 		t.Fatalf("the stray is not in the instance's control group:\n%s", cg)
 	}
 

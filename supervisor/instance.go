@@ -506,7 +506,7 @@ func (l *loop) openGroup() error {
 		l.stopDone = nil
 	}
 	if in.group == nil {
-		g, err := in.cgroups.Group(in.id, resourcesOf(in.svc))
+		g, err := in.cgroups.Group(groupName(in.node, in.id), resourcesOf(in.svc))
 		if err != nil {
 			return fmt.Errorf("control group: %w", err)
 		}
@@ -521,6 +521,17 @@ func (l *loop) openGroup() error {
 	}
 	in.oomBase = in.group.OOMKills()
 	return nil
+}
+
+// groupName names an instance's control group by its node and its service
+// ID: a slot's instance ID (api-0) is the same on every node, and several
+// mariposas on one machine (a test fleet, a second supervisor on another
+// Consul agent) must never take each other's groups for their own strays.
+func groupName(node, id string) string {
+	if node == "" {
+		return id
+	}
+	return node + "." + id
 }
 
 // closeGroup, when the instance ends, kills what is left in its group and

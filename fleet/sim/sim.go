@@ -225,7 +225,7 @@ type Sim struct {
 	slotsCache map[string]cachedSlots
 	nodesCache *agent.NodesView
 	nodesBytes uint64
-	ranks      map[string]rankMemo
+	ranks      map[rankKey]agent.Ranking
 
 	// running instances per slot
 	running map[agent.SlotID][]*instance
@@ -240,17 +240,17 @@ type Sim struct {
 	fencedRaft, raftFrom uint64
 }
 
-type rankMemo struct {
+type rankKey struct {
+	unit               string
+	count              int
 	slotsIdx, nodesIdx uint64
-	free               string
-	a                  agent.Ranking
 }
 
 // Run runs one simulation to its end and returns what it found.
 func Run(cfg Config) Result {
 	cfg.defaults()
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x73696d)), q: newQueue(), store: consulmodel.New(),
-		slotsCache: map[string]cachedSlots{}, ranks: map[string]rankMemo{}, running: map[agent.SlotID][]*instance{},
+		slotsCache: map[string]cachedSlots{}, ranks: map[rankKey]agent.Ranking{}, running: map[agent.SlotID][]*instance{},
 		trace: sha256.New(), lostAt: map[agent.SlotID]time.Duration{}, byU: map[string]agent.Unit{}}
 	s.res.Seed = cfg.Seed
 	s.setup()
@@ -379,13 +379,19 @@ func must(err error) {
 	}
 }
 
+// rank shares one ranking among the nodes that have the same views: nodes
+// get a new answer a few milliseconds apart, so several views of a unit
+// are current at once. The memo is bounded; dropping it costs only CPU.
 func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, free []int) agent.Ranking {
-	key := fmt.Sprint(free)
-	if m, ok := s.ranks[u.Name]; ok && m.slotsIdx == v.Index && m.nodesIdx == nodes.Index && m.free == key {
-		return m.a
+	key := rankKey{unit: u.Name, count: u.Count, slotsIdx: v.Index, nodesIdx: nodes.Index}
+	if a, ok := s.ranks[key]; ok {
+		return a
+	}
+	if len(s.ranks) >= 64 {
+		clear(s.ranks)
 	}
 	a := agent.DefaultRank(u, v, nodes, free)
-	s.ranks[u.Name] = rankMemo{slotsIdx: v.Index, nodesIdx: nodes.Index, free: key, a: a}
+	s.ranks[key] = a
 	return a
 }
 

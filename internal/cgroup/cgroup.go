@@ -374,6 +374,12 @@ func (g *Group) tracking() string {
 // Procs lists the processes in the group.
 func (g *Group) Procs() ([]int, error) {
 	b, err := os.ReadFile(filepath.Join(g.tracking(), "cgroup.procs"))
+	if errors.Is(err, os.ErrNotExist) && g.v2 != "" {
+		// Removed from under us (an operator's cleanup): empty, and made
+		// anew before it is used again.
+		g.stale = true
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -460,8 +466,17 @@ func (g *Group) renew() error {
 		syscall.Close(g.fd)
 		g.fd = -1
 	}
-	if err := syscall.Rmdir(g.v2); err != nil && err != syscall.ENOENT {
-		return fmt.Errorf("making the group anew: %w", err)
+	// A process just killed can keep the group busy for a moment after
+	// it has left cgroup.procs.
+	for wait, deadline := time.Millisecond, time.Now().Add(2*time.Second); ; wait = min(2*wait, 50*time.Millisecond) {
+		err := syscall.Rmdir(g.v2)
+		if err == nil || err == syscall.ENOENT {
+			break
+		}
+		if err != syscall.EBUSY || time.Now().After(deadline) {
+			return fmt.Errorf("making the group anew: %w", err)
+		}
+		time.Sleep(wait)
 	}
 	if err := os.Mkdir(g.v2, 0o755); err != nil {
 		return err

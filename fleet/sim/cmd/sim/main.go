@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -23,6 +24,8 @@ func main() {
 	slots := flag.Int("slots", 0, "slots per unit (default 100, at most nodes)")
 	chaos := flag.Bool("chaos", true, "mariposa kills, a cut-off node and lost answers besides the loss")
 	trace := flag.Bool("trace", false, "print the trace of each seed")
+	memprofile := flag.String("memprofile", "", "write a heap profile here at the end")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
 	u := *units
 	if u == 0 {
@@ -31,6 +34,12 @@ func main() {
 	sl := *slots
 	if sl == 0 {
 		sl = min(100, *nodes/2)
+	}
+	if *cpuprofile != "" {
+		if f, err := os.Create(*cpuprofile); err == nil {
+			_ = pprof.StartCPUProfile(f)
+			defer pprof.StopCPUProfile()
+		}
 	}
 	start := time.Now()
 	results := make([]sim.Result, *seeds)
@@ -50,6 +59,13 @@ func main() {
 		}()
 	}
 	wg.Wait()
+	if *memprofile != "" {
+		f, err := os.Create(*memprofile)
+		if err == nil {
+			_ = pprof.WriteHeapProfile(f)
+			f.Close()
+		}
+	}
 	var all []time.Duration
 	var violations int
 	var txns, vac, changes, bytes, raft, steps uint64
