@@ -53,6 +53,7 @@ func TestPlacementDecoded(t *testing.T) {
 		},
 		MaxPerNode: 2,
 		StopAfter:  30 * time.Second,
+		Algorithm:  AlgorithmSpread,
 		Reschedule: Reschedule{
 			Attempts:      5,
 			Interval:      time.Hour,
@@ -75,7 +76,7 @@ func TestPlacementDecoded(t *testing.T) {
 	scheduler := &Placement{
 		Count: 1,
 		Constraints: []*Constraint{
-			{Attribute: "node.name", Operator: OpRegexp, Value: "^sched-[0-9]+$", Pos: pos(101)},
+			{Attribute: "node.name", Operator: OpRegexp, Value: "^sched-[0-9]+$", Pos: pos(102)},
 		},
 		MaxPerNode: 1,
 		Exclusive:  true,
@@ -88,8 +89,8 @@ func TestPlacementDecoded(t *testing.T) {
 	shopUpdate.HealthCheck, shopUpdate.AutoRevert = UpdateManual, true
 	shop := &Placement{
 		Count:       2,
-		Constraints: []*Constraint{{Attribute: "service.redis", Operator: OpEqual, Pos: pos(112)}},
-		Affinities:  []*Affinity{{Attribute: "node.meta.rack", Operator: OpPrefer, Value: "r1", Weight: 50, Pos: pos(116)}},
+		Constraints: []*Constraint{{Attribute: "service.redis", Operator: OpEqual, Pos: pos(113)}},
+		Affinities:  []*Affinity{{Attribute: "node.meta.rack", Operator: OpPrefer, Value: "r1", Weight: 50, Pos: pos(117)}},
 		MaxPerNode:  1,
 		Reschedule:  shopResched,
 		Update:      shopUpdate,
