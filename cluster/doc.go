@@ -47,7 +47,7 @@
 //
 // # Use
 //
-//	v := cluster.View{Nodes: nodes, Holders: holders, Penalties: penalties, Load: load}
+//	v := cluster.View{Nodes: nodes, Holders: holders, Penalties: penalties, Load: load, Reserved: reserved}
 //	a := cluster.Assign(unit, free, v, now)
 //	for k := range a {
 //		me, ok := a.Of(k, self)

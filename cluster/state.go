@@ -109,7 +109,8 @@ func ReadState(client *api.Client) (*State, error) {
 
 // View is the placement view of unit as this state shows it.
 func (st *State) View(unit string) View {
-	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}, Previous: map[int]string{}}
+	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}, Previous: map[int]string{},
+		Reserved: map[string]Reservation{}}
 	for k, s := range st.Slots[unit] {
 		if n := lastHolder(s.Value, s.Session); n != "" && s.Corrupt == "" {
 			v.Previous[k] = n
@@ -121,6 +122,9 @@ func (st *State) View(unit string) View {
 				continue
 			}
 			v.Load[s.Value.Node]++
+			if us, ok := st.Units[u]; ok && !us.Unit.Resources.IsZero() {
+				v.Reserved[s.Value.Node] = v.Reserved[s.Value.Node].Add(us.Unit.Resources)
+			}
 			if u == unit {
 				v.Holders[k] = s.Value.Node
 			}
