@@ -70,7 +70,7 @@ func TestFeasibleCapacity(t *testing.T) {
 			reserved: mem(512), holds: true},
 		{name: "but others are", need: mem(256), node: capNode("n", 1000, 512, Reservation{}, Reservation{}),
 			reserved: mem(512),
-			want: "needs 256 MiB memory, 0 MiB free"},
+			want:     "needs 256 MiB memory, 0 MiB free"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := Unit{Name: "api", Placement: &schema.Placement{Count: 2, MaxPerNode: 2}, Resources: tc.need}
