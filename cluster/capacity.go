@@ -188,3 +188,102 @@ func reservedBy(slots map[string]map[int]slotKV, units map[string]UnitSpec) map[
 	}
 	return out
 }
+
+// ParseReservation reads "cpu=500,memory=512" (either part may be left
+// out; cpu in millicores, memory in MiB): mariposa run -reserve, and
+// $MARIPOSA_CAPACITY.
+func ParseReservation(s string) (Reservation, error) {
+	var r Reservation
+	seen := map[string]bool{}
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		k = strings.TrimSpace(k)
+		if !ok {
+			return Reservation{}, fmt.Errorf("%q: want cpu=<millicores> or memory=<MiB>", part)
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return Reservation{}, fmt.Errorf("%q: %s wants a whole number ≥ 0", part, k)
+		}
+		if seen[k] {
+			return Reservation{}, fmt.Errorf("%q: %s given twice", part, k)
+		}
+		seen[k] = true
+		switch k {
+		case "cpu":
+			r.CPU = n
+		case "memory":
+			r.Memory = n
+		default:
+			return Reservation{}, fmt.Errorf("%q: unknown resource %q (cpu in millicores, memory in MiB)", part, k)
+		}
+	}
+	return r, nil
+}
+
+// LocalReservation is what a node's own services (those without a count:
+// they run on the node whatever placement does) reserve, one instance each.
+func LocalReservation(cfg *schema.Config) Reservation {
+	if cfg == nil {
+		return Reservation{}
+	}
+	var local []*schema.Service
+	for _, s := range cfg.Services {
+		if s.Placement == nil {
+			local = append(local, s)
+		}
+	}
+	return ReservationOf(local)
+}
+
+// NodeCapacity is one fleet node's capacity and what is reserved of it,
+// for `mariposa status`.
+type NodeCapacity struct {
+	Node string `json:"node"`
+	Live bool   `json:"live"`
+	// Capacity is nil when the node publishes none (a mariposa older than
+	// capacity placement): not limited.
+	Capacity *Capacity `json:"capacity,omitempty"`
+	// Slots is what the slots the node holds reserve (every unit's).
+	Slots Reservation `json:"slots"`
+	// Free is Capacity.Allocatable() − Slots (negative when overcommitted);
+	// zero when Capacity is nil.
+	Free Reservation `json:"free"`
+}
+
+// Capacity lists the fleet nodes, by name, with their capacity, what the
+// slots they hold reserve (as the deployed units say) and what is free.
+func (st *State) Capacity() []NodeCapacity {
+	reserved := map[string]Reservation{}
+	for unit, ks := range st.Slots {
+		u, ok := st.Units[unit]
+		if !ok {
+			continue
+		}
+		for _, s := range ks {
+			if s.Session != "" && s.Value.Node != "" {
+				reserved[s.Value.Node] = reserved[s.Value.Node].Add(u.Unit.Resources)
+			}
+		}
+	}
+	nodes := FleetNodes(st.Nodes)
+	sortNodes(nodes)
+	var out []NodeCapacity
+	seen := map[string]bool{}
+	for _, n := range nodes {
+		if seen[n.Name] {
+			continue
+		}
+		seen[n.Name] = true
+		nc := NodeCapacity{Node: n.Name, Live: n.Live, Capacity: n.Capacity, Slots: reserved[n.Name]}
+		if n.Capacity != nil {
+			nc.Free = n.Capacity.Allocatable().Sub(nc.Slots)
+		}
+		out = append(out, nc)
+	}
+	return out
+}

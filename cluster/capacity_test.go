@@ -235,3 +235,37 @@ func TestFitCapacity(t *testing.T) {
 		t.Errorf("room: %+v\n%s", f, f.String())
 	}
 }
+
+func TestStateCapacity(t *testing.T) {
+	st := &State{
+		Units: map[string]UnitSpec{
+			"api": {Unit: Unit{Name: "api", Resources: Reservation{CPU: 250, Memory: 256}}},
+			"web": {Unit: Unit{Name: "web"}},
+		},
+		Slots: map[string]map[int]SlotState{
+			"api": {0: {Value: SlotValue{Node: "n1"}, Session: "s1"}, 1: {Value: SlotValue{Node: "n1"}, Session: "s1"},
+				2: {Value: SlotValue{Node: "n2"}}}, // free: reserves nothing
+			"web":   {0: {Value: SlotValue{Node: "n1"}, Session: "s1"}},
+			"other": {0: {Value: SlotValue{Node: "n2"}, Session: "s2"}}, // not deployed: unknown
+		},
+		Nodes: []NodeInfo{
+			capNode("n2", 1000, 1024, Reservation{}, Reservation{}),
+			capNode("n1", 2000, 2048, Reservation{Memory: 512}, Reservation{Memory: 100}),
+			node("old"),
+			{Name: "plain", Live: true},
+		},
+	}
+	got := st.Capacity()
+	want := []NodeCapacity{
+		{Node: "n1", Live: true, Capacity: st.Nodes[1].Capacity, Slots: Reservation{500, 512}, Free: Reservation{1500, 924}},
+		{Node: "n2", Live: true, Capacity: st.Nodes[0].Capacity, Free: Reservation{1000, 1024}},
+		{Node: "old", Live: true},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got  %+v\nwant %+v", got, want)
+	}
+	v := st.View("web")
+	if v.Reserved["n1"] != (Reservation{500, 512}) || len(v.Reserved) != 1 {
+		t.Errorf("view reserved: %+v", v.Reserved)
+	}
+}

@@ -391,3 +391,18 @@ func TestStatusDocJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestCapacityTable(t *testing.T) {
+	nodes := []cluster.NodeCapacity{
+		{Node: "n1", Live: true, Capacity: &cluster.Capacity{Total: cluster.Reservation{CPU: 2000, Memory: 2048},
+			Reserve: cluster.Reservation{Memory: 512}, Local: cluster.Reservation{CPU: 100, Memory: 100}},
+			Slots: cluster.Reservation{CPU: 500, Memory: 512}, Free: cluster.Reservation{CPU: 1400, Memory: 924}},
+		{Node: "old", Live: false},
+	}
+	want := "NODE                                    CPU FREE  CPU RESERVED  CPU OFFERED  MEM FREE  MEM RESERVED  MEM OFFERED\n" +
+		"n1                                      1400      600           2000         924 MiB   612 MiB       1536 MiB\n" +
+		"old (not live) (no capacity: no limit)  -         -             -            -         -             -"
+	if got := capacityTable(nodes); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
