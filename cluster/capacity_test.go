@@ -168,6 +168,18 @@ func TestAssignBinpacks(t *testing.T) {
 	if per["a"] > 4 || per["b"] > 3 || per["c"] > 2 || len(got) != 5 || per[""] > 0 {
 		t.Errorf("over capacity: %v", got)
 	}
+	// Each match reserves its node's capacity for the next slot: one node
+	// of 512 MiB takes two slots of 256, and the third stays unplaced.
+	one := Unit{Name: "api", Placement: &schema.Placement{Count: 3, MaxPerNode: 3}, Resources: Reservation{Memory: 256}}
+	asg = Assign(one, []int{0, 1, 2}, View{Nodes: nodes[2:]}, t0)
+	for k, want := range []bool{true, true, false} {
+		if _, ok := asg.Matched(k); ok != want {
+			t.Errorf("one node: slot %d matched %v, want %v:\n%s", k, ok, want, Explain("api", k, asg[k]))
+		}
+	}
+	if rs := asg[2]; len(rs) != 1 || rs[0].Verdict.Reason != "needs 256 MiB memory, 0 MiB free" {
+		t.Errorf("one node: slot 2 %+v", rs)
+	}
 	// Different units of one slot each: binpack fills c first.
 	var order []string
 	v := View{Nodes: nodes, Reserved: map[string]Reservation{}}
