@@ -281,3 +281,45 @@ func TestStateCapacity(t *testing.T) {
 		t.Errorf("view reserved: %+v", v.Reserved)
 	}
 }
+
+func TestParseReservation(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Reservation
+		err  string
+	}{
+		{in: "cpu=500,memory=512", want: Reservation{500, 512}},
+		{in: " memory = 256 ", want: Reservation{Memory: 256}},
+		{in: "cpu=1000", want: Reservation{CPU: 1000}},
+		{in: "", want: Reservation{}},
+		{in: "cpu=500,cpu=600", err: `"cpu=600": cpu given twice`},
+		{in: "disk=5", err: `"disk=5": unknown resource "disk" (cpu in millicores, memory in MiB)`},
+		{in: "memory=-1", err: `"memory=-1": memory wants a whole number ≥ 0`},
+		{in: "memory=1.5", err: `"memory=1.5": memory wants a whole number ≥ 0`},
+		{in: "512", err: `"512": want cpu=<millicores> or memory=<MiB>`},
+	} {
+		got, err := ParseReservation(tc.in)
+		switch {
+		case tc.err != "" && (err == nil || err.Error() != tc.err):
+			t.Errorf("%q: error %v, want %s", tc.in, err, tc.err)
+		case tc.err == "" && (err != nil || got != tc.want):
+			t.Errorf("%q: %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestLocalReservation(t *testing.T) {
+	cfg := &schema.Config{Services: []*schema.Service{
+		{Name: "a", Resources: &schema.Resources{CPU: 100, Memory: 64, MemoryMax: 1000}},
+		{Name: "b"},
+		{Name: "c", Resources: &schema.Resources{Memory: 32}},
+		{Name: "slot", Resources: &schema.Resources{CPU: 999, Memory: 999}, Placement: &schema.Placement{Count: 1}},
+	}}
+	if got := LocalReservation(cfg); got != (Reservation{100, 96}) {
+		t.Errorf("local: %+v", got)
+	}
+	us := unitsOf(cfg.Services, nil)
+	if len(us) != 1 || us[0].Unit.Resources != (Reservation{999, 999}) {
+		t.Errorf("unit resources: %+v", us)
+	}
+}
