@@ -3,10 +3,14 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
@@ -24,7 +28,8 @@ import (
 // deploy with each node's reason; a unit of 600 MiB × 2 deploys with the
 // warning that there is room for 1, and `mariposa why` shows the capacity
 // verdicts of its free slot; `status -json` shows each node's capacity,
-// reserved and free.
+// reserved and free. A reload of c1 with more for its own service publishes
+// the new reservation, and its slots stay held by the same session.
 func TestFleetCapacityBinpack(t *testing.T) {
 	consultest.SkipShort(t, "a fleet in -short mode")
 	cl := consultest.NewCluster(t, 1, 3)
@@ -43,7 +48,7 @@ service "agent" {
 }
 `)
 	startMariposa(t, cl.Clients[0], []string{"MARIPOSA_CAPACITY=cpu=4000,memory=1280"}, "-cluster", "-reserve", "memory=256")
-	startMariposa(t, cl.Clients[1], []string{"MARIPOSA_CAPACITY=cpu=4000,memory=896"}, "-cluster", local)
+	m1 := startMariposa(t, cl.Clients[1], []string{"MARIPOSA_CAPACITY=cpu=4000,memory=896"}, "-cluster", local)
 	startMariposa(t, cl.Clients[2], []string{"MARIPOSA_CAPACITY=cpu=4000,memory=512"}, "-cluster")
 	waitFor(t, 60*time.Second, "every supervisor live, with its capacity", func() (bool, string) {
 		live := passingInstances(c, "mariposa")
@@ -144,5 +149,41 @@ service %q {
 	}
 	if wantFree := map[string]int{names[0]: 1024 - 600, names[1]: 768 - 512, names[2]: 0}; fmt.Sprint(free) != fmt.Sprint(wantFree) {
 		t.Errorf("status free memory %v, want %v\n%s", free, wantFree, sj)
+	}
+
+	// A reload that gives c1's own service more memory: c1 publishes it,
+	// re-registering its mariposa service without ending its session.
+	session := func() string {
+		p, _, err := c.KV().Get(cluster.SlotKey("u2", 0), &api.QueryOptions{RequireConsistent: true})
+		if err != nil || p == nil {
+			return ""
+		}
+		return p.Session
+	}
+	before := session()
+	if before == "" {
+		t.Fatal("u2/0 not held")
+	}
+	if err := os.WriteFile(local, []byte(strings.Replace(`
+service "agent" {
+  command = ["sleep", "3600"]
+  resources {
+    memory = 128
+  }
+}
+`, "128", "256", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = m1.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 60*time.Second, "c1 publishes local_memory 256", func() (bool, string) {
+		for _, e := range passingInstances(c, "mariposa") {
+			if e.Node.Node == names[1] {
+				return e.Service.Meta[cluster.MetaLocalMemory] == "256", fmt.Sprint(e.Service.Meta)
+			}
+		}
+		return false, "c1 not live"
+	})
+	if after := session(); after != before {
+		t.Errorf("u2/0's session changed with the re-registration: %q, was %q", after, before)
 	}
 }
