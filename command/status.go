@@ -269,7 +269,7 @@ func (c *StatusCommand) Run(args []string) int {
 	if len(out.Units) > 0 {
 		c.UI.Output("\n" + unitsTable(out.Units))
 	}
-	if len(out.Nodes) > 0 {
+	if len(out.Nodes) > 0 && reservesCapacity(d.st, out.Nodes) {
 		c.UI.Output("\n" + capacityTable(out.Nodes))
 	}
 	if len(out.Deployments) > 0 && only == "" {
@@ -472,6 +472,24 @@ func unitsTable(units []UnitStatus) string {
 	}
 	tw.Flush()
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// reservesCapacity says whether anything reserves capacity on the fleet: a
+// deployed unit with resources, or a node's own services. Otherwise the
+// capacity table says nothing placement uses, and is left out (-json has
+// the nodes all the same).
+func reservesCapacity(st *cluster.State, nodes []cluster.NodeCapacity) bool {
+	for _, u := range st.Units {
+		if !u.Unit.Resources.IsZero() {
+			return true
+		}
+	}
+	for _, n := range nodes {
+		if n.Capacity != nil && !n.Capacity.Local.IsZero() {
+			return true
+		}
+	}
+	return false
 }
 
 // capacityTable is the fleet nodes' capacity: for cpu (millicores) and

@@ -406,3 +406,25 @@ func TestCapacityTable(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}
 }
+
+func TestReservesCapacity(t *testing.T) {
+	capa := func(local int) *cluster.Capacity {
+		return &cluster.Capacity{Total: cluster.Reservation{CPU: 1000, Memory: 1024}, Local: cluster.Reservation{Memory: local}}
+	}
+	plain := &cluster.State{Units: map[string]cluster.UnitSpec{"web": {Unit: cluster.Unit{Name: "web"}}}}
+	sized := &cluster.State{Units: map[string]cluster.UnitSpec{"db": {Unit: cluster.Unit{Name: "db", Resources: cluster.Reservation{Memory: 64}}}}}
+	for _, tc := range []struct {
+		name  string
+		st    *cluster.State
+		nodes []cluster.NodeCapacity
+		want  bool
+	}{
+		{"nothing reserves", plain, []cluster.NodeCapacity{{Node: "n1", Capacity: capa(0)}, {Node: "old"}}, false},
+		{"a unit with resources", sized, []cluster.NodeCapacity{{Node: "n1", Capacity: capa(0)}}, true},
+		{"a node's own services", plain, []cluster.NodeCapacity{{Node: "n1", Capacity: capa(128)}}, true},
+	} {
+		if got := reservesCapacity(tc.st, tc.nodes); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

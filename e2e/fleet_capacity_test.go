@@ -150,6 +150,10 @@ service %q {
 	if wantFree := map[string]int{names[0]: 1024 - 600, names[1]: 768 - 512, names[2]: 0}; fmt.Sprint(free) != fmt.Sprint(wantFree) {
 		t.Errorf("status free memory %v, want %v\n%s", free, wantFree, sj)
 	}
+	text, err := exec.Command(mariposaBin, "status", "-consul-addr", cl.Servers[0].HTTPAddr()).Output()
+	if err != nil || !strings.Contains(string(text), "MEM FREE") || !strings.Contains(string(text), "424 MiB") {
+		t.Errorf("status: no capacity table with c0's 424 MiB free: %v\n%s", err, text)
+	}
 
 	// A reload that gives c1's own service more memory: c1 publishes it,
 	// re-registering its mariposa service without ending its session.
