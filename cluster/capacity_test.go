@@ -115,7 +115,7 @@ func TestScoreCapacity(t *testing.T) {
 		{"spread", schema.AlgorithmSpread, map[string]float64{"big": -0.125, "mid": -0.5, "small": -0.625, "old": 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			u := Unit{Name: "api", Placement: &schema.Placement{Count: 1, Algorithm: tc.alg}, Resources: need}
+			u := Unit{Name: "api", Placement: &schema.Placement{Count: 1, SchedulerAlgorithm: tc.alg}, Resources: need}
 			v := View{Nodes: nodes, Reserved: reserved, Load: map[string]int{"mid": 1}}
 			for _, n := range nodes {
 				s := ScoreNode(u, n, 0, v, t0)

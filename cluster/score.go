@@ -120,7 +120,7 @@ func newRanker(u Unit, v View, now time.Time) *ranker {
 	for i, n := range r.nodes {
 		r.index[n.Name] = i
 	}
-	r.spreadAlg = r.p.Algorithm == schema.AlgorithmSpread
+	r.spreadAlg = r.p.SchedulerAlgorithm == schema.AlgorithmSpread
 	return r
 }
 

@@ -273,12 +273,12 @@ type Placement struct {
 	// confirmed, a holder cut off from Consul kills its child). false
 	// (default): at least Count, and a holder cut off keeps running.
 	Exclusive bool
-	// Algorithm is how the unit's slots pick among the nodes with room
+	// SchedulerAlgorithm is how the unit's slots pick among the nodes with room
 	// for them (scheduler_algorithm): AlgorithmBinpack ("", the default)
 	// prefers the node that is fullest after the placement, AlgorithmSpread
 	// the emptiest. Omitted from JSON when default, so specs and their
 	// hashes stay as they were without it.
-	Algorithm string `json:",omitempty"`
+	SchedulerAlgorithm string `json:",omitempty"`
 	// StopAfter (non-exclusive only; 0 = never): a holder cut off from
 	// Consul stops its child after this long, and claimants wait as long
 	// before taking over a slot lost by invalidation.
@@ -293,7 +293,7 @@ type Placement struct {
 	Volumes []*Volume `json:",omitempty"`
 }
 
-// Scheduler algorithms (Placement.Algorithm).
+// Scheduler algorithms (Placement.SchedulerAlgorithm).
 const (
 	AlgorithmBinpack = "binpack"
 	AlgorithmSpread  = "spread"

@@ -51,9 +51,9 @@ func TestPlacementDecoded(t *testing.T) {
 				Targets: []SpreadTarget{{Value: "z1", Percent: 50}, {Value: "z2", Percent: 30}}},
 			{Attribute: "node.datacenter", Weight: 50, Pos: pos(62)},
 		},
-		MaxPerNode: 2,
-		StopAfter:  30 * time.Second,
-		Algorithm:  AlgorithmSpread,
+		MaxPerNode:         2,
+		StopAfter:          30 * time.Second,
+		SchedulerAlgorithm: AlgorithmSpread,
 		Reschedule: Reschedule{
 			Attempts:      5,
 			Interval:      time.Hour,
