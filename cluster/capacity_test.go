@@ -323,3 +323,24 @@ func TestLocalReservation(t *testing.T) {
 		t.Errorf("unit resources: %+v", us)
 	}
 }
+
+// Why of a unit whose every slot is held ranks a vacancy of slot 0: its
+// holder gets slot 0's reservation back, and a node short of room says so.
+func TestWhyCapacity(t *testing.T) {
+	u := Unit{Name: "db", Placement: &schema.Placement{Count: 1, MaxPerNode: 1}, Resources: Reservation{Memory: 512}}
+	st := &State{
+		Units: map[string]UnitSpec{"db": {Unit: u}},
+		Slots: map[string]map[int]SlotState{"db": {0: {Value: SlotValue{Node: "n1"}, Session: "s1"}}},
+		Nodes: []NodeInfo{
+			capNode("n1", 1000, 512, Reservation{}, Reservation{}),
+			capNode("n2", 1000, 1024, Reservation{}, Reservation{Memory: 768}),
+		},
+	}
+	out, err := st.Why("db", t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "db/0: 1 of 2 nodes feasible") || !strings.Contains(out, "needs 512 MiB memory, 256 MiB free") {
+		t.Errorf("why:\n%s", out)
+	}
+}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -171,6 +172,11 @@ func (st *State) Why(unit string, now time.Time) (string, error) {
 			if k != 0 {
 				v0.Holders[k] = n
 			}
+		}
+		if n := v.Holders[0]; n != "" && !u.Unit.Resources.IsZero() {
+			// Vacant, slot 0 reserves nothing on its holder any more.
+			v0.Reserved = maps.Clone(v.Reserved)
+			v0.Reserved[n] = v0.Reserved[n].Sub(u.Unit.Resources)
 		}
 		out += indent(Explain(unit, 0, Rank(u.Unit, 0, v0, now)), "    ")
 	}
