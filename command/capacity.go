@@ -81,7 +81,10 @@ func memTotal(path string) (int, error) {
 }
 
 // reserveFlag is -reserve.
-type reserveFlag struct{ r cluster.Reservation }
+type reserveFlag struct {
+	r   cluster.Reservation
+	set bool
+}
 
 func (f *reserveFlag) String() string { return "" }
 func (f *reserveFlag) Set(s string) error {
@@ -89,6 +92,6 @@ func (f *reserveFlag) Set(s string) error {
 	if err != nil {
 		return fmt.Errorf("-reserve: %w", err)
 	}
-	f.r = r
+	f.r, f.set = r, true
 	return nil
 }

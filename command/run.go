@@ -169,6 +169,10 @@ func (c *RunCommand) Run(args []string) int {
 		c.UI.Error("mariposa run: " + err.Error())
 		return 1
 	}
+	if reserve.set && !clusterMode {
+		c.UI.Error("mariposa run: -reserve goes with -cluster: it keeps capacity out of the fleet's placement")
+		return 1
+	}
 
 	ccfg, err := cf.config()
 	if err != nil {
