@@ -322,6 +322,16 @@ func TestLocalReservation(t *testing.T) {
 	if len(us) != 1 || us[0].Unit.Resources != (Reservation{999, 999}) {
 		t.Errorf("unit resources: %+v", us)
 	}
+	// A group's slot reserves what its members do together.
+	gp := &schema.Placement{Count: 2}
+	members := []*schema.Service{
+		{Name: "app", Group: "shop", Placement: gp, Resources: &schema.Resources{CPU: 500, Memory: 256}},
+		{Name: "sidecar", Group: "shop", Placement: gp, Resources: &schema.Resources{CPU: 100, Memory: 32}},
+		{Name: "bare", Group: "shop", Placement: gp},
+	}
+	if us := unitsOf(members, nil); len(us) != 1 || us[0].Unit.Resources != (Reservation{600, 288}) {
+		t.Errorf("group resources: %+v", us)
+	}
 }
 
 // Why of a unit whose every slot is held ranks a vacancy of slot 0: its
