@@ -96,6 +96,23 @@ func (r *Registry) RegisterHeartbeat(reg *api.AgentServiceRegistration, st Resul
 	r.poke()
 }
 
+// UpdateMeta replaces the meta of serviceID's registration, which Run
+// registers again (with its current check status); nothing when the
+// service is not registered here.
+func (r *Registry) UpdateMeta(serviceID string, meta map[string]string) {
+	r.mu.Lock()
+	e, ok := r.entries[serviceID]
+	if ok {
+		reg := *e.reg
+		reg.Meta = meta
+		e.reg, e.registered = &reg, false
+	}
+	r.mu.Unlock()
+	if ok {
+		r.poke()
+	}
+}
+
 // SetStatus records the supervisor check's status; Run pushes the newest.
 func (r *Registry) SetStatus(serviceID string, st Result) {
 	r.mu.Lock()

@@ -13,9 +13,11 @@
 //
 //  1. Feasible: the unit is not paused; the node is live, not draining,
 //     eligible; it passes every hard constraint; it holds fewer than
-//     max_per_node slots of the unit. A Verdict says which test failed.
+//     max_per_node slots of the unit; its free capacity covers what a slot
+//     reserves (capacity.go). A Verdict says which test failed.
 //  2. ScoreNode: Nomad's score components, each in [-1, 1] (affinity,
-//     spread, job anti-affinity, reschedule penalty, stickiness, load), and
+//     spread, job anti-affinity, reschedule penalty, stickiness, and load,
+//     or for a unit with resources its capacity: bin-pack or spread), and
 //     their mean.
 //  3. Rank: feasible nodes by (score desc, HRW(unit, slot, node) desc).
 //     Rendezvous hashing makes ties the same on every node and spreads
@@ -47,7 +49,7 @@
 //
 // # Use
 //
-//	v := cluster.View{Nodes: nodes, Holders: holders, Penalties: penalties, Load: load}
+//	v := cluster.View{Nodes: nodes, Holders: holders, Penalties: penalties, Load: load, Reserved: reserved}
 //	a := cluster.Assign(unit, free, v, now)
 //	for k := range a {
 //		me, ok := a.Of(k, self)

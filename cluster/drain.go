@@ -198,7 +198,8 @@ func (f *Fleet) movableLocked(u UnitSpec, k int, now time.Time) bool {
 		}
 	}
 	delete(holders, k)
-	v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name]}
+	v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name],
+		Reserved: reservedBy(f.slots, f.unitsLocked())}
 	for _, r := range Rank(u.Unit, k, v, now) {
 		if r.Verdict.OK && r.Node != f.cfg.Node {
 			return true

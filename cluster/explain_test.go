@@ -15,10 +15,10 @@ func TestExplain(t *testing.T) {
 		Load: map[string]int{"web3": 2, "web1": 0, "other": 4}}
 	// The example in Explain's doc comment.
 	want := "api/2: 2 of 3 nodes feasible\n" +
-		"RANK  NODE  TOTAL   AFFINITY  SPREAD  ANTI-AFF  PENALTY  STICKY  LOAD    VERDICT\n" +
-		"0     web1  0.333   1.000     -       0.000     -        -       0.000   ok\n" +
-		"1     web3  -0.167  0.000     -       0.000     -        -       -0.500  ok\n" +
-		"-     web2                                                               node.meta.zone = \"z3\" fails != \"z3\" (a.hcl:4:3)\n"
+		"RANK  NODE  TOTAL   AFFINITY  SPREAD  ANTI-AFF  PENALTY  STICKY  LOAD    CAPACITY  VERDICT\n" +
+		"0     web1  0.333   1.000     -       0.000     -        -       0.000   -         ok\n" +
+		"1     web3  -0.167  0.000     -       0.000     -        -       -0.500  -         ok\n" +
+		"-     web2                                                                         node.meta.zone = \"z3\" fails != \"z3\" (a.hcl:4:3)\n"
 	if got := Explain("api", 2, Rank(u, 2, v, t0)); got != want {
 		t.Errorf("got\n%s\nwant\n%s", got, want)
 	}

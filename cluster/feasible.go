@@ -23,6 +23,7 @@ const (
 	FilterIneligible Filter = "ineligible"
 	FilterConstraint Filter = "constraint"
 	FilterMaxPerNode Filter = "max_per_node"
+	FilterCapacity   Filter = "capacity"
 )
 
 // Verdict is whether a node may hold a slot of a unit, and why not.
@@ -40,15 +41,17 @@ var verdictOK = Verdict{OK: true, Reason: "ok"}
 
 // Feasible says whether node n may take slot of unit u: the unit is not
 // paused; the node runs the fleet, is live, not draining, eligible; it passes every hard
-// constraint; and it holds fewer than max_per_node slots of u, not counting
-// slot itself. It never panics, whatever the input: an unknown attribute,
+// constraint; it holds fewer than max_per_node slots of u, not counting
+// slot itself; and its free capacity (Capacity.Allocatable less
+// View.Reserved, slot's own reservation excluded when the node holds it)
+// covers u.Resources (a node of unknown capacity always does). It never panics, whatever the input: an unknown attribute,
 // operator, regexp or version constraint fails the node, with the reason.
 func Feasible(u Unit, n NodeInfo, slot int, v View) Verdict {
 	p := placement(u)
-	return feasible(u.Name, &p, n, slot, v.Holders, v.Paused, newMatcher())
+	return feasible(u.Name, &p, u.Resources, n, slot, v.Holders, v.Reserved, v.Paused, newMatcher())
 }
 
-func feasible(unit string, p *schema.Placement, n NodeInfo, slot int, holders map[int]string, paused bool, m *matcher) Verdict {
+func feasible(unit string, p *schema.Placement, need Reservation, n NodeInfo, slot int, holders map[int]string, reserved map[string]Reservation, paused bool, m *matcher) Verdict {
 	switch {
 	case paused:
 		return Verdict{Filter: FilterPaused, Reason: "placement paused"}
@@ -81,6 +84,13 @@ func feasible(unit string, p *schema.Placement, n NodeInfo, slot int, holders ma
 		}
 		return Verdict{Filter: FilterMaxPerNode,
 			Reason: fmt.Sprintf("max_per_node %d reached (holds %s)", p.MaxPerNode, strings.Join(names, ", "))}
+	}
+	used := reserved[n.Name]
+	if holders[slot] == n.Name && n.Name != "" {
+		used = used.Sub(need) // the slot's own reservation is not in the way
+	}
+	if why := capacityVerdict(need, n.Capacity, used); why != "" {
+		return Verdict{Filter: FilterCapacity, Reason: why}
 	}
 	return verdictOK
 }

@@ -15,17 +15,32 @@ import (
 // the rest stay free). Constraints on service.<name> attributes do not
 // make a unit unplaceable, since the services may start with the same
 // deployment; they are counted for Short.
+//
+// Capacity: a node whose allocatable capacity (its capacity less its
+// reserve and its node-local services) cannot hold one slot of the unit
+// fails with the capacity verdict, so a unit too big for every node is
+// Unplaceable. What the slots of other units hold now only shortens the
+// room (Short): they may move or stop.
 type Fit struct {
-	Unit        string
-	Live        int // live supervisors that run the fleet
-	Feasible    int // live fleet nodes passing every hard constraint
-	Capacity    int // Feasible × max_per_node
-	MaxPerNode  int
+	Unit     string
+	Live     int // live supervisors that run the fleet
+	Feasible int // live fleet nodes passing every hard constraint
+	// Capacity is the slots the feasible nodes can hold: max_per_node each,
+	// or fewer where the node's free capacity holds fewer.
+	Capacity   int
+	MaxPerNode int
+	// Resources is what one slot reserves.
+	Resources   Reservation
 	Count       int
 	Unplaceable bool
 	// Failed lists each live node that fails, with why: "n3: node.meta.zone
-	// = "z3" fails != "z3" (a.hcl:4:3)".
+	// = "z3" fails != "z3" (a.hcl:4:3)", "n2: needs 256 MiB memory, 120
+	// MiB free".
 	Failed []string
+	// Room lists each feasible node whose free capacity holds fewer than
+	// max_per_node slots: "n1: room for 1 (512 MiB memory free, 256 MiB
+	// memory each)".
+	Room []string
 }
 
 // Short says whether count exceeds what the feasible nodes can hold.
@@ -46,7 +61,7 @@ func (f Fit) String() string {
 		}
 		fmt.Fprintf(&b, "%s: count %d, but %d of %d live nodes are feasible at max_per_node %d: room for %d; %s free until more nodes qualify",
 			f.Unit, f.Count, f.Feasible, f.Live, f.MaxPerNode, f.Capacity, left)
-		if len(f.Failed) > 0 {
+		if len(f.Failed) > 0 || len(f.Room) > 0 {
 			b.WriteString(":")
 		}
 	default:
@@ -55,14 +70,26 @@ func (f Fit) String() string {
 	for _, x := range f.Failed {
 		b.WriteString("\n  " + x)
 	}
+	if f.Short() {
+		for _, x := range f.Room {
+			b.WriteString("\n  " + x)
+		}
+	}
 	return b.String()
 }
 
 // FitOf says how u fits nodes (with the services of service.<name>
-// attributes filled in, withServices).
-func FitOf(u Unit, nodes []NodeInfo) Fit {
+// attributes filled in, withServices), counting only their capacity less
+// reserve and node-local services.
+func FitOf(u Unit, nodes []NodeInfo) Fit { return FitOfReserved(u, nodes, nil) }
+
+// FitOfReserved is FitOf where the slots of other units already reserve
+// reserved (per node) of the nodes' capacity: that lowers the room (Short)
+// but never makes the unit Unplaceable.
+func FitOfReserved(u Unit, nodes []NodeInfo, reserved map[string]Reservation) Fit {
 	p := placement(u)
-	f := Fit{Unit: u.Name, Count: p.Count}
+	f := Fit{Unit: u.Name, Count: p.Count, Resources: u.Resources}
+	f.MaxPerNode = max(1, p.MaxPerNode)
 	noSvc := p
 	noSvc.Constraints = nil
 	for _, c := range p.Constraints {
@@ -79,17 +106,22 @@ func FitOf(u Unit, nodes []NodeInfo) Fit {
 			continue // a node that does not run the fleet never runs it
 		}
 		f.Live++
-		if feasible(u.Name, &noSvc, n, 0, nil, false, m).OK {
+		if feasible(u.Name, &noSvc, u.Resources, n, 0, nil, nil, false, m).OK {
 			nodeLevel++
 		}
-		if v := feasible(u.Name, &p, n, 0, nil, false, m); v.OK {
+		if v := feasible(u.Name, &p, u.Resources, n, 0, nil, nil, false, m); v.OK {
 			f.Feasible++
+			room := roomFor(u.Resources, n.Capacity, reserved[n.Name], f.MaxPerNode)
+			f.Capacity += room
+			if room < f.MaxPerNode {
+				free := n.Capacity.Allocatable().Sub(reserved[n.Name])
+				f.Room = append(f.Room, fmt.Sprintf("%s: room for %d (%s free, %s each)", n.Name, room,
+					amounts(u.Resources, free), u.Resources))
+			}
 		} else {
 			f.Failed = append(f.Failed, n.Name+": "+oneLine(v.Reason))
 		}
 	}
-	f.MaxPerNode = max(1, p.MaxPerNode)
-	f.Capacity = f.Feasible * f.MaxPerNode
 	f.Unplaceable = f.Live > 0 && nodeLevel == 0
 	return f
 }
@@ -110,9 +142,79 @@ func FitSpec(client *api.Client, spec *Spec) ([]Fit, error) {
 	if nodes, err = withServicesRead(client, nodes, units, q); err != nil {
 		return nil, err
 	}
+	others, err := reservedByOthers(client, spec, q)
+	if err != nil {
+		return nil, err
+	}
 	var out []Fit
 	for _, u := range spec.Units() {
-		out = append(out, FitOf(u.Unit, nodes))
+		out = append(out, FitOfReserved(u.Unit, nodes, others[u.Unit.Name]))
+	}
+	return out, nil
+}
+
+// roomFor is how many slots reserving need a node of capacity c (nil:
+// unknown, not limited) holds beside used, at most most.
+func roomFor(need Reservation, c *Capacity, used Reservation, most int) int {
+	if c == nil || need.IsZero() {
+		return most
+	}
+	free := c.Allocatable().Sub(used)
+	room := most
+	if need.CPU > 0 {
+		room = min(room, max(free.CPU, 0)/need.CPU)
+	}
+	if need.Memory > 0 {
+		room = min(room, max(free.Memory, 0)/need.Memory)
+	}
+	return room
+}
+
+// amounts prints r for the parts need reserves: "0 millicores cpu, 512
+// MiB memory" (negative amounts as 0).
+func amounts(need, r Reservation) string {
+	var parts []string
+	if need.CPU > 0 {
+		parts = append(parts, fmt.Sprintf("%d millicores cpu", max(r.CPU, 0)))
+	}
+	if need.Memory > 0 {
+		parts = append(parts, fmt.Sprintf("%d MiB memory", max(r.Memory, 0)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// reservedByOthers reads slots/ and deploy/ and says, per unit of spec,
+// what the slots of every other deployed unit reserve on each node (each
+// as its deployed spec says).
+func reservedByOthers(client *api.Client, spec *Spec, q *api.QueryOptions) (map[string]map[string]Reservation, error) {
+	pairs, _, err := client.KV().List(SlotsPrefix, q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", SlotsPrefix, err)
+	}
+	ignore := func(string, string, error) {}
+	slots := parseSlots(pairs, ignore)
+	dpairs, _, err := client.KV().List(DeployPrefix, q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", DeployPrefix, err)
+	}
+	deployed := map[string]UnitSpec{}
+	for _, sp := range parseDeploy(dpairs, ignore) {
+		if sp == nil {
+			continue
+		}
+		for _, u := range sp.Units() {
+			deployed[u.Unit.Name] = u
+		}
+	}
+	all := reservedBy(slots, deployed)
+	out := map[string]map[string]Reservation{}
+	for _, u := range spec.Units() {
+		own := reservedBy(map[string]map[int]slotKV{u.Unit.Name: slots[u.Unit.Name]}, deployed)
+		m := map[string]Reservation{}
+		for node, r := range all {
+			m[node] = r.Sub(own[node])
+		}
+		out[u.Unit.Name] = m
 	}
 	return out, nil
 }

@@ -730,6 +730,7 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 			}
 		}
 	}
+	reserved := reservedBy(f.slots, units)
 	stillVacant := map[string]bool{}
 	names := make([]string, 0, len(units))
 	for n := range units {
@@ -808,7 +809,7 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 			continue
 		}
 		v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name], Load: load,
-			Previous: previousHolders(f.slots[name])}
+			Reserved: reserved, Previous: previousHolders(f.slots[name])}
 		asg := Assign(u.Unit, free, v, now)
 		// Each slot's ranking assumes the slots before it go to their
 		// first choice; this node may be due for several as a later

@@ -57,7 +57,7 @@ func (r *ranker) rank(slot int) []Ranked {
 	out := make([]Ranked, 0, len(r.nodes))
 	for _, n := range r.nodes {
 		x := Ranked{Node: n.Name, Rank: -1, HRWRank: -1, HRW: HRW(r.unit, slot, n.Name)}
-		x.Verdict = feasible(r.unit, &r.p, n, slot, r.v.Holders, r.v.Paused, r.m)
+		x.Verdict = feasible(r.unit, &r.p, r.need, n, slot, r.v.Holders, r.v.Reserved, r.v.Paused, r.m)
 		if x.Verdict.OK {
 			x.Score = r.score(n, slot)
 		}
@@ -124,7 +124,8 @@ func (a Assignment) Of(slot int, node string) (Ranked, bool) {
 // with the same view: slots ascending (those outside 0..count-1 dropped),
 // each ranked as if the slots before it were already held by the node they
 // were matched to, and matched to its best feasible node. So a match counts
-// toward max_per_node, anti-affinity, spread and load for the next slots:
+// toward max_per_node, anti-affinity, spread, load and the node's reserved
+// capacity for the next slots:
 // with max_per_node = 1, k free slots and at least k feasible nodes go to k
 // different nodes. Slots in free count as free whatever Holders says. For
 // each slot, the result lists every node as Rank does, the match first; a
@@ -151,7 +152,11 @@ func Assign(u Unit, free []int, v View, now time.Time) Assignment {
 	if load == nil {
 		load = map[string]int{}
 	}
-	v.Holders, v.Load = holders, load
+	reserved := maps.Clone(v.Reserved)
+	if reserved == nil {
+		reserved = map[string]Reservation{}
+	}
+	v.Holders, v.Load, v.Reserved = holders, load, reserved
 
 	r := newRanker(u, v, now)
 	out := make(Assignment, len(slots))
@@ -161,6 +166,7 @@ func Assign(u Unit, free []int, v View, now time.Time) Assignment {
 		if len(rs) > 0 && rs[0].Verdict.OK {
 			holders[k] = rs[0].Node
 			load[rs[0].Node]++
+			reserved[rs[0].Node] = reserved[rs[0].Node].Add(u.Resources)
 		}
 	}
 	return out

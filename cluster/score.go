@@ -19,6 +19,7 @@ const (
 	CompPenalty
 	CompStickiness
 	CompLoad
+	CompCapacity
 )
 
 // Has says whether c includes every component of x.
@@ -26,7 +27,7 @@ func (c Components) Has(x Components) bool { return c&x == x }
 
 // String lists the components: "affinity,anti_affinity,load".
 func (c Components) String() string {
-	names := []string{"affinity", "spread", "anti_affinity", "penalty", "stickiness", "load"}
+	names := []string{"affinity", "spread", "anti_affinity", "penalty", "stickiness", "load", "capacity"}
 	var out []string
 	for i, n := range names {
 		if c&(1<<i) != 0 {
@@ -55,19 +56,27 @@ func (c Components) String() string {
 //   - Stickiness: +1 on the node that held the slot last, for a unit with a
 //     volume.
 //   - Load: −(slots of all units on the node) / (the most any node holds).
+//   - Capacity: for a unit that reserves resources, how full the node would
+//     be with the slot placed (the mean over cpu and memory of reserved /
+//     offered, see fullness): +fullness when the unit bin-packs (the
+//     default, Nomad's: fill a node before starting on the next, leaving
+//     whole nodes free for big slots), −fullness when it spreads
+//     (scheduler_algorithm = "spread"). 0 on a node of unknown capacity.
 //
 // Total is the mean of the components in Applied, which are the same for
 // every node of one ranking: affinity and spread when the unit has some,
 // penalty when some node's penalty runs, stickiness when the slot
-// has a previous node and the unit a volume, anti-affinity and load always.
+// has a previous node and the unit a volume, anti-affinity always, and
+// capacity for a unit with resources, else load (which spreads slots by
+// their count, the only measure of a unit that reserves nothing).
 // (Nomad averages only the scores each node received, so its denominator
 // varies by node; a common one keeps a component's effect independent of
 // the others, and the order is that of the sum.) Total is rounded to 1e-9 so
 // that every node, whatever its architecture, ranks equal scores as ties.
 type Score struct {
-	Affinity, Spread, AntiAffinity, Penalty, Stickiness, Load float64
-	Applied                                                   Components
-	Total                                                     float64
+	Affinity, Spread, AntiAffinity, Penalty, Stickiness, Load, Capacity float64
+	Applied                                                             Components
+	Total                                                               float64
 }
 
 // ScoreNode scores node n for slot of unit u at now. It does not check
@@ -80,14 +89,16 @@ func ScoreNode(u Unit, n NodeInfo, slot int, v View, now time.Time) Score {
 
 // ranker holds what scoring one unit over one view needs, computed once.
 type ranker struct {
-	unit   string
-	p      schema.Placement
-	sticky bool
-	v      View
-	now    time.Time
-	m      *matcher
-	nodes  []NodeInfo     // unique names, sorted
-	index  map[string]int // name -> position in nodes
+	unit      string
+	p         schema.Placement
+	sticky    bool
+	need      Reservation // what a slot reserves
+	spreadAlg bool        // scheduler_algorithm = "spread"
+	v         View
+	now       time.Time
+	m         *matcher
+	nodes     []NodeInfo     // unique names, sorted
+	index     map[string]int // name -> position in nodes
 	// Per slot (prepare):
 	held    map[string]int   // node -> slots of the unit held, the slot excluded
 	spreads []map[string]int // per spread: value -> instances, the slot excluded
@@ -96,7 +107,7 @@ type ranker struct {
 }
 
 func newRanker(u Unit, v View, now time.Time) *ranker {
-	r := &ranker{unit: u.Name, p: placement(u), sticky: u.HasVolume, v: v, now: now, m: newMatcher(),
+	r := &ranker{unit: u.Name, p: placement(u), sticky: u.HasVolume, need: u.Resources, v: v, now: now, m: newMatcher(),
 		index: make(map[string]int, len(v.Nodes))}
 	for _, n := range v.Nodes {
 		if _, dup := r.index[n.Name]; dup {
@@ -109,6 +120,7 @@ func newRanker(u Unit, v View, now time.Time) *ranker {
 	for i, n := range r.nodes {
 		r.index[n.Name] = i
 	}
+	r.spreadAlg = r.p.SchedulerAlgorithm == schema.AlgorithmSpread
 	return r
 }
 
@@ -141,7 +153,12 @@ func (r *ranker) prepare(slot int) {
 	for _, l := range r.v.Load {
 		r.maxLoad = max(r.maxLoad, l)
 	}
-	r.applied = CompAntiAffinity | CompLoad
+	r.applied = CompAntiAffinity
+	if r.need.IsZero() {
+		r.applied |= CompLoad
+	} else {
+		r.applied |= CompCapacity
+	}
 	if affinityWeights(r.p.Affinities) > 0 {
 		r.applied |= CompAffinity
 	}
@@ -185,15 +202,25 @@ func (r *ranker) score(n NodeInfo, slot int) Score {
 	if r.applied.Has(CompStickiness) && r.v.Previous[slot] == n.Name {
 		s.Stickiness = 1
 	}
-	if l := r.v.Load[n.Name]; l > 0 && r.maxLoad > 0 {
+	if l := r.v.Load[n.Name]; l > 0 && r.maxLoad > 0 && r.applied.Has(CompLoad) {
 		s.Load = clamp(-float64(l) / float64(r.maxLoad))
+	}
+	if r.applied.Has(CompCapacity) {
+		used := r.v.Reserved[n.Name]
+		if r.v.Holders[slot] == n.Name {
+			used = used.Sub(r.need)
+		}
+		s.Capacity = fullness(r.need, n.Capacity, used)
+		if r.spreadAlg {
+			s.Capacity = -s.Capacity
+		}
 	}
 	sum, k := 0.0, 0
 	for _, c := range []struct {
 		comp Components
 		v    float64
 	}{{CompAffinity, s.Affinity}, {CompSpread, s.Spread}, {CompAntiAffinity, s.AntiAffinity},
-		{CompPenalty, s.Penalty}, {CompStickiness, s.Stickiness}, {CompLoad, s.Load}} {
+		{CompPenalty, s.Penalty}, {CompStickiness, s.Stickiness}, {CompLoad, s.Load}, {CompCapacity, s.Capacity}} {
 		if r.applied.Has(c.comp) {
 			sum += c.v
 			k++

@@ -269,6 +269,9 @@ func unitsOf(services []*schema.Service, groups []*schema.Group) []UnitSpec {
 		out = append(out, UnitSpec{Unit: Unit{Name: name, Placement: svc.Placement, HasVolume: keepsData(svc.Placement)}, Services: []*schema.Service{svc}})
 	}
 	_ = groups
+	for i := range out {
+		out[i].Unit.Resources = ReservationOf(out[i].Services)
+	}
 	return out
 }
 

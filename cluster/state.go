@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -109,7 +110,8 @@ func ReadState(client *api.Client) (*State, error) {
 
 // View is the placement view of unit as this state shows it.
 func (st *State) View(unit string) View {
-	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}, Previous: map[int]string{}}
+	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}, Previous: map[int]string{},
+		Reserved: map[string]Reservation{}}
 	for k, s := range st.Slots[unit] {
 		if n := lastHolder(s.Value, s.Session); n != "" && s.Corrupt == "" {
 			v.Previous[k] = n
@@ -121,6 +123,9 @@ func (st *State) View(unit string) View {
 				continue
 			}
 			v.Load[s.Value.Node]++
+			if us, ok := st.Units[u]; ok && !us.Unit.Resources.IsZero() {
+				v.Reserved[s.Value.Node] = v.Reserved[s.Value.Node].Add(us.Unit.Resources)
+			}
 			if u == unit {
 				v.Holders[k] = s.Value.Node
 			}
@@ -167,6 +172,11 @@ func (st *State) Why(unit string, now time.Time) (string, error) {
 			if k != 0 {
 				v0.Holders[k] = n
 			}
+		}
+		if n := v.Holders[0]; n != "" && !u.Unit.Resources.IsZero() {
+			// Vacant, slot 0 reserves nothing on its holder any more.
+			v0.Reserved = maps.Clone(v.Reserved)
+			v0.Reserved[n] = v0.Reserved[n].Sub(u.Unit.Resources)
 		}
 		out += indent(Explain(unit, 0, Rank(u.Unit, 0, v0, now)), "    ")
 	}

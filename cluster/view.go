@@ -24,6 +24,10 @@ type NodeInfo struct {
 	// Services are the Consul services registered on the node, by name:
 	// how many instances (the service.<name> attribute).
 	Services map[string]int
+	// Capacity is what the node offers to slots, from its registration's
+	// meta; nil when it publishes none (a mariposa older than capacity
+	// placement): not limited, and no capacity score.
+	Capacity *Capacity
 }
 
 // Unit is a cluster unit: a service with a count, or a group with one.
@@ -35,6 +39,10 @@ type Unit struct {
 	// HasVolume: the unit keeps data on the node (volume block), so a slot
 	// prefers the node that held it last (the stickiness score).
 	HasVolume bool
+	// Resources is what each slot reserves on its node: the sum of its
+	// services' resources (cpu, memory). Zero: nothing, and capacity plays
+	// no part in the unit's placement.
+	Resources Reservation
 }
 
 // View is one node's picture of the cluster for one unit. Every field may
@@ -55,6 +63,9 @@ type View struct {
 	Penalties map[string]time.Time
 	// Load maps a node to the slots of all units it holds.
 	Load map[string]int
+	// Reserved maps a node to what the slots of all units it holds
+	// reserve (each unit's Resources), like Load.
+	Reserved map[string]Reservation
 	// Paused: placement of the unit is paused (control/pause).
 	Paused bool
 }

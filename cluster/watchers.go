@@ -267,7 +267,8 @@ func parseNodes(entries []*api.ServiceEntry) []NodeInfo {
 		n := NodeInfo{Name: e.Node.Node, Datacenter: e.Node.Datacenter, Meta: e.Node.Meta,
 			MariposaVersion: e.Service.Meta["version"], Live: live, Eligible: e.Service.Meta["eligible"] != "false",
 			Draining: e.Service.Meta["draining"] == "true",
-			Fleet:    e.Service.Meta[checks.FleetMetaKey] == checks.FleetMetaValue}
+			Fleet:    e.Service.Meta[checks.FleetMetaKey] == checks.FleetMetaValue,
+			Capacity: ParseCapacityMeta(e.Service.Meta)}
 		if i, dup := at[n.Name]; dup {
 			if n.Fleet && !nodes[i].Fleet {
 				nodes[i] = n

@@ -144,7 +144,7 @@ func (c *DeployCommand) Run(args []string) int {
 	}
 	if len(unplaceable) > 0 {
 		c.UI.Error("mariposa deploy: " + strings.Join(unplaceable, "\n") +
-			"\nNothing was deployed. Fix the constraints, or deploy with -allow-unplaced to wait for nodes that qualify.")
+			"\nNothing was deployed. Fix the constraints or the resources, or deploy with -allow-unplaced to wait for nodes that qualify.")
 		return 1
 	}
 	var res cluster.DeployResult

@@ -79,7 +79,7 @@ service "api" {
 	code, out, errOut := run(z9)
 	want := "mariposa deploy: api: no live node can run it (0 of 1 feasible):\n  " + agent.Name +
 		`: node.meta.zone = "z1" fails == "z9" (` + z9 + ":5:3)\n" +
-		"Nothing was deployed. Fix the constraints, or deploy with -allow-unplaced to wait for nodes that qualify.\n"
+		"Nothing was deployed. Fix the constraints or the resources, or deploy with -allow-unplaced to wait for nodes that qualify.\n"
 	if code != 1 || errOut != want || out != "" {
 		t.Fatalf("unplaceable: exit %d\n%s\nwant\n%s", code, errOut, want)
 	}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/cgroup"
 	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/internal/coord"
@@ -80,6 +82,7 @@ Options:
                      claims. Without it, a service with a count is an error,
                      and the node is not a fleet node: it never takes a
                      slot and the fleet does not count it.
+` + reserveFlagHelp + `
   -cgroup-parent=mariposa
                      The control group under which each instance gets its
                      own (below mariposa's own group, in every hierarchy
@@ -128,6 +131,7 @@ func (c *RunCommand) Run(args []string) int {
 		audit       auditFlags
 		httpAPI     nodeAPI
 		volumes     volumeFlags
+		reserve     reserveFlag
 	)
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -143,6 +147,7 @@ func (c *RunCommand) Run(args []string) int {
 	fs.StringVar(&controlSock, "control-socket", "", "")
 	fs.BoolVar(&allowSecond, "allow-second-supervisor", false, "")
 	fs.BoolVar(&clusterMode, "cluster", false, "")
+	fs.Var(&reserve, "reserve", "")
 	cgroupParent := "mariposa"
 	if v := os.Getenv("MARIPOSA_CGROUP_PARENT"); v != "" {
 		cgroupParent = v
@@ -162,6 +167,10 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	if err := audit.check(); err != nil {
 		c.UI.Error("mariposa run: " + err.Error())
+		return 1
+	}
+	if reserve.set && !clusterMode {
+		c.UI.Error("mariposa run: -reserve goes with -cluster: it keeps capacity out of the fleet's placement")
 		return 1
 	}
 
@@ -195,6 +204,16 @@ func (c *RunCommand) Run(args []string) int {
 				return 1
 			}
 		}
+	}
+	// A fleet node publishes its capacity with its registration.
+	selfMeta := fleetMeta(clusterMode)
+	if clusterMode {
+		capa, err := nodeCapacity(reserve.r, cfg)
+		if err != nil {
+			c.UI.Error("mariposa run: " + err.Error())
+			return 1
+		}
+		maps.Copy(selfMeta, cluster.CapacityMeta(capa))
 	}
 
 	stderr := c.Stderr
@@ -278,7 +297,7 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	defer closeAudit()
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
-		AllowSecondSupervisor: allowSecond, Started: time.Now(), SelfMeta: fleetMeta(clusterMode),
+		AllowSecondSupervisor: allowSecond, Started: time.Now(), SelfMeta: selfMeta,
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
 		Events:   func(e supervisor.Event) { logEvents(e); auditEvents(e); fl.event(e); httpAPI.event(e) },
 		Stopped:  fl.stopped,
@@ -328,6 +347,9 @@ func (c *RunCommand) Run(args []string) int {
 						return nil
 					}
 				}
+			} else if capa, err := nodeCapacity(reserve.r, ncfg); err == nil {
+				// The node's own services may reserve more or less now.
+				r.SetSelfMeta(cluster.CapacityMeta(capa))
 			}
 			fl.setLocal(ncfg)
 			return ncfg

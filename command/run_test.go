@@ -92,6 +92,9 @@ func TestRunFlagErrors(t *testing.T) {
 		{[]string{"-log-level", "loud", p}, `unknown -log-level "loud"`},
 		{[]string{"-nope", p}, "flag provided but not defined: -nope"},
 		{[]string{"-dev"}, "mariposa run: no service files given"},
+		{[]string{"-reserve", "memory=512", p}, "mariposa run: -reserve goes with -cluster"},
+		{[]string{"-cluster", "-reserve", "disk=5", p}, `-reserve: "disk=5": unknown resource "disk"`},
+		{[]string{"-cluster", "-reserve", "memory=999999999", p}, "mariposa run: -reserve 999999999 MiB memory is more than this host has"},
 	} {
 		ui := cli.NewMockUi()
 		if code := (&RunCommand{UI: ui}).Run(tc.args); code != 1 {

@@ -113,6 +113,10 @@ type StatusOutput struct {
 	// Deployments: each deployment's desired spec, its state (running,
 	// successful, failed, cancelled) and progress per unit.
 	Deployments []cluster.DeploymentStatus `json:"deployments,omitempty"`
+	// Nodes: each fleet node's capacity (cpu millicores, memory MiB: what
+	// the host has, the operator's reserve, its own services' share), what
+	// the slots it holds reserve, and what is free for more.
+	Nodes []cluster.NodeCapacity `json:"nodes,omitempty"`
 	// Problems are what could not be read, by key: corrupt values under
 	// mariposa/, or (under "") why the fleet's state could not be read.
 	Problems map[string]string `json:"problems,omitempty"`
@@ -238,6 +242,9 @@ func (c *StatusCommand) Run(args []string) int {
 			return live(unit, k, node)
 		})
 		out.Deployments = d.st.Deployments
+		if only == "" {
+			out.Nodes = d.st.Capacity()
+		}
 		if len(d.st.Problems) > 0 {
 			out.Problems = d.st.Problems
 		}
@@ -261,6 +268,9 @@ func (c *StatusCommand) Run(args []string) int {
 	}
 	if len(out.Units) > 0 {
 		c.UI.Output("\n" + unitsTable(out.Units))
+	}
+	if len(out.Nodes) > 0 && reservesCapacity(d.st, out.Nodes) {
+		c.UI.Output("\n" + capacityTable(out.Nodes))
 	}
 	if len(out.Deployments) > 0 && only == "" {
 		now := time.Now()
@@ -459,6 +469,55 @@ func unitsTable(units []UnitStatus) string {
 			slots = append(slots, slotCell(s))
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%s\n", u.Unit, u.Count, u.Held, u.Free, u.Failed, dash(strings.Join(slots, ", ")))
+	}
+	tw.Flush()
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// reservesCapacity says whether anything reserves capacity on the fleet: a
+// deployed unit with resources, or a node's own services. Otherwise the
+// capacity table says nothing placement uses, and is left out (-json has
+// the nodes all the same).
+func reservesCapacity(st *cluster.State, nodes []cluster.NodeCapacity) bool {
+	for _, u := range st.Units {
+		if !u.Unit.Resources.IsZero() {
+			return true
+		}
+	}
+	for _, n := range nodes {
+		if n.Capacity != nil && !n.Capacity.Local.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// capacityTable is the fleet nodes' capacity: for cpu (millicores) and
+// memory (MiB), what is free for more slots, what is reserved (by the
+// node's own services and the slots it holds) and what the node offers
+// (its capacity less the operator's reserve).
+//
+//	NODE                       CPU FREE  CPU RESERVED  CPU OFFERED  MEM FREE  MEM RESERVED  MEM OFFERED
+//	n1                         1500      500           2000         768 MiB   256 MiB       1024 MiB
+//	n2 (no capacity: no limit)  -         -             -            -         -             -
+func capacityTable(nodes []cluster.NodeCapacity) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tCPU FREE\tCPU RESERVED\tCPU OFFERED\tMEM FREE\tMEM RESERVED\tMEM OFFERED")
+	for _, n := range nodes {
+		name := n.Node
+		if !n.Live {
+			name += " (not live)"
+		}
+		if n.Capacity == nil {
+			fmt.Fprintf(tw, "%s (no capacity: no limit)\t-\t-\t-\t-\t-\t-\n", name)
+			continue
+		}
+		c := n.Capacity
+		offer := c.Total.Sub(c.Reserve)
+		used := c.Local.Add(n.Slots)
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d MiB\t%d MiB\t%d MiB\n", name,
+			n.Free.CPU, used.CPU, offer.CPU, n.Free.Memory, used.Memory, offer.Memory)
 	}
 	tw.Flush()
 	return strings.TrimRight(b.String(), "\n")

@@ -391,3 +391,40 @@ func TestStatusDocJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestCapacityTable(t *testing.T) {
+	nodes := []cluster.NodeCapacity{
+		{Node: "n1", Live: true, Capacity: &cluster.Capacity{Total: cluster.Reservation{CPU: 2000, Memory: 2048},
+			Reserve: cluster.Reservation{Memory: 512}, Local: cluster.Reservation{CPU: 100, Memory: 100}},
+			Slots: cluster.Reservation{CPU: 500, Memory: 512}, Free: cluster.Reservation{CPU: 1400, Memory: 924}},
+		{Node: "old", Live: false},
+	}
+	want := "NODE                                    CPU FREE  CPU RESERVED  CPU OFFERED  MEM FREE  MEM RESERVED  MEM OFFERED\n" +
+		"n1                                      1400      600           2000         924 MiB   612 MiB       1536 MiB\n" +
+		"old (not live) (no capacity: no limit)  -         -             -            -         -             -"
+	if got := capacityTable(nodes); got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestReservesCapacity(t *testing.T) {
+	capa := func(local int) *cluster.Capacity {
+		return &cluster.Capacity{Total: cluster.Reservation{CPU: 1000, Memory: 1024}, Local: cluster.Reservation{Memory: local}}
+	}
+	plain := &cluster.State{Units: map[string]cluster.UnitSpec{"web": {Unit: cluster.Unit{Name: "web"}}}}
+	sized := &cluster.State{Units: map[string]cluster.UnitSpec{"db": {Unit: cluster.Unit{Name: "db", Resources: cluster.Reservation{Memory: 64}}}}}
+	for _, tc := range []struct {
+		name  string
+		st    *cluster.State
+		nodes []cluster.NodeCapacity
+		want  bool
+	}{
+		{"nothing reserves", plain, []cluster.NodeCapacity{{Node: "n1", Capacity: capa(0)}, {Node: "old"}}, false},
+		{"a unit with resources", sized, []cluster.NodeCapacity{{Node: "n1", Capacity: capa(0)}}, true},
+		{"a node's own services", plain, []cluster.NodeCapacity{{Node: "n1", Capacity: capa(128)}}, true},
+	} {
+		if got := reservesCapacity(tc.st, tc.nodes); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

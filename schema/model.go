@@ -273,6 +273,12 @@ type Placement struct {
 	// confirmed, a holder cut off from Consul kills its child). false
 	// (default): at least Count, and a holder cut off keeps running.
 	Exclusive bool
+	// SchedulerAlgorithm is how the unit's slots pick among the nodes with room
+	// for them (scheduler_algorithm): AlgorithmBinpack ("", the default)
+	// prefers the node that is fullest after the placement, AlgorithmSpread
+	// the emptiest. Omitted from JSON when default, so specs and their
+	// hashes stay as they were without it.
+	SchedulerAlgorithm string `json:",omitempty"`
 	// StopAfter (non-exclusive only; 0 = never): a holder cut off from
 	// Consul stops its child after this long, and claimants wait as long
 	// before taking over a slot lost by invalidation.
@@ -286,6 +292,12 @@ type Placement struct {
 	// hashes stay as they were without them.
 	Volumes []*Volume `json:",omitempty"`
 }
+
+// Scheduler algorithms (Placement.SchedulerAlgorithm).
+const (
+	AlgorithmBinpack = "binpack"
+	AlgorithmSpread  = "spread"
+)
 
 // Volume is one `volume "name"` block of a cluster unit: a directory that
 // belongs to the unit's slot. On the node holding slot k it is

@@ -149,6 +149,20 @@ func (l *loader) decodePlacement(e *evaluator, u unit, attrs hcl.Attributes, blo
 			}
 		}
 	}
+	if attr, ok := attrs["scheduler_algorithm"]; ok {
+		if v, ok := e.String(attr); ok {
+			switch v {
+			case AlgorithmBinpack:
+				// the default: kept as "" so that the spec's hash is as without it
+			case AlgorithmSpread:
+				p.SchedulerAlgorithm = v
+			default:
+				l.errorf(attr.Expr.Range(), "Invalid scheduler_algorithm",
+					"scheduler_algorithm is how %s's slots choose among the nodes with room for them: %q (the default: the node fullest after placement, leaving whole nodes free) or %q (the emptiest node); got %q.",
+					u, AlgorithmBinpack, AlgorithmSpread, v)
+			}
+		}
+	}
 
 	var resched, update *hcl.Block
 	spreads := map[string]hcl.Range{}

@@ -51,8 +51,9 @@ func TestPlacementDecoded(t *testing.T) {
 				Targets: []SpreadTarget{{Value: "z1", Percent: 50}, {Value: "z2", Percent: 30}}},
 			{Attribute: "node.datacenter", Weight: 50, Pos: pos(62)},
 		},
-		MaxPerNode: 2,
-		StopAfter:  30 * time.Second,
+		MaxPerNode:         2,
+		StopAfter:          30 * time.Second,
+		SchedulerAlgorithm: AlgorithmSpread,
 		Reschedule: Reschedule{
 			Attempts:      5,
 			Interval:      time.Hour,
@@ -75,7 +76,7 @@ func TestPlacementDecoded(t *testing.T) {
 	scheduler := &Placement{
 		Count: 1,
 		Constraints: []*Constraint{
-			{Attribute: "node.name", Operator: OpRegexp, Value: "^sched-[0-9]+$", Pos: pos(101)},
+			{Attribute: "node.name", Operator: OpRegexp, Value: "^sched-[0-9]+$", Pos: pos(102)},
 		},
 		MaxPerNode: 1,
 		Exclusive:  true,
@@ -88,8 +89,8 @@ func TestPlacementDecoded(t *testing.T) {
 	shopUpdate.HealthCheck, shopUpdate.AutoRevert = UpdateManual, true
 	shop := &Placement{
 		Count:       2,
-		Constraints: []*Constraint{{Attribute: "service.redis", Operator: OpEqual, Pos: pos(112)}},
-		Affinities:  []*Affinity{{Attribute: "node.meta.rack", Operator: OpPrefer, Value: "r1", Weight: 50, Pos: pos(116)}},
+		Constraints: []*Constraint{{Attribute: "service.redis", Operator: OpEqual, Pos: pos(113)}},
+		Affinities:  []*Affinity{{Attribute: "node.meta.rack", Operator: OpPrefer, Value: "r1", Weight: 50, Pos: pos(117)}},
 		MaxPerNode:  1,
 		Reschedule:  shopResched,
 		Update:      shopUpdate,

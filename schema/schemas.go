@@ -24,7 +24,7 @@ var variableSchema = &hcl.BodySchema{
 // cluster unit run (a service with count, or a group with one): see
 // placement.go. A group's members may not set them.
 var (
-	placementAttrs  = []string{"count", "max_per_node", "exclusive", "stop_after"}
+	placementAttrs  = []string{"count", "max_per_node", "exclusive", "stop_after", "scheduler_algorithm"}
 	placementBlocks = []string{"constraint", "affinity", "spread", "reschedule", "update"}
 )
 
@@ -34,6 +34,7 @@ var groupSchema = &hcl.BodySchema{
 		{Name: "max_per_node"},
 		{Name: "exclusive"},
 		{Name: "stop_after"},
+		{Name: "scheduler_algorithm"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "service", LabelNames: []string{"name"}},
@@ -65,6 +66,7 @@ var serviceSchema = &hcl.BodySchema{
 		{Name: "max_per_node"},
 		{Name: "exclusive"},
 		{Name: "stop_after"},
+		{Name: "scheduler_algorithm"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{
 		{Type: "check", LabelNames: []string{"name"}},

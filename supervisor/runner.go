@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"reflect"
 	"slices"
@@ -99,6 +100,11 @@ type Runner struct {
 	ready     chan struct{}
 	// selfID is mariposa's own service ID (set by Run).
 	selfID string
+	// selfMeta is the meta of mariposa's own service as registered (nil
+	// before Run); selfMu guards it and opts.SelfMeta.
+	selfMu   sync.Mutex
+	selfMeta map[string]string
+	selfReg  *checks.Registry
 	// registered closes once the first configuration's services are
 	// registered with the agent (Registered).
 	registered chan struct{}
@@ -122,6 +128,33 @@ type Runner struct {
 	data    *render.Manager // nil until a service needs Consul data
 	addr    string
 	baseEnv []string
+}
+
+// SetSelfMeta sets keys of the meta of mariposa's own service (the
+// node's capacity, which its own services' resources change on a reload):
+// before Run, into Options.SelfMeta; after, the service is registered
+// again when a value changed.
+func (r *Runner) SetSelfMeta(kv map[string]string) {
+	r.selfMu.Lock()
+	defer r.selfMu.Unlock()
+	if r.selfMeta == nil {
+		m := maps.Clone(r.opts.SelfMeta)
+		if m == nil {
+			m = map[string]string{}
+		}
+		maps.Copy(m, kv)
+		r.opts.SelfMeta = m
+		return
+	}
+	changed := false
+	for k, v := range kv {
+		if r.selfMeta[k] != v {
+			r.selfMeta[k], changed = v, true
+		}
+	}
+	if changed {
+		r.selfReg.UpdateMeta(r.selfID, maps.Clone(r.selfMeta))
+	}
 }
 
 type applyReq struct {
@@ -280,10 +313,12 @@ func (r *Runner) Run(ctx context.Context) error {
 	// goroutine below keeps it passing, so the registry's own refresh is
 	// rare (two heartbeats doubled an idle node's Consul requests).
 	selfMeta := map[string]string{}
+	r.selfMu.Lock()
 	for k, v := range r.opts.SelfMeta {
 		selfMeta[k] = v
 	}
 	selfMeta[checks.ManagedByKey] = checks.ManagedByValue
+	r.selfMeta, r.selfReg = maps.Clone(selfMeta), reg
 	liveness := &api.AgentServiceCheck{CheckID: checks.SupervisorCheckID(selfID), Name: "mariposa liveness",
 		TTL: r.opts.LivenessTTL.String(), Status: api.HealthPassing}
 	if r.opts.AllowSecondSupervisor {
@@ -294,6 +329,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	reg.RegisterHeartbeat(withHTTPAPI(r.opts.HTTPAPI, &api.AgentServiceRegistration{
 		ID: selfID, Name: "mariposa", Meta: selfMeta, Checks: api.AgentServiceChecks{liveness},
 	}), checks.Result{Health: api.HealthPassing, Output: "alive"}, 10*time.Minute)
+	r.selfMu.Unlock()
 	// The registry pushes registrations one at a time, and a thousand of
 	// them take longer than the liveness TTL on a loaded machine: the
 	// heartbeat has its own goroutine, since every lock of the node (its

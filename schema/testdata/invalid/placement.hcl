@@ -87,3 +87,9 @@ service "two-reschedules" {
   reschedule {}
   reschedule {}                 # ERROR: Duplicate reschedule block
 }
+
+service "algorithm" {
+  command             = ["x"]
+  count               = 2
+  scheduler_algorithm = "fullest" # ERROR: Invalid scheduler_algorithm
+}

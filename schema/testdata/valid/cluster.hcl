@@ -63,8 +63,9 @@ service "search" {
     attribute = "node.datacenter"
   }
 
-  max_per_node = 2
-  stop_after   = "30s"
+  max_per_node        = 2
+  stop_after          = "30s"
+  scheduler_algorithm = "spread"
 
   restart {
     on_exhausted = "reschedule"
