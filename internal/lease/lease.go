@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
 )
 
 // Defaults for Config.
@@ -64,6 +66,13 @@ type Config struct {
 	// LockDelay is Consul's lock delay after the session is invalidated.
 	// Every safety bound is a fraction of it. Default 1s.
 	LockDelay time.Duration
+	// Detect is the failure-detection floor D of the cluster's gossip: how
+	// long a term outlives its last confirmation, beyond lock_delay/2,
+	// while every failed confirmation was a server's "no leader" answer (a
+	// Consul leader election); see internal/holdrule. Default
+	// holdrule.DefaultDetect (4s, Consul's LAN defaults); negative: never,
+	// the strict rule.
+	Detect time.Duration
 	// Name names the sessions in Consul; default "mariposa lease".
 	Name string
 	// OneTermPerSession retires each session once its first term is
@@ -81,6 +90,7 @@ type Config struct {
 // documentation for why each is what it is.
 type timing struct {
 	ttl, lockDelay time.Duration
+	rule           holdrule.Rule // the confirmation deadline
 	round          time.Duration // period of the confirmation reads
 	roundTimeout   time.Duration // an answer later than this confirms nothing anyway
 	loseAfter      time.Duration // a confirmation older than this ends the term
@@ -93,10 +103,11 @@ type timing struct {
 	cleanup        time.Duration // release + destroy
 }
 
-func newTiming(ttl, delay time.Duration) timing {
+func newTiming(ttl, delay, detect time.Duration) timing {
 	return timing{
 		ttl:          ttl,
 		lockDelay:    delay,
+		rule:         holdrule.Rule{LockDelay: delay, Detect: max(detect, 0)},
 		round:        delay / 5,
 		roundTimeout: delay,
 		loseAfter:    delay / 2,
@@ -129,6 +140,10 @@ type Lease struct {
 	checks []string
 	// read is the confirmation read; tests replace it.
 	read func(ctx context.Context, keys []string) (map[string]*api.KVPair, error)
+	// probe says what a confirmation read that got no answer proves: a
+	// stale read of key answered without a known leader is NoLeader.
+	// Tests replace it.
+	probe func(ctx context.Context, key string) holdrule.Kind
 
 	mu       sync.Mutex
 	node     string
@@ -164,6 +179,9 @@ func New(cfg Config) *Lease {
 	if cfg.LockDelay <= 0 {
 		cfg.LockDelay = DefaultLockDelay
 	}
+	if cfg.Detect == 0 {
+		cfg.Detect = holdrule.DefaultDetect
+	}
 	if cfg.Name == "" {
 		cfg.Name = "mariposa lease"
 	}
@@ -181,9 +199,10 @@ func New(cfg Config) *Lease {
 			checks = append(checks, c)
 		}
 	}
-	l := &Lease{cfg: cfg, t: newTiming(cfg.TTL, cfg.LockDelay), log: log, now: now, checks: checks,
+	l := &Lease{cfg: cfg, t: newTiming(cfg.TTL, cfg.LockDelay, cfg.Detect), log: log, now: now, checks: checks,
 		node: cfg.Node, live: map[*session]struct{}{}, keys: map[string]string{}}
 	l.read = l.txnRead
+	l.probe = l.staleProbe
 	return l
 }
 
@@ -198,6 +217,9 @@ func contains(s []string, v string) bool {
 
 // LockDelay is the lock delay of the lease's sessions.
 func (l *Lease) LockDelay() time.Duration { return l.t.lockDelay }
+
+// Rule is the confirmation deadline of the lease's terms.
+func (l *Lease) Rule() holdrule.Rule { return l.t.rule }
 
 // TTL is the TTL of the lease's sessions.
 func (l *Lease) TTL() time.Duration { return l.t.ttl }

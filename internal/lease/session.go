@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
 )
 
 // session is one Consul session of a lease. It is the lease's current
@@ -281,10 +283,27 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 		sent := l.now()
 		l.reads.Add(1)
 		pairs, err := l.read(rctx, chunk)
+		timedOut := rctx.Err() != nil
 		cancel()
 		if err != nil {
-			if ctx.Err() == nil {
-				l.log.Debug("cannot confirm the locks", "session", s.id, "error", err)
+			if ctx.Err() != nil {
+				return false
+			}
+			kind := noLeaderAnswer(err)
+			if kind != holdrule.NoLeader && timedOut {
+				// No answer in time: during an election a server holds a
+				// consistent read until a leader is elected (Consul's
+				// rpc_hold_timeout, 7s). A stale read says at once whether
+				// the server answering the agent knows a leader.
+				pctx, pcancel := context.WithTimeout(ctx, max(l.t.round, 100*time.Millisecond))
+				kind = l.probe(pctx, chunk[0])
+				pcancel()
+			}
+			l.log.Debug("cannot confirm the locks", "session", s.id, "error", err, "proves", kind)
+			for _, k := range chunk {
+				for _, t := range byKey[k] {
+					t.fail(sent, kind)
+				}
 			}
 			return false
 		}
@@ -314,6 +333,45 @@ func (s *session) apply(sent time.Time, terms []*Term, pairs map[string]*api.KVP
 			s.checkNow()
 		}
 	}
+}
+
+// noLeaderAnswer classifies a failed confirmation read: NoLeader when the
+// local agent answered (an HTTP error status, which the api client reports
+// as "Failed request: <body>" for a transaction and "Unexpected response
+// code" otherwise) relaying a failure to reach the Raft leader: "No cluster
+// leader", or the RPC connection to the leader (or to a server) refused,
+// reset or closed. Measured on a 3-server cluster whose leader was killed:
+// "rpc error making call: rpc error getting client: failed to get conn:
+// dial tcp ...: connect: connection refused" until the followers noticed,
+// then held reads. Anything else proves nothing (holdrule.Unproven): no
+// answer, the local agent itself unreachable (its connection error has no
+// such prefix), an ACL refusal.
+func noLeaderAnswer(err error) holdrule.Kind {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "Failed request: ") && !strings.HasPrefix(msg, "Unexpected response code: 5") {
+		return holdrule.Unproven
+	}
+	for _, m := range []string{"No cluster leader", "rpc error getting client", "failed to get conn",
+		"connection refused", "connection reset", ": EOF", "leadership lost", "node is not the leader"} {
+		if strings.Contains(msg, m) {
+			return holdrule.NoLeader
+		}
+	}
+	return holdrule.Unproven
+}
+
+// staleProbe reads key with a stale read, which any server answers from
+// its own state: answered with X-Consul-KnownLeader false, or refused with
+// a no-leader answer, it proves NoLeader.
+func (l *Lease) staleProbe(ctx context.Context, key string) holdrule.Kind {
+	_, meta, err := l.cfg.Client.KV().Get(key, (&api.QueryOptions{AllowStale: true}).WithContext(ctx))
+	switch {
+	case err != nil:
+		return noLeaderAnswer(err)
+	case meta != nil && !meta.KnownLeader:
+		return holdrule.NoLeader
+	}
+	return holdrule.Unproven
 }
 
 // txnRead reads keys in one consistent read-only transaction. get-or-empty

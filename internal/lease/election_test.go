@@ -1,0 +1,128 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
+)
+
+// Answers seen from a client agent while the leading server of three was
+// killed (internal/consultest, Consul 1.20), and other failures.
+const (
+	ansDeadLeader   = "Failed request: rpc error making call: rpc error getting client: failed to get conn: dial tcp 127.0.0.1:0->127.0.0.1:27431: connect: connection refused"
+	ansAgentToDead  = "Failed request: rpc error getting client: failed to get conn: dial tcp 127.0.0.1:0->127.0.0.1:27431: connect: connection refused"
+	ansNoLeader     = "Failed request: No cluster leader"
+	ansStaleDead    = "Unexpected response code: 500 (rpc error getting client: failed to get conn: dial tcp 127.0.0.1:0->127.0.0.1:27431: connect: connection refused)"
+	ansLocalRefused = `Put "http://127.0.0.1:8500/v1/txn": dial tcp 127.0.0.1:8500: connect: connection refused`
+	ansACL          = "Failed request: rpc error making call: Permission denied: token with AccessorID 'x' lacks permission 'key:read' on \"k\""
+	ansTimeout      = `Put "http://127.0.0.1:8500/v1/txn": context deadline exceeded`
+)
+
+func TestNoLeaderAnswer(t *testing.T) {
+	for _, tt := range []struct {
+		msg  string
+		want holdrule.Kind
+	}{
+		{ansDeadLeader, holdrule.NoLeader},
+		{ansAgentToDead, holdrule.NoLeader},
+		{ansNoLeader, holdrule.NoLeader},
+		{ansStaleDead, holdrule.NoLeader},
+		{"Unexpected response code: 500 (No cluster leader)", holdrule.NoLeader},
+		{ansLocalRefused, holdrule.Unproven},
+		{ansACL, holdrule.Unproven},
+		{ansTimeout, holdrule.Unproven},
+		{"Unexpected response code: 403 (rpc error: No cluster leader)", holdrule.Unproven},
+		{"Failed request: rpc error making call: invalid session", holdrule.Unproven},
+	} {
+		if got := noLeaderAnswer(errors.New(tt.msg)); got != tt.want {
+			t.Errorf("%q: %v, want %v", tt.msg, got, tt.want)
+		}
+	}
+}
+
+// TestWatchdogRidesElection: confirmations answered "no leader" extend the
+// deadline from c + L/2 to c + D + L/2 (issue 33); any other failure since
+// c brings back c + L/2, and a read that shows the hold ends the extension.
+func TestWatchdogRidesElection(t *testing.T) {
+	ms := time.Millisecond
+	type step struct {
+		jump  time.Duration // clock moves, then one round is sent
+		err   string        // the round's error; "" answers with the hold
+		probe holdrule.Kind // a timed-out round's stale probe
+	}
+	for _, tc := range []struct {
+		name     string
+		steps    []step
+		alive    time.Duration // after the steps, still held this much later
+		lostBy   time.Duration // and lost by then
+		deadline time.Duration // Term.Deadline, after the last good read
+	}{
+		{"no leader: rides 4.5s", []step{{100 * ms, ansDeadLeader, 0}, {900 * ms, ansNoLeader, 0}}, 4300 * ms, 4600 * ms, 5 * time.Second},
+		{"timeout proven by the stale probe", []step{{100 * ms, "timeout", holdrule.NoLeader}}, 4300 * ms, 4600 * ms, 5 * time.Second},
+		{"timeout not proven: strict", []step{{100 * ms, "timeout", holdrule.Unproven}}, 400 * ms, 600 * ms, time.Second},
+		{"agent down: strict", []step{{100 * ms, ansLocalRefused, 0}}, 400 * ms, 600 * ms, time.Second},
+		{"no leader, then agent down: strict at once", []step{{100 * ms, ansNoLeader, 0}, {600 * ms, ansLocalRefused, 0}}, 0, 700 * ms, time.Second},
+		{"ACL: strict", []step{{100 * ms, ansACL, 0}}, 400 * ms, 600 * ms, time.Second},
+		{"a good read ends the extension", []step{{100 * ms, ansNoLeader, 0}, {2 * time.Second, "", 0}}, 400 * ms, 600 * ms, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := &fakeClock{}
+			l, s := newTestLease(clock)
+			f := &fakeStore{pairs: map[string]*api.KVPair{}}
+			l.read = func(ctx context.Context, keys []string) (map[string]*api.KVPair, error) {
+				if f.err != nil && f.err.Error() == "timeout" {
+					<-ctx.Done()
+					return nil, ctx.Err()
+				}
+				return f.read(ctx, keys)
+			}
+			probe := holdrule.Unproven
+			l.probe = func(context.Context, string) holdrule.Kind { return probe }
+			l.t.roundTimeout = 20 * ms
+			tm := heldTerms(l, s, f, 1)[0]
+			base := tm.confirmed
+			for _, st := range tc.steps {
+				clock.Jump(st.jump)
+				f.err, probe = nil, st.probe
+				if st.err != "" {
+					f.err = errors.New(st.err)
+				} else {
+					base = clock.Now()
+				}
+				s.round(context.Background(), s.attached(true))
+				s.inspect(clock.Now(), 10*ms)
+			}
+			since := clock.Now().Sub(base)
+			if tc.alive > since {
+				clock.Jump(tc.alive - since)
+				if s.inspect(clock.Now(), 10*ms); tm.isExpired() {
+					t.Fatalf("lost %v after the last confirmation: %v", tc.alive, tm.Err())
+				}
+			}
+			clock.Jump(max(tc.lostBy-clock.Now().Sub(base), 0))
+			s.inspect(clock.Now(), 10*ms)
+			if !tm.isExpired() || !errors.Is(tm.Err(), ErrUnconfirmed) {
+				t.Fatalf("held %v after the last confirmation: %v", tc.lostBy, tm.Err())
+			}
+			if got := tm.Deadline().Sub(base); got < tc.deadline-ms || got > tc.deadline+ms {
+				t.Fatalf("Deadline = last confirmation + %v, want + %v", got, tc.deadline)
+			}
+		})
+	}
+}
+
+// TestDetectConfig: Detect defaults to Consul's LAN floor; negative is the
+// strict rule.
+func TestDetectConfig(t *testing.T) {
+	if got := New(Config{}).Rule(); got.Detect != holdrule.DefaultDetect || got.LockDelay != time.Second {
+		t.Fatalf("default rule %+v", got)
+	}
+	if got := New(Config{Detect: -1}).Rule(); got.Detect != 0 {
+		t.Fatalf("strict rule %+v", got)
+	}
+}
