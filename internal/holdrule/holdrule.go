@@ -27,8 +27,9 @@ func (k Kind) String() string {
 	return "unproven"
 }
 
-// Attempt is one failed attempt to confirm a hold: when its request was
-// sent, and what its failure proves.
+// Attempt is one failed attempt to confirm a hold, or one piece of evidence
+// gathered while an attempt was unanswered: when the request that showed it
+// was sent, and what it proves.
 type Attempt struct {
 	Sent time.Time
 	Kind Kind

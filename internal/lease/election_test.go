@@ -126,3 +126,56 @@ func TestDetectConfig(t *testing.T) {
 		t.Fatalf("strict rule %+v", got)
 	}
 }
+
+func TestStaleKind(t *testing.T) {
+	ms := time.Millisecond
+	for _, tt := range []struct {
+		meta *api.QueryMeta
+		want holdrule.Kind
+	}{
+		{&api.QueryMeta{KnownLeader: true}, holdrule.Unproven},                        // the leader answered
+		{&api.QueryMeta{KnownLeader: true, LastContact: 80 * ms}, holdrule.Unproven},  // a follower, heartbeats on time
+		{&api.QueryMeta{KnownLeader: true, LastContact: 101 * ms}, holdrule.NoLeader}, // a follower whose leader went silent
+		{&api.QueryMeta{KnownLeader: false}, holdrule.NoLeader},
+		{nil, holdrule.Unproven},
+	} {
+		if got := staleKind(tt.meta, 100*ms); got != tt.want {
+			t.Errorf("%+v: %v, want %v", tt.meta, got, tt.want)
+		}
+	}
+}
+
+// TestHeldReadSucceedsLate: during an election a server holds the
+// consistent read until a new leader is elected, and it may then succeed
+// after the strict deadline of its own send time. The stale probe made
+// while it was held says no leader, at the probe's own time, so the late
+// confirmation keeps the term (measured: a held read answered after 786ms).
+func TestHeldReadSucceedsLate(t *testing.T) {
+	clock := &fakeClock{}
+	l, s := newTestLease(clock)
+	f := &fakeStore{pairs: map[string]*api.KVPair{}}
+	l.t.probeAfter, l.t.roundTimeout = 10*time.Millisecond, 5*time.Second
+	release := make(chan struct{})
+	l.read = func(ctx context.Context, keys []string) (map[string]*api.KVPair, error) {
+		<-release
+		return f.read(ctx, keys)
+	}
+	probes := 0
+	l.probe = func(context.Context, string) holdrule.Kind {
+		probes++
+		if probes == 1 {
+			clock.Jump(700 * time.Millisecond) // the election lasts
+			close(release)
+		}
+		return holdrule.NoLeader
+	}
+	tm := heldTerms(l, s, f, 1)[0]
+	s.round(context.Background(), s.attached(true))
+	s.inspect(clock.Now(), 10*time.Millisecond)
+	if tm.isExpired() {
+		t.Fatalf("the late confirmation ended the term: %v", tm.Err())
+	}
+	if probes == 0 {
+		t.Fatal("the held read was not probed")
+	}
+}

@@ -93,6 +93,7 @@ type timing struct {
 	rule           holdrule.Rule // the confirmation deadline
 	round          time.Duration // period of the confirmation reads
 	roundTimeout   time.Duration // an answer later than this confirms nothing anyway
+	probeAfter     time.Duration // a read unanswered this long is probed (stale read)
 	loseAfter      time.Duration // a confirmation older than this ends the term
 	tick           time.Duration // watchdog period
 	retry          time.Duration // acquire retry while lock delay holds
@@ -110,6 +111,7 @@ func newTiming(ttl, delay, detect time.Duration) timing {
 		rule:         holdrule.Rule{LockDelay: delay, Detect: max(detect, 0)},
 		round:        delay / 5,
 		roundTimeout: delay,
+		probeAfter:   delay / 10,
 		loseAfter:    delay / 2,
 		tick:         max(delay/20, 5*time.Millisecond),
 		retry:        min(max(delay/10, 20*time.Millisecond), 500*time.Millisecond),

@@ -282,31 +282,72 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 		rctx, cancel := context.WithTimeout(ctx, l.t.roundTimeout)
 		sent := l.now()
 		l.reads.Add(1)
-		pairs, err := l.read(rctx, chunk)
+		failed := func(at time.Time, kind holdrule.Kind) {
+			for _, k := range chunk {
+				for _, t := range byKey[k] {
+					t.fail(at, kind)
+				}
+			}
+		}
+		type answer struct {
+			pairs map[string]*api.KVPair
+			err   error
+		}
+		answered := make(chan answer, 1)
+		go func() {
+			pairs, err := l.read(rctx, chunk)
+			answered <- answer{pairs, err}
+		}()
+		// During an election a server holds a consistent read until a
+		// leader is elected (Consul's rpc_hold_timeout, 7s), and before
+		// that, while it still believes in the dead leader, its pooled
+		// connection's EOF is retried the same way: a read still
+		// unanswered after probeAfter is probed, every probeAfter, with a
+		// stale read, which the server answers at once from its own state
+		// (staleProbe). A NoLeader probe is recorded at once, at its own
+		// send time, before the strict deadline can pass: it is evidence
+		// gathered after this read was sent, so it outlives the read's
+		// own confirmation if the read, held until a new leader was
+		// elected, succeeds late.
+		probed := holdrule.Unproven
+		var a answer
+		slow := time.NewTicker(l.t.probeAfter)
+	wait:
+		for {
+			select {
+			case a = <-answered:
+				break wait
+			case <-slow.C:
+				if probed == holdrule.NoLeader {
+					continue
+				}
+				at := l.now()
+				if probed = l.probeNow(ctx, chunk[0]); probed == holdrule.NoLeader {
+					failed(at, holdrule.NoLeader)
+				}
+			}
+		}
+		slow.Stop()
 		timedOut := rctx.Err() != nil
 		cancel()
-		if err != nil {
+		if err := a.err; err != nil {
 			if ctx.Err() != nil {
 				return false
 			}
 			kind := noLeaderAnswer(err)
 			if kind != holdrule.NoLeader && timedOut {
-				// No answer in time: during an election a server holds a
-				// consistent read until a leader is elected (Consul's
-				// rpc_hold_timeout, 7s). A stale read says at once whether
-				// the server answering the agent knows a leader.
-				pctx, pcancel := context.WithTimeout(ctx, max(l.t.round, 100*time.Millisecond))
-				kind = l.probe(pctx, chunk[0])
-				pcancel()
-			}
-			l.log.Debug("cannot confirm the locks", "session", s.id, "error", err, "proves", kind)
-			for _, k := range chunk {
-				for _, t := range byKey[k] {
-					t.fail(sent, kind)
+				// No answer in time: what the server said meanwhile, or
+				// says now.
+				kind = probed
+				if kind != holdrule.NoLeader {
+					kind = l.probeNow(ctx, chunk[0])
 				}
 			}
+			l.log.Debug("cannot confirm the locks", "session", s.id, "error", err, "proves", kind)
+			failed(sent, kind)
 			return false
 		}
+		pairs := a.pairs
 		for _, k := range chunk {
 			s.apply(sent, byKey[k], pairs)
 		}
@@ -360,15 +401,33 @@ func noLeaderAnswer(err error) holdrule.Kind {
 	return holdrule.Unproven
 }
 
-// staleProbe reads key with a stale read, which any server answers from
-// its own state: answered with X-Consul-KnownLeader false, or refused with
-// a no-leader answer, it proves NoLeader.
+// probeNow runs the stale probe with a short timeout.
+func (l *Lease) probeNow(ctx context.Context, key string) holdrule.Kind {
+	pctx, cancel := context.WithTimeout(ctx, max(l.t.round, 100*time.Millisecond))
+	defer cancel()
+	return l.probe(pctx, key)
+}
+
+// staleProbe reads key with a stale read, which the server the agent asks
+// answers from its own state, with X-Consul-KnownLeader (does it know a
+// leader) and X-Consul-LastContact (since when it has not heard from it;
+// 0 on the leader). staleKind says what that proves.
 func (l *Lease) staleProbe(ctx context.Context, key string) holdrule.Kind {
 	_, meta, err := l.cfg.Client.KV().Get(key, (&api.QueryOptions{AllowStale: true}).WithContext(ctx))
-	switch {
-	case err != nil:
+	if err != nil {
 		return noLeaderAnswer(err)
-	case meta != nil && !meta.KnownLeader:
+	}
+	return staleKind(meta, l.t.probeAfter)
+}
+
+// staleKind: a stale answer proves NoLeader when the answering server knows
+// no leader, or has not heard from its leader for longer than silent
+// (lock_delay/10): a follower of a live leader hears from it every raft
+// heartbeat interval, HeartbeatTimeout/10 (100ms at raft_multiplier 1).
+// Measured on a killed leader: KnownLeader stays true, LastContact grows,
+// until the followers' heartbeat timeout, then KnownLeader is false.
+func staleKind(meta *api.QueryMeta, silent time.Duration) holdrule.Kind {
+	if meta != nil && (!meta.KnownLeader || meta.LastContact > silent) {
 		return holdrule.NoLeader
 	}
 	return holdrule.Unproven

@@ -117,6 +117,14 @@ func (t *Term) ReleaseWith(value []byte, ops api.TxnOps) error {
 // Consul sees it fall behind.
 func (t *Term) LastRenewed() time.Time { return t.s.renewedAt() }
 
+// LastConfirmed is the send time of the latest read that showed the key
+// held by the session, on Config.Now's clock.
+func (t *Term) LastConfirmed() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.confirmed
+}
+
 func (t *Term) isExpired() bool { return isClosed(t.expired) }
 
 // confirm records that a read sent at sent showed the lock held. A late
