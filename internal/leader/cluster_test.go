@@ -223,7 +223,7 @@ type fault struct {
 	name        string
 	invalidates bool
 	away        bool
-	survives    bool // the leader's term must ride the fault (no new term)
+	survives    bool                                // the leader's term must ride the fault (no new term)
 	ready       func(t *testing.T, env *clusterEnv) // waits until the fault can be injected
 	apply       func(t *testing.T, env *clusterEnv, l *slot, tm *Term)
 	restore     func(t *testing.T, env *clusterEnv, l *slot)
