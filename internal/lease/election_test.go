@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/holdrule"
 )
 
@@ -116,14 +117,35 @@ func TestWatchdogRidesElection(t *testing.T) {
 	}
 }
 
-// TestDetectConfig: Detect defaults to Consul's LAN floor; negative is the
-// strict rule.
-func TestDetectConfig(t *testing.T) {
-	if got := New(Config{}).Rule(); got.Detect != holdrule.DefaultDetect || got.LockDelay != time.Second {
-		t.Fatalf("default rule %+v", got)
-	}
-	if got := New(Config{Detect: -1}).Rule(); got.Detect != 0 {
-		t.Fatalf("strict rule %+v", got)
+// TestDetectFromAgent: D is read from the agent's gossip timing before the
+// first session (Consul's defaults: 4 x 1s; a dev agent's: 3 x 100ms; a
+// fleet's FastGossip: 3 x 300ms); Config.Detect overrides it, negative is the strict rule.
+func TestDetectFromAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		gossip map[string]any
+		detect time.Duration
+		want   time.Duration
+	}{
+		{"dev agent (3 x 100ms)", nil, 0, 300 * time.Millisecond},
+		{"Consul's defaults", map[string]any{"gossip_lan": map[string]any{"probe_interval": "1s", "suspicion_mult": 4}}, 0, 4 * time.Second},
+		{"fast gossip", map[string]any{"gossip_lan": map[string]any{"probe_interval": "300ms", "suspicion_mult": 3}}, 0, 900 * time.Millisecond},
+		{"configured", nil, 2 * time.Second, 2 * time.Second},
+		{"strict", nil, -1, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := consultest.NewDev(t, consultest.Options{ExtraConfig: tc.gossip}).Client(t)
+			l := New(Config{Client: c, Detect: tc.detect})
+			defer l.Close()
+			tm, err := l.Acquire(t.Context(), Hold{Key: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tm.Release()
+			if got := tm.s.rule; got.Detect != tc.want || got.LockDelay != time.Second {
+				t.Fatalf("rule %+v, want D = %v", got, tc.want)
+			}
+		})
 	}
 }
 

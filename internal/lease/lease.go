@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,8 +70,11 @@ type Config struct {
 	// Detect is the failure-detection floor D of the cluster's gossip: how
 	// long a term outlives its last confirmation, beyond lock_delay/2,
 	// while every failed confirmation was a server's "no leader" answer (a
-	// Consul leader election); see internal/holdrule. Default
-	// holdrule.DefaultDetect (4s, Consul's LAN defaults); negative: never,
+	// Consul leader election); see internal/holdrule. Zero: read from the
+	// local agent's configuration before the first session, as
+	// gossip_lan's suspicion_mult x probe_interval (4s with Consul's
+	// defaults; every agent of a cluster is assumed to share its gossip
+	// timing), and the strict rule when the agent does not say. Negative:
 	// the strict rule.
 	Detect time.Duration
 	// Name names the sessions in Consul; default "mariposa lease".
@@ -108,7 +112,7 @@ func newTiming(ttl, delay, detect time.Duration) timing {
 	return timing{
 		ttl:          ttl,
 		lockDelay:    delay,
-		rule:         holdrule.Rule{LockDelay: delay, Detect: max(detect, 0)},
+		rule:         holdrule.Rule{LockDelay: delay, Detect: max(detect, 0)}, // see resolveRule
 		round:        delay / 5,
 		roundTimeout: delay,
 		probeAfter:   delay / 10,
@@ -149,6 +153,7 @@ type Lease struct {
 
 	mu       sync.Mutex
 	node     string
+	resolved bool // the rule's Detect was read from the agent
 	cur      *session
 	creating chan struct{} // closed when the creation under way ends
 	live     map[*session]struct{}
@@ -181,9 +186,6 @@ func New(cfg Config) *Lease {
 	if cfg.LockDelay <= 0 {
 		cfg.LockDelay = DefaultLockDelay
 	}
-	if cfg.Detect == 0 {
-		cfg.Detect = holdrule.DefaultDetect
-	}
 	if cfg.Name == "" {
 		cfg.Name = "mariposa lease"
 	}
@@ -201,7 +203,7 @@ func New(cfg Config) *Lease {
 			checks = append(checks, c)
 		}
 	}
-	l := &Lease{cfg: cfg, t: newTiming(cfg.TTL, cfg.LockDelay, cfg.Detect), log: log, now: now, checks: checks,
+	l := &Lease{cfg: cfg, t: newTiming(cfg.TTL, cfg.LockDelay, cmp.Or(cfg.Detect, holdrule.DefaultDetect)), log: log, now: now, checks: checks,
 		node: cfg.Node, live: map[*session]struct{}{}, keys: map[string]string{}}
 	l.read = l.txnRead
 	l.probe = l.staleProbe
@@ -220,8 +222,13 @@ func contains(s []string, v string) bool {
 // LockDelay is the lock delay of the lease's sessions.
 func (l *Lease) LockDelay() time.Duration { return l.t.lockDelay }
 
-// Rule is the confirmation deadline of the lease's terms.
-func (l *Lease) Rule() holdrule.Rule { return l.t.rule }
+// Rule is the confirmation deadline of the lease's terms (of its next
+// session's: Config.Detect zero is read from the agent before the first).
+func (l *Lease) Rule() holdrule.Rule {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.t.rule
+}
 
 // TTL is the TTL of the lease's sessions.
 func (l *Lease) TTL() time.Duration { return l.t.ttl }
@@ -327,6 +334,7 @@ func (l *Lease) create(ctx context.Context) (*session, error) {
 		if err := l.waitChecks(ctx, node); err != nil {
 			return nil, err
 		}
+		l.resolveRule()
 		rctx, cancel := context.WithTimeout(ctx, l.t.request)
 		sent := l.now()
 		id, _, err := l.cfg.Client.Session().Create(&api.SessionEntry{
@@ -360,6 +368,57 @@ func (l *Lease) create(ctx context.Context) (*session, error) {
 		l.log.Debug("session created", "session", id)
 		return s, nil
 	}
+}
+
+// resolveRule sets the rule's D, once: Config.Detect when set, else the
+// agent's gossip suspicion floor; and warns when a Consul election of the
+// agent's raft timing would outlast the rule's tolerance, ending every
+// lock of the lease (issue 33).
+func (l *Lease) resolveRule() {
+	l.mu.Lock()
+	done := l.resolved
+	l.resolved = true
+	l.mu.Unlock()
+	if done {
+		return
+	}
+	detect, heartbeat, err := l.agentTiming()
+	if l.cfg.Detect != 0 {
+		detect = max(l.cfg.Detect, 0)
+	} else if err != nil {
+		l.log.Warn("cannot read the agent's gossip timing: a Consul leader election will end every lock (strict rule)", "error", err)
+	}
+	l.mu.Lock()
+	l.t.rule.Detect = detect
+	rule := l.t.rule
+	l.mu.Unlock()
+	if heartbeat > 0 && rule.Tolerance() < holdrule.EstimateElection(heartbeat) {
+		l.log.Warn("a Consul leader election would end every lock of this lease (raise lock_delay, or run the servers with raft_multiplier = 1)",
+			"election", holdrule.EstimateElection(heartbeat), "raft_heartbeat_timeout", heartbeat,
+			"tolerated", rule.Tolerance(), "lock_delay", rule.LockDelay, "gossip_detect", rule.Detect)
+	}
+}
+
+// agentTiming reads the local agent's gossip suspicion floor (LAN
+// suspicion_mult x probe_interval; log10(N) only raises it) and raft
+// heartbeat timeout (raft_multiplier x 1s) from its configuration.
+func (l *Lease) agentTiming() (detect, heartbeat time.Duration, err error) {
+	self, err := l.cfg.Client.Agent().Self()
+	if err != nil {
+		return 0, 0, err
+	}
+	dc := self["DebugConfig"]
+	dur := func(k string) time.Duration {
+		s, _ := dc[k].(string)
+		d, _ := time.ParseDuration(s)
+		return d
+	}
+	mult, _ := dc["GossipLANSuspicionMult"].(float64)
+	probe := dur("GossipLANProbeInterval")
+	if mult <= 0 || probe <= 0 {
+		return 0, dur("ConsulRaftHeartbeatTimeout"), errors.New("the agent's configuration has no gossip_lan timing")
+	}
+	return time.Duration(mult) * probe, dur("ConsulRaftHeartbeatTimeout"), nil
 }
 
 // nodeName is Config.Node, or the agent's node.

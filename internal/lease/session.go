@@ -20,6 +20,7 @@ import (
 type session struct {
 	l        *Lease
 	id       string
+	rule     holdrule.Rule // the confirmation deadline of its terms
 	invalid  chan struct{} // Consul said the session is gone
 	retiredc chan struct{}
 	wake     chan struct{} // a term was attached: confirm it
@@ -41,7 +42,10 @@ type session struct {
 
 func newSession(l *Lease, id string, created time.Time) *session {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &session{l: l, id: id, invalid: make(chan struct{}), retiredc: make(chan struct{}),
+	l.mu.Lock()
+	rule := l.t.rule
+	l.mu.Unlock()
+	return &session{l: l, id: id, rule: rule, invalid: make(chan struct{}), retiredc: make(chan struct{}),
 		wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1), ctx: ctx, cancel: cancel, terms: map[*Term]struct{}{}, renewed: created}
 }
 

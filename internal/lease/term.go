@@ -136,7 +136,7 @@ func (t *Term) confirm(sent time.Time) {
 	if t.isExpired() {
 		return
 	}
-	if t.l.t.rule.Lost(now, t.confirmed, t.failed) {
+	if t.s.rule.Lost(now, t.confirmed, t.failed) {
 		t.expireLocked(now, t.unconfirmedErr(now))
 		return
 	}
@@ -167,7 +167,7 @@ func (t *Term) fail(sent time.Time, kind holdrule.Kind) {
 // deadline was extended for a Consul election. t.mu is held.
 func (t *Term) unconfirmedErr(now time.Time) error {
 	age := now.Sub(t.confirmed).Round(time.Millisecond)
-	if t.l.t.rule.Deadline(t.confirmed, t.failed).After(t.l.t.rule.Strict(t.confirmed)) {
+	if t.s.rule.Deadline(t.confirmed, t.failed).After(t.s.rule.Strict(t.confirmed)) {
 		return fmt.Errorf("%w (last confirmed %v ago; the servers had no leader since)", ErrUnconfirmed, age)
 	}
 	return fmt.Errorf("%w (last confirmed %v ago)", ErrUnconfirmed, age)
@@ -182,7 +182,7 @@ func (t *Term) check(now, renewed time.Time) error {
 		return nil
 	}
 	var err error
-	if t.l.t.rule.Lost(now, t.confirmed, t.failed) {
+	if t.s.rule.Lost(now, t.confirmed, t.failed) {
 		err = t.unconfirmedErr(now)
 	} else if age := now.Sub(renewed); age > t.l.t.ttl {
 		err = fmt.Errorf("%w (last renewed %v ago)", ErrNotRenewed, age.Round(time.Millisecond))
@@ -211,7 +211,7 @@ func (t *Term) expireLocked(now time.Time, err error) {
 	if t.isExpired() || t.released.Load() {
 		return
 	}
-	t.deadline = t.l.t.rule.Earliest(t.confirmed, t.failed)
+	t.deadline = t.s.rule.Earliest(t.confirmed, t.failed)
 	close(t.expired)
 	if t.err == nil {
 		t.err = err
