@@ -283,9 +283,6 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 	for len(keys) > 0 {
 		chunk := keys[:min(len(keys), maxTxnOps)]
 		keys = keys[len(chunk):]
-		rctx, cancel := context.WithTimeout(ctx, l.t.roundTimeout)
-		sent := l.now()
-		l.reads.Add(1)
 		failed := func(at time.Time, kind holdrule.Kind) {
 			for _, k := range chunk {
 				for _, t := range byKey[k] {
@@ -294,33 +291,66 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 			}
 		}
 		type answer struct {
-			pairs map[string]*api.KVPair
-			err   error
+			sent     time.Time
+			pairs    map[string]*api.KVPair
+			err      error
+			timedOut bool
 		}
-		answered := make(chan answer, 1)
-		go func() {
-			pairs, err := l.read(rctx, chunk)
-			answered <- answer{pairs, err}
-		}()
+		// Room for every read launched: a late one never blocks.
+		answered := make(chan answer, 2)
+		launch := func() {
+			rctx, cancel := context.WithTimeout(ctx, l.t.roundTimeout)
+			sent := l.now()
+			l.reads.Add(1)
+			go func() {
+				defer cancel()
+				pairs, err := l.read(rctx, chunk)
+				answered <- answer{sent, pairs, err, rctx.Err() != nil}
+			}()
+		}
 		// During an election a server holds a consistent read until a
 		// leader is elected (Consul's rpc_hold_timeout, 7s), and before
 		// that, while it still believes in the dead leader, its pooled
-		// connection's EOF is retried the same way: a read still
+		// connection's EOF is retried the same way (and the client agent
+		// retries with a jitter of up to rpc_hold_timeout/16): a read still
 		// unanswered after probeAfter is probed, every probeAfter, with a
 		// stale read, which the server answers at once from its own state
 		// (staleProbe). A NoLeader probe is recorded at once, at its own
 		// send time, before the strict deadline can pass: it is evidence
 		// gathered after this read was sent, so it outlives the read's
 		// own confirmation if the read, held until a new leader was
-		// elected, succeeds late.
+		// elected, succeeds late. A probe that finds a leader in contact
+		// instead sends a second read (once): the first may be waiting in
+		// a retry on a server that went away, and a fresh one confirms
+		// through a live server.
+		launch()
+		pending, hedged := 1, false
 		probed := holdrule.Unproven
-		var a answer
 		slow := time.NewTicker(l.t.probeAfter)
-	wait:
-		for {
+		var ok *answer
+		for pending > 0 && ok == nil {
 			select {
-			case a = <-answered:
-				break wait
+			case a := <-answered:
+				pending--
+				if a.err == nil {
+					ok = &a
+					break
+				}
+				if ctx.Err() != nil {
+					slow.Stop()
+					return false
+				}
+				kind := noLeaderAnswer(a.err)
+				if kind != holdrule.NoLeader && a.timedOut {
+					// No answer in time: what the server said meanwhile,
+					// or says now.
+					kind = probed
+					if kind != holdrule.NoLeader {
+						kind = l.probeNow(ctx, chunk[0])
+					}
+				}
+				l.log.Debug("cannot confirm the locks", "session", s.id, "error", a.err, "proves", kind)
+				failed(a.sent, kind)
 			case <-slow.C:
 				if probed == holdrule.NoLeader {
 					continue
@@ -328,32 +358,19 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 				at := l.now()
 				if probed = l.probeNow(ctx, chunk[0]); probed == holdrule.NoLeader {
 					failed(at, holdrule.NoLeader)
+				} else if !hedged && ctx.Err() == nil {
+					hedged = true
+					pending++
+					launch()
 				}
 			}
 		}
 		slow.Stop()
-		timedOut := rctx.Err() != nil
-		cancel()
-		if err := a.err; err != nil {
-			if ctx.Err() != nil {
-				return false
-			}
-			kind := noLeaderAnswer(err)
-			if kind != holdrule.NoLeader && timedOut {
-				// No answer in time: what the server said meanwhile, or
-				// says now.
-				kind = probed
-				if kind != holdrule.NoLeader {
-					kind = l.probeNow(ctx, chunk[0])
-				}
-			}
-			l.log.Debug("cannot confirm the locks", "session", s.id, "error", err, "proves", kind)
-			failed(sent, kind)
+		if ok == nil {
 			return false
 		}
-		pairs := a.pairs
 		for _, k := range chunk {
-			s.apply(sent, byKey[k], pairs)
+			s.apply(ok.sent, byKey[k], ok.pairs)
 		}
 	}
 	return true
