@@ -96,7 +96,7 @@ service %q {
 		h, err := holds()
 		before = h
 		return err == nil && len(ex) == 2 && ex[0] != "" && ex[1] != "" && ex[0] != ex[1] &&
-			len(shared) == 2 && shared[0] != "" && shared[1] != "" && n == 4 && len(r["web"]) == 1,
+				len(shared) == 2 && shared[0] != "" && shared[1] != "" && n == 4 && len(r["web"]) == 1,
 			fmt.Sprintf("ex %v shared %v running %v holds %v %v", ex, shared, r, h, err)
 	})
 	// The deployments finish (every instance healthy) before the faults,

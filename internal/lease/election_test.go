@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,5 +200,43 @@ func TestHeldReadSucceedsLate(t *testing.T) {
 	}
 	if probes == 0 {
 		t.Fatal("the held read was not probed")
+	}
+}
+
+// TestSlowReadHedged: a read left waiting (the client agent retrying on a
+// server that went away) while the probe finds a leader in contact is
+// hedged: a second read confirms the term through a live server.
+func TestSlowReadHedged(t *testing.T) {
+	clock := &fakeClock{}
+	l, s := newTestLease(clock)
+	f := &fakeStore{pairs: map[string]*api.KVPair{}}
+	l.t.probeAfter, l.t.roundTimeout = 10*time.Millisecond, 5*time.Second
+	var mu sync.Mutex
+	reads := 0
+	stuck := make(chan struct{})
+	defer close(stuck)
+	l.read = func(ctx context.Context, keys []string) (map[string]*api.KVPair, error) {
+		mu.Lock()
+		reads++
+		first := reads == 1
+		mu.Unlock()
+		if first {
+			select {
+			case <-stuck:
+			case <-ctx.Done():
+			}
+			return nil, ctx.Err()
+		}
+		return f.read(ctx, keys)
+	}
+	l.probe = func(context.Context, string) holdrule.Kind { return holdrule.Unproven }
+	tm := heldTerms(l, s, f, 1)[0]
+	before := tm.LastConfirmed()
+	clock.Jump(300 * time.Millisecond)
+	if !s.round(context.Background(), s.attached(true)) {
+		t.Fatal("the round failed")
+	}
+	if !tm.LastConfirmed().After(before) || tm.isExpired() {
+		t.Fatalf("not confirmed by the second read: %v", tm.Err())
 	}
 }
