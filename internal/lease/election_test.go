@@ -3,11 +3,14 @@ package lease
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/holdrule"
@@ -239,4 +242,53 @@ func TestSlowReadHedged(t *testing.T) {
 	if !tm.LastConfirmed().After(before) || tm.isExpired() {
 		t.Fatalf("not confirmed by the second read: %v", tm.Err())
 	}
+}
+
+// TestWarnsOfLongElections: a lease warns before its first session when an
+// election of its agent's raft timing (holdrule.EstimateElection of
+// ConsulRaftHeartbeatTimeout) would outlast what its rule tolerates. A dev
+// agent's raft timing is 35ms x raft_multiplier, so the strict rule (0.3s
+// tolerated with lock_delay 1s) stands for a short lock_delay: 350ms
+// estimated at multiplier 5 warns, 70ms at 1 does not, and the extended
+// rule (D = 300ms from the dev agent's gossip) tolerates 600ms.
+func TestWarnsOfLongElections(t *testing.T) {
+	for _, tc := range []struct {
+		mult   int
+		detect time.Duration
+		warn   bool
+	}{{1, -1, false}, {5, -1, true}, {5, 0, false}} {
+		t.Run(fmt.Sprintf("raft_multiplier %d detect %v", tc.mult, tc.detect), func(t *testing.T) {
+			c := consultest.NewDev(t, consultest.Options{ExtraConfig: map[string]any{
+				"performance": map[string]any{"raft_multiplier": tc.mult},
+			}}).Client(t)
+			var buf syncBuffer
+			l := New(Config{Client: c, Detect: tc.detect, Log: hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Warn})})
+			defer l.Close()
+			tm, err := l.Acquire(t.Context(), Hold{Key: "k"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tm.Release()
+			if got := strings.Contains(buf.String(), "a Consul leader election would end every lock"); got != tc.warn {
+				t.Fatalf("warned %v, want %v: %s", got, tc.warn, buf.String())
+			}
+		})
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
