@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -164,4 +165,70 @@ func raftLeaderOf(t *testing.T, cl *consultest.Cluster, c *api.Client) *consulte
 		return false, fmt.Sprint(addr, err)
 	})
 	return leader
+}
+
+// The minority side of a partition still dies in time (issue 33): the
+// holder of an exclusive slot and one follower server are cut off from the
+// two other servers and the other client. The minority server loses its
+// leader, so the holder may see "no leader" answers and extend its bound
+// to D + lock_delay/2 (D read from its agent: FastGossip's 3 x 300ms); the
+// majority declares the holder's node failed by gossip, no sooner than D,
+// invalidates its session, and the other client claims the slot a lock
+// delay later. The old child must be dead before the new one starts.
+func TestFleetMinorityPartitionDiesInTime(t *testing.T) {
+	consultest.SkipShort(t, "network partition in -short mode")
+	consultest.RequireFirewall(t)
+	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 3, Clients: 2})
+	dir := t.TempDir()
+	db := writeHCL(t, fmt.Sprintf(`
+service "db" {
+  command   = ["/bin/sh", "-c", "exec %s -stamp-file %s/db.$MARIPOSA_NODE.stamps"]
+  count     = 1
+  exclusive = true
+  stop {
+    timeout = "2s"
+  }
+}
+`, childBin, dir))
+	watches := clientWatches(t, cl, dir, "db")
+	ms := fleetOf(t, cl)
+	deploy(t, cl.Servers[0], "-name", "db", db)
+	var holder string
+	waitFor(t, 60*time.Second, "db placed", func() (bool, string) {
+		holder = slotHolders(t, cl.Servers[0].Client(t), "db")[0]
+		return holder != "" && len(watches[holder].running()) == 1, holder
+	})
+	// The minority: the holder and a server that does not lead.
+	var other *consultest.Agent
+	for _, a := range cl.Clients {
+		if a.Name != holder {
+			other = a
+		}
+	}
+	c := other.Client(t)
+	lead := raftLeaderOf(t, cl, c)
+	var follower *consultest.Agent
+	for _, s := range cl.Servers {
+		if s != lead {
+			follower = s
+			break
+		}
+	}
+	heal := cl.Partition(t, cl.Agent(holder), follower)
+	t0 := time.Now()
+	waitFor(t, 60*time.Second, "db taken over by the majority side", func() (bool, string) {
+		h := slotHolders(t, c, "db")[0]
+		return h == other.Name && len(watches[h].running()) == 1, h
+	})
+	t.Logf("taken over %v after the partition", time.Since(t0).Round(time.Millisecond))
+	for _, line := range strings.Split(ms[holder].out.String(), "\n") {
+		if strings.Contains(line, "session lost") || strings.Contains(line, "proves=no-leader") {
+			t.Logf("minority holder: %s", line)
+		}
+	}
+	if n := len(watches[holder].running()); n != 0 {
+		t.Errorf("the minority holder still runs %d db children after the majority took over", n)
+	}
+	noOverlap(t, "minority partition: db", watches)
+	heal()
 }
