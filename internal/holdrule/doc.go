@@ -23,15 +23,19 @@
 // timer (initializeSessionTimers). A holder cannot see that it is an
 // election, though: a server in a minority partition answers the same way
 // while the majority has a leader. What the holder can see is an answer
-// from its local agent, relayed from a live server, that says the server
-// side cannot reach a Raft leader (NoLeader): "No cluster leader", or the
-// server's (or the agent's) failed connection to the leader it knew, or a
-// stale read answered with X-Consul-KnownLeader: false. Such an answer
-// proves the local agent was alive and answering (not stopped, not leaving:
-// a graceful leave deregisters the node at once and is the one fast
-// invalidation an agent causes) and that mariposa's liveness check, a TTL
-// check its own agent runs and could sync only through a leader, did not
-// change in the catalog.
+// from its local agent that says the server side cannot reach a Raft
+// leader (NoLeader): "No cluster leader", the server's (or the agent's)
+// failed connection to the leader or server it knew, or a stale read
+// answered with X-Consul-KnownLeader: false or an X-Consul-LastContact
+// longer than a follower of a live leader shows. (Consul answers a
+// consistent read with "No cluster leader" only after rpc_hold_timeout,
+// 7 s: during an election a holder's reads are refused with the dead
+// leader's connection errors, then held; internal/lease probes a held read
+// with a stale one.) Such an answer proves the local agent was alive and
+// answering (not stopped, not leaving: a graceful leave deregisters the
+// node at once and is the one fast invalidation an agent causes) and that
+// mariposa's liveness check, a TTL check its own agent runs and could sync
+// only through a leader, did not change in the catalog.
 //
 // What is left to a leader elsewhere is to invalidate the session because
 // the node's serfHealth went critical, and that needs the majority's gossip
@@ -66,8 +70,9 @@
 // # What it buys
 //
 // Deadline - c = D + L/2 = 4.5 s with the defaults (L = 1 s): a Consul
-// election is ridden through when the holder's first failed confirmation
-// comes within that of its last good one and the election ends before it.
+// election is ridden through when it ends within that of the last good
+// confirmation, which lags the election's start by up to one confirmation
+// period (L/5): Tolerance, 4.3 s.
 // A leader killed with raft_multiplier = 1 takes 1-2 s; with Consul's
 // default raft_multiplier (5) followers notice the loss only after the
 // heartbeat timeout (5-10 s), and an election takes about 10 s: riding it
