@@ -223,6 +223,7 @@ type fault struct {
 	name        string
 	invalidates bool
 	away        bool
+	survives    bool                                // the leader's term must ride the fault (no new term)
 	ready       func(t *testing.T, env *clusterEnv) // waits until the fault can be injected
 	apply       func(t *testing.T, env *clusterEnv, l *slot, tm *Term)
 	restore     func(t *testing.T, env *clusterEnv, l *slot)
@@ -263,10 +264,9 @@ var faults = []fault{
 	{name: "clock jump", apply: func(t *testing.T, env *clusterEnv, l *slot, _ *Term) {
 		l.c.clock.Jump(time.Hour)
 	}},
-	// No confirmation is possible while the servers elect a new leader, so
-	// the term ends; the session stays valid, and is released once the
-	// servers answer again.
-	{name: "raft leader killed", ready: func(t *testing.T, env *clusterEnv) {
+	// No confirmation is possible while the servers elect a new leader,
+	// but their answers say so: the term rides the election (issue 33).
+	{name: "raft leader killed", survives: true, ready: func(t *testing.T, env *clusterEnv) {
 		// A restarted server is a voter again only once autopilot says
 		// so; killing the leader before would leave no quorum.
 		if !consultest.WaitFor(90*time.Second, func() bool {
@@ -282,6 +282,71 @@ var faults = []fault{
 		env.killedServer.Start(t)
 		env.killedServer = nil
 	}},
+}
+
+// waitConfirmedThrough waits until the servers have a leader again and l's
+// term tm (still held) was confirmed by a read sent after that: the
+// election is over, and whatever it did to the term is known.
+func (env *clusterEnv) waitConfirmedThrough(t *testing.T, l *slot, tm *Term) {
+	t.Helper()
+	env.raftLeader(t)
+	after := l.c.clock.Now()
+	if !consultest.WaitFor(60*time.Second, func() bool {
+		return tm.Err() != nil || tm.LastConfirmed().After(after)
+	}) {
+		t.Fatalf("%s's term was not confirmed after the election", l.name)
+	}
+}
+
+// TestRaftLeaderElection (issue 33): the leading Consul server is killed
+// (kill -9), and separately stopped and started again as in a rolling
+// upgrade; the servers elect a new leader meanwhile. The leader-mode term
+// rides it: same session, same fencing index, no new term anywhere. With
+// the strict rule (Config.Detect < 0) the same election ends the term
+// (mutation-checked).
+func TestRaftLeaderElection(t *testing.T) {
+	env := newClusterEnv(t, "mariposa/leader/election")
+	for _, s := range env.slots {
+		env.start(t, s)
+	}
+	healthy := func() {
+		if !consultest.WaitFor(90*time.Second, func() bool {
+			h, err := env.server().Operator().AutopilotServerHealth(nil)
+			return err == nil && h.Healthy && h.FailureTolerance >= 1
+		}) {
+			t.Fatal("the servers cannot tolerate a failure")
+		}
+	}
+	l, tm := env.leader(t, 60*time.Second)
+	before := env.all.count()
+	for _, how := range []string{"killed", "restarted"} {
+		healthy()
+		srv := env.raftLeader(t)
+		t0 := time.Now()
+		if how == "killed" {
+			srv.Kill()
+		} else {
+			srv.Stop()
+			srv.StartNoWait(t)
+		}
+		env.waitConfirmedThrough(t, l, tm)
+		t.Logf("leading server %s: new Raft leader %s, term confirmed again after %v", how,
+			env.raftLeader(t).Name, time.Since(t0).Round(time.Millisecond))
+		if err := tm.Err(); err != nil {
+			t.Fatalf("leading server %s: the term ended: %v", how, err)
+		}
+		if how == "killed" {
+			srv.Start(t)
+		} else {
+			srv.WaitReady(t, 60*time.Second)
+		}
+	}
+	if n := env.all.count(); n != before {
+		t.Fatalf("%d new terms during the elections", n-before)
+	}
+	if h, err := Lookup(t.Context(), env.server(), "mariposa/leader/election"); err != nil || h.Session != tm.Session || h.Index != tm.Index {
+		t.Fatalf("the key is held by %+v (%v), want session %s index %d", h, err, tm.Session, tm.Index)
+	}
 }
 
 // TestFaultLoop injects random faults into whichever elector leads, across
@@ -339,6 +404,21 @@ func TestFaultLoop(t *testing.T) {
 			continue
 		}
 		f.apply(t, env, l, tm)
+		if f.survives {
+			env.waitConfirmedThrough(t, l, tm)
+			if err := tm.Err(); err != nil {
+				t.Errorf("fault %d (%s): the term ended: %v", i, f.name, err)
+			}
+			if env.all.count() != before {
+				t.Errorf("fault %d (%s): a new term began", i, f.name)
+			}
+			t.Logf("fault %d: %s on %s: the term rode it", i, f.name, l.name)
+			if f.restore != nil {
+				f.restore(t, env, l)
+			}
+			i++
+			continue
+		}
 		waitClosed(t, tm.Lost(), 10*time.Second, fmt.Sprintf("fault %d (%s): the leader's term", i, f.name))
 		lost := time.Since(t0)
 		if !consultest.WaitFor(90*time.Second, func() bool { return env.all.count() > before }) {

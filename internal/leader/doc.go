@@ -69,6 +69,13 @@
 // later term, so check-session does not tell two terms apart; check-index
 // does.
 //
+// A Consul leader election does not end a term: while the servers' own
+// answers show they cannot reach a Raft leader, the watchdog's bound
+// extends from lock_delay/2 to D + lock_delay/2 after the last
+// confirmation, D the gossip's failure-detection floor (Config.Detect; by
+// default read from the agent: 4s with Consul's defaults). See
+// internal/holdrule for the argument and internal/lease for the evidence.
+//
 // Every bound is a fraction of lock_delay, not of the session TTL: the TTL
 // only decides how long a silent crash takes to free the lock, never safety.
 // A lock_delay below 500ms leaves little room for scheduling delays and makes

@@ -59,6 +59,11 @@ type Config struct {
 	// LockDelay is Consul's lock delay after the session is invalidated.
 	// Every safety bound is a fraction of it. Default 1s.
 	LockDelay time.Duration
+	// Detect is the cluster's gossip failure-detection floor: how long a
+	// term outlives lock_delay/2 while the servers answer that they have
+	// no leader (a Consul election); see internal/holdrule. Default 4s
+	// (Consul's LAN defaults); negative: the strict rule.
+	Detect time.Duration
 	// Checks are the IDs of checks on Node the session is bound to: when one
 	// goes critical, Consul invalidates the session at once. serfHealth is
 	// always added. mariposa adds its liveness check
@@ -100,7 +105,7 @@ func New(cfg Config) *Elector {
 	}
 	return &Elector{cfg: cfg, shared: cfg.Lease, log: log, now: now, leaseCfg: lease.Config{
 		Client: cfg.Client, Node: cfg.Node, Checks: cfg.Checks, TTL: cfg.SessionTTL,
-		LockDelay: cfg.LockDelay, Name: name, OneTermPerSession: true, Log: log, Now: now,
+		LockDelay: cfg.LockDelay, Detect: cfg.Detect, Name: name, OneTermPerSession: true, Log: log, Now: now,
 	}}
 }
 

@@ -74,7 +74,8 @@
 // says nothing of it: that hold's first confirmation is the consistent read
 // that showed its acquisition. One watchdog per session checks every
 // lock_delay/20 that no hold's last confirmation is older than
-// lock_delay/2, and ends them all (the keys are read together, so what is
+// lock_delay/2 (longer during a Consul election, see below), and ends them
+// all (the keys are read together, so what is
 // true of one is true of all) and retires the session if one is. So in
 // every case where this process can act (its agent was killed, stopped or
 // cut off from the servers, the network to the agent is cut, Consul
@@ -97,6 +98,38 @@
 // confirmations through that agent and ended long before. The order does
 // not matter for safety, which only rests on confirmations: whatever
 // invalidated the session, it happened after the last confirmation.
+//
+// # Consul elections
+//
+// The watchdog's bound is internal/holdrule's rule, which is lock_delay/2
+// after the last confirmation c unless the servers' own answers show that
+// they cannot reach a Raft leader: then c + D + lock_delay/2, D the
+// gossip's failure-detection floor (suspicion_mult x probe_interval, read
+// from the agent's configuration; 4s with Consul's defaults). Without it,
+// every Consul leader election (a server killed, a rolling upgrade) ended
+// every confirmed hold of the cluster (issue 33). The argument is in
+// internal/holdrule; what the lease takes as that evidence:
+//
+//   - a failed confirmation the local agent answered with an HTTP error
+//     relaying a failure to reach the leader or a server ("No cluster
+//     leader", "rpc error getting client", a refused or reset RPC
+//     connection): noLeaderAnswer;
+//   - a read still unanswered after lock_delay/10 (a server holds a
+//     consistent read until a leader is elected, up to rpc_hold_timeout)
+//     is probed every lock_delay/10 with a stale read, which the server
+//     answers from its own state: X-Consul-KnownLeader false, or
+//     X-Consul-LastContact above lock_delay/10, is evidence, counted at the
+//     probe's send time (so a held read that succeeds late keeps the term);
+//     a probe that finds a leader in contact sends a second read instead,
+//     once (the client agent may be waiting out a retry on a server that
+//     went away).
+//
+// Anything else (no answer, the agent refusing connections, an ACL error)
+// keeps the strict bound, at once if it is past. Lease.Rule says the rule;
+// Config.Detect overrides D (negative: strict). Before its first session a
+// lease warns when an election of the agent's raft timing
+// (holdrule.EstimateElection of its raft heartbeat timeout) would outlast
+// the rule's tolerance.
 //
 // The exception is a process that cannot act: frozen by SIGSTOP or a VM
 // pause for longer than lock_delay/2. Its timers do not run, so it cannot

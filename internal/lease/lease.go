@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
 )
 
 // Defaults for Config.
@@ -64,6 +67,16 @@ type Config struct {
 	// LockDelay is Consul's lock delay after the session is invalidated.
 	// Every safety bound is a fraction of it. Default 1s.
 	LockDelay time.Duration
+	// Detect is the failure-detection floor D of the cluster's gossip: how
+	// long a term outlives its last confirmation, beyond lock_delay/2,
+	// while every failed confirmation was a server's "no leader" answer (a
+	// Consul leader election); see internal/holdrule. Zero: read from the
+	// local agent's configuration before the first session, as
+	// gossip_lan's suspicion_mult x probe_interval (4s with Consul's
+	// defaults; every agent of a cluster is assumed to share its gossip
+	// timing), and the strict rule when the agent does not say. Negative:
+	// the strict rule.
+	Detect time.Duration
 	// Name names the sessions in Consul; default "mariposa lease".
 	Name string
 	// OneTermPerSession retires each session once its first term is
@@ -81,8 +94,10 @@ type Config struct {
 // documentation for why each is what it is.
 type timing struct {
 	ttl, lockDelay time.Duration
+	rule           holdrule.Rule // the confirmation deadline
 	round          time.Duration // period of the confirmation reads
 	roundTimeout   time.Duration // an answer later than this confirms nothing anyway
+	probeAfter     time.Duration // a read unanswered this long is probed (stale read)
 	loseAfter      time.Duration // a confirmation older than this ends the term
 	tick           time.Duration // watchdog period
 	retry          time.Duration // acquire retry while lock delay holds
@@ -93,12 +108,14 @@ type timing struct {
 	cleanup        time.Duration // release + destroy
 }
 
-func newTiming(ttl, delay time.Duration) timing {
+func newTiming(ttl, delay, detect time.Duration) timing {
 	return timing{
 		ttl:          ttl,
 		lockDelay:    delay,
+		rule:         holdrule.Rule{LockDelay: delay, Detect: max(detect, 0)}, // see resolveRule
 		round:        delay / 5,
 		roundTimeout: delay,
+		probeAfter:   delay / 10,
 		loseAfter:    delay / 2,
 		tick:         max(delay/20, 5*time.Millisecond),
 		retry:        min(max(delay/10, 20*time.Millisecond), 500*time.Millisecond),
@@ -129,9 +146,14 @@ type Lease struct {
 	checks []string
 	// read is the confirmation read; tests replace it.
 	read func(ctx context.Context, keys []string) (map[string]*api.KVPair, error)
+	// probe says what a confirmation read that got no answer proves: a
+	// stale read of key answered without a known leader is NoLeader.
+	// Tests replace it.
+	probe func(ctx context.Context, key string) holdrule.Kind
 
 	mu       sync.Mutex
 	node     string
+	resolved bool // the rule's Detect was read from the agent
 	cur      *session
 	creating chan struct{} // closed when the creation under way ends
 	live     map[*session]struct{}
@@ -181,9 +203,10 @@ func New(cfg Config) *Lease {
 			checks = append(checks, c)
 		}
 	}
-	l := &Lease{cfg: cfg, t: newTiming(cfg.TTL, cfg.LockDelay), log: log, now: now, checks: checks,
+	l := &Lease{cfg: cfg, t: newTiming(cfg.TTL, cfg.LockDelay, cmp.Or(cfg.Detect, holdrule.DefaultDetect)), log: log, now: now, checks: checks,
 		node: cfg.Node, live: map[*session]struct{}{}, keys: map[string]string{}}
 	l.read = l.txnRead
+	l.probe = l.staleProbe
 	return l
 }
 
@@ -198,6 +221,14 @@ func contains(s []string, v string) bool {
 
 // LockDelay is the lock delay of the lease's sessions.
 func (l *Lease) LockDelay() time.Duration { return l.t.lockDelay }
+
+// Rule is the confirmation deadline of the lease's terms (of its next
+// session's: Config.Detect zero is read from the agent before the first).
+func (l *Lease) Rule() holdrule.Rule {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.t.rule
+}
 
 // TTL is the TTL of the lease's sessions.
 func (l *Lease) TTL() time.Duration { return l.t.ttl }
@@ -303,6 +334,7 @@ func (l *Lease) create(ctx context.Context) (*session, error) {
 		if err := l.waitChecks(ctx, node); err != nil {
 			return nil, err
 		}
+		l.resolveRule()
 		rctx, cancel := context.WithTimeout(ctx, l.t.request)
 		sent := l.now()
 		id, _, err := l.cfg.Client.Session().Create(&api.SessionEntry{
@@ -336,6 +368,57 @@ func (l *Lease) create(ctx context.Context) (*session, error) {
 		l.log.Debug("session created", "session", id)
 		return s, nil
 	}
+}
+
+// resolveRule sets the rule's D, once: Config.Detect when set, else the
+// agent's gossip suspicion floor; and warns when a Consul election of the
+// agent's raft timing would outlast the rule's tolerance, ending every
+// lock of the lease (issue 33).
+func (l *Lease) resolveRule() {
+	l.mu.Lock()
+	done := l.resolved
+	l.resolved = true
+	l.mu.Unlock()
+	if done {
+		return
+	}
+	detect, heartbeat, err := l.agentTiming()
+	if l.cfg.Detect != 0 {
+		detect = max(l.cfg.Detect, 0)
+	} else if err != nil {
+		l.log.Warn("cannot read the agent's gossip timing: a Consul leader election will end every lock (strict rule)", "error", err)
+	}
+	l.mu.Lock()
+	l.t.rule.Detect = detect
+	rule := l.t.rule
+	l.mu.Unlock()
+	if heartbeat > 0 && rule.Tolerance() < holdrule.EstimateElection(heartbeat) {
+		l.log.Warn("a Consul leader election would end every lock of this lease (raise lock_delay, or run the servers with raft_multiplier = 1)",
+			"election", holdrule.EstimateElection(heartbeat), "raft_heartbeat_timeout", heartbeat,
+			"tolerated", rule.Tolerance(), "lock_delay", rule.LockDelay, "gossip_detect", rule.Detect)
+	}
+}
+
+// agentTiming reads the local agent's gossip suspicion floor (LAN
+// suspicion_mult x probe_interval; log10(N) only raises it) and raft
+// heartbeat timeout (raft_multiplier x 1s) from its configuration.
+func (l *Lease) agentTiming() (detect, heartbeat time.Duration, err error) {
+	self, err := l.cfg.Client.Agent().Self()
+	if err != nil {
+		return 0, 0, err
+	}
+	dc := self["DebugConfig"]
+	dur := func(k string) time.Duration {
+		s, _ := dc[k].(string)
+		d, _ := time.ParseDuration(s)
+		return d
+	}
+	mult, _ := dc["GossipLANSuspicionMult"].(float64)
+	probe := dur("GossipLANProbeInterval")
+	if mult <= 0 || probe <= 0 {
+		return 0, dur("ConsulRaftHeartbeatTimeout"), errors.New("the agent's configuration has no gossip_lan timing")
+	}
+	return time.Duration(mult) * probe, dur("ConsulRaftHeartbeatTimeout"), nil
 }
 
 // nodeName is Config.Node, or the agent's node.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
 )
 
 // session is one Consul session of a lease. It is the lease's current
@@ -18,6 +20,7 @@ import (
 type session struct {
 	l        *Lease
 	id       string
+	rule     holdrule.Rule // the confirmation deadline of its terms
 	invalid  chan struct{} // Consul said the session is gone
 	retiredc chan struct{}
 	wake     chan struct{} // a term was attached: confirm it
@@ -39,7 +42,10 @@ type session struct {
 
 func newSession(l *Lease, id string, created time.Time) *session {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &session{l: l, id: id, invalid: make(chan struct{}), retiredc: make(chan struct{}),
+	l.mu.Lock()
+	rule := l.t.rule
+	l.mu.Unlock()
+	return &session{l: l, id: id, rule: rule, invalid: make(chan struct{}), retiredc: make(chan struct{}),
 		wake: make(chan struct{}, 1), renewNow: make(chan struct{}, 1), ctx: ctx, cancel: cancel, terms: map[*Term]struct{}{}, renewed: created}
 }
 
@@ -277,19 +283,94 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 	for len(keys) > 0 {
 		chunk := keys[:min(len(keys), maxTxnOps)]
 		keys = keys[len(chunk):]
-		rctx, cancel := context.WithTimeout(ctx, l.t.roundTimeout)
-		sent := l.now()
-		l.reads.Add(1)
-		pairs, err := l.read(rctx, chunk)
-		cancel()
-		if err != nil {
-			if ctx.Err() == nil {
-				l.log.Debug("cannot confirm the locks", "session", s.id, "error", err)
+		failed := func(at time.Time, kind holdrule.Kind) {
+			for _, k := range chunk {
+				for _, t := range byKey[k] {
+					t.fail(at, kind)
+				}
 			}
+		}
+		type answer struct {
+			sent     time.Time
+			pairs    map[string]*api.KVPair
+			err      error
+			timedOut bool
+		}
+		// Room for every read launched: a late one never blocks.
+		answered := make(chan answer, 2)
+		launch := func() {
+			rctx, cancel := context.WithTimeout(ctx, l.t.roundTimeout)
+			sent := l.now()
+			l.reads.Add(1)
+			go func() {
+				defer cancel()
+				pairs, err := l.read(rctx, chunk)
+				answered <- answer{sent, pairs, err, rctx.Err() != nil}
+			}()
+		}
+		// During an election a server holds a consistent read until a
+		// leader is elected (Consul's rpc_hold_timeout, 7s), and before
+		// that, while it still believes in the dead leader, its pooled
+		// connection's EOF is retried the same way (and the client agent
+		// retries with a jitter of up to rpc_hold_timeout/16): a read still
+		// unanswered after probeAfter is probed, every probeAfter, with a
+		// stale read, which the server answers at once from its own state
+		// (staleProbe). A NoLeader probe is recorded at once, at its own
+		// send time, before the strict deadline can pass: it is evidence
+		// gathered after this read was sent, so it outlives the read's
+		// own confirmation if the read, held until a new leader was
+		// elected, succeeds late. A probe that finds a leader in contact
+		// instead sends a second read (once): the first may be waiting in
+		// a retry on a server that went away, and a fresh one confirms
+		// through a live server.
+		launch()
+		pending, hedged := 1, false
+		probed := holdrule.Unproven
+		slow := time.NewTicker(l.t.probeAfter)
+		var ok *answer
+		for pending > 0 && ok == nil {
+			select {
+			case a := <-answered:
+				pending--
+				if a.err == nil {
+					ok = &a
+					break
+				}
+				if ctx.Err() != nil {
+					slow.Stop()
+					return false
+				}
+				kind := noLeaderAnswer(a.err)
+				if kind != holdrule.NoLeader && a.timedOut {
+					// No answer in time: what the server said meanwhile,
+					// or says now.
+					kind = probed
+					if kind != holdrule.NoLeader {
+						kind = l.probeNow(ctx, chunk[0])
+					}
+				}
+				l.log.Debug("cannot confirm the locks", "session", s.id, "error", a.err, "proves", kind)
+				failed(a.sent, kind)
+			case <-slow.C:
+				if probed == holdrule.NoLeader {
+					continue
+				}
+				at := l.now()
+				if probed = l.probeNow(ctx, chunk[0]); probed == holdrule.NoLeader {
+					failed(at, holdrule.NoLeader)
+				} else if !hedged && ctx.Err() == nil {
+					hedged = true
+					pending++
+					launch()
+				}
+			}
+		}
+		slow.Stop()
+		if ok == nil {
 			return false
 		}
 		for _, k := range chunk {
-			s.apply(sent, byKey[k], pairs)
+			s.apply(ok.sent, byKey[k], ok.pairs)
 		}
 	}
 	return true
@@ -314,6 +395,63 @@ func (s *session) apply(sent time.Time, terms []*Term, pairs map[string]*api.KVP
 			s.checkNow()
 		}
 	}
+}
+
+// noLeaderAnswer classifies a failed confirmation read: NoLeader when the
+// local agent answered (an HTTP error status, which the api client reports
+// as "Failed request: <body>" for a transaction and "Unexpected response
+// code" otherwise) relaying a failure to reach the Raft leader: "No cluster
+// leader", or the RPC connection to the leader (or to a server) refused,
+// reset or closed. Measured on a 3-server cluster whose leader was killed:
+// "rpc error making call: rpc error getting client: failed to get conn:
+// dial tcp ...: connect: connection refused" until the followers noticed,
+// then held reads. Anything else proves nothing (holdrule.Unproven): no
+// answer, the local agent itself unreachable (its connection error has no
+// such prefix), an ACL refusal.
+func noLeaderAnswer(err error) holdrule.Kind {
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "Failed request: ") && !strings.HasPrefix(msg, "Unexpected response code: 5") {
+		return holdrule.Unproven
+	}
+	for _, m := range []string{"No cluster leader", "rpc error getting client", "failed to get conn",
+		"connection refused", "connection reset", ": EOF", "leadership lost", "node is not the leader"} {
+		if strings.Contains(msg, m) {
+			return holdrule.NoLeader
+		}
+	}
+	return holdrule.Unproven
+}
+
+// probeNow runs the stale probe with a short timeout.
+func (l *Lease) probeNow(ctx context.Context, key string) holdrule.Kind {
+	pctx, cancel := context.WithTimeout(ctx, max(l.t.round, 100*time.Millisecond))
+	defer cancel()
+	return l.probe(pctx, key)
+}
+
+// staleProbe reads key with a stale read, which the server the agent asks
+// answers from its own state, with X-Consul-KnownLeader (does it know a
+// leader) and X-Consul-LastContact (since when it has not heard from it;
+// 0 on the leader). staleKind says what that proves.
+func (l *Lease) staleProbe(ctx context.Context, key string) holdrule.Kind {
+	_, meta, err := l.cfg.Client.KV().Get(key, (&api.QueryOptions{AllowStale: true}).WithContext(ctx))
+	if err != nil {
+		return noLeaderAnswer(err)
+	}
+	return staleKind(meta, l.t.probeAfter)
+}
+
+// staleKind: a stale answer proves NoLeader when the answering server knows
+// no leader, or has not heard from its leader for longer than silent
+// (lock_delay/10): a follower of a live leader hears from it every raft
+// heartbeat interval, HeartbeatTimeout/10 (100ms at raft_multiplier 1).
+// Measured on a killed leader: KnownLeader stays true, LastContact grows,
+// until the followers' heartbeat timeout, then KnownLeader is false.
+func staleKind(meta *api.QueryMeta, silent time.Duration) holdrule.Kind {
+	if meta != nil && (!meta.KnownLeader || meta.LastContact > silent) {
+		return holdrule.NoLeader
+	}
+	return holdrule.Unproven
 }
 
 // txnRead reads keys in one consistent read-only transaction. get-or-empty

@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
 )
 
 // Term is one period during which a hold's key is locked by the lease's
@@ -32,7 +34,8 @@ type Term struct {
 	unconfirmed bool        // Hold.Unconfirmed
 
 	mu        sync.Mutex
-	confirmed time.Time // send time of the latest confirmation
+	confirmed time.Time          // send time of the latest confirmation
+	failed    []holdrule.Attempt // failed confirmations sent after it
 	lost      chan struct{}
 	expired   chan struct{}
 	err       error
@@ -61,8 +64,9 @@ func (t *Term) Err() error {
 }
 
 // Deadline is zero until Expired closes; then it is the earliest moment
-// another session could hold the lock (last confirmation + lock delay), on
-// Config.Now's clock. The guarded work must have stopped by then.
+// another session could hold the lock (last confirmation + lock delay, or
+// + Config.Detect + lock delay when the servers had no leader since; see
+// internal/holdrule), on Config.Now's clock. The guarded work must have stopped by then.
 func (t *Term) Deadline() time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -113,6 +117,14 @@ func (t *Term) ReleaseWith(value []byte, ops api.TxnOps) error {
 // Consul sees it fall behind.
 func (t *Term) LastRenewed() time.Time { return t.s.renewedAt() }
 
+// LastConfirmed is the send time of the latest read that showed the key
+// held by the session, on Config.Now's clock.
+func (t *Term) LastConfirmed() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.confirmed
+}
+
 func (t *Term) isExpired() bool { return isClosed(t.expired) }
 
 // confirm records that a read sent at sent showed the lock held. A late
@@ -124,13 +136,41 @@ func (t *Term) confirm(sent time.Time) {
 	if t.isExpired() {
 		return
 	}
-	if age := now.Sub(t.confirmed); age > t.l.t.loseAfter {
-		t.expireLocked(now, fmt.Errorf("%w (last confirmed %v ago)", ErrUnconfirmed, age.Round(time.Millisecond)))
+	if t.s.rule.Lost(now, t.confirmed, t.failed) {
+		t.expireLocked(now, t.unconfirmedErr(now))
 		return
 	}
 	if sent.After(t.confirmed) {
 		t.confirmed = sent
+		kept := t.failed[:0]
+		for _, a := range t.failed {
+			if a.Sent.After(sent) {
+				kept = append(kept, a)
+			}
+		}
+		t.failed = kept
 	}
+}
+
+// fail records that a confirmation sent at sent failed, and what that
+// proves (holdrule.Kind).
+func (t *Term) fail(sent time.Time, kind holdrule.Kind) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.isExpired() || !sent.After(t.confirmed) {
+		return
+	}
+	t.failed = append(t.failed, holdrule.Attempt{Sent: sent, Kind: kind})
+}
+
+// unconfirmedErr says how old the last confirmation is, and whether the
+// deadline was extended for a Consul election. t.mu is held.
+func (t *Term) unconfirmedErr(now time.Time) error {
+	age := now.Sub(t.confirmed).Round(time.Millisecond)
+	if t.s.rule.Deadline(t.confirmed, t.failed).After(t.s.rule.Strict(t.confirmed)) {
+		return fmt.Errorf("%w (last confirmed %v ago; the servers had no leader since)", ErrUnconfirmed, age)
+	}
+	return fmt.Errorf("%w (last confirmed %v ago)", ErrUnconfirmed, age)
 }
 
 // check ends the term when its confirmation or the session's renewal is
@@ -142,8 +182,8 @@ func (t *Term) check(now, renewed time.Time) error {
 		return nil
 	}
 	var err error
-	if age := now.Sub(t.confirmed); age > t.l.t.loseAfter {
-		err = fmt.Errorf("%w (last confirmed %v ago)", ErrUnconfirmed, age.Round(time.Millisecond))
+	if t.s.rule.Lost(now, t.confirmed, t.failed) {
+		err = t.unconfirmedErr(now)
 	} else if age := now.Sub(renewed); age > t.l.t.ttl {
 		err = fmt.Errorf("%w (last renewed %v ago)", ErrNotRenewed, age.Round(time.Millisecond))
 	}
@@ -171,7 +211,7 @@ func (t *Term) expireLocked(now time.Time, err error) {
 	if t.isExpired() || t.released.Load() {
 		return
 	}
-	t.deadline = t.confirmed.Add(t.l.t.lockDelay)
+	t.deadline = t.s.rule.Earliest(t.confirmed, t.failed)
 	close(t.expired)
 	if t.err == nil {
 		t.err = err
