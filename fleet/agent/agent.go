@@ -3,10 +3,12 @@ package agent
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -109,6 +111,9 @@ type (
 		Sent time.Time
 		Held map[SlotID]bool
 		Err  error
+		// NoLeader: the failure is evidence that the servers could not
+		// reach a Raft leader (internal/holdrule), not a timeout.
+		NoLeader bool
 	}
 	// InstanceStarted and InstanceExited come from the node's supervisor.
 	InstanceStarted struct{ Slot SlotID }
@@ -199,6 +204,11 @@ type Config struct {
 	Step      time.Duration // rank spacing (cluster.DefaultStep)
 	LockDelay time.Duration // the session's lock delay (1 s)
 	Seed      uint64        // the claim jitter's source
+	// Detect is Consul's failure-detection floor D (internal/holdrule):
+	// while confirmations fail with no-leader evidence, an exclusive hold
+	// lasts D + lock_delay/2 from its last confirmation. 0: the strict
+	// rule (lock_delay/2) always.
+	Detect time.Duration
 	// Rank ranks the free slots of a unit (DefaultRank when nil). It must
 	// be a pure function of its arguments: the simulator shares one
 	// result among the nodes that have the same views.
@@ -224,19 +234,26 @@ type Agent struct {
 	rng     *rand.Rand
 	session string
 	asking  bool // CreateSession in flight
-	units   map[string]Unit
-	slots   map[string]*SlotsView
-	nodes   *NodesView
-	held    map[SlotID]*held
-	vacant  map[SlotID]vacancy
+	// sessionRetry: after a failed CreateSession, the next not before.
+	sessionRetry time.Time
+	units        map[string]Unit
+	slots        map[string]*SlotsView
+	nodes        *NodesView
+	held         map[SlotID]*held
+	vacant       map[SlotID]vacancy
 	// inflight: confirmations sent and not answered. They are sent every
 	// lock_delay/5 whether or not the last one came back (each carries
 	// its send time, so a slow answer costs nothing), up to maxInflight.
 	inflight    int
 	lastConfirm time.Time
-	// strays: the view index at which a stray's release was last tried;
-	// it is tried again only once a newer view still shows it.
-	strays      map[SlotID]uint64
+	// rule and failed: the hold rule and the confirmations that failed
+	// since the last one that came back.
+	rule   holdrule.Rule
+	failed []holdrule.Attempt
+	// strays: when a stray's release was last tried and at which view; it
+	// is tried again once a newer view still shows it, or a second later
+	// (a release refused for want of a leader changes no view).
+	strays      map[SlotID]strayTry
 	wakeAt      time.Time
 	assignments map[string]assignment
 	// dirty: units whose claims and strays are looked at again in this
@@ -244,6 +261,11 @@ type Agent struct {
 	// later; free: units with free slots at their last look.
 	dirty, free map[string]bool
 	waitAt      map[string]time.Time
+}
+
+type strayTry struct {
+	index uint64
+	at    time.Time
 }
 
 type vacancy struct {
@@ -285,10 +307,10 @@ func New(cfg Config) *Agent {
 	if cfg.Rank == nil {
 		cfg.Rank = DefaultRank
 	}
-	a := &Agent{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
+	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[SlotID]vacancy{},
 		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
-		strays: map[SlotID]uint64{}}
+		strays: map[SlotID]strayTry{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -345,6 +367,9 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		if in.Err == nil {
 			a.session = in.ID
 			a.dirtyAll()
+		} else {
+			// Not at once again (no leader, the agent away): a second on.
+			a.sessionRetry = now.Add(time.Second)
 		}
 	case SessionLost:
 		out = a.loseSession(out)
@@ -380,8 +405,16 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case ConfirmDone:
 		a.inflight = max(0, a.inflight-1)
 		if in.Err != nil {
+			kind := holdrule.Unproven
+			if in.NoLeader {
+				kind = holdrule.NoLeader
+			}
+			a.failed = append(a.failed, holdrule.Attempt{Sent: in.Sent, Kind: kind})
 			break
 		}
+		// Failures sent before this read say nothing of the holds it
+		// confirms, and those it does not show end below.
+		a.failed = slices.DeleteFunc(a.failed, func(f holdrule.Attempt) bool { return !f.Sent.After(in.Sent) })
 		for id, h := range a.held {
 			if !h.exclusive || h.lost || h.phase == Claiming || h.phase == Releasing {
 				continue
@@ -424,7 +457,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 }
 
 func (a *Agent) loseSession(out []any) []any {
-	a.session, a.inflight = "", 0
+	a.session, a.inflight, a.failed = "", 0, nil
 	for id, h := range a.held {
 		switch {
 		case h.phase == Claiming || h.phase == Releasing:
@@ -458,13 +491,22 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 func (a *Agent) reconcile(now time.Time, out []any) []any {
 	var wake time.Time
 	at := func(t time.Time) {
+		// A time already come is looked at in this step, or cannot be
+		// until an input changes something (no session yet).
+		if !t.After(now) {
+			return
+		}
 		if wake.IsZero() || t.Before(wake) {
 			wake = t
 		}
 	}
 	if a.session == "" && !a.asking {
-		a.asking = true
-		out = append(out, CreateSession{})
+		if now.Before(a.sessionRetry) {
+			at(a.sessionRetry)
+		} else {
+			a.asking = true
+			out = append(out, CreateSession{})
+		}
 	}
 
 	// The holds.
@@ -486,7 +528,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			continue
 		}
 		if h.exclusive && !a.cfg.Faults.NoWatchdog {
-			deadline := h.confirmed.Add(a.cfg.LockDelay / 2)
+			deadline := a.rule.Deadline(h.confirmed, a.failed)
 			if !now.Before(deadline) {
 				out = a.lose(id, h, "hold not confirmed in time", out)
 				continue
@@ -530,11 +572,18 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// Strays: held by this node's session in Consul, unknown here.
 			for _, k := range v.bySess[a.session] {
 				id := SlotID{name, k}
-				if _, ok := a.held[id]; !ok && a.strays[id] < v.Index {
-					a.strays[id] = v.Index
-					a.held[id] = &held{phase: Releasing}
-					out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
+				if _, ok := a.held[id]; ok {
+					continue
 				}
+				if last, tried := a.strays[id]; tried && last.index >= v.Index && now.Before(last.at.Add(time.Second)) {
+					if t, ok := a.waitAt[name]; !ok || last.at.Add(time.Second).Before(t) {
+						a.waitAt[name] = last.at.Add(time.Second)
+					}
+					continue
+				}
+				a.strays[id] = strayTry{index: v.Index, at: now}
+				a.held[id] = &held{phase: Releasing}
+				out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
 			}
 			u, ok := a.units[name]
 			if !ok || u.Count == 0 {

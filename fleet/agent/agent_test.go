@@ -203,3 +203,55 @@ func TestScaleDownStopsThenReleases(t *testing.T) {
 		t.Fatalf("release: %+v %v", r, ok)
 	}
 }
+
+// Confirmations that fail with no-leader evidence stretch an exclusive
+// hold to D + lock_delay/2 from its last confirmation; a timeout among
+// them brings the strict lock_delay/2 back (internal/holdrule).
+func TestElectionStretchesTheHold(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		noLeader bool
+		survives time.Duration // the hold is still kept this long after c
+	}{
+		{"no leader", true, 4400 * time.Millisecond},
+		{"timeout", false, 400 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Detect: 4 * time.Second,
+				Warm: &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{{"db", 0}: 9}, Exclusive: map[string]bool{"db": true}}})}
+			m.step(UnitsAnswer{Units: []Unit{{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1}}})
+			m.now = t0.Add(200 * time.Millisecond)
+			m.step(ConfirmDone{Sent: m.now, Err: fmt.Errorf("No cluster leader"), NoLeader: tc.noLeader})
+			m.now = t0.Add(tc.survives)
+			if s, ok := find[Stop](m.step(Tick{})); ok {
+				t.Fatalf("killed at %v: %+v", tc.survives, s)
+			}
+			m.now = t0.Add(tc.survives + 200*time.Millisecond)
+			if s, ok := find[Stop](m.step(Tick{})); !ok || !s.Kill {
+				t.Fatalf("not killed by %v", tc.survives+200*time.Millisecond)
+			}
+		})
+	}
+}
+
+// A stray whose release failed (no leader: the view does not change) is
+// released again a second later.
+func TestStrayRetried(t *testing.T) {
+	m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	view := slots("web", 9, Slot{K: 0, Session: "s-me", Node: "me", ModifyIndex: 8})
+	if _, ok := find[Release](m.step(view)); !ok {
+		t.Fatal("stray not released")
+	}
+	acts := m.step(ReleaseDone{Slot: SlotID{"web", 0}})
+	if _, ok := find[Release](acts); ok {
+		t.Fatal("released again at once")
+	}
+	w, ok := find[Wake](acts)
+	if !ok || w.At != m.now.Add(time.Second) {
+		t.Fatalf("no retry a second later: %+v", acts)
+	}
+	m.now = w.At
+	if _, ok := find[Release](m.step(Tick{})); !ok {
+		t.Fatal("not released again")
+	}
+}

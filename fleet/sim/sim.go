@@ -42,6 +42,7 @@ import (
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/fleet/consulmodel"
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
 )
 
 // Config is one simulation.
@@ -53,7 +54,15 @@ type Config struct {
 	// ExclusiveEvery: every n-th unit is exclusive (0: none).
 	ExclusiveEvery int
 	LockDelay      time.Duration // 1 s
-	Step           time.Duration // cluster.DefaultStep
+	// Detect is the agents' failure-detection floor D (internal/holdrule;
+	// default its DefaultDetect, which the simulated detection never
+	// undercuts: 4 x max(1, log10 N) s and more); negative: 0, the strict
+	// rule.
+	Detect time.Duration
+	// Election, when set, is the whole scenario: the Consul leader is lost
+	// at LossAt for this long, and nothing else happens (no node lost).
+	Election time.Duration
+	Step     time.Duration // cluster.DefaultStep
 	// LoseFraction of the nodes is lost at once at LossAt (0.1).
 	LoseFraction float64
 	LossAt       time.Duration
@@ -110,6 +119,12 @@ func (c *Config) defaults() {
 	if c.Settle <= 0 {
 		c.Settle = 60 * time.Second
 	}
+	switch {
+	case c.Detect == 0:
+		c.Detect = holdrule.DefaultDetect
+	case c.Detect < 0:
+		c.Detect = 0
+	}
 }
 
 // Result is what a simulation found and measured.
@@ -132,8 +147,11 @@ type Result struct {
 	Steps    uint64
 	StepTime time.Duration
 	Events   uint64
-	Trace    string // sha256 of the trace
-	End      time.Duration
+	// Kills: instances the agents killed (Stop with Kill) for a hold they
+	// could not confirm or lost.
+	Kills uint64
+	Trace string // sha256 of the trace
+	End   time.Duration
 }
 
 // Percentile of the recovery times (p in [0, 1]).
@@ -187,9 +205,12 @@ type node struct {
 	alive bool // the machine (and its Consul agent) is up
 	up    bool // mariposa runs
 	cut   bool // cut off from the servers
-	gen   int  // mariposa's incarnation: answers to an older one are dropped
-	sess  string
-	inst  map[agent.SlotID]*instance
+	// minority: its server is on the minority side of a partition: it
+	// answers, knowing no leader, while the majority goes on.
+	minority bool
+	gen      int // mariposa's incarnation: answers to an older one are dropped
+	sess     string
+	inst     map[agent.SlotID]*instance
 	// starting: starts on their way, by slot; a stop cancels one.
 	starting map[agent.SlotID]uint64
 	startSeq uint64
@@ -203,6 +224,9 @@ type node struct {
 }
 
 func (n *node) reachable() bool { return n.alive && n.up && !n.cut }
+
+// watched: blocking queries reach it (they need a leader).
+func (n *node) watched() bool { return n.reachable() && !n.minority }
 
 type cachedSlots struct {
 	idx   uint64
@@ -225,7 +249,7 @@ type Sim struct {
 	slotsCache map[string]cachedSlots
 	nodesCache *agent.NodesView
 	nodesBytes uint64
-	ranks      map[rankKey]agent.Ranking
+	ranks      map[string][]rankEntry
 
 	// running instances per slot
 	running map[agent.SlotID][]*instance
@@ -240,6 +264,11 @@ type Sim struct {
 	fencedRaft, raftFrom uint64
 }
 
+type rankEntry struct {
+	key rankKey
+	a   agent.Ranking
+}
+
 type rankKey struct {
 	unit               string
 	count              int
@@ -250,14 +279,24 @@ type rankKey struct {
 func Run(cfg Config) Result {
 	cfg.defaults()
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x73696d)), q: newQueue(), store: consulmodel.New(),
-		slotsCache: map[string]cachedSlots{}, ranks: map[rankKey]agent.Ranking{}, running: map[agent.SlotID][]*instance{},
+		slotsCache: map[string]cachedSlots{}, ranks: map[string][]rankEntry{}, running: map[agent.SlotID][]*instance{},
 		trace: sha256.New(), lostAt: map[agent.SlotID]time.Duration{}, byU: map[string]agent.Unit{}}
 	s.res.Seed = cfg.Seed
 	s.setup()
 	s.faults()
 	end := cfg.LossAt + cfg.Settle
+	var same int
 	for !s.q.empty() && s.q.peek().at <= end {
 		e := s.q.pop()
+		if e.at == s.now {
+			same++
+		} else {
+			same = 0
+		}
+		if same > 1_000_000 {
+			s.violate("livelock: a million events at one instant")
+			break
+		}
 		s.now = e.at
 		e.fn()
 		s.res.Events++
@@ -380,18 +419,22 @@ func must(err error) {
 }
 
 // rank shares one ranking among the nodes that have the same views: nodes
-// get a new answer a few milliseconds apart, so several views of a unit
-// are current at once. The memo is bounded; dropping it costs only CPU.
+// get a new answer a few milliseconds apart, so a few views of a unit are
+// current at once; the last few of each unit are kept (dropping one costs
+// only CPU).
 func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, free []int) agent.Ranking {
 	key := rankKey{unit: u.Name, count: u.Count, slotsIdx: v.Index, nodesIdx: nodes.Index}
-	if a, ok := s.ranks[key]; ok {
-		return a
-	}
-	if len(s.ranks) >= 64 {
-		clear(s.ranks)
+	memo := s.ranks[u.Name]
+	for _, m := range memo {
+		if m.key == key {
+			return m.a
+		}
 	}
 	a := agent.DefaultRank(u, v, nodes, free)
-	s.ranks[key] = a
+	if len(memo) >= 4 {
+		memo = memo[1:]
+	}
+	s.ranks[u.Name] = append(memo, rankEntry{key, a})
 	return a
 }
 
@@ -400,7 +443,7 @@ func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 	for _, ch := range n.name {
 		seed = seed*31 + uint64(ch)
 	}
-	n.agent = agent.New(agent.Config{Node: n.name, Step: s.cfg.Step, LockDelay: s.cfg.LockDelay, Seed: seed,
+	n.agent = agent.New(agent.Config{Node: n.name, Step: s.cfg.Step, LockDelay: s.cfg.LockDelay, Seed: seed, Detect: s.cfg.Detect,
 		Rank: s.rank, Faults: s.cfg.Faults, Warm: warm})
 	units := slices.Clone(s.units)
 	s.step(n, agent.UnitsAnswer{Units: units})
@@ -502,6 +545,9 @@ func (s *Sim) act(n *node, a any) {
 		})
 	case agent.Stop:
 		s.note("%s stop %s kill=%v", n.name, a.Slot, a.Kill)
+		if a.Kill {
+			s.res.Kills++
+		}
 		delete(n.starting, a.Slot)
 		d := 100 * time.Millisecond
 		if a.Kill {
@@ -575,7 +621,23 @@ func (s *Sim) rpc(n *node, apply func() any, fail func() any) {
 		if n.gen != gen {
 			return
 		}
-		if !n.reachable() || !s.store.HasLeader() {
+		if n.reachable() && (!s.store.HasLeader() || n.minority) {
+			// Its server answers, knowing no leader (an election, or a
+			// minority side): the failure comes back as an answer.
+			s.at(s.latency(), func() {
+				if n.gen == gen {
+					if ans := fail(); ans != nil {
+						if c, ok := ans.(agent.ConfirmDone); ok {
+							c.Err, c.NoLeader = consulmodel.ErrNoLeader, true
+							ans = c
+						}
+						s.step(n, ans)
+					}
+				}
+			})
+			return
+		}
+		if !n.reachable() {
 			s.at(time.Second, func() {
 				if n.gen == gen {
 					if ans := fail(); ans != nil {
@@ -640,7 +702,7 @@ func (s *Sim) notify() {
 	}
 	for _, u := range sortedKeys(units) {
 		for _, n := range s.nodes {
-			if n.reachable() && !n.pending[u] {
+			if n.watched() && !n.pending[u] {
 				n.pending[u] = true
 				gen := n.gen
 				s.at(s.latency(), func() {
@@ -655,7 +717,7 @@ func (s *Sim) notify() {
 	}
 	if nodesChanged {
 		for _, n := range s.nodes {
-			if n.reachable() && !n.nodesPend {
+			if n.watched() && !n.nodesPend {
 				n.nodesPend = true
 				gen := n.gen
 				s.at(s.latency(), func() {
@@ -706,7 +768,7 @@ func (s *Sim) slotsView(unit string) cachedSlots {
 }
 
 func (s *Sim) deliverSlots(n *node, unit string) {
-	if !n.reachable() {
+	if !n.watched() {
 		return
 	}
 	c := s.slotsView(unit)
@@ -721,7 +783,7 @@ func (s *Sim) deliverSlots(n *node, unit string) {
 }
 
 func (s *Sim) deliverNodes(n *node) {
-	if !n.reachable() {
+	if !n.watched() {
 		return
 	}
 	idx := s.store.ServiceIndex("mariposa")
@@ -780,7 +842,7 @@ func (s *Sim) stopInstance(n *node, id agent.SlotID) {
 // from the holder, is a violation.
 func (s *Sim) fencedWrites() {
 	for _, n := range s.nodes {
-		if !n.reachable() {
+		if !n.reachable() || n.minority || !s.store.HasLeader() {
 			continue
 		}
 		for _, id := range sortedSlots(n.inst) {
@@ -839,6 +901,31 @@ func (s *Sim) checkMaxPerNode(unit string) {
 	}
 }
 
+// election: the servers lose their leader at at and elect one d later;
+// meanwhile nothing commits and every node's server answers "no leader".
+func (s *Sim) election(at, d time.Duration) {
+	s.at(at, func() {
+		s.note("election begins")
+		s.store.LoseLeader()
+		s.at(d, func() {
+			s.note("leader elected after %v", d)
+			s.store.ElectLeader(s.wall())
+			s.notify()
+		})
+	})
+}
+
+// setCheck changes a check's status as the leader's reconcile does: at
+// once with a leader, else as soon as one is elected.
+func (s *Sim) setCheck(node, check, status string) {
+	if !s.store.HasLeader() {
+		s.at(100*time.Millisecond, func() { s.setCheck(node, check, status) })
+		return
+	}
+	must(s.store.SetCheck(s.wall(), node, check, status))
+	s.notify()
+}
+
 // detection is Consul's gossip failure detection for n nodes.
 func (s *Sim) detection() time.Duration {
 	probe := time.Duration(s.rng.Int64N(int64(1500 * time.Millisecond)))
@@ -849,6 +936,10 @@ func (s *Sim) detection() time.Duration {
 
 func (s *Sim) faults() {
 	c := s.cfg
+	if c.Election > 0 {
+		s.election(c.LossAt, c.Election)
+		return
+	}
 	lose := int(math.Round(c.LoseFraction * float64(len(s.nodes))))
 	order := s.rng.Perm(len(s.nodes))
 	victims := order[:lose]
@@ -865,7 +956,7 @@ func (s *Sim) faults() {
 			n.alive = false
 			n.gen++
 			s.at(s.detection(), func() {
-				must(s.store.SetCheck(s.wall(), n.name, "serfHealth", api.HealthCritical))
+				s.setCheck(n.name, "serfHealth", api.HealthCritical)
 				s.note("serfHealth of %s critical", n.name)
 				s.notify()
 			})
@@ -888,14 +979,14 @@ func (s *Sim) faults() {
 			n.up = false
 			n.gen++
 			s.at(3*time.Second, func() {
-				must(s.store.SetCheck(s.wall(), n.name, aliveCheck(n.name), api.HealthCritical))
+				s.setCheck(n.name, aliveCheck(n.name), api.HealthCritical)
 				s.notify()
 			})
 			s.at(back, func() {
 				s.note("restart mariposa on %s", n.name)
 				n.up = true
 				n.watch, n.pending, n.nodesIdx, n.nodesPend = map[string]uint64{}, map[string]bool{}, 0, false
-				must(s.store.SetCheck(s.wall(), n.name, aliveCheck(n.name), api.HealthPassing))
+				s.setCheck(n.name, aliveCheck(n.name), api.HealthPassing)
 				s.notify()
 				s.startAgent(n, nil)
 			})
@@ -904,7 +995,7 @@ func (s *Sim) faults() {
 	// An operator lowers an exclusive unit's count by one and raises it
 	// again a moment later (a deploy and its revert): the last slot's
 	// holder stops and releases it, and another node may claim it at once.
-	for i := 0; c.ExclusiveEvery > 0 && i < 5; i++ {
+	for i := 0; c.ExclusiveEvery > 0 && i < 10; i++ {
 		u := s.units[(i*c.ExclusiveEvery)%len(s.units)]
 		at := time.Duration(s.rng.Int64N(int64(c.LossAt + chaosWindow - time.Second)))
 		back := time.Duration(20+s.rng.IntN(60)) * time.Millisecond
@@ -917,6 +1008,35 @@ func (s *Sim) faults() {
 			})
 		})
 	}
+	// A Consul leader election of 0.5-3 s, and one node whose server ends
+	// up on the minority side of a partition for 6-12 s: it answers
+	// "no leader" while the majority marks the node failed and takes its
+	// slots.
+	s.election(c.LossAt+time.Duration(s.rng.Int64N(int64(chaosWindow-3*time.Second))),
+		500*time.Millisecond+time.Duration(s.rng.Int64N(int64(2500*time.Millisecond))))
+	if len(others) > 3 {
+		n := s.nodes[others[3]]
+		at := c.LossAt + time.Duration(s.rng.Int64N(int64(chaosWindow/2)))
+		dur := time.Duration(6+s.rng.IntN(7)) * time.Second
+		s.at(at, func() {
+			s.note("minority %s", n.name)
+			n.minority = true
+			s.at(s.detection(), func() { s.setCheck(n.name, "serfHealth", api.HealthCritical) })
+			s.at(dur, func() {
+				s.note("heal %s", n.name)
+				n.minority = false
+				s.setCheck(n.name, "serfHealth", api.HealthPassing)
+				if se, _ := s.store.SessionInfo(n.sess, true); se == nil {
+					s.step(n, agent.SessionLost{})
+				}
+				n.watch, n.nodesIdx = map[string]uint64{}, 0
+				s.deliverNodes(n)
+				for _, u := range s.units {
+					s.deliverSlots(n, u.Name)
+				}
+			})
+		})
+	}
 	// One node cut off from the servers for 5-15 s, then healed.
 	if len(others) > 2 {
 		n := s.nodes[others[2]]
@@ -926,13 +1046,13 @@ func (s *Sim) faults() {
 			s.note("cut %s", n.name)
 			n.cut = true
 			s.at(s.detection(), func() {
-				must(s.store.SetCheck(s.wall(), n.name, "serfHealth", api.HealthCritical))
+				s.setCheck(n.name, "serfHealth", api.HealthCritical)
 				s.notify()
 			})
 			s.at(dur, func() {
 				s.note("heal %s", n.name)
 				n.cut = false
-				must(s.store.SetCheck(s.wall(), n.name, "serfHealth", api.HealthPassing))
+				s.setCheck(n.name, "serfHealth", api.HealthPassing)
 				s.notify()
 				// The executor finds its session gone when it renews.
 				if se, _ := s.store.SessionInfo(n.sess, true); se == nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 )
@@ -57,6 +58,25 @@ func TestSimulationReplays(t *testing.T) {
 	}
 }
 
+// A Consul leader election shorter than the hold rule's tolerance kills
+// nothing (issue 33); with the strict rule (no detection floor) it kills
+// every exclusive instance.
+func TestSimulationRidesElection(t *testing.T) {
+	for _, tc := range []struct {
+		detect time.Duration
+		kills  bool
+	}{{0, false}, {-1, true}} {
+		c := Config{Seed: 3, Nodes: 50, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Election: 3 * time.Second, Detect: tc.detect}
+		r := Run(c)
+		for _, v := range r.Violations {
+			t.Errorf("detect %v: %s", tc.detect, v)
+		}
+		if (r.Kills > 0) != tc.kills {
+			t.Errorf("detect %v: %d instances killed over a 3 s election, want kills: %v", tc.detect, r.Kills, tc.kills)
+		}
+	}
+}
+
 // Each mutation breaks one mechanism; the simulator must notice within a
 // few seeds.
 func TestSimulationCatchesMutations(t *testing.T) {
@@ -68,6 +88,9 @@ func TestSimulationCatchesMutations(t *testing.T) {
 		{"watchdog off", func(c *Config) { c.Faults = agent.Faults{NoWatchdog: true} }, "exclusive slot"},
 		{"holder writes its lock key", func(c *Config) { c.ExecFaults.WriteHeldKey = true }, "token moved"},
 		{"release before the stop", func(c *Config) { c.ExecFaults.ReleaseBeforeStop = true }, ""},
+		// A failure-detection floor above Consul's: the minority side's
+		// holder outlives its hold.
+		{"detection floor overstated", func(c *Config) { c.Detect = 15 * time.Second }, "exclusive slot"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var found []string

@@ -26,6 +26,7 @@ func main() {
 	trace := flag.Bool("trace", false, "print the trace of each seed")
 	memprofile := flag.String("memprofile", "", "write a heap profile here at the end")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
+	settle := flag.Duration("settle", 0, "how long after the loss the run goes on (default 60s)")
 	flag.Parse()
 	u := *units
 	if u == 0 {
@@ -51,7 +52,7 @@ func main() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos}
+			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle}
 			if *trace {
 				cfg.Trace = func(l string) { fmt.Println(l) }
 			}
