@@ -20,7 +20,7 @@ const capacityEnv = "MARIPOSA_CAPACITY"
 const reserveFlagHelp = `  -reserve=cpu=MILLICORES,memory=MIB
                      Keep this much of the host's capacity out of placement
                      (for the system and whatever mariposa does not run):
-                     a -cluster node offers its cores × 1000 millicores and
+                     a -cluster node offers its cores x 1000 millicores and
                      its MemTotal in MiB, less the reserve, less what its
                      own services (those without a count) reserve, to the
                      slots of units with a resources block.

@@ -346,7 +346,7 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 					// or says now.
 					kind = probed
 					if kind != holdrule.NoLeader {
-						kind = l.probeNow(ctx, chunk[0])
+						kind = l.probeWithin(ctx, chunk[0], l.t.roundTimeout/2)
 					}
 				}
 				l.log.Debug("cannot confirm the locks", "session", s.id, "error", a.err, "proves", kind)
@@ -424,7 +424,15 @@ func noLeaderAnswer(err error) holdrule.Kind {
 
 // probeNow runs the stale probe with a short timeout.
 func (l *Lease) probeNow(ctx context.Context, key string) holdrule.Kind {
-	pctx, cancel := context.WithTimeout(ctx, max(l.t.round, 100*time.Millisecond))
+	return l.probeWithin(ctx, key, max(l.t.round, 100*time.Millisecond))
+}
+
+// probeWithin runs the stale probe with timeout d. The last probe of a
+// read that got no answer gets longer (half the read's own timeout): its
+// answer decides between the extended and the strict deadline, and on a
+// busy node a stale read can take longer than a confirmation period.
+func (l *Lease) probeWithin(ctx context.Context, key string, d time.Duration) holdrule.Kind {
+	pctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	return l.probe(pctx, key)
 }
