@@ -111,6 +111,9 @@ func killAllTest(t *testing.T, m *Manager) {
 func TestKillAllCgroup2(t *testing.T) {
 	m := open(t)
 	if m.unified == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no cgroup2 hierarchy here (CI has one mounted)")
+		}
 		t.Skip("no cgroup2 hierarchy here")
 	}
 	killAllTest(t, m)

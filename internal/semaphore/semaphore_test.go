@@ -235,6 +235,8 @@ func TestNeverMoreThanLimit(t *testing.T) {
 						break
 					}
 				}
+				// Hold the token a while (not a wait for a condition), so
+				// that holders overlap if the limit lets them.
 				time.Sleep(20 * time.Millisecond)
 				holding.Add(-1)
 				if err := s.Release(); err != nil {
