@@ -7,7 +7,7 @@ import (
 )
 
 // FleetStats is a read-only snapshot of what a node's fleet member last
-// read and holds: the metrics (internal/metrics) read it at scrape time.
+// read and holds: the metrics (metrics) read it at scrape time.
 // It costs no Consul request.
 type FleetStats struct {
 	// Node is this node's name.

@@ -14,17 +14,17 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/cluster"
-	"github.com/mariposa-sh/mariposa/internal/httpapi"
 	"github.com/mariposa-sh/mariposa/internal/logring"
-	"github.com/mariposa-sh/mariposa/internal/metrics"
 	"github.com/mariposa-sh/mariposa/internal/volume"
+	"github.com/mariposa-sh/mariposa/metrics"
+	"github.com/mariposa-sh/mariposa/nodeapi"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 const httpAPIFlagsHelp = `  -http-addr=ADDR    The node's HTTP API: /v1/status, /v1/events (?follow=1
                      streams), /v1/logs/SERVICE, POST /v1/restart/SERVICE
                      and /v1/reset/SERVICE, and Prometheus metrics at
-                     /metrics (default ` + httpapi.DefaultAddr + `: loopback only;
+                     /metrics (default ` + nodeapi.DefaultAddr + `: loopback only;
                      0.0.0.0:8585 for every interface; "" or "off" turns it
                      off). Registered with mariposa's own service "mariposa"
                      (its port, meta http_api), for tools and Prometheus'
@@ -43,9 +43,9 @@ type nodeAPI struct {
 	addr    string // as asked; "" when off
 	addrSet bool   // -http-addr was given
 	metrics *metrics.Metrics
-	events  *httpapi.EventLog
+	events  *nodeapi.EventLog
 	runner  atomic.Pointer[supervisor.Runner]
-	srv     *httpapi.Server
+	srv     *nodeapi.Server
 	// volumes, when set, is served at /v1/volumes/ to the holders of the
 	// slots (client checks that they hold them).
 	volumes *volume.Store
@@ -54,7 +54,7 @@ type nodeAPI struct {
 	// client's transport, not counted in the metrics (an "ACL support
 	// disabled" answer is no failure).
 	authClient *http.Client
-	checker    httpapi.Checker
+	checker    nodeapi.Checker
 	// warn is the warning about an API open to the network without ACLs
 	// ("" or nil: none), for the log, /v1/status and the liveness check.
 	warn   atomic.Pointer[string]
@@ -62,7 +62,7 @@ type nodeAPI struct {
 }
 
 func (n *nodeAPI) register(fs *flag.FlagSet) {
-	n.addr = httpapi.DefaultAddr
+	n.addr = nodeapi.DefaultAddr
 	fs.Func("http-addr", "", func(s string) error { n.addr, n.addrSet = s, true; return nil })
 }
 
@@ -73,7 +73,7 @@ func (n *nodeAPI) setup(ccfg *api.Config, fl *fleetMember) {
 	if strings.EqualFold(n.addr, "off") {
 		n.addr = ""
 	}
-	n.events = httpapi.NewEventLog(httpapi.DefaultEvents)
+	n.events = nodeapi.NewEventLog(nodeapi.DefaultEvents)
 	n.metrics = metrics.New(metrics.Sources{
 		Snapshots: func() []supervisor.Snapshot {
 			if r := n.runner.Load(); r != nil {
@@ -108,8 +108,8 @@ func (n *nodeAPI) listen(ccfg *api.Config, rings *logring.Set, log hclog.Logger)
 		log.Info("HTTP API off")
 		return nil
 	}
-	n.checker = &httpapi.ConsulChecker{BaseURL: consulBaseURL(ccfg), Client: n.authClient}
-	srv, err := httpapi.Listen(httpapi.Config{
+	n.checker = &nodeapi.ConsulChecker{BaseURL: consulBaseURL(ccfg), Client: n.authClient}
+	srv, err := nodeapi.Listen(nodeapi.Config{
 		Addr: n.addr,
 		Node: func() string {
 			if r := n.runner.Load(); r != nil {
@@ -128,7 +128,7 @@ func (n *nodeAPI) listen(ccfg *api.Config, rings *logring.Set, log hclog.Logger)
 		Logs:     rings,
 		Metrics:  n.metrics.Handler(),
 		Volumes:  n.volumeHandler(),
-		Auth:     httpapi.NewAuthorizer(n.checker, 0, 0),
+		Auth:     nodeapi.NewAuthorizer(n.checker, 0, 0),
 		Warnings: n.warnings,
 		Log:      log,
 	})

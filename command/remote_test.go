@@ -14,8 +14,8 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
-	"github.com/mariposa-sh/mariposa/internal/httpapi"
 	"github.com/mariposa-sh/mariposa/internal/logring"
+	"github.com/mariposa-sh/mariposa/nodeapi"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
@@ -44,13 +44,13 @@ func newRemoteFleet(t *testing.T, acl bool) *remoteFleet {
 	c := agent.Client(t)
 	f := &remoteFleet{agent: agent, consul: []string{"-consul-addr", agent.HTTPAddr()}, target: &fakeTarget{},
 		logs: logring.NewSet(1000, 64<<10)}
-	cfg := httpapi.Config{Addr: "127.0.0.1:0", Node: func() string { return "node-2" },
-		Snapshots: func() []supervisor.Snapshot { return nil }, Events: httpapi.NewEventLog(10),
+	cfg := nodeapi.Config{Addr: "127.0.0.1:0", Node: func() string { return "node-2" },
+		Snapshots: func() []supervisor.Snapshot { return nil }, Events: nodeapi.NewEventLog(10),
 		Target: f.target, Logs: f.logs}
 	if acl {
-		cfg.Auth = httpapi.NewAuthorizer(&httpapi.ConsulChecker{BaseURL: "http://" + agent.HTTPAddr()}, 0, 0)
+		cfg.Auth = nodeapi.NewAuthorizer(&nodeapi.ConsulChecker{BaseURL: "http://" + agent.HTTPAddr()}, 0, 0)
 	}
-	srv, err := httpapi.Listen(cfg)
+	srv, err := nodeapi.Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

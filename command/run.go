@@ -20,9 +20,9 @@ import (
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/coord"
 	"github.com/mariposa-sh/mariposa/internal/cgroup"
 	"github.com/mariposa-sh/mariposa/internal/control"
-	"github.com/mariposa-sh/mariposa/internal/coord"
 	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/logring"
 	"github.com/mariposa-sh/mariposa/internal/proc"

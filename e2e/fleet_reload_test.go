@@ -13,8 +13,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/coord"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
-	"github.com/mariposa-sh/mariposa/internal/coord"
 	"github.com/mariposa-sh/mariposa/internal/report"
 )
 

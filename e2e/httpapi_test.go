@@ -22,7 +22,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
-	"github.com/mariposa-sh/mariposa/internal/httpapi"
+	"github.com/mariposa-sh/mariposa/nodeapi"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
@@ -263,7 +263,7 @@ service "chatty" {
 
 	// Status: every instance of the node.
 	code, body := get(t, "GET", base+"/v1/status", "")
-	var st httpapi.Status
+	var st nodeapi.Status
 	if err := json.Unmarshal(body, &st); code != 200 || err != nil {
 		t.Fatalf("status: %d %s %v", code, body, err)
 	}

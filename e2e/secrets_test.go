@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/internal/consultest"
-	"github.com/mariposa-sh/mariposa/internal/httpapi"
+	"github.com/mariposa-sh/mariposa/nodeapi"
 )
 
 // secretMarker is in every value the secret test writes: no output of
@@ -127,7 +127,7 @@ service %q {
 		_, b := get(t, "GET", base+"/v1/logs/"+name, "")
 		outputs["GET /v1/logs/"+name] = string(b)
 	}
-	var st httpapi.Status
+	var st nodeapi.Status
 	if err := json.Unmarshal([]byte(outputs["GET /v1/status"]), &st); err != nil {
 		t.Fatal(err)
 	}
@@ -250,7 +250,7 @@ service "web" {
 		return svcs[0].ServicePort > 0, fmt.Sprint(svcs[0].ServicePort)
 	})
 	code, b := get(t, "GET", "http://127.0.0.1:"+port+"/v1/status", "")
-	var st httpapi.Status
+	var st nodeapi.Status
 	if err := json.Unmarshal(b, &st); code != 200 || err != nil {
 		t.Fatalf("/v1/status: %d %v %s", code, err, b)
 	}

@@ -3,7 +3,7 @@ package supervisor_test
 import (
 	"testing"
 
-	"github.com/mariposa-sh/mariposa/internal/metrics"
+	"github.com/mariposa-sh/mariposa/metrics"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 

@@ -51,7 +51,7 @@ type ReloadRequest struct {
 	Limit int
 }
 
-// ReloadGate hands out reload tokens (internal/coord is the Consul one).
+// ReloadGate hands out reload tokens (coord is the Consul one).
 type ReloadGate interface {
 	// Acquire blocks until req's token is granted, and returns the func
 	// that gives it back; or until ctx ends, with ctx's error; or fails

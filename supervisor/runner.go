@@ -72,7 +72,7 @@ type Options struct {
 	// fleet layer releases its slots here, cleanly, with their records.
 	Stopped func()
 	// ReloadGate hands out the tokens of coordinated template reloads
-	// (templates with a coordinate block; internal/coord is the Consul
+	// (templates with a coordinate block; coord is the Consul
 	// one). nil: such reloads act at once, with a warning.
 	ReloadGate ReloadGate
 	// HTTPAPI is the node's HTTP API address (host:port), "" when it is

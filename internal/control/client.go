@@ -43,7 +43,7 @@ func NewClient(path string) *Client {
 }
 
 // NodeHeader says which node a remote request is for: the node's HTTP API
-// refuses it (421) when it is another node's (httpapi.NodeHeader).
+// refuses it (421) when it is another node's (nodeapi.NodeHeader).
 const NodeHeader = "X-Mariposa-Node"
 
 // NewRemote returns a client of node's HTTP API at base (http://host:port),

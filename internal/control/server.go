@@ -39,7 +39,7 @@ type Target interface {
 var ErrNoService = errors.New("no such service")
 
 // Handlers answer the control API's requests. The UNIX socket's Server
-// serves them, and so does the node's HTTP API (internal/httpapi), behind
+// serves them, and so does the node's HTTP API (nodeapi), behind
 // its own authorization: the routes' wildcard is {service}.
 type Handlers struct {
 	target Target

@@ -1,4 +1,4 @@
-package httpapi
+package nodeapi
 
 import (
 	"context"

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/mariposa-sh/mariposa/cluster"
-	"github.com/mariposa-sh/mariposa/internal/coord"
+	"github.com/mariposa-sh/mariposa/coord"
 )
 
 // Reload tokens live beside the rollouts' (rollout/<unit>/<hash>/...,

@@ -17,7 +17,7 @@
 // Without ACLs, no token is needed. When Consul cannot answer, its last
 // answers stand (its own extend-cache down policy). It never serves a
 // secret: no environment, no rendered file, no token.
-package httpapi
+package nodeapi
 
 import (
 	"context"

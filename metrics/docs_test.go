@@ -32,7 +32,7 @@ func section(t *testing.T, md, heading string) string {
 // The metrics list of website/operations.md is the registry: every
 // mariposa_* metric, with its type and labels, and nothing else.
 func TestDocsListTheRegistry(t *testing.T) {
-	b, err := os.ReadFile("../../website/operations.md")
+	b, err := os.ReadFile("../website/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestDocsListTheRegistry(t *testing.T) {
 // targets), and every series it queries is a metric of the registry, with
 // labels it has.
 func TestGrafanaDashboard(t *testing.T) {
-	b, err := os.ReadFile("../../website/grafana-dashboard.json")
+	b, err := os.ReadFile("../website/grafana-dashboard.json")
 	if err != nil {
 		t.Fatal(err)
 	}
