@@ -1,8 +1,21 @@
-// Package cluster decides where the slots of cluster units go and when a
-// rescheduled slot may be claimed again (CLUSTER.md sections 3 and 4). It is
-// pure: no Consul, no I/O, no goroutines, no clock. Every function takes the
-// view and the time it needs, so every node given the same inputs computes
-// the same answer, and tests need no fake clock.
+// Package cluster holds two things that are still one package:
+//
+//   - Placement, pure: where the slots of cluster units go and when a
+//     rescheduled slot may be claimed again (CLUSTER.md sections 3 and 4):
+//     view.go, feasible.go, score.go, rank.go, claim.go, fit.go,
+//     capacity.go, reschedule.go, explain.go, and the KV layout and its
+//     codecs (keys.go, slotvalue.go, spec.go, version.go). No Consul, no
+//     I/O, no goroutines, no clock: every function takes the view and the
+//     time it needs, so every node given the same inputs computes the same
+//     answer, and tests need no fake clock. fleet/agent (the step machine)
+//     and fleet/sim use only this part.
+//   - The running fleet agent, Fleet (fleet.go, watchers.go, deploy*.go,
+//     rollout.go, pause.go, drain.go, volumes.go, storm.go, stop.go, ...):
+//     Consul, goroutines and a mutex. It is what `mariposa run -cluster`
+//     runs today, until the step machine in fleet/agent takes its place
+//     (website/internals/fleet-agent.md says how far that is).
+//
+// The rest of this comment is about placement.
 //
 // # Placement as rank-ordered claims
 //
