@@ -33,7 +33,11 @@ import (
 //     supervisor does beyond the floor is its overhead;
 //   - a loop on os/exec (bareRestarts), with stdout and stderr on pipes
 //     read by goroutines as a supervisor that keeps the output needs them:
-//     not bare, it costs about what mariposa does.
+//     not bare, it costs about what mariposa does;
+//   - ContainerPilot, the closest peer, when MARIPOSA_CONTAINERPILOT_BIN
+//     names a ContainerPilot 3 binary (none is built by this repository:
+//     see website/internals/benchmarks.md): a job with restarts
+//     "unlimited" running the same child, against the same Consul agent.
 //
 // mariposa's overhead is printed over each, as a difference and a ratio.
 // They alternate for MARIPOSA_BENCH_ROUNDS rounds (default 3) of 60
@@ -49,7 +53,7 @@ func BenchmarkRestartAfterExit(b *testing.B) {
 		return fmt.Sprintf("%s p50 %.3f ms: overhead %.3f ms, ratio %.2f", what, ms(a.pct(0.5)), ms(m.pct(0.5)-a.pct(0.5)), float64(m.pct(0.5))/float64(a.pct(0.5)))
 	}
 	for i := 0; i < b.N; i++ {
-		var all, allBare, allRaw, allC latencies
+		var all, allBare, allRaw, allC, allCP latencies
 		for r := range rounds {
 			stamps := filepath.Join(b.TempDir(), "stamps")
 			hcl := writeHCL(b, fmt.Sprintf(`
@@ -79,7 +83,13 @@ service "flaky" {
 				line += over("vfork+execve+wait4 in C", lat, c) + "; "
 				allC = append(allC, c...)
 			}
-			fmt.Println(line + over("ForkExec+wait4 from Go", lat, raw) + "; " + over("os/exec loop", lat, bare))
+			line += over("ForkExec+wait4 from Go", lat, raw) + "; " + over("os/exec loop", lat, bare)
+			if containerPilotBin != "" {
+				cp := containerPilotRestarts(b, agent, trials)
+				line += "; " + over("ContainerPilot", lat, cp)
+				allCP = append(allCP, cp...)
+			}
+			fmt.Println(line)
 			all, allBare, allRaw = append(all, lat...), append(allBare, bare...), append(allRaw, raw...)
 		}
 		all.report(b, "process exit -> restarted (delay 0, "+stampKind+" child)")
@@ -90,12 +100,21 @@ service "flaky" {
 		}
 		allRaw.report(b, "ForkExec+wait4 from Go, same child")
 		allBare.report(b, "os/exec loop with output pipes, same child")
+		if len(allCP) > 0 {
+			allCP.report(b, "ContainerPilot job with restarts unlimited, same child")
+		}
 		line := fmt.Sprintf("process exit -> restarted: mariposa p50 %.3f ms (%d rounds together); ", ms(all.pct(0.5)), rounds)
 		if len(allC) > 0 {
 			line += over("over vfork+execve+wait4 in C (the floor)", all, allC) + "; "
 		}
-		fmt.Println(line + over("over ForkExec+wait4 from Go", all, allRaw) + "; " + over("over the os/exec loop", all, allBare) +
-			" (goal: overhead over the floor <= 0.1 ms)")
+		line += over("over ForkExec+wait4 from Go", all, allRaw) + "; " + over("over the os/exec loop", all, allBare)
+		if len(allCP) > 0 {
+			line += "; " + over("beside ContainerPilot", all, allCP) + " (goal: ratio < 1)"
+			b.ReportMetric(float64(all.pct(0.5))/float64(allCP.pct(0.5)), "ratio-containerpilot-p50")
+		} else {
+			line += "; ContainerPilot not measured (MARIPOSA_CONTAINERPILOT_BIN unset)"
+		}
+		fmt.Println(line + " (goal: overhead over the floor <= 0.1 ms)")
 		b.ReportMetric(ms(all.pct(0.5)-floor.pct(0.5)), "overhead-floor-p50-ms")
 		b.ReportMetric(ms(all.pct(0.5)-allBare.pct(0.5)), "overhead-p50-ms")
 	}
@@ -192,6 +211,66 @@ func rawCRestarts(b *testing.B, n int) latencies {
 	lat := exitToStart(readStamps(stamps))
 	if len(lat) != n {
 		b.Fatalf("C loop: %d latencies, want %d", len(lat), n)
+	}
+	return lat
+}
+
+// containerPilotBin is a ContainerPilot 3 binary to measure beside
+// mariposa ($MARIPOSA_CONTAINERPILOT_BIN), or "".
+var containerPilotBin = os.Getenv("MARIPOSA_CONTAINERPILOT_BIN")
+
+// containerPilotRestarts runs the stamp child as a ContainerPilot job
+// with restarts "unlimited" (ContainerPilot restarts at once: it has no
+// delay) until n restarts, with the agent as its Consul, and returns the
+// exit-to-start latencies. The job has no port, so it is not registered:
+// nothing is sent to Consul between an exit and the next start, as for
+// mariposa's service, whose registration stays.
+func containerPilotRestarts(b *testing.B, agent *consultest.Agent, n int) latencies {
+	dir := b.TempDir()
+	stamps := filepath.Join(dir, "cp-stamps")
+	cfg := filepath.Join(dir, "containerpilot.json5")
+	// Plain JSON, which JSON5 reads as it is.
+	conf := fmt.Sprintf(`{
+  "consul": %q,
+  "logging": {"level": "WARN", "output": "stderr"},
+  "control": {"socket": %q},
+  "jobs": [{"name": "flaky", "exec": [%q], "restarts": "unlimited"}]
+}
+`, agent.HTTPAddr(), filepath.Join(dir, "cp.socket"), stampBin)
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(containerPilotBin, "-config", cfg)
+	cmd.Env = append(os.Environ(), "STAMP_FILE="+stamps, "STAMP_SLEEP_MS=100", "STAMP_EXIT=1")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	var got []stamp
+	waitFor(b, 2*time.Minute, fmt.Sprintf("ContainerPilot: %d restarts", n), func() (bool, string) {
+		select {
+		case <-done:
+			b.Fatalf("ContainerPilot exited: %s", out.String())
+		default:
+		}
+		got = readStamps(stamps)
+		return countStarts(got) > n, fmt.Sprintf("%d starts", countStarts(got))
+	})
+	lat := exitToStart(got)
+	if len(lat) > n {
+		lat = lat[:n]
 	}
 	return lat
 }
