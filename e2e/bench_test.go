@@ -445,17 +445,25 @@ service "lead" {
 	// handovers starts a mariposa on every client, hands over n times by
 	// sending how to the leader's (started again as the next standby),
 	// and stops them all.
-	handovers := func(how syscall.Signal, n int) latencies {
+	// via, when not nil, names the agent each client's mariposa talks to
+	// (a timing proxy in front of it).
+	handovers := func(how syscall.Signal, n int, via map[string]*consultest.Agent) latencies {
+		agentFor := func(a *consultest.Agent) *consultest.Agent {
+			if via != nil {
+				return via[a.Name]
+			}
+			return a
+		}
 		sups := map[string]*mariposa{}
 		for _, a := range cl.Clients {
-			sups[a.Name] = startMariposa(b, a, nil, "-log-level", "warn", hcl)
+			sups[a.Name] = startMariposa(b, agentFor(a), nil, "-log-level", "warn", hcl)
 		}
 		var lat latencies
 		for range n {
 			l := leaderNode()
 			lat = append(lat, handover(b, c, cl, l, stamps, func() { _ = sups[l].cmd.Process.Signal(how) }))
 			<-sups[l].done
-			sups[l] = startMariposa(b, clientNamed(cl, l), nil, "-log-level", "warn", hcl)
+			sups[l] = startMariposa(b, agentFor(clientNamed(cl, l)), nil, "-log-level", "warn", hcl)
 		}
 		for _, m := range sups {
 			m.stop(b, syscall.SIGTERM, 20*time.Second)
@@ -465,18 +473,58 @@ service "lead" {
 	for i := 0; i < b.N; i++ {
 		var graceful, lockLat latencies
 		for r := range rounds {
-			g := handovers(syscall.SIGTERM, trials)
-			l := consulLockFailover(b, cl, trials)
+			g := handovers(syscall.SIGTERM, trials, nil)
+			l := consulLockFailover(b, cl, trials, nil)
 			fmt.Printf("leader stops gracefully, round %d: mariposa p50 %.2f ms, consul lock p50 %.2f ms: ratio %.2f\n",
 				r+1, ms(g.pct(0.5)), ms(l.pct(0.5)), float64(g.pct(0.5))/float64(l.pct(0.5)))
 			graceful, lockLat = append(graceful, g...), append(lockLat, l...)
 		}
 		graceful.report(b, "leader's mariposa SIGTERM -> standby's child running")
-		handovers(syscall.SIGKILL, killTrials).report(b, "leader's mariposa SIGKILL -> standby's child running (lock_delay 1s, liveness TTL 3s)")
+		handovers(syscall.SIGKILL, killTrials, nil).report(b, "leader's mariposa SIGKILL -> standby's child running (lock_delay 1s, liveness TTL 3s)")
 		lockLat.report(b, "consul lock SIGTERM -> standby's child running (the anchor)")
 		fmt.Printf("leader stops gracefully -> standby's child running: mariposa p50 %.2f ms, consul lock p50 %.2f ms (%d rounds together): ratio %.2f (goal <= 1.0)\n",
 			ms(graceful.pct(0.5)), ms(lockLat.pct(0.5)), rounds, float64(graceful.pct(0.5))/float64(lockLat.pct(0.5)))
 		b.ReportMetric(float64(graceful.pct(0.5))/float64(lockLat.pct(0.5)), "ratio-graceful-p50")
+
+		// Where the time goes: one more round of each, each client's
+		// supervisor talking to its agent through a proxy that stamps
+		// every request's start and end on the children's clock. The
+		// proxy adds a hop to every round trip, so these handovers are
+		// slower than the ones above: the phases are what they show.
+		tps, via := map[string]*timingProxy{}, map[string]*consultest.Agent{}
+		for _, a := range cl.Clients {
+			tps[a.Name] = newTimingProxy(b, a.HTTPAddr())
+			via[a.Name] = &consultest.Agent{Name: a.Name, Ports: consultest.Ports{HTTP: portOf(tps[a.Name].addr)}}
+		}
+		const timed = 10
+		var mp, lp []handoverPhases
+		windows = nil
+		handoversTimed := handovers(syscall.SIGTERM, timed, via)
+		mp = phasesOf(tps, windows)
+		mw := windows
+		windows = nil
+		lockTimed := consulLockFailover(b, cl, timed, via)
+		lp = phasesOf(tps, windows)
+		// MARIPOSA_BENCH_LOGS=DIR keeps every request the proxies saw.
+		if dir := os.Getenv("MARIPOSA_BENCH_LOGS"); dir != "" {
+			_ = os.MkdirAll(dir, 0o755)
+			for n, tp := range tps {
+				var sb strings.Builder
+				for _, r := range tp.requests() {
+					fmt.Fprintf(&sb, "%.3f %.3f %s %s?%s %.200s\n", ms(r.start), ms(r.end), r.method, r.path, r.query, r.body)
+				}
+				_ = os.WriteFile(filepath.Join(dir, "handover-requests-"+n+".txt"), []byte(sb.String()), 0o644)
+			}
+			for name, ws := range map[string][]handoverWindow{"mariposa": mw, "consul-lock": windows} {
+				var sb strings.Builder
+				for _, w := range ws {
+					fmt.Fprintf(&sb, "%s %.3f %.3f\n", w.leader, ms(w.t0), ms(w.started))
+				}
+				_ = os.WriteFile(filepath.Join(dir, "handover-windows-"+name+".txt"), []byte(sb.String()), 0o644)
+			}
+		}
+		fmt.Printf("leader stops gracefully, through a timing proxy (%d handovers each; p50 mariposa %.2f ms, consul lock %.2f ms): where the time goes, p50 ms:\n%s",
+			timed, ms(handoversTimed.pct(0.5)), ms(lockTimed.pct(0.5)), phaseTable(mp, lp))
 	}
 }
 
@@ -484,7 +532,7 @@ service "lead" {
 // client of cl, and trials times SIGTERMs the holder (the parent of the
 // running child) and measures until the standby's child stamps its start;
 // the stopped holder is started again as the next standby.
-func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int) latencies {
+func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int, via map[string]*consultest.Agent) latencies {
 	bin, err := consultest.Binary()
 	if err != nil {
 		b.Fatal(err)
@@ -497,7 +545,11 @@ func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int) latenc
 	}
 	procs := map[string]*holder{}
 	start := func(a *consultest.Agent) {
-		cmd := exec.Command(bin, "lock", "-http-addr="+a.HTTPAddr(),
+		addr := a.HTTPAddr()
+		if via != nil {
+			addr = via[a.Name].HTTPAddr()
+		}
+		cmd := exec.Command(bin, "lock", "-http-addr="+addr,
 			"mariposa/bench/consul-lock", "exec "+stampBin)
 		cmd.Env = append(os.Environ(), "STAMP_FILE="+stamps, "STAMP_SLEEP_MS=-1")
 		if err := cmd.Start(); err != nil {
@@ -569,8 +621,19 @@ func handover(b *testing.B, c *api.Client, cl *consultest.Cluster, leader, stamp
 		return countStarts(readStamps(stamps)) > before, "not yet"
 	})
 	s := readStamps(stamps)
+	windows = append(windows, handoverWindow{leader: leader, t0: t0, started: s[len(s)-1].at})
 	return s[len(s)-1].at - t0
 }
+
+// handoverWindow is one handover: the node that led, when the harness
+// stopped it, and when the next child started (CLOCK_MONOTONIC).
+type handoverWindow struct {
+	leader      string
+	t0, started time.Duration
+}
+
+// windows collects every handover's window (read by the timed round).
+var windows []handoverWindow
 
 // parentPID is pid's parent, from /proc; 0 when unknown.
 func parentPID(pid int) int {
