@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -458,10 +459,21 @@ service "lead" {
 		for _, a := range cl.Clients {
 			sups[a.Name] = startMariposa(b, agentFor(a), nil, "-log-level", "warn", hcl)
 		}
+		// standbyReady: a standby's mariposa contends once its instance
+		// is a standby. Its node's session alone says less: mariposa
+		// makes it at its start, for its node lock, before the service's
+		// instance boots (seen: handovers timed from a stop while the
+		// standby was still starting).
+		// The event is read from its audit file (the default one, beside
+		// its control socket).
+		standbyReady := func(node string) (bool, string) {
+			audit, _ := os.ReadFile(filepath.Join(filepath.Dir(sups[node].sock), "audit.jsonl"))
+			return bytes.Contains(audit, []byte(`"kind":"standby"`)), "no standby event yet"
+		}
 		var lat latencies
 		for range n {
 			l := leaderNode()
-			lat = append(lat, handover(b, c, cl, l, stamps, func() { _ = sups[l].cmd.Process.Signal(how) }))
+			lat = append(lat, handover(b, c, cl, l, stamps, standbyReady, func() { _ = sups[l].cmd.Process.Signal(how) }))
 			<-sups[l].done
 			sups[l] = startMariposa(b, agentFor(clientNamed(cl, l)), nil, "-log-level", "warn", hcl)
 		}
@@ -595,7 +607,7 @@ func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int, via ma
 	var lat latencies
 	for trial := 0; trial < trials; trial++ {
 		l := holderNode()
-		lat = append(lat, handover(b, c, cl, l, stamps, func() { _ = procs[l].cmd.Process.Signal(syscall.SIGTERM) }))
+		lat = append(lat, handover(b, c, cl, l, stamps, nil, func() { _ = procs[l].cmd.Process.Signal(syscall.SIGTERM) }))
 		<-procs[l].done
 		start(clientNamed(cl, l))
 	}
@@ -603,14 +615,21 @@ func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int, via ma
 }
 
 // handover waits until every client but leader contends (holds a
-// session, waiting on the lock), calls stop, and returns the time from
-// just before it to the next child's first instruction.
-func handover(b *testing.B, c *api.Client, cl *consultest.Cluster, leader, stamps string, stop func()) time.Duration {
+// session, waiting on the lock, and ready says so when not nil), calls
+// stop, and returns the time from just before it to the next child's
+// first instruction.
+func handover(b *testing.B, c *api.Client, cl *consultest.Cluster, leader, stamps string, ready func(node string) (bool, string), stop func()) time.Duration {
 	for _, a := range cl.Clients {
 		if a.Name != leader {
 			waitFor(b, 30*time.Second, "the standby contending", func() (bool, string) {
 				ss, _, err := c.Session().Node(a.Name, nil)
-				return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
+				if err != nil || len(ss) == 0 {
+					return false, fmt.Sprint(len(ss), err)
+				}
+				if ready != nil {
+					return ready(a.Name)
+				}
+				return true, ""
 			})
 		}
 	}
