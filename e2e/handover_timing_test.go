@@ -75,6 +75,21 @@ func (r timedRequest) isAcquire() bool {
 		r.path == "/v1/txn" && strings.Contains(r.body, `"lock"`))
 }
 
+// key is the KV key a request reads, locks or unlocks: its path's, or the
+// first key of a transaction's lock or unlock.
+func (r timedRequest) key() string {
+	if k, ok := strings.CutPrefix(r.path, "/v1/kv/"); ok {
+		return k
+	}
+	for _, verb := range []string{`"Verb":"lock","Key":"`, `"Verb":"unlock","Key":"`} {
+		if _, rest, ok := strings.Cut(r.body, verb); ok {
+			k, _, _ := strings.Cut(rest, `"`)
+			return k
+		}
+	}
+	return ""
+}
+
 // name says what a request is, briefly.
 func (r timedRequest) name() string {
 	switch {
@@ -123,13 +138,9 @@ func phasesOf(tps map[string]*timingProxy, ws []handoverWindow) []handoverPhases
 			out = append(out, ph)
 			continue
 		}
+		// The lock is the key the standby acquired; the release and the
+		// standby's wake are on that key (not, say, a node lock's).
 		var rel, acq, wake *timedRequest
-		for i, r := range reqs[w.leader] {
-			if r.start >= w.t0 && r.start <= w.started && r.isRelease() {
-				rel = &reqs[w.leader][i]
-				break
-			}
-		}
 		standby := ""
 		for n, rs := range reqs {
 			if n == w.leader {
@@ -141,12 +152,22 @@ func phasesOf(tps map[string]*timingProxy, ws []handoverWindow) []handoverPhases
 				}
 			}
 		}
-		if rel == nil || acq == nil {
+		if acq == nil {
+			out = append(out, ph)
+			continue
+		}
+		for i, r := range reqs[w.leader] {
+			if r.start >= w.t0 && r.start <= w.started && r.isRelease() && r.key() == acq.key() {
+				rel = &reqs[w.leader][i]
+				break
+			}
+		}
+		if rel == nil {
 			out = append(out, ph)
 			continue
 		}
 		for i, r := range reqs[standby] {
-			if r.method == http.MethodGet && strings.HasPrefix(r.path, "/v1/kv/") && r.end >= rel.start && r.end <= acq.start {
+			if r.method == http.MethodGet && r.key() == acq.key() && r.end >= rel.start && r.end <= acq.start {
 				wake = &reqs[standby][i]
 				break
 			}
