@@ -299,23 +299,14 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 		}
 		// Look before acquiring: an acquire whose answer was lost may have
 		// succeeded, and a held key is waited on with a blocking query.
-		// The look is a consistent read; the wait is not: a consistent
-		// blocking query, once the key changes, is answered only after the
-		// servers confirmed their leader, which kept a standby about a
-		// millisecond longer from a released lock than `consul lock`'s
-		// (BenchmarkLeaderFailover's timed round). What the wait shows only
-		// decides whether to try: the lock transaction decides who holds,
-		// and a key shown held by this session is read again consistently
-		// before its read may count as the term's first confirmation.
 		wait := l.t.standbyWait
-		consistent := index == 0
-		if consistent {
+		if index == 0 {
 			wait = 0
 		}
 		rctx, cancel := context.WithTimeout(ctx, wait+wait/16+l.t.request)
 		sent := l.now()
 		pair, meta, err := kv.Get(h.Key, (&api.QueryOptions{
-			WaitIndex: index, WaitTime: wait, RequireConsistent: consistent,
+			WaitIndex: index, WaitTime: wait, RequireConsistent: true,
 		}).WithContext(rctx))
 		cancel()
 		if err != nil {
@@ -330,9 +321,6 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 			index = meta.LastIndex
 		}
 		switch {
-		case pair != nil && pair.Session == s.id && !consistent:
-			index = 0 // read it again consistently: it counts as a confirmation
-			continue
 		case pair != nil && pair.Session == s.id:
 			return sent, pair, nil
 		case pair != nil && pair.Session != "" && failIfHeld:
