@@ -250,6 +250,7 @@ func phaseTable(m, l []handoverPhases) string {
 		{"stop -> release sent (the child stopped and reaped)", func(p handoverPhases) time.Duration { return p.toRelease }},
 		{"release round trip (a Raft write)", func(p handoverPhases) time.Duration { return p.release }},
 		{"release sent -> standby's blocking read answered", func(p handoverPhases) time.Duration { return p.toWake }},
+		{"  (of which after the release was answered)", func(p handoverPhases) time.Duration { return p.toWake - p.release }},
 		{"standby's read answered -> acquire sent", func(p handoverPhases) time.Duration { return p.toAcquire }},
 		{"acquire round trip (a Raft write)", func(p handoverPhases) time.Duration { return p.acquire }},
 		{"acquire answered -> child's first instruction", func(p handoverPhases) time.Duration { return p.toChild }},
