@@ -149,6 +149,11 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 	err = f.waitHealthy(ctx, id, h, next, lost, p.Update.HealthyDeadline)
 	switch {
 	case err == nil:
+		// The token's work is done once the instance was healthy for
+		// min_healthy_time: the next waiter starts its replacement while
+		// this slot's status says so (a Raft write less on every
+		// hand-off). The deferred Release then finds nothing to give back.
+		_ = sem.Release()
 		if err := f.publishHealthy(ctx, id, h, hash, true); err != nil {
 			log.Warn("rollout: instance healthy, but its slot could not say so", "error", err)
 		}
@@ -229,8 +234,9 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitS
 	end := time.Now().Add(deadline)
 	var since time.Time
 	var pids []int
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	<-timer.C
 	why := "not started"
 	var marked func() bool
 	if up.HealthCheck == schema.UpdateManual {
@@ -260,14 +266,37 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitS
 		if deadline > 0 && time.Now().After(end) {
 			return fmt.Errorf("not healthy within healthy_deadline (%s): %s", up.HealthyDeadline, why)
 		}
+		timer.Reset(healthWait(since, time.Now(), up.MinHealthyTime))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-lost:
 			return errTokenLost
-		case <-tick.C:
+		case <-timer.C:
 		}
 	}
+}
+
+// How often waitHealthy looks at the instance: often while it is not
+// healthy yet (the moment it becomes so starts min_healthy_time), less
+// often while it stays so, and at the very moment min_healthy_time ends.
+// A look is a copy of the node's snapshots, without I/O.
+const (
+	healthPoll    = 20 * time.Millisecond
+	healthRecheck = 100 * time.Millisecond
+)
+
+// healthWait is how long waitHealthy sleeps before its next look, given
+// since (when the instance was first seen healthy, zero if it is not) and
+// now: healthPoll until it is healthy, then healthRecheck, but never past
+// since + minHealthy (a tick's period rounded every batch of a rollout up
+// by up to 100 ms, twice: when health came and when it had lasted).
+func healthWait(since, now time.Time, minHealthy time.Duration) time.Duration {
+	if since.IsZero() {
+		return healthPoll
+	}
+	left := since.Add(minHealthy).Sub(now)
+	return max(0, min(left, healthRecheck))
 }
 
 // ManualHealthKey is rollout/<unit>/<version>/healthy/<k>: an operator

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"testing"
+	"time"
 
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -52,6 +53,27 @@ func TestSlotHealthy(t *testing.T) {
 		ok, _, why := slotHealthy(tc.snaps, "front/1", u, tc.mode)
 		if ok != tc.want || why != tc.why {
 			t.Errorf("%s: %v %q, want %v %q", tc.name, ok, why, tc.want, tc.why)
+		}
+	}
+}
+
+func TestHealthWait(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name       string
+		since, now time.Time
+		min        time.Duration
+		want       time.Duration
+	}{
+		{"not healthy yet: look again soon", time.Time{}, t0, 2 * time.Second, healthPoll},
+		{"healthy, long to go: recheck", t0, t0.Add(500 * ms), 2 * time.Second, healthRecheck},
+		{"healthy, 30 ms to go: wake at the end, not a tick later", t0, t0.Add(1970 * ms), 2 * time.Second, 30 * ms},
+		{"healthy, the end passed: at once", t0, t0.Add(2100 * ms), 2 * time.Second, 0},
+		{"min_healthy_time 0: at once", t0, t0, 0, 0},
+	} {
+		if got := healthWait(tc.since, tc.now, tc.min); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -33,7 +34,11 @@ import (
 //     supervisor does beyond the floor is its overhead;
 //   - a loop on os/exec (bareRestarts), with stdout and stderr on pipes
 //     read by goroutines as a supervisor that keeps the output needs them:
-//     not bare, it costs about what mariposa does.
+//     not bare, it costs about what mariposa does;
+//   - ContainerPilot, the closest peer, when MARIPOSA_CONTAINERPILOT_BIN
+//     names a ContainerPilot 3 binary (none is built by this repository:
+//     see website/internals/benchmarks.md): a job with restarts
+//     "unlimited" running the same child, against the same Consul agent.
 //
 // mariposa's overhead is printed over each, as a difference and a ratio.
 // They alternate for MARIPOSA_BENCH_ROUNDS rounds (default 3) of 60
@@ -49,7 +54,7 @@ func BenchmarkRestartAfterExit(b *testing.B) {
 		return fmt.Sprintf("%s p50 %.3f ms: overhead %.3f ms, ratio %.2f", what, ms(a.pct(0.5)), ms(m.pct(0.5)-a.pct(0.5)), float64(m.pct(0.5))/float64(a.pct(0.5)))
 	}
 	for i := 0; i < b.N; i++ {
-		var all, allBare, allRaw, allC latencies
+		var all, allBare, allRaw, allC, allCP latencies
 		for r := range rounds {
 			stamps := filepath.Join(b.TempDir(), "stamps")
 			hcl := writeHCL(b, fmt.Sprintf(`
@@ -79,7 +84,13 @@ service "flaky" {
 				line += over("vfork+execve+wait4 in C", lat, c) + "; "
 				allC = append(allC, c...)
 			}
-			fmt.Println(line + over("ForkExec+wait4 from Go", lat, raw) + "; " + over("os/exec loop", lat, bare))
+			line += over("ForkExec+wait4 from Go", lat, raw) + "; " + over("os/exec loop", lat, bare)
+			if containerPilotBin != "" {
+				cp := containerPilotRestarts(b, agent, trials)
+				line += "; " + over("ContainerPilot", lat, cp)
+				allCP = append(allCP, cp...)
+			}
+			fmt.Println(line)
 			all, allBare, allRaw = append(all, lat...), append(allBare, bare...), append(allRaw, raw...)
 		}
 		all.report(b, "process exit -> restarted (delay 0, "+stampKind+" child)")
@@ -90,12 +101,21 @@ service "flaky" {
 		}
 		allRaw.report(b, "ForkExec+wait4 from Go, same child")
 		allBare.report(b, "os/exec loop with output pipes, same child")
+		if len(allCP) > 0 {
+			allCP.report(b, "ContainerPilot job with restarts unlimited, same child")
+		}
 		line := fmt.Sprintf("process exit -> restarted: mariposa p50 %.3f ms (%d rounds together); ", ms(all.pct(0.5)), rounds)
 		if len(allC) > 0 {
 			line += over("over vfork+execve+wait4 in C (the floor)", all, allC) + "; "
 		}
-		fmt.Println(line + over("over ForkExec+wait4 from Go", all, allRaw) + "; " + over("over the os/exec loop", all, allBare) +
-			" (goal: overhead over the floor <= 0.1 ms)")
+		line += over("over ForkExec+wait4 from Go", all, allRaw) + "; " + over("over the os/exec loop", all, allBare)
+		if len(allCP) > 0 {
+			line += "; " + over("beside ContainerPilot", all, allCP) + " (goal: ratio < 1)"
+			b.ReportMetric(float64(all.pct(0.5))/float64(allCP.pct(0.5)), "ratio-containerpilot-p50")
+		} else {
+			line += "; ContainerPilot not measured (MARIPOSA_CONTAINERPILOT_BIN unset)"
+		}
+		fmt.Println(line + " (goal: overhead over the floor <= 0.1 ms)")
 		b.ReportMetric(ms(all.pct(0.5)-floor.pct(0.5)), "overhead-floor-p50-ms")
 		b.ReportMetric(ms(all.pct(0.5)-allBare.pct(0.5)), "overhead-p50-ms")
 	}
@@ -192,6 +212,66 @@ func rawCRestarts(b *testing.B, n int) latencies {
 	lat := exitToStart(readStamps(stamps))
 	if len(lat) != n {
 		b.Fatalf("C loop: %d latencies, want %d", len(lat), n)
+	}
+	return lat
+}
+
+// containerPilotBin is a ContainerPilot 3 binary to measure beside
+// mariposa ($MARIPOSA_CONTAINERPILOT_BIN), or "".
+var containerPilotBin = os.Getenv("MARIPOSA_CONTAINERPILOT_BIN")
+
+// containerPilotRestarts runs the stamp child as a ContainerPilot job
+// with restarts "unlimited" (ContainerPilot restarts at once: it has no
+// delay) until n restarts, with the agent as its Consul, and returns the
+// exit-to-start latencies. The job has no port, so it is not registered:
+// nothing is sent to Consul between an exit and the next start, as for
+// mariposa's service, whose registration stays.
+func containerPilotRestarts(b *testing.B, agent *consultest.Agent, n int) latencies {
+	dir := b.TempDir()
+	stamps := filepath.Join(dir, "cp-stamps")
+	cfg := filepath.Join(dir, "containerpilot.json5")
+	// Plain JSON, which JSON5 reads as it is.
+	conf := fmt.Sprintf(`{
+  "consul": %q,
+  "logging": {"level": "WARN", "output": "stderr"},
+  "control": {"socket": %q},
+  "jobs": [{"name": "flaky", "exec": [%q], "restarts": "unlimited"}]
+}
+`, agent.HTTPAddr(), filepath.Join(dir, "cp.socket"), stampBin)
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(containerPilotBin, "-config", cfg)
+	cmd.Env = append(os.Environ(), "STAMP_FILE="+stamps, "STAMP_SLEEP_MS=100", "STAMP_EXIT=1")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	}()
+	var got []stamp
+	waitFor(b, 2*time.Minute, fmt.Sprintf("ContainerPilot: %d restarts", n), func() (bool, string) {
+		select {
+		case <-done:
+			b.Fatalf("ContainerPilot exited: %s", out.String())
+		default:
+		}
+		got = readStamps(stamps)
+		return countStarts(got) > n, fmt.Sprintf("%d starts", countStarts(got))
+	})
+	lat := exitToStart(got)
+	if len(lat) > n {
+		lat = lat[:n]
 	}
 	return lat
 }
@@ -366,17 +446,36 @@ service "lead" {
 	// handovers starts a mariposa on every client, hands over n times by
 	// sending how to the leader's (started again as the next standby),
 	// and stops them all.
-	handovers := func(how syscall.Signal, n int) latencies {
+	// via, when not nil, names the agent each client's mariposa talks to
+	// (a timing proxy in front of it).
+	handovers := func(how syscall.Signal, n int, via map[string]*consultest.Agent) latencies {
+		agentFor := func(a *consultest.Agent) *consultest.Agent {
+			if via != nil {
+				return via[a.Name]
+			}
+			return a
+		}
 		sups := map[string]*mariposa{}
 		for _, a := range cl.Clients {
-			sups[a.Name] = startMariposa(b, a, nil, "-log-level", "warn", hcl)
+			sups[a.Name] = startMariposa(b, agentFor(a), nil, "-log-level", "warn", hcl)
+		}
+		// standbyReady: a standby's mariposa contends once its instance
+		// is a standby. Its node's session alone says less: mariposa
+		// makes it at its start, for its node lock, before the service's
+		// instance boots (seen: handovers timed from a stop while the
+		// standby was still starting).
+		// The event is read from its audit file (the default one, beside
+		// its control socket).
+		standbyReady := func(node string) (bool, string) {
+			audit, _ := os.ReadFile(filepath.Join(filepath.Dir(sups[node].sock), "audit.jsonl"))
+			return bytes.Contains(audit, []byte(`"kind":"standby"`)), "no standby event yet"
 		}
 		var lat latencies
 		for range n {
 			l := leaderNode()
-			lat = append(lat, handover(b, c, cl, l, stamps, func() { _ = sups[l].cmd.Process.Signal(how) }))
+			lat = append(lat, handover(b, c, cl, l, stamps, standbyReady, func() { _ = sups[l].cmd.Process.Signal(how) }))
 			<-sups[l].done
-			sups[l] = startMariposa(b, clientNamed(cl, l), nil, "-log-level", "warn", hcl)
+			sups[l] = startMariposa(b, agentFor(clientNamed(cl, l)), nil, "-log-level", "warn", hcl)
 		}
 		for _, m := range sups {
 			m.stop(b, syscall.SIGTERM, 20*time.Second)
@@ -386,18 +485,58 @@ service "lead" {
 	for i := 0; i < b.N; i++ {
 		var graceful, lockLat latencies
 		for r := range rounds {
-			g := handovers(syscall.SIGTERM, trials)
-			l := consulLockFailover(b, cl, trials)
+			g := handovers(syscall.SIGTERM, trials, nil)
+			l := consulLockFailover(b, cl, trials, nil)
 			fmt.Printf("leader stops gracefully, round %d: mariposa p50 %.2f ms, consul lock p50 %.2f ms: ratio %.2f\n",
 				r+1, ms(g.pct(0.5)), ms(l.pct(0.5)), float64(g.pct(0.5))/float64(l.pct(0.5)))
 			graceful, lockLat = append(graceful, g...), append(lockLat, l...)
 		}
 		graceful.report(b, "leader's mariposa SIGTERM -> standby's child running")
-		handovers(syscall.SIGKILL, killTrials).report(b, "leader's mariposa SIGKILL -> standby's child running (lock_delay 1s, liveness TTL 3s)")
+		handovers(syscall.SIGKILL, killTrials, nil).report(b, "leader's mariposa SIGKILL -> standby's child running (lock_delay 1s, liveness TTL 3s)")
 		lockLat.report(b, "consul lock SIGTERM -> standby's child running (the anchor)")
 		fmt.Printf("leader stops gracefully -> standby's child running: mariposa p50 %.2f ms, consul lock p50 %.2f ms (%d rounds together): ratio %.2f (goal <= 1.0)\n",
 			ms(graceful.pct(0.5)), ms(lockLat.pct(0.5)), rounds, float64(graceful.pct(0.5))/float64(lockLat.pct(0.5)))
 		b.ReportMetric(float64(graceful.pct(0.5))/float64(lockLat.pct(0.5)), "ratio-graceful-p50")
+
+		// Where the time goes: one more round of each, each client's
+		// supervisor talking to its agent through a proxy that stamps
+		// every request's start and end on the children's clock. The
+		// proxy adds a hop to every round trip, so these handovers are
+		// slower than the ones above: the phases are what they show.
+		tps, via := map[string]*timingProxy{}, map[string]*consultest.Agent{}
+		for _, a := range cl.Clients {
+			tps[a.Name] = newTimingProxy(b, a.HTTPAddr())
+			via[a.Name] = &consultest.Agent{Name: a.Name, Ports: consultest.Ports{HTTP: portOf(tps[a.Name].addr)}}
+		}
+		const timed = 10
+		var mp, lp []handoverPhases
+		windows = nil
+		handoversTimed := handovers(syscall.SIGTERM, timed, via)
+		mp = phasesOf(tps, windows)
+		mw := windows
+		windows = nil
+		lockTimed := consulLockFailover(b, cl, timed, via)
+		lp = phasesOf(tps, windows)
+		// MARIPOSA_BENCH_LOGS=DIR keeps every request the proxies saw.
+		if dir := os.Getenv("MARIPOSA_BENCH_LOGS"); dir != "" {
+			_ = os.MkdirAll(dir, 0o755)
+			for n, tp := range tps {
+				var sb strings.Builder
+				for _, r := range tp.requests() {
+					fmt.Fprintf(&sb, "%.3f %.3f %s %s?%s %.200s\n", ms(r.start), ms(r.end), r.method, r.path, r.query, r.body)
+				}
+				_ = os.WriteFile(filepath.Join(dir, "handover-requests-"+n+".txt"), []byte(sb.String()), 0o644)
+			}
+			for name, ws := range map[string][]handoverWindow{"mariposa": mw, "consul-lock": windows} {
+				var sb strings.Builder
+				for _, w := range ws {
+					fmt.Fprintf(&sb, "%s %.3f %.3f\n", w.leader, ms(w.t0), ms(w.started))
+				}
+				_ = os.WriteFile(filepath.Join(dir, "handover-windows-"+name+".txt"), []byte(sb.String()), 0o644)
+			}
+		}
+		fmt.Printf("leader stops gracefully, through a timing proxy (%d handovers each; p50 mariposa %.2f ms, consul lock %.2f ms): where the time goes, p50 ms:\n%s",
+			timed, ms(handoversTimed.pct(0.5)), ms(lockTimed.pct(0.5)), phaseTable(mp, lp))
 	}
 }
 
@@ -405,7 +544,7 @@ service "lead" {
 // client of cl, and trials times SIGTERMs the holder (the parent of the
 // running child) and measures until the standby's child stamps its start;
 // the stopped holder is started again as the next standby.
-func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int) latencies {
+func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int, via map[string]*consultest.Agent) latencies {
 	bin, err := consultest.Binary()
 	if err != nil {
 		b.Fatal(err)
@@ -418,7 +557,11 @@ func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int) latenc
 	}
 	procs := map[string]*holder{}
 	start := func(a *consultest.Agent) {
-		cmd := exec.Command(bin, "lock", "-http-addr="+a.HTTPAddr(),
+		addr := a.HTTPAddr()
+		if via != nil {
+			addr = via[a.Name].HTTPAddr()
+		}
+		cmd := exec.Command(bin, "lock", "-http-addr="+addr,
 			"mariposa/bench/consul-lock", "exec "+stampBin)
 		cmd.Env = append(os.Environ(), "STAMP_FILE="+stamps, "STAMP_SLEEP_MS=-1")
 		if err := cmd.Start(); err != nil {
@@ -464,7 +607,7 @@ func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int) latenc
 	var lat latencies
 	for trial := 0; trial < trials; trial++ {
 		l := holderNode()
-		lat = append(lat, handover(b, c, cl, l, stamps, func() { _ = procs[l].cmd.Process.Signal(syscall.SIGTERM) }))
+		lat = append(lat, handover(b, c, cl, l, stamps, nil, func() { _ = procs[l].cmd.Process.Signal(syscall.SIGTERM) }))
 		<-procs[l].done
 		start(clientNamed(cl, l))
 	}
@@ -472,14 +615,21 @@ func consulLockFailover(b *testing.B, cl *consultest.Cluster, trials int) latenc
 }
 
 // handover waits until every client but leader contends (holds a
-// session, waiting on the lock), calls stop, and returns the time from
-// just before it to the next child's first instruction.
-func handover(b *testing.B, c *api.Client, cl *consultest.Cluster, leader, stamps string, stop func()) time.Duration {
+// session, waiting on the lock, and ready says so when not nil), calls
+// stop, and returns the time from just before it to the next child's
+// first instruction.
+func handover(b *testing.B, c *api.Client, cl *consultest.Cluster, leader, stamps string, ready func(node string) (bool, string), stop func()) time.Duration {
 	for _, a := range cl.Clients {
 		if a.Name != leader {
 			waitFor(b, 30*time.Second, "the standby contending", func() (bool, string) {
 				ss, _, err := c.Session().Node(a.Name, nil)
-				return err == nil && len(ss) > 0, fmt.Sprint(len(ss), err)
+				if err != nil || len(ss) == 0 {
+					return false, fmt.Sprint(len(ss), err)
+				}
+				if ready != nil {
+					return ready(a.Name)
+				}
+				return true, ""
 			})
 		}
 	}
@@ -490,8 +640,19 @@ func handover(b *testing.B, c *api.Client, cl *consultest.Cluster, leader, stamp
 		return countStarts(readStamps(stamps)) > before, "not yet"
 	})
 	s := readStamps(stamps)
+	windows = append(windows, handoverWindow{leader: leader, t0: t0, started: s[len(s)-1].at})
 	return s[len(s)-1].at - t0
 }
+
+// handoverWindow is one handover: the node that led, when the harness
+// stopped it, and when the next child started (CLOCK_MONOTONIC).
+type handoverWindow struct {
+	leader      string
+	t0, started time.Duration
+}
+
+// windows collects every handover's window (read by the timed round).
+var windows []handoverWindow
 
 // parentPID is pid's parent, from /proc; 0 when unknown.
 func parentPID(pid int) int {

@@ -172,7 +172,9 @@ func rssMB(pid int) float64 {
 // from smaps_rollup (see memFigures), means of the same samples; the 1
 // run measures beside it, in the same window, an idle Go program (the e2e
 // child, which links net/http and os/exec): the floor a Go supervisor
-// starts from.
+// starts from. With $MARIPOSA_CONTAINERPILOT_BIN, the 1 and 100 runs
+// measure ContainerPilot beside it too, with as many idle jobs of the same
+// child (startIdleContainerPilot), and print the ratios.
 func BenchmarkIdleServices(b *testing.B) {
 	var quiet struct {
 		cpu, reqs float64
@@ -222,9 +224,13 @@ func BenchmarkIdleServices(b *testing.B) {
 				const samples = 22 // 110 s
 				var anon, file float64
 				var mem, floorMem memFigures
-				floorPID := 0
+				floorPID, cpPID := 0, 0
+				var cpMem memFigures
 				if n == 1 {
 					floorPID = startIdleGo(b)
+				}
+				if n == 1 || n == 100 && !starved {
+					cpPID = startIdleContainerPilot(b, agent.HTTPAddr(), n)
 				}
 				for tick := 1; tick <= samples; tick++ {
 					time.Sleep(time.Until(t0.Add(time.Duration(tick) * 5 * time.Second)))
@@ -233,6 +239,9 @@ func BenchmarkIdleServices(b *testing.B) {
 					mem.add(smapsMB(pid), 1.0/samples)
 					if floorPID != 0 {
 						floorMem.add(smapsMB(floorPID), 1.0/samples)
+					}
+					if cpPID != 0 {
+						cpMem.add(smapsMB(cpPID), 1.0/samples)
 					}
 				}
 				wall := time.Since(t0)
@@ -247,12 +256,15 @@ func BenchmarkIdleServices(b *testing.B) {
 				if starved {
 					what += " with both cores busy"
 				}
-				// The anchors are not measured here: BENCHMARKS.md's figures.
+				// Without $MARIPOSA_CONTAINERPILOT_BIN the anchors are
+				// BENCHMARKS.md's figures, not measured here.
 				anchor := ""
-				switch n {
-				case 1:
+				switch {
+				case cpPID != 0:
+					anchor = "; ContainerPilot measured beside it below"
+				case n == 1:
 					anchor = "; anchor, not measured in this run: ContainerPilot 15 MB (BENCHMARKS.md, measured elsewhere); goal <= 15 MB"
-				case 100:
+				case n == 100:
 					anchor = "; anchor, not measured in this run: ContainerPilot 27 MB (BENCHMARKS.md, measured elsewhere); goal <= 20 MB"
 				}
 				fmt.Printf("%s: RSS %.1f MB (anonymous %.1f, the binary's pages %.1f of the %.1f it maps%s), CPU %.2f%% of a core, %.0f Consul requests/min (%s)\n",
@@ -262,6 +274,11 @@ func BenchmarkIdleServices(b *testing.B) {
 					floorLine = "; beside it, same run, an idle Go program (the e2e child): " + floorMem.String()
 				}
 				fmt.Printf("  memory as users compare it: mariposa %s (goal: USS <= 6 MB)%s\n", mem, floorLine)
+				if cpPID != 0 {
+					fmt.Printf("  beside it, same run: ContainerPilot with %d idle job(s) (not registered in Consul): %s; mariposa's ratio RSS %.2f, PSS %.2f, USS %.2f\n",
+						n, cpMem, mem.rss/cpMem.rss, mem.pss/cpMem.pss, mem.uss/cpMem.uss)
+					b.ReportMetric(mem.rss/cpMem.rss, "ratio-containerpilot-RSS")
+				}
 				b.ReportMetric(mem.pss, "PSS-MB")
 				b.ReportMetric(mem.uss, "USS-MB")
 				switch {

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // memFigures is a process's memory as users compare it, in MB, from
@@ -71,5 +74,50 @@ func startIdleGo(b *testing.B) int {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// startIdleContainerPilot starts ContainerPilot ($MARIPOSA_CONTAINERPILOT_BIN)
+// with n jobs, each the idle stamp child, against agent, and returns its
+// PID once every child runs; 0 without the binary. The jobs have no port:
+// ContainerPilot does not register them (mariposa registers its services
+// and heartbeats a check each), so its figure is the supervising alone.
+// It is stopped with the benchmark.
+func startIdleContainerPilot(b *testing.B, agent string, n int) int {
+	if containerPilotBin == "" {
+		return 0
+	}
+	dir := b.TempDir()
+	stamps := filepath.Join(dir, "stamps")
+	var jobs []string
+	for i := range n {
+		jobs = append(jobs, fmt.Sprintf(`{"name": "idle-%d", "exec": [%q]}`, i, stampBin))
+	}
+	conf := fmt.Sprintf(`{"consul": %q, "logging": {"level": "WARN", "output": "stderr"}, "control": {"socket": %q}, "jobs": [%s]}`,
+		agent, filepath.Join(dir, "cp.socket"), strings.Join(jobs, ", "))
+	cfg := filepath.Join(dir, "containerpilot.json5")
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(containerPilotBin, "-config", cfg)
+	cmd.Env = append(os.Environ(), "STAMP_FILE="+stamps, "STAMP_SLEEP_MS=-1")
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+	})
+	waitFor(b, time.Minute, fmt.Sprintf("ContainerPilot's %d children", n), func() (bool, string) {
+		got := countStarts(readStamps(stamps))
+		return got >= n, fmt.Sprint(got)
+	})
 	return cmd.Process.Pid
 }

@@ -276,6 +276,10 @@ type loop struct {
 	// stopDone, during a stop, closes once the stop's goroutine is done:
 	// the group is empty, or its stop timeout passed and it was killed.
 	stopDone chan struct{}
+	// groupClear: the last reap found the control group empty (and its
+	// OOM count read), so the next start need not look again: nothing
+	// can enter an empty group but a process placed there from outside.
+	groupClear bool
 }
 
 // reloadHold is a reload token asked for, and once granted, held.
@@ -504,6 +508,12 @@ func (l *loop) openGroup() error {
 	if l.stopDone != nil {
 		<-l.stopDone // the last stop's strays have their timeout
 		l.stopDone = nil
+	}
+	if l.groupClear {
+		l.groupClear = false
+		if in.group != nil && !in.group.Stale() {
+			return nil // a restart: reap looked a moment ago
+		}
 	}
 	if in.group == nil {
 		g, err := in.cgroups.Group(groupName(in.node, in.id), resourcesOf(in.svc))
@@ -805,9 +815,11 @@ func (l *loop) reap() input {
 	// its control group gets the rest of the stop timeout (see stop).
 	_ = p.Signal(syscall.SIGKILL)
 	if g := l.in.group; g != nil && l.stopDone == nil {
-		if pids, _ := g.Procs(); len(pids) > 0 {
+		pids, err := g.Procs()
+		if len(pids) > 0 {
 			_ = g.Kill()
 		}
+		l.groupClear = err == nil && len(pids) == 0
 	}
 	// Its last words may still be in the pipe: wait for them briefly.
 	select {

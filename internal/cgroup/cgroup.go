@@ -373,7 +373,7 @@ func (g *Group) tracking() string {
 
 // Procs lists the processes in the group.
 func (g *Group) Procs() ([]int, error) {
-	b, err := os.ReadFile(filepath.Join(g.tracking(), "cgroup.procs"))
+	b, err := readFile(filepath.Join(g.tracking(), "cgroup.procs"))
 	if errors.Is(err, os.ErrNotExist) && g.v2 != "" {
 		// Removed from under us (an operator's cleanup): empty, and made
 		// anew before it is used again.
@@ -419,6 +419,10 @@ func (g *Group) freezeKill(file, freeze, thaw string) error {
 	}
 	return err
 }
+
+// Stale: the group must be made anew before a process is placed in it
+// (it was killed, or removed from under mariposa); KillAll does that.
+func (g *Group) Stale() bool { return g.stale }
 
 // KillAll kills the group's processes and waits until it is empty or the
 // timeout passes; it returns how many processes it found.
@@ -613,8 +617,39 @@ func unescape(s string) string {
 }
 
 func readString(file string) string {
-	b, _ := os.ReadFile(file)
+	b, _ := readFile(file)
 	return string(b)
+}
+
+// readFile reads a control group's file with open, read and close only.
+// os.ReadFile also registers the file with the runtime's poller and
+// stats it (five more system calls): a restart reads cgroup.procs and,
+// with a memory limit, memory.events twice, between the child's exit and
+// the next fork. Errors are *os.PathError, as os.ReadFile's.
+func readFile(file string) ([]byte, error) {
+	fd, err := syscall.Open(file, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: file, Err: err}
+	}
+	defer syscall.Close(fd)
+	var out []byte
+	buf := make([]byte, 512)
+	for {
+		n, err := syscall.Read(fd, buf)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: file, Err: err}
+		}
+		if n == 0 {
+			return out, nil
+		}
+		out = append(out, buf[:n]...)
+		if len(buf) < 64<<10 {
+			buf = make([]byte, 2*len(buf))
+		}
+	}
 }
 
 func fields(s string) map[string]bool {

@@ -3,9 +3,11 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -128,4 +130,30 @@ func TestKillAllFreezer(t *testing.T) {
 	}
 	v1only := &Manager{v2ctl: map[string]bool{}, v1: m.v1}
 	killAllTest(t, v1only)
+}
+
+// readFile returns what os.ReadFile would: the whole file past its first
+// buffer, an empty file as empty, and a missing one as os.ErrNotExist
+// (Procs takes a group removed from under it for stale by that).
+func TestReadFile(t *testing.T) {
+	dir := t.TempDir()
+	big := strings.Repeat("12345\n", 1000)
+	for name, content := range map[string]string{"big": big, "empty": "", "small": "0 1\n"} {
+		f := filepath.Join(dir, name)
+		if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readFile(f)
+		if err != nil || string(got) != content {
+			t.Errorf("%s: %d bytes, %v; want %d bytes", name, len(got), err, len(content))
+		}
+	}
+	_, err := readFile(filepath.Join(dir, "missing"))
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("missing file: %v, want os.ErrNotExist", err)
+	}
+	var pe *os.PathError
+	if !errors.As(err, &pe) || pe.Path != filepath.Join(dir, "missing") {
+		t.Errorf("missing file: %v, want an *os.PathError naming it", err)
+	}
 }

@@ -6,7 +6,7 @@
 # benchmarks measure it beside mariposa.
 #   MARIPOSA_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/mariposa)
 # Concurrent callers are safe: one builds, the others wait for it (flock on a
-# lock file next to the binary) and use its result. A build writes a temporary
+# lock file next to the binary, tools/lib.sh) and use its result. A build writes a temporary
 # file and renames it, so a binary in use is never overwritten.
 #   MARIPOSA_CONSUL_TEMPLATE_BUILD_CMD  for tests only: a program run instead
 #     of `go install`, with the path to write the binary to as its argument.
@@ -17,8 +17,8 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 version=$(awk '$1=="github.com/hashicorp/consul-template"{print $2; exit}' "$root/go.mod")
 version=${version#v}
 [ -n "$version" ] || { echo "build.sh: no consul-template version in $root/go.mod" >&2; exit 1; }
-cache=${MARIPOSA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mariposa}
-dir="$cache/consul-template-$version-$(go env GOOS)-$(go env GOARCH)"
+. "$here/../lib.sh"
+dir=$(cache_dir "consul-template-$version")
 bin="$dir/consul-template"
 
 # pinned says whether $bin is there and reports the pinned version
@@ -33,24 +33,7 @@ pinned() {
   [[ $first == "consul-template v$version" || $first == "consul-template v$version"[!0-9.]* ]]
 }
 
-if pinned; then
-  echo "$bin"; exit 0
-fi
-mkdir -p "$dir"
-# One build at a time: a second caller waits for the first and then finds
-# its result below instead of building (and replacing the binary) again.
-if command -v flock >/dev/null; then
-  exec 9>"$dir/.build.lock"
-  if ! flock -n 9; then
-    echo "build.sh: another build of consul-template v$version is running; waiting for it" >&2
-    flock 9
-  fi
-  if pinned; then
-    echo "$bin"; exit 0
-  fi
-else
-  echo "build.sh: no flock on this system; concurrent builds are not serialized" >&2
-fi
+build_once "$dir" "consul-template v$version" pinned "$bin"
 echo "build.sh: building consul-template v$version into $dir (about 2 minutes on 2 cores)" >&2
 tmp="$bin.tmp.$$"
 gobin="$dir/.gobin.$$"

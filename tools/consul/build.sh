@@ -3,8 +3,9 @@
 # version, OS and arch. Prints the binary's path on stdout.
 #   MARIPOSA_CACHE  cache root (default: ${XDG_CACHE_HOME:-$HOME/.cache}/mariposa)
 # Concurrent callers are safe: one builds, the others wait for it (flock on a
-# lock file next to the binary) and use its result. A build writes a temporary
-# file and renames it, so a binary in use is never overwritten.
+# lock file next to the binary, tools/lib.sh) and use its result. A build
+# writes a temporary file and renames it, so a binary in use is never
+# overwritten.
 #   MARIPOSA_CONSUL_BUILD_CMD  for tests only: a program run instead of
 #     `go build`, with the path to write the binary to as its argument.
 set -euo pipefail
@@ -13,8 +14,8 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 version=$(awk '$1=="github.com/hashicorp/consul"{print $2; exit}' "$here/go.mod")
 version=${version#v}
 [ -n "$version" ] || { echo "build.sh: no consul version in $here/go.mod" >&2; exit 1; }
-cache=${MARIPOSA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mariposa}
-dir="$cache/consul-$version-$(go env GOOS)-$(go env GOARCH)"
+. "$here/../lib.sh"
+dir=$(cache_dir "consul-$version")
 bin="$dir/consul"
 
 # pinned says whether $bin is there and reports the pinned version. The
@@ -30,24 +31,7 @@ pinned() {
   [[ $first == "Consul v$version" || $first == "Consul v$version"[!0-9]* ]]
 }
 
-if pinned; then
-  echo "$bin"; exit 0
-fi
-mkdir -p "$dir"
-# One build at a time: a second caller waits for the first and then finds
-# its result below instead of building (and replacing the binary) again.
-if command -v flock >/dev/null; then
-  exec 9>"$dir/.build.lock"
-  if ! flock -n 9; then
-    echo "build.sh: another build of Consul v$version is running; waiting for it" >&2
-    flock 9
-  fi
-  if pinned; then
-    echo "$bin"; exit 0
-  fi
-else
-  echo "build.sh: no flock on this system; concurrent builds are not serialized" >&2
-fi
+build_once "$dir" "Consul v$version" pinned "$bin"
 echo "build.sh: building Consul v$version into $dir (about 6 minutes on 2 cores)" >&2
 tmp="$bin.tmp.$$"
 trap 'rm -f "$tmp"' EXIT

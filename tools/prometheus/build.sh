@@ -8,15 +8,15 @@
 # the full set would pull in every cloud SDK and the Kubernetes client. The
 # first build took 15 minutes of wall time on 2 cores shared with other work
 # (prometheus 9, promtool 6); a rebuild with Go's build cache warm, 44 s.
-# Concurrent callers are safe: one builds, the others wait for it (flock)
-# and use its result; binaries are written to temporary names and renamed.
+# Concurrent callers are safe: one builds, the others wait for it (flock,
+# tools/lib.sh) and use its result; binaries are written to temporary names and renamed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
 version=$(awk '$1=="github.com/prometheus/prometheus"{print $2; exit}' "$here/go.mod")
 [ -n "$version" ] || { echo "build.sh: no prometheus version in $here/go.mod" >&2; exit 1; }
-cache=${MARIPOSA_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mariposa}
-dir="$cache/prometheus-$version-$(go env GOOS)-$(go env GOARCH)"
+. "$here/../lib.sh"
+dir=$(cache_dir "prometheus-$version")
 tags=remove_all_sd,enable_consul_sd
 
 # built says whether both binaries are there and report the pinned version.
@@ -30,22 +30,7 @@ built() {
   [[ $out == "promtool, version ${version#v} "* ]]
 }
 
-if built; then
-  echo "$dir"; exit 0
-fi
-mkdir -p "$dir"
-if command -v flock >/dev/null; then
-  exec 9>"$dir/.build.lock"
-  if ! flock -n 9; then
-    echo "build.sh: another build of Prometheus $version is running; waiting for it" >&2
-    flock 9
-  fi
-  if built; then
-    echo "$dir"; exit 0
-  fi
-else
-  echo "build.sh: no flock on this system; concurrent builds are not serialized" >&2
-fi
+build_once "$dir" "Prometheus $version" built "$dir"
 echo "build.sh: building Prometheus $version (with Consul SD) into $dir (about 15 minutes on 2 cores)" >&2
 # The version the binaries report, as Prometheus's own build stamps it.
 ldflags="-X github.com/prometheus/common/version.Version=${version#v} -X github.com/prometheus/common/version.Branch=module"
