@@ -292,3 +292,22 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestLeaderKind(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		err  error
+		want holdrule.Kind
+	}{
+		{"", nil, holdrule.NoLeader}, // a server that knows no leader (restarted, or electing)
+		{"127.0.0.1:8300", nil, holdrule.Unproven},
+		{"", errors.New(ansStaleDead), holdrule.NoLeader},
+		{"", errors.New(`Get "http://127.0.0.1:8500/v1/status/leader": context deadline exceeded`), holdrule.Unproven},
+		{"", errors.New(`Get "http://127.0.0.1:8500/v1/status/leader": dial tcp 127.0.0.1:8500: connect: connection refused`), holdrule.Unproven},
+		{"", errors.New("Unexpected response code: 500 (No known Consul servers)"), holdrule.Unproven},
+	} {
+		if got := leaderKind(tt.addr, tt.err); got != tt.want {
+			t.Errorf("%q, %v: %v, want %v", tt.addr, tt.err, got, tt.want)
+		}
+	}
+}
