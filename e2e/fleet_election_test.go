@@ -113,20 +113,26 @@ service %q {
 	pids := running()
 	t.Logf("placed: %v; holds %v", pids, before)
 
-	// The leading server killed (kill -9); stopped (SIGTERM: a server does
-	// not leave on it by default) and started again at once on its data,
-	// as in a rolling upgrade; and made to leave (`consul leave`, which
+	// The leading server stopped (SIGTERM: a server does not leave on it
+	// by default) and started again at once on its data, as in a rolling
+	// upgrade; killed (kill -9); and made to leave (`consul leave`, which
 	// hands its leadership over first) and started again, as the upgrade
 	// procedure Consul documents. A restarted server holds even stale
 	// reads until it hears from a leader; its Status.Leader answers "no
 	// leader" at once, and that is what the holders on the agents that
 	// talk to it see.
-	for _, how := range []string{"killed", "restarted", "left"} {
+	for _, how := range []string{"restarted", "killed", "left"} {
 		waitFor(t, 90*time.Second, "the servers tolerate a failure", func() (bool, string) {
 			h, err := c.Operator().AutopilotServerHealth(nil)
 			return err == nil && h.Healthy && h.FailureTolerance >= 1, fmt.Sprint(h, err)
 		})
 		srv := raftLeaderOf(t, cl, c)
+		if how == "restarted" {
+			// The server a client agent sends its RPCs to leads, so that a
+			// holder's reads go to the server that restarts (which holds
+			// them); the leadership moves there first if need be.
+			srv = leadFromServerOf(t, cl, c)
+		}
 		t0 := time.Now()
 		switch how {
 		case "killed":
@@ -171,6 +177,87 @@ service %q {
 	if got := auditActions(t, c, ""); fmt.Sprint(got) != fmt.Sprint(audits) {
 		t.Errorf("audit records during the elections: %v, were %v", got, audits)
 	}
+}
+
+// leadFromServerOf makes a server that a client agent of cl has an RPC
+// connection to the Raft leader (a leadership transfer, waited for), and
+// returns it.
+func leadFromServerOf(t *testing.T, cl *consultest.Cluster, c *api.Client) *consultest.Agent {
+	t.Helper()
+	var srv *consultest.Agent
+	for _, a := range cl.Clients {
+		ports := remotePorts(t, a.PID())
+		t.Logf("%s has connections to ports %v", a.Name, ports)
+		for _, s := range cl.Servers {
+			if slices.Contains(ports, s.Ports.Server) {
+				srv = s
+				break
+			}
+		}
+		if srv != nil {
+			break
+		}
+	}
+	if srv == nil {
+		t.Fatal("no client agent has a connection to a server")
+	}
+	if raftLeaderOf(t, cl, c) == srv {
+		return srv
+	}
+	conf, err := c.Operator().RaftGetConfiguration(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ""
+	for _, s := range conf.Servers {
+		if s.Node == srv.Name {
+			id = s.ID
+		}
+	}
+	if _, err := c.Operator().RaftLeaderTransfer(id, nil); err != nil {
+		t.Fatalf("transfer the leadership to %s (%q): %v", srv.Name, id, err)
+	}
+	waitFor(t, 30*time.Second, srv.Name+" leads", func() (bool, string) {
+		l := raftLeaderOf(t, cl, c)
+		return l == srv, l.Name
+	})
+	return srv
+}
+
+// remotePorts lists the remote ports of process pid's established TCP
+// connections (Linux /proc; every test agent is on the loopback).
+func remotePorts(t *testing.T, pid int) []int {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(link, "socket:["); err == nil && ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	var ports []int
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+			if len(f) < 10 || f[3] != "01" || !inodes[f[9]] {
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[2], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil {
+				ports = append(ports, int(p))
+			}
+		}
+	}
+	return ports
 }
 
 // raftLeaderOf returns the server agent that leads, as c's agent says.
