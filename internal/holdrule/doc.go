@@ -25,13 +25,14 @@
 // while the majority has a leader. What the holder can see is an answer
 // from its local agent that says the server side cannot reach a Raft
 // leader (NoLeader): "No cluster leader", the server's (or the agent's)
-// failed connection to the leader or server it knew, or a stale read
+// failed connection to the leader or server it knew, a stale read
 // answered with X-Consul-KnownLeader: false or an X-Consul-LastContact
-// longer than a follower of a live leader shows. (Consul answers a
-// consistent read with "No cluster leader" only after rpc_hold_timeout,
-// 7 s: during an election a holder's reads are refused with the dead
-// leader's connection errors, then held; internal/lease probes a held read
-// with a stale one.) Such an answer proves the local agent was alive and
+// longer than a follower of a live leader shows, or an empty
+// /v1/status/leader. (Consul answers a consistent read with "No cluster
+// leader" only after rpc_hold_timeout, 7 s: during an election a holder's
+// reads are refused with the dead leader's connection errors, then held;
+// internal/lease probes a held read with a stale one and a Status.Leader.)
+// Such an answer proves the local agent was alive and
 // answering (not stopped, not leaving: a graceful leave deregisters the
 // node at once and is the one fast invalidation an agent causes) and that
 // mariposa's liveness check, a TTL check its own agent runs and could sync
@@ -53,6 +54,34 @@
 // agent refusing connections, an ACL error, a malformed answer) brings
 // back the strict deadline, at once if it is past. A read that shows the
 // hold confirms it as before; one that shows it lost ends the hold at once.
+//
+// # What a timeout proves: nothing
+//
+// A request that gets no answer in time may be held by a server waiting
+// for a leader (up to rpc_hold_timeout), waiting out the client agent's
+// retry after a server went away (a jitter of up to rpc_hold_timeout/16,
+// then more), queued on an overloaded agent, or lost with an agent that is
+// stopping, or leaving gracefully, which invalidates the session at once.
+// Consul does not say which, so a timeout never extends a hold: it is
+// Unproven, and brings back the strict deadline. Riding an election
+// therefore needs an answer within L/2 of c, and a held read must be
+// probed with requests a server answers at once from its own state.
+//
+// A stale read is not always one: a server serves it locally only once it
+// has heard from a leader since it started (Raft's LastContact is not
+// zero), and forwards it to the leader otherwise. A server started again
+// (a rolling upgrade: stop, upgrade, start on the same data) knows no
+// leader until the election ends, so the agents that send their RPCs to it
+// get every read held, stale ones too: measured, every exclusive and
+// leader instance on such an agent was stopped under the strict rule.
+// Status.Leader is never forwarded: the server answers its Raft leader, ""
+// while it knows none, at once. That empty answer is the local agent
+// relaying a server that cannot reach a leader, like "No cluster leader",
+// and proves what the section above needs (the local agent alive and
+// answering); it says nothing more and is not needed to say more. A
+// non-empty answer proves nothing (a follower keeps a dead leader's
+// address until its heartbeat timeout; the stale read's LastContact shows
+// that sooner).
 //
 // # What the argument assumes
 //
