@@ -115,19 +115,20 @@ service %q {
 
 	// The leading server stopped (SIGTERM: a server does not leave on it
 	// by default) and started again at once on its data, as in a rolling
-	// upgrade; killed (kill -9); and made to leave (`consul leave`, which
-	// hands its leadership over first) and started again, as the upgrade
-	// procedure Consul documents. A restarted server holds even stale
-	// reads until it hears from a leader; its Status.Leader answers "no
-	// leader" at once, and that is what the holders on the agents that
+	// upgrade; then the two other servers, one after the other; the
+	// leading server killed (kill -9); and made to leave (`consul leave`,
+	// which hands its leadership over first) and started again, as the
+	// upgrade procedure Consul documents. A restarted server holds even
+	// stale reads until it hears from a leader; its Status.Leader answers
+	// "no leader" at once, and that is what the holders on the agents that
 	// talk to it see.
-	for _, how := range []string{"restarted", "killed", "left"} {
+	for _, how := range []string{"leader restarted", "followers restarted", "leader killed", "leader left"} {
 		waitFor(t, 90*time.Second, "the servers tolerate a failure", func() (bool, string) {
 			h, err := c.Operator().AutopilotServerHealth(nil)
 			return err == nil && h.Healthy && h.FailureTolerance >= 1, fmt.Sprint(h, err)
 		})
 		srv := raftLeaderOf(t, cl, c)
-		if how == "restarted" {
+		if how == "leader restarted" {
 			// The server a client agent sends its RPCs to leads, so that a
 			// holder's reads go to the server that restarts (which holds
 			// them); the leadership moves there first if need be.
@@ -135,12 +136,28 @@ service %q {
 		}
 		t0 := time.Now()
 		switch how {
-		case "killed":
+		case "leader killed":
 			srv.Kill()
-		case "restarted":
+		case "leader restarted":
 			srv.Stop()
 			srv.StartNoWait(t)
-		case "left":
+		case "followers restarted":
+			// The rest of a rolling upgrade: no election, but an agent
+			// that talks to a follower started again has its reads held
+			// until the leader reaches it.
+			for _, f := range cl.Servers {
+				if f == srv {
+					continue
+				}
+				f.Stop()
+				f.StartNoWait(t)
+				f.WaitReady(t, 60*time.Second)
+				waitFor(t, 90*time.Second, "the servers healthy again", func() (bool, string) {
+					h, err := c.Operator().AutopilotServerHealth(nil)
+					return err == nil && h.Healthy && h.FailureTolerance >= 1, fmt.Sprint(h, err)
+				})
+			}
+		case "leader left":
 			bin, err := consultest.Binary()
 			if err != nil {
 				t.Fatal(err)
@@ -165,12 +182,13 @@ service %q {
 		})
 		after, err := holds()
 		if err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
-			t.Fatalf("leading server %s: holds %v (%v), were %v", how, after, err, before)
+			t.Fatalf("%s: holds %v (%v), were %v", how, after, err, before)
 		}
-		t.Logf("leading server %s (in %v): a new leader answered after %v; every instance and hold kept", how, acted.Round(time.Millisecond), elected.Round(time.Millisecond))
-		if how == "killed" {
+		t.Logf("%s (in %v): a leader answered after %v; every instance and hold kept", how, acted.Round(time.Millisecond), elected.Round(time.Millisecond))
+		switch how {
+		case "leader killed":
 			srv.Start(t)
-		} else {
+		case "leader restarted", "leader left":
 			srv.WaitReady(t, 60*time.Second)
 		}
 	}
