@@ -61,17 +61,18 @@
 // for a leader (up to rpc_hold_timeout), waiting out the client agent's
 // retry after a server went away (a jitter of up to rpc_hold_timeout/16,
 // then more), queued on an overloaded agent, or lost with an agent that is
-// stopping, or leaving gracefully, which invalidates the session at once.
+// shutting down, perhaps after a graceful leave, which invalidates the
+// session at once.
 // Consul does not say which, so a timeout never extends a hold: it is
 // Unproven, and brings back the strict deadline. Riding an election
 // therefore needs an answer within L/2 of c, and a held read must be
 // probed with requests a server answers at once from its own state.
 //
-// A stale read is not always one: a server serves it locally only once it
-// has heard from a leader since it started (Raft's LastContact is not
-// zero), and forwards it to the leader otherwise. A server started again
-// (a rolling upgrade: stop, upgrade, start on the same data) knows no
-// leader until the election ends, so the agents that send their RPCs to it
+// A stale read is not always answered from the server's own state: a
+// server serves it locally only once it has heard from a leader since it
+// started (Raft's LastContact is not zero), and forwards it to the leader
+// otherwise. A server started again (a rolling upgrade: stop, upgrade,
+// start on the same data) knows no leader until one reaches it, so the agents that send their RPCs to it
 // get every read held, stale ones too: measured, every exclusive and
 // leader instance on such an agent was stopped under the strict rule.
 // Status.Leader is never forwarded: the server answers its Raft leader, ""
@@ -92,6 +93,12 @@
 //   - The gossip settings are Consul's LAN defaults (D = 4 s) or Config's D
 //     is set to the cluster's floor. A cluster with a faster probe_interval
 //     or a lower suspicion_mult needs a smaller D; D = 0 is the strict rule.
+//   - The local agent does not begin a graceful leave while a hold is
+//     extended: an answer shows it was not leaving then, and a leave begun
+//     later shows when its HTTP endpoint closes (the strict rule, at once),
+//     which can be after its invalidation + L if a leader was elected
+//     meanwhile. Stopping the agent under a holder during an election is
+//     two faults.
 //   - Nobody destroys the session, deletes the key or force-leaves the node
 //     by hand in the majority while the node's server is in a minority.
 //     mariposa never destroys another node's session.
