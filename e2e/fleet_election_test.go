@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,12 +20,14 @@ import (
 // Three servers (Consul's gossip defaults, raft_multiplier 1 as every test
 // cluster), two clients each with `mariposa run -cluster` and a leader-mode
 // service; an exclusive unit and a non-exclusive one, count 2 each. The
-// leading server is killed (kill -9), and then, once the servers are
-// healthy again, stopped and started as in a rolling upgrade. Every child
-// keeps running (same PIDs, none ended), no slot key and no leader key
-// changes hands (same session, same fencing index), and no audit record is
-// written. Before the fix every exclusive instance and the leader were
-// SIGKILLed at lock_delay/2 after the last confirmation.
+// leading server is killed (kill -9), and then, each time once the servers
+// are healthy again, stopped and started, and made to leave and started,
+// as in a rolling upgrade. Every child keeps running (same PIDs, none
+// ended), no slot key and no leader key changes hands (same session, same
+// fencing index), and no audit record is written. Before the fix every
+// exclusive instance and the leader were SIGKILLed at lock_delay/2 after
+// the last confirmation; before the leader probe (serverProbe), those on
+// an agent that talked to the restarted server were.
 func TestFleetRidesConsulElection(t *testing.T) {
 	consultest.SkipShort(t, "3-server cluster in -short mode")
 	cl := consultest.NewCluster(t, 3, 2)
@@ -110,25 +113,62 @@ service %q {
 	pids := running()
 	t.Logf("placed: %v; holds %v", pids, before)
 
-	// The leading server killed. (Stopped and started again, as in a
-	// rolling upgrade, holds were kept on a quiet machine but not under a
-	// loaded test run: a confirmation read that times out while the
-	// restarted server's clients reconnect proves nothing, and the strict
-	// rule applies. That variant is left out until the executor can tell
-	// it apart; see the session's note on issue 33.)
-	for _, how := range []string{"killed"} {
+	// The leading server stopped (SIGTERM: a server does not leave on it
+	// by default) and started again at once on its data, as in a rolling
+	// upgrade; then the two other servers, one after the other; the
+	// leading server killed (kill -9); and made to leave (`consul leave`,
+	// which hands its leadership over first) and started again, as the
+	// upgrade procedure Consul documents. A restarted server holds even
+	// stale reads until it hears from a leader; its Status.Leader answers
+	// "no leader" at once, and that is what the holders on the agents that
+	// talk to it see.
+	for _, how := range []string{"leader restarted", "followers restarted", "leader killed", "leader left"} {
 		waitFor(t, 90*time.Second, "the servers tolerate a failure", func() (bool, string) {
 			h, err := c.Operator().AutopilotServerHealth(nil)
-			return err == nil && h.Healthy && h.FailureTolerance >= 1, fmt.Sprint(err)
+			return err == nil && h.Healthy && h.FailureTolerance >= 1, fmt.Sprint(h, err)
 		})
 		srv := raftLeaderOf(t, cl, c)
+		if how == "leader restarted" {
+			// The server a client agent sends its RPCs to leads, so that a
+			// holder's reads go to the server that restarts (which holds
+			// them); the leadership moves there first if need be.
+			srv = leadFromServerOf(t, cl, c)
+		}
 		t0 := time.Now()
-		if how == "killed" {
+		switch how {
+		case "leader killed":
 			srv.Kill()
-		} else {
+		case "leader restarted":
 			srv.Stop()
 			srv.StartNoWait(t)
+		case "followers restarted":
+			// The rest of a rolling upgrade: no election, but an agent
+			// that talks to a follower started again has its reads held
+			// until the leader reaches it.
+			for _, f := range cl.Servers {
+				if f == srv {
+					continue
+				}
+				f.Stop()
+				f.StartNoWait(t)
+				f.WaitReady(t, 60*time.Second)
+				waitFor(t, 90*time.Second, "the servers healthy again", func() (bool, string) {
+					h, err := c.Operator().AutopilotServerHealth(nil)
+					return err == nil && h.Healthy && h.FailureTolerance >= 1, fmt.Sprint(h, err)
+				})
+			}
+		case "leader left":
+			bin, err := consultest.Binary()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out, err := exec.Command(bin, "leave", "-http-addr="+srv.HTTPAddr()).CombinedOutput(); err != nil {
+				t.Fatalf("consul leave: %v: %s", err, out)
+			}
+			srv.Stop() // waits for it to exit
+			srv.StartNoWait(t)
 		}
+		acted := time.Since(t0)
 		waitFor(t, 60*time.Second, "a new Raft leader", func() (bool, string) {
 			_, err := holds()
 			return err == nil, fmt.Sprint(err)
@@ -142,18 +182,100 @@ service %q {
 		})
 		after, err := holds()
 		if err != nil || fmt.Sprint(after) != fmt.Sprint(before) {
-			t.Fatalf("leading server %s: holds %v (%v), were %v", how, after, err, before)
+			t.Fatalf("%s: holds %v (%v), were %v", how, after, err, before)
 		}
-		t.Logf("leading server %s: a new leader answered after %v; every instance and hold kept", how, elected.Round(time.Millisecond))
-		if how == "killed" {
+		t.Logf("%s (in %v): a leader answered after %v; every instance and hold kept", how, acted.Round(time.Millisecond), elected.Round(time.Millisecond))
+		switch how {
+		case "leader killed":
 			srv.Start(t)
-		} else {
+		case "leader restarted", "leader left":
 			srv.WaitReady(t, 60*time.Second)
 		}
 	}
 	if got := auditActions(t, c, ""); fmt.Sprint(got) != fmt.Sprint(audits) {
 		t.Errorf("audit records during the elections: %v, were %v", got, audits)
 	}
+}
+
+// leadFromServerOf makes a server that a client agent of cl has an RPC
+// connection to the Raft leader (a leadership transfer, waited for), and
+// returns it.
+func leadFromServerOf(t *testing.T, cl *consultest.Cluster, c *api.Client) *consultest.Agent {
+	t.Helper()
+	var srv *consultest.Agent
+	for _, a := range cl.Clients {
+		ports := remotePorts(t, a.PID())
+		t.Logf("%s has connections to ports %v", a.Name, ports)
+		for _, s := range cl.Servers {
+			if slices.Contains(ports, s.Ports.Server) {
+				srv = s
+				break
+			}
+		}
+		if srv != nil {
+			break
+		}
+	}
+	if srv == nil {
+		t.Fatal("no client agent has a connection to a server")
+	}
+	if raftLeaderOf(t, cl, c) == srv {
+		return srv
+	}
+	conf, err := c.Operator().RaftGetConfiguration(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ""
+	for _, s := range conf.Servers {
+		if s.Node == srv.Name {
+			id = s.ID
+		}
+	}
+	if _, err := c.Operator().RaftLeaderTransfer(id, nil); err != nil {
+		t.Fatalf("transfer the leadership to %s (%q): %v", srv.Name, id, err)
+	}
+	waitFor(t, 30*time.Second, srv.Name+" leads", func() (bool, string) {
+		l := raftLeaderOf(t, cl, c)
+		return l == srv, l.Name
+	})
+	return srv
+}
+
+// remotePorts lists the remote ports of process pid's established TCP
+// connections (Linux /proc; every test agent is on the loopback).
+func remotePorts(t *testing.T, pid int) []int {
+	t.Helper()
+	inodes := map[string]bool{}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if inode, ok := strings.CutPrefix(link, "socket:["); err == nil && ok {
+			inodes[strings.TrimSuffix(inode, "]")] = true
+		}
+	}
+	var ports []int
+	for _, table := range []string{"tcp", "tcp6"} {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/net/%s", pid, table))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			// sl local rem st tx:rx tr:when retrnsmt uid timeout inode
+			if len(f) < 10 || f[3] != "01" || !inodes[f[9]] {
+				continue
+			}
+			_, hexPort, _ := strings.Cut(f[2], ":")
+			if p, err := strconv.ParseUint(hexPort, 16, 16); err == nil {
+				ports = append(ports, int(p))
+			}
+		}
+	}
+	return ports
 }
 
 // raftLeaderOf returns the server agent that leads, as c's agent says.

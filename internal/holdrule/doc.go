@@ -25,13 +25,14 @@
 // while the majority has a leader. What the holder can see is an answer
 // from its local agent that says the server side cannot reach a Raft
 // leader (NoLeader): "No cluster leader", the server's (or the agent's)
-// failed connection to the leader or server it knew, or a stale read
+// failed connection to the leader or server it knew, a stale read
 // answered with X-Consul-KnownLeader: false or an X-Consul-LastContact
-// longer than a follower of a live leader shows. (Consul answers a
-// consistent read with "No cluster leader" only after rpc_hold_timeout,
-// 7 s: during an election a holder's reads are refused with the dead
-// leader's connection errors, then held; internal/lease probes a held read
-// with a stale one.) Such an answer proves the local agent was alive and
+// longer than a follower of a live leader shows, or an empty
+// /v1/status/leader. (Consul answers a consistent read with "No cluster
+// leader" only after rpc_hold_timeout, 7 s: during an election a holder's
+// reads are refused with the dead leader's connection errors, then held;
+// internal/lease probes a held read with a stale one and a Status.Leader.)
+// Such an answer proves the local agent was alive and
 // answering (not stopped, not leaving: a graceful leave deregisters the
 // node at once and is the one fast invalidation an agent causes) and that
 // mariposa's liveness check, a TTL check its own agent runs and could sync
@@ -54,6 +55,35 @@
 // back the strict deadline, at once if it is past. A read that shows the
 // hold confirms it as before; one that shows it lost ends the hold at once.
 //
+// # What a timeout proves: nothing
+//
+// A request that gets no answer in time may be held by a server waiting
+// for a leader (up to rpc_hold_timeout), waiting out the client agent's
+// retry after a server went away (a jitter of up to rpc_hold_timeout/16,
+// then more), queued on an overloaded agent, or lost with an agent that is
+// shutting down, perhaps after a graceful leave, which invalidates the
+// session at once.
+// Consul does not say which, so a timeout never extends a hold: it is
+// Unproven, and brings back the strict deadline. Riding an election
+// therefore needs an answer within L/2 of c, and a held read must be
+// probed with requests a server answers at once from its own state.
+//
+// A stale read is not always answered from the server's own state: a
+// server serves it locally only once it has heard from a leader since it
+// started (Raft's LastContact is not zero), and forwards it to the leader
+// otherwise. A server started again (a rolling upgrade: stop, upgrade,
+// start on the same data) knows no leader until one reaches it, so the agents that send their RPCs to it
+// get every read held, stale ones too: measured, every exclusive and
+// leader instance on such an agent was stopped under the strict rule.
+// Status.Leader is never forwarded: the server answers its Raft leader, ""
+// while it knows none, at once. That empty answer is the local agent
+// relaying a server that cannot reach a leader, like "No cluster leader",
+// and proves what the section above needs (the local agent alive and
+// answering); it says nothing more and is not needed to say more. A
+// non-empty answer proves nothing (a follower keeps a dead leader's
+// address until its heartbeat timeout; the stale read's LastContact shows
+// that sooner).
+//
 // # What the argument assumes
 //
 //   - Gossip and RPC fail together: a node whose gossip was already failing
@@ -63,6 +93,12 @@
 //   - The gossip settings are Consul's LAN defaults (D = 4 s) or Config's D
 //     is set to the cluster's floor. A cluster with a faster probe_interval
 //     or a lower suspicion_mult needs a smaller D; D = 0 is the strict rule.
+//   - The local agent does not begin a graceful leave while a hold is
+//     extended: an answer shows it was not leaving then, and a leave begun
+//     later shows when its HTTP endpoint closes (the strict rule, at once),
+//     which can be after its invalidation + L if a leader was elected
+//     meanwhile. Stopping the agent under a holder during an election is
+//     two faults.
 //   - Nobody destroys the session, deletes the key or force-leaves the node
 //     by hand in the majority while the node's server is in a minority.
 //     mariposa never destroys another node's session.

@@ -116,10 +116,14 @@
 //     connection): noLeaderAnswer;
 //   - a read still unanswered after lock_delay/10 (a server holds a
 //     consistent read until a leader is elected, up to rpc_hold_timeout)
-//     is probed every lock_delay/10 with a stale read, which the server
-//     answers from its own state: X-Consul-KnownLeader false, or
-//     X-Consul-LastContact above lock_delay/10, is evidence, counted at the
-//     probe's send time (so a held read that succeeds late keeps the term);
+//     is probed every lock_delay/10 with a stale read and a
+//     /v1/status/leader, which the server answers from its own state:
+//     X-Consul-KnownLeader false, X-Consul-LastContact above
+//     lock_delay/10, or an empty leader is evidence, counted at the
+//     probe's send time (so a held read that succeeds late keeps the term).
+//     The second is what a server started again (a rolling upgrade)
+//     answers at once: until it hears from a leader it forwards even stale
+//     reads to the leader, and holds them like consistent ones;
 //     a probe that finds a leader in contact sends a second read instead,
 //     once (the client agent may be waiting out a retry on a server that
 //     went away).

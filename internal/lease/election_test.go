@@ -292,3 +292,60 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestLeaderKind(t *testing.T) {
+	for _, tt := range []struct {
+		addr string
+		err  error
+		want holdrule.Kind
+	}{
+		{"", nil, holdrule.NoLeader}, // a server that knows no leader (restarted, or electing)
+		{"127.0.0.1:8300", nil, holdrule.Unproven},
+		{"", errors.New(ansStaleDead), holdrule.NoLeader},
+		{"", errors.New(`Get "http://127.0.0.1:8500/v1/status/leader": context deadline exceeded`), holdrule.Unproven},
+		{"", errors.New(`Get "http://127.0.0.1:8500/v1/status/leader": dial tcp 127.0.0.1:8500: connect: connection refused`), holdrule.Unproven},
+		{"", errors.New("Unexpected response code: 500 (No known Consul servers)"), holdrule.Unproven},
+	} {
+		if got := leaderKind(tt.addr, tt.err); got != tt.want {
+			t.Errorf("%q, %v: %v, want %v", tt.addr, tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestServerProbeWithoutLeader: a server that has not heard from a leader
+// since it started (as a server started again in a rolling upgrade; here
+// one of three started alone, which never has one) forwards even a stale
+// read to the leader and holds it, so the stale probe alone proves nothing
+// in time; its Status.Leader answers "" at once, and the server probe is
+// NoLeader. A server with a leader is not taken for one without.
+func TestServerProbeWithoutLeader(t *testing.T) {
+	consultest.SkipShort(t, "3-server cluster in -short mode")
+	cl := consultest.NewCluster(t, 3, 0)
+	within := func(probe func(context.Context, string) holdrule.Kind) (holdrule.Kind, time.Duration) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		start := time.Now()
+		return probe(ctx, "k"), time.Since(start)
+	}
+	led := New(Config{Client: cl.Servers[0].Client(t)})
+	if kind, _ := within(led.serverProbe); kind != holdrule.Unproven {
+		t.Errorf("server probe with a leader: %v", kind)
+	}
+
+	for _, s := range cl.Servers {
+		s.Kill()
+	}
+	a := cl.Servers[0]
+	a.StartNoWait(t)
+	c := a.Client(t)
+	if !consultest.WaitFor(30*time.Second, func() bool { _, err := c.Agent().Self(); return err == nil }) {
+		t.Fatal("the agent does not answer")
+	}
+	l := New(Config{Client: c})
+	if kind, took := within(l.staleProbe); kind != holdrule.Unproven || took < 900*time.Millisecond {
+		t.Errorf("stale probe: %v after %v, want held (Unproven after 1s)", kind, took)
+	}
+	if kind, took := within(l.serverProbe); kind != holdrule.NoLeader || took > 500*time.Millisecond {
+		t.Errorf("server probe: %v after %v, want NoLeader at once", kind, took)
+	}
+}

@@ -146,8 +146,9 @@ type Lease struct {
 	checks []string
 	// read is the confirmation read; tests replace it.
 	read func(ctx context.Context, keys []string) (map[string]*api.KVPair, error)
-	// probe says what a confirmation read that got no answer proves: a
-	// stale read of key answered without a known leader is NoLeader.
+	// probe says what a confirmation read that got no answer proves: the
+	// agent's server answers that it knows no leader (NoLeader; see
+	// serverProbe).
 	// Tests replace it.
 	probe func(ctx context.Context, key string) holdrule.Kind
 
@@ -206,7 +207,7 @@ func New(cfg Config) *Lease {
 	l := &Lease{cfg: cfg, t: newTiming(cfg.TTL, cfg.LockDelay, cmp.Or(cfg.Detect, holdrule.DefaultDetect)), log: log, now: now, checks: checks,
 		node: cfg.Node, live: map[*session]struct{}{}, keys: map[string]string{}}
 	l.read = l.txnRead
-	l.probe = l.staleProbe
+	l.probe = l.serverProbe
 	return l
 }
 

@@ -314,8 +314,8 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 		// connection's EOF is retried the same way (and the client agent
 		// retries with a jitter of up to rpc_hold_timeout/16): a read still
 		// unanswered after probeAfter is probed, every probeAfter, with a
-		// stale read, which the server answers at once from its own state
-		// (staleProbe). A NoLeader probe is recorded at once, at its own
+		// stale read and a Status.Leader, which the server answers at once
+		// from its own state (serverProbe). A NoLeader probe is recorded at once, at its own
 		// send time, before the strict deadline can pass: it is evidence
 		// gathered after this read was sent, so it outlives the read's
 		// own confirmation if the read, held until a new leader was
@@ -356,7 +356,9 @@ func (s *session) round(ctx context.Context, terms []*Term) bool {
 					continue
 				}
 				at := l.now()
-				if probed = l.probeNow(ctx, chunk[0]); probed == holdrule.NoLeader {
+				probed = l.probeNow(ctx, chunk[0])
+				l.log.Trace("confirmation read unanswered; probed its server", "session", s.id, "proves", probed)
+				if probed == holdrule.NoLeader {
 					failed(at, holdrule.NoLeader)
 				} else if !hedged && ctx.Err() == nil {
 					hedged = true
@@ -422,12 +424,12 @@ func noLeaderAnswer(err error) holdrule.Kind {
 	return holdrule.Unproven
 }
 
-// probeNow runs the stale probe with a short timeout.
+// probeNow runs the server probe with a short timeout.
 func (l *Lease) probeNow(ctx context.Context, key string) holdrule.Kind {
 	return l.probeWithin(ctx, key, max(l.t.round, 100*time.Millisecond))
 }
 
-// probeWithin runs the stale probe with timeout d. The last probe of a
+// probeWithin runs the server probe with timeout d. The last probe of a
 // read that got no answer gets longer (half the read's own timeout): its
 // answer decides between the extended and the strict deadline, and on a
 // busy node a stale read can take longer than a confirmation period.
@@ -437,16 +439,69 @@ func (l *Lease) probeWithin(ctx context.Context, key string, d time.Duration) ho
 	return l.probe(pctx, key)
 }
 
-// staleProbe reads key with a stale read, which the server the agent asks
-// answers from its own state, with X-Consul-KnownLeader (does it know a
-// leader) and X-Consul-LastContact (since when it has not heard from it;
-// 0 on the leader). staleKind says what that proves.
+// serverProbe asks the server the local agent talks to, in two ways at
+// once, whether it is without a leader; NoLeader as soon as one says so.
+//
+//   - staleProbe: a stale read, answered by the server from its own state
+//     with X-Consul-KnownLeader and X-Consul-LastContact: it shows a
+//     follower that has not heard from its leader for too long, before the
+//     follower's heartbeat timeout makes it drop the leader.
+//   - leaderProbe: /v1/status/leader, which a server answers at once from
+//     its own Raft state (Status.Leader is never forwarded): "" when it
+//     knows no leader. A server started again (a rolling upgrade) has not
+//     heard from any leader since it started, and forwards even a stale
+//     read to the leader, so it holds the stale probe like a consistent
+//     read until a leader is elected (Consul's rpc_hold_timeout, 7s); its
+//     Status.Leader answers "" at once.
+//
+// Either answer is an answer of the local agent relaying a server, as a
+// "No cluster leader" is (see holdrule). No answer proves nothing.
+func (l *Lease) serverProbe(ctx context.Context, key string) holdrule.Kind {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kinds := make(chan holdrule.Kind, 2)
+	go func() { kinds <- l.staleProbe(ctx, key) }()
+	go func() { kinds <- l.leaderProbe(ctx) }()
+	for range 2 {
+		if <-kinds == holdrule.NoLeader {
+			return holdrule.NoLeader
+		}
+	}
+	return holdrule.Unproven
+}
+
+// staleProbe reads key with a stale read, which a server that has heard
+// from a leader since it started answers from its own state, with
+// X-Consul-KnownLeader (does it know a leader) and X-Consul-LastContact
+// (since when it has not heard from it; 0 on the leader). staleKind says
+// what that proves.
 func (l *Lease) staleProbe(ctx context.Context, key string) holdrule.Kind {
 	_, meta, err := l.cfg.Client.KV().Get(key, (&api.QueryOptions{AllowStale: true}).WithContext(ctx))
 	if err != nil {
 		return noLeaderAnswer(err)
 	}
 	return staleKind(meta, l.t.probeAfter)
+}
+
+// leaderProbe asks the server the local agent talks to which leader it
+// knows; leaderKind says what the answer proves.
+func (l *Lease) leaderProbe(ctx context.Context) holdrule.Kind {
+	addr, err := l.cfg.Client.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
+	return leaderKind(addr, err)
+}
+
+// leaderKind: an empty answer to /v1/status/leader is a server's own "no
+// leader" (NoLeader); an error is what noLeaderAnswer says; a leader's
+// address proves nothing (a follower keeps a dead leader's address until
+// its heartbeat timeout).
+func leaderKind(addr string, err error) holdrule.Kind {
+	if err != nil {
+		return noLeaderAnswer(err)
+	}
+	if addr == "" {
+		return holdrule.NoLeader
+	}
+	return holdrule.Unproven
 }
 
 // staleKind: a stale answer proves NoLeader when the answering server knows
