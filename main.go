@@ -54,6 +54,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	// Hidden: the running mariposa asks the binary it is about to exec in
+	// an upgrade whether it runs here and reads its state.
+	if len(args) > 0 && args[0] == "upgrade-preflight" {
+		return command.UpgradePreflight(args[1:], stdout, stderr)
+	}
 	ui := &cli.BasicUi{Reader: os.Stdin, Writer: stdout, ErrorWriter: stderr}
 	cmds := withCompletion(command.Commands(ui))
 	help := helpFunc(cmds)

@@ -45,6 +45,7 @@ const (
 	inReset                          // an operator asked to clear a failure
 	inReloadGranted                  // the reload token of request seq was granted
 	inPause                          // the pause state changed: pause
+	inAdopted                        // the loop starts with a process an upgrade handed over: pid, started, restarts, term
 )
 
 // input is one event for decide.
@@ -66,6 +67,10 @@ type input struct {
 	seq     uint64 // inReloadGranted
 	pause   Pause  // inPause
 	by      string // inRestart, inReset: who asked (Event.Actor)
+	// inAdopted: the restarts so far, and the term the process runs
+	// under (hasTerm).
+	restarts int
+	hasTerm  bool
 }
 
 // termInfo is what the instance needs of a leadership term.
@@ -286,6 +291,8 @@ func (st *stepper) step(in input) {
 		}
 		st.register()
 		st.tryStart()
+	case inAdopted:
+		st.adopted(in)
 	case inStarted:
 		st.started(in)
 	case inStartFailed:
@@ -420,6 +427,25 @@ func (st *stepper) tryStart() {
 	st.dropWaitingReload() // the new process reads every file anew
 	st.set(StateStarting, "starting")
 	st.do(action{kind: actStart, env: env})
+}
+
+// adopted: the loop starts with the process the previous image of
+// mariposa ran (an upgrade in place). It keeps running: registered again
+// (the agent keeps its checks' states) with its restarts and its term.
+func (st *stepper) adopted(in input) {
+	s := st.s
+	if in.hasData {
+		st.setData(in.data)
+	}
+	s.restarts = in.restarts
+	if in.hasTerm {
+		t := in.term
+		s.term, s.termLost, s.expired = &t, false, false
+	}
+	s.pid, s.started = in.pid, in.started
+	st.register()
+	st.setRunning()
+	st.emit(EventAdopted, s.reason)
 }
 
 func (st *stepper) started(in input) {
@@ -708,6 +734,12 @@ func (st *stepper) termGained(t termInfo) {
 	s := st.s
 	if s.shutdown {
 		st.do(action{kind: actReleaseTerm})
+		return
+	}
+	if cur := s.term; cur != nil && !s.termLost && cur.Key == t.Key && cur.Session == t.Session {
+		// The term an adopted process runs under, taken again by the
+		// elector of this image with the same session: no change of role.
+		s.term = &t
 		return
 	}
 	s.term, s.termLost, s.expired = &t, false, false

@@ -84,6 +84,11 @@ type Options struct {
 	// Cgroups gives each instance a control group of its own; nil: none
 	// (the process group is all that a stop kills).
 	Cgroups *cgroup.Manager
+	// Adopt is what the previous image of mariposa handed over (an upgrade
+	// in place, upgrade.go): its sessions are adopted, the node lock is
+	// not waited for, and its running children are adopted instead of
+	// started.
+	Adopt *Handover
 }
 
 // Runner supervises every service of one configuration on this node.
@@ -278,10 +283,20 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.leases = lease.NewManager(lease.Config{Client: r.opts.Client, Node: node, Name: "mariposa " + node,
 		Checks: []string{checks.SupervisorCheckID(selfID)}, Log: log.Named("lease")})
 	defer r.leases.Close()
+	var adopt map[string]*InstanceHandoff
+	if h := r.opts.Adopt; h != nil {
+		// The previous image's sessions hold the node lock and every
+		// term: adopted, they are taken again without a write.
+		if err := r.leases.Adopt(ctx, h.Sessions); err != nil {
+			log.Warn("some sessions of the previous mariposa could not be adopted; their locks are taken again the ordinary way", "error", err)
+		}
+		adopt = r.adoptions(ctx, h)
+	}
 	// Before registering anything: is another mariposa supervising this
 	// node? A crashed one's lock goes once its liveness check expires; a
-	// live one keeps it, and this one refuses to start.
-	if !r.opts.AllowSecondSupervisor && fromAgent {
+	// live one keeps it, and this one refuses to start. After an upgrade
+	// in place the holder is this process's adopted session.
+	if !r.opts.AllowSecondSupervisor && fromAgent && r.opts.Adopt == nil {
 		wait := lease.NodeLockWait(r.opts.LivenessTTL, lease.DefaultLockDelay)
 		if err := lease.WaitNodeLockFree(ctx, r.opts.Client, node, wait, log); err != nil {
 			var held *lease.HeldError
@@ -395,10 +410,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 
 	r.reg, r.addr, r.baseEnv = reg, addr, childBaseEnv(r.opts.Environ)
-	r.removeStale(ctx)
+	r.removeStale(ctx, adopt)
 	specs := instanceSpecs(r.cfg, r.slots)
 	for _, sp := range specs {
-		r.addInstance(sp)
+		in := r.addInstance(sp)
+		if a := adopt[sp.key]; a != nil && a.ServiceID == in.id {
+			in.adopt = a
+		}
 	}
 
 	w := &checks.Watcher{Client: r.opts.Client, Node: node, Log: log.Named("health"),
@@ -703,12 +721,17 @@ func (g nodeSessionGate) Acquire(ctx context.Context, req ReloadRequest) (func()
 // mariposa's liveness check does. With AllowSecondSupervisor another
 // mariposa may own the others, so only this configuration's standbys go.
 // Best effort: without an agent there is nothing to clean.
-func (r *Runner) removeStale(ctx context.Context) {
+func (r *Runner) removeStale(ctx context.Context, adopted map[string]*InstanceHandoff) {
 	have, err := r.opts.Client.Agent().ServicesWithFilterOpts("", (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return
 	}
 	keep := map[string]bool{r.selfID: true}
+	for _, a := range adopted {
+		if a.Proc != nil { // an adopted leader is registered as one
+			keep[a.ServiceID] = true
+		}
+	}
 	for _, svc := range r.cfg.Services {
 		if svc.Placement != nil {
 			continue

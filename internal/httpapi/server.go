@@ -127,6 +127,10 @@ func Listen(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/restart/{service}", s.serviceGuard(ServiceWrite, s.control.Restart))
 	mux.HandleFunc("POST /v1/reset/{service}", s.serviceGuard(ServiceWrite, s.control.Reset))
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	// Which build answers (an upgrade in place changes it, not the PID).
+	// The upgrade itself is the control socket's only: it replaces the
+	// node's binary, an act of the machine's operator.
+	mux.HandleFunc("GET /v1/version", s.control.Version)
 	if cfg.Volumes != nil {
 		mux.Handle("/v1/volumes/", s.volumeGuard(cfg.Volumes))
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -113,6 +114,12 @@ type Process struct {
 	done    chan struct{}
 	exit    Exit
 	outDone chan struct{}
+
+	// The descriptors an upgrade hands over (handoff_linux.go): the pidfd
+	// the poller follows (-1: none), the read ends of stdout and stderr
+	// (-1 once at EOF, or when goroutines read them).
+	pidfd        int
+	outFD, errFD atomic.Int32
 }
 
 // OutputDone is closed when both output streams reached EOF: every writer
@@ -233,7 +240,12 @@ func Start(spec Spec) (*Process, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	p := &Process{done: make(chan struct{}), outDone: make(chan struct{})}
+	p := &Process{done: make(chan struct{}), outDone: make(chan struct{}), pidfd: -1}
+	p.outFD.Store(-1)
+	p.errFD.Store(-1)
+	// An upgrade's freeze waits for a start under way to be registered.
+	forkGate.RLock()
+	defer forkGate.RUnlock()
 	req := &startReq{cmd: cmd, exited: p.exited}
 	// no_new_privs: through the trampoline (mainthread_linux.go), which
 	// sets it in the child.
@@ -296,7 +308,11 @@ func Start(spec Spec) (*Process, error) {
 	}
 	// One goroutine follows every child's output and exit (the poller);
 	// where it cannot, goroutines of this child's own do.
-	if !followOutput(spec.Output, spec.Name, spec.Tap, outR, errR, func() { close(p.outDone) }) {
+	p.outFD.Store(int32(outR))
+	p.errFD.Store(int32(errR))
+	if !followOutput(spec.Output, spec.Name, spec.Tap, outR, errR, &p.outFD, &p.errFD, func() { close(p.outDone) }) {
+		p.outFD.Store(-1)
+		p.errFD.Store(-1)
 		var fw sync.WaitGroup
 		fw.Add(2)
 		go func() {
@@ -319,6 +335,7 @@ func Start(spec Spec) (*Process, error) {
 		_ = cmd.Process.Release()
 		p.exited(ws, err)
 	}):
+		p.pidfd = pidfd
 	default:
 		go func() { p.exited(waitPid(cmd.Process, pidfd)) }()
 	}

@@ -1,0 +1,134 @@
+package proc
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// An upgrade in place (mariposa upgrade) re-execs mariposa with its
+// children running: Freeze stops every start, every output read and every
+// reap, so that what Handoff reports stays true until the exec; the new
+// image adopts each child (Adopt) through the same descriptors, which
+// KeepOpen lets through the exec.
+
+// forkGate: every Start holds it for reading from its fork to its
+// registration with the poller; Freeze takes it for writing.
+var forkGate sync.RWMutex
+
+// Handoff is a running child as the next image adopts it.
+type Handoff struct {
+	Pid     int       `json:"pid"`
+	PidFD   int       `json:"pidfd"`  // -1: none (the PID 1 reaper waits for it)
+	Out     int       `json:"stdout"` // read end of its stdout; -1: closed
+	Err     int       `json:"stderr"` // of its stderr; -1: closed
+	Started time.Time `json:"started"`
+}
+
+// Freeze stops every start (a Start waits), every output read and every
+// reap until thaw is called: a child that exits meanwhile stays a zombie
+// with its PID, for the next image to reap. It fails where children are not
+// followed by the poller (nothing to hand over).
+func Freeze() (thaw func(), err error) {
+	p := getPoller()
+	if p == nil {
+		return nil, errors.New("children are not followed through epoll here: nothing to hand over")
+	}
+	forkGate.Lock()
+	p.disp.Lock()
+	rp := activeReaper()
+	if rp != nil {
+		rp.mu.Lock()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			if rp != nil {
+				rp.mu.Unlock()
+			}
+			p.disp.Unlock()
+			forkGate.Unlock()
+		})
+	}, nil
+}
+
+// Handoff reports p for the next image, once frozen. ok is false when p
+// has exited (nothing to adopt) or cannot be followed through descriptors.
+func (p *Process) Handoff() (h Handoff, ok bool) {
+	select {
+	case <-p.done:
+		return Handoff{}, false
+	default:
+	}
+	h = Handoff{Pid: p.Pid, PidFD: p.pidfd, Out: int(p.outFD.Load()), Err: int(p.errFD.Load()), Started: p.Started}
+	if h.PidFD < 0 && activeReaper() == nil {
+		return Handoff{}, false
+	}
+	return h, true
+}
+
+// Fds lists the descriptors of h that must survive the exec.
+func (h Handoff) Fds() []int {
+	var fds []int
+	for _, fd := range []int{h.PidFD, h.Out, h.Err} {
+		if fd >= 0 {
+			fds = append(fds, fd)
+		}
+	}
+	return fds
+}
+
+// KeepOpen clears close-on-exec on fds (right before the exec).
+func KeepOpen(fds []int) error {
+	for _, fd := range fds {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("fd %d: %w", fd, err)
+		}
+	}
+	return nil
+}
+
+// Adopt follows a child the previous image handed over: its output goes to
+// output and tap under name, as Start's would, and its exit to Done (at
+// once when it exited during the exec). Its descriptors are close-on-exec
+// again, so later children do not inherit them.
+func Adopt(h Handoff, output *Sink, name string, tap func(Line)) (*Process, error) {
+	for _, fd := range h.Fds() {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil {
+			return nil, fmt.Errorf("adopting pid %d: fd %d: %w", h.Pid, fd, err)
+		}
+	}
+	if getPoller() == nil {
+		return nil, errors.New("no epoll: cannot follow an adopted child")
+	}
+	p := &Process{Pid: h.Pid, Started: h.Started, done: make(chan struct{}), outDone: make(chan struct{}), pidfd: -1}
+	p.outFD.Store(int32(h.Out))
+	p.errFD.Store(int32(h.Err))
+	for _, fd := range []int{h.Out, h.Err} {
+		if fd >= 0 {
+			_ = syscall.SetNonblock(fd, true)
+		}
+	}
+	if !followOutput(output, name, tap, h.Out, h.Err, &p.outFD, &p.errFD, func() { close(p.outDone) }) {
+		return nil, fmt.Errorf("adopting pid %d: cannot follow its output", h.Pid)
+	}
+	if rp := activeReaper(); rp != nil {
+		if h.PidFD >= 0 {
+			syscall.Close(h.PidFD)
+		}
+		rp.mu.Lock()
+		rp.register(h.Pid, p.exited)
+		rp.mu.Unlock()
+		rp.reapAll() // an exit during the exec sent its SIGCHLD to the old image
+		return p, nil
+	}
+	if h.PidFD < 0 || !followExit(h.Pid, h.PidFD, p.exited) {
+		return nil, fmt.Errorf("adopting pid %d: cannot follow its pidfd", h.Pid)
+	}
+	p.pidfd = h.PidFD
+	return p, nil
+}

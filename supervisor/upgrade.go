@@ -1,0 +1,216 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/lease"
+	"github.com/mariposa-sh/mariposa/internal/proc"
+)
+
+// An upgrade in place (website/upgrade.md): the running mariposa re-execs
+// the binary at its path with its children running. Handover parks every
+// instance's loop (no start, stop, restart or registration change from
+// then on) and freezes the process layer (no fork, no output read, no
+// reap), then reports what the next image needs: each running child, its
+// restarts and leader term, and the node's sessions. The next image adopts
+// them (Options.Adopt) instead of starting anew.
+
+// Handover is the runner's part of the state an upgrade hands over.
+type Handover struct {
+	Node      string                 `json:"node"`
+	Started   time.Time              `json:"started"` // Options.Started: the node lock's value
+	Sessions  []lease.SessionHandoff `json:"sessions"`
+	Instances []InstanceHandoff      `json:"instances"`
+}
+
+// InstanceHandoff is one instance as an upgrade hands it over.
+type InstanceHandoff struct {
+	Key       string        `json:"key"`
+	ServiceID string        `json:"service_id"`
+	Proc      *proc.Handoff `json:"proc,omitempty"` // nil: no process to adopt; the instance boots
+	Restarts  int           `json:"restarts"`
+	Term      *TermHandoff  `json:"term,omitempty"` // the leader term the process runs under
+}
+
+// TermHandoff is a held leader term.
+type TermHandoff struct {
+	Key     string `json:"key"`
+	Session string `json:"session"`
+	Index   uint64 `json:"index"`
+}
+
+type handoverReq struct {
+	reply  chan handoverAns
+	resume chan struct{} // closed when the upgrade failed: the loop goes on
+}
+
+type handoverAns struct {
+	busy string // why the instance cannot be handed over now
+	p    *proc.Process
+	h    InstanceHandoff
+}
+
+// handover answers an upgrade's request and, unless busy, parks the loop
+// until the exec (for good) or the upgrade's failure (resume).
+func (l *loop) handover(req handoverReq) {
+	s := &l.s
+	ans := handoverAns{h: InstanceHandoff{Key: l.in.key, ServiceID: l.in.id, Restarts: s.restarts}}
+	switch {
+	case s.stopping || s.draining || s.shutdown:
+		ans.busy = "stopping"
+	case l.p != nil && s.pid == 0:
+		ans.busy = "starting"
+	case l.p != nil:
+		ans.p = l.p
+		if s.term != nil && !s.termLost {
+			ans.h.Term = &TermHandoff{Key: s.term.Key, Session: s.term.Session, Index: s.term.Index}
+		}
+	}
+	req.reply <- ans
+	if ans.busy != "" {
+		return
+	}
+	<-req.resume
+}
+
+// boot is the loop's first input: the adoption of the process the previous
+// image handed over, or a boot.
+func (l *loop) boot() input {
+	in := l.in
+	a := in.adopt
+	in.adopt = nil
+	if a == nil || a.Proc == nil {
+		if a != nil {
+			l.s.restarts = a.Restarts
+		}
+		return input{kind: inBoot}
+	}
+	p, err := proc.Adopt(*a.Proc, in.sink, in.svc.Name, in.tap)
+	if err != nil {
+		in.log.Error("could not adopt the process the previous mariposa ran; killing it and starting anew", "pid", a.Proc.Pid, "error", err)
+		_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+		l.s.restarts = a.Restarts
+		return input{kind: inBoot}
+	}
+	if in.cgroups != nil {
+		// The group the process runs in: found again, not emptied.
+		if g, err := in.cgroups.Group(groupName(in.node, in.id), resourcesOf(in.svc)); err == nil {
+			in.group = g
+			in.oomBase = g.OOMKills()
+		} else {
+			in.log.Warn("could not find the adopted process's control group", "error", err)
+		}
+	}
+	l.p = p
+	i := input{kind: inAdopted, pid: p.Pid, started: p.Started, restarts: a.Restarts}
+	if a.Term != nil {
+		i.term, i.hasTerm = termInfo{Key: a.Term.Key, Session: a.Term.Session, Index: a.Term.Index}, true
+	}
+	in.log.Info("adopted the process of the previous mariposa", "pid", p.Pid)
+	return i
+}
+
+// Handover parks every instance and freezes the process layer, then
+// returns what the next image adopts. thaw undoes it all (the upgrade
+// failed; nothing was handed over). An instance starting or stopping fails
+// it: try again.
+func (r *Runner) Handover(ctx context.Context) (h *Handover, thaw func(), err error) {
+	r.mu.Lock()
+	var ins []*Instance
+	for _, k := range r.order {
+		ins = append(ins, r.instances[k])
+	}
+	node := r.node
+	r.mu.Unlock()
+	resume := make(chan struct{})
+	thawProc := func() {}
+	thaw = func() { thawProc(); close(resume) }
+	var parked []handoverAns
+	var busy []string
+	for _, in := range ins {
+		req := handoverReq{reply: make(chan handoverAns, 1), resume: resume}
+		select {
+		case in.handc <- req:
+		case <-in.done:
+			continue // stopped for good: nothing to hand over
+		case <-ctx.Done():
+			thaw()
+			return nil, nil, fmt.Errorf("instance %s did not answer: %w", in.key, ctx.Err())
+		}
+		a := <-req.reply
+		if a.busy != "" {
+			busy = append(busy, in.key+" ("+a.busy+")")
+			continue
+		}
+		parked = append(parked, a)
+	}
+	if len(busy) > 0 {
+		thaw()
+		return nil, nil, fmt.Errorf("instances are starting or stopping: %s; try again", strings.Join(busy, ", "))
+	}
+	t, err := proc.Freeze()
+	if err != nil {
+		thaw()
+		return nil, nil, err
+	}
+	thawProc = t
+	h = &Handover{Node: node, Started: r.opts.Started, Sessions: r.leases.Sessions()}
+	for _, a := range parked {
+		if a.p != nil {
+			if ph, ok := a.p.Handoff(); ok {
+				a.h.Proc = &ph
+			} else {
+				a.h.Term = nil // exited meanwhile: the next image boots it
+			}
+		}
+		h.Instances = append(h.Instances, a.h)
+	}
+	return h, thaw, nil
+}
+
+// Fds lists the descriptors the next image needs (see proc.KeepOpen).
+func (h *Handover) Fds() []int {
+	var fds []int
+	for _, in := range h.Instances {
+		if in.Proc != nil {
+			fds = append(fds, in.Proc.Fds()...)
+		}
+	}
+	return fds
+}
+
+// adoptions checks what the previous image handed over against Consul, once
+// the sessions are adopted: a term whose session is not the lease's now, or
+// whose key that session no longer holds, is dropped, and the process of a
+// standby (which may run only while it leads) is killed; the instance then
+// goes on as one without a term.
+func (r *Runner) adoptions(ctx context.Context, h *Handover) map[string]*InstanceHandoff {
+	out := map[string]*InstanceHandoff{}
+	for i := range h.Instances {
+		a := h.Instances[i]
+		if a.Term != nil {
+			svc := r.cfg.Service(strings.SplitN(a.Key, "/", 2)[0])
+			ok := svc != nil && svc.Leader != nil && svc.Leader.Key == a.Term.Key &&
+				r.leases.Lease(svc.Leader.SessionTTL, svc.Leader.LockDelay).Session() == a.Term.Session
+			if ok {
+				pair, _, err := r.opts.Client.KV().Get(a.Term.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+				ok = err == nil && pair != nil && pair.Session == a.Term.Session
+			}
+			if !ok {
+				r.log.Warn("the leader term handed over is no longer held; the instance goes on without it", "service", a.Key, "key", a.Term.Key)
+				a.Term = nil
+				if svc != nil && svc.Leader != nil && svc.Leader.Mode == "standby" && a.Proc != nil {
+					_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+				}
+			}
+		}
+		out[a.Key] = &a
+	}
+	return out
+}
