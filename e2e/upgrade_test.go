@@ -100,7 +100,8 @@ func nodeVersion(addr string) (string, int, error) {
 
 // upgradeNode is a node with a node-local service (with an agent-run HTTP
 // check), a chatty one (its output numbered) and a leader (standby mode),
-// run by a copy of mariposa at a path of its own.
+// and one in tag mode (which restarts on a change of role), run by a copy
+// of mariposa at a path of its own.
 type upgradeNode struct {
 	agent    *consultest.Agent
 	c        *api.Client
@@ -108,13 +109,13 @@ type upgradeNode struct {
 	bin      string // the path mariposa runs from
 	apiAddr  string
 	services []string
-	key      string // the leader key
+	keys     []string // the leader keys
 }
 
 func startUpgradeNode(t *testing.T) *upgradeNode {
 	agent := consultest.NewDev(t)
-	n := &upgradeNode{agent: agent, c: agent.Client(t), key: "upgrade/leader",
-		services: []string{"web", "ticker", "sched"}}
+	n := &upgradeNode{agent: agent, c: agent.Client(t), keys: []string{"upgrade/sched", "upgrade/primary"},
+		services: []string{"web", "ticker", "sched", "primary"}}
 	n.bin = filepath.Join(t.TempDir(), "mariposa")
 	install(t, mariposaBin, n.bin)
 	webPort := freePort(t)
@@ -142,7 +143,16 @@ service "sched" {
     lock_delay = "5s"
   }
 }
-`, childBin, webPort, webPort, webPort, childBin, n.key))
+
+service "primary" {
+  command = [%q]
+  leader {
+    mode       = "tag"
+    key        = %q
+    lock_delay = "5s"
+  }
+}
+`, childBin, webPort, webPort, webPort, childBin, n.keys[0], childBin, n.keys[1]))
 	n.m = startMariposaBin(t, n.bin, agent, nil, "-http-addr", n.apiAddr, hcl)
 	return n
 }
@@ -178,7 +188,7 @@ func (n *upgradeNode) pids(t *testing.T) map[string]int {
 // upSample watches what an upgrade must not change, every 20 ms: every
 // service listed once with every check passing (mariposa's own liveness
 // too), every child alive, the leader key held by the same session at the
-// same lock index.
+// same lock index (for every leader key).
 type upSample struct {
 	mu         sync.Mutex
 	violations []string
@@ -187,9 +197,13 @@ type upSample struct {
 }
 
 func (n *upgradeNode) sample(t *testing.T, pids map[string]int) *upSample {
-	lock, _, err := n.c.KV().Get(n.key, nil)
-	if err != nil || lock == nil || lock.Session == "" {
-		t.Fatalf("leader key %s: %+v %v", n.key, lock, err)
+	locks := map[string]*api.KVPair{}
+	for _, k := range n.keys {
+		lock, _, err := n.c.KV().Get(k, nil)
+		if err != nil || lock == nil || lock.Session == "" {
+			t.Fatalf("leader key %s: %+v %v", k, lock, err)
+		}
+		locks[k] = lock
 	}
 	s := &upSample{stop: make(chan struct{}), done: make(chan struct{})}
 	bad := func(f string, a ...any) {
@@ -229,12 +243,14 @@ func (n *upgradeNode) sample(t *testing.T, pids map[string]int) *upSample {
 					bad("%s: pid %d gone", name, pid)
 				}
 			}
-			kv, _, err := n.c.KV().Get(n.key, nil)
-			switch {
-			case err != nil:
-				bad("leader key: %v", err)
-			case kv == nil || kv.Session != lock.Session || kv.LockIndex != lock.LockIndex:
-				bad("leader key changed hands: %+v, was session %s lock index %d", kv, lock.Session, lock.LockIndex)
+			for k, lock := range locks {
+				kv, _, err := n.c.KV().Get(k, nil)
+				switch {
+				case err != nil:
+					bad("leader key %s: %v", k, err)
+				case kv == nil || kv.Session != lock.Session || kv.LockIndex != lock.LockIndex:
+					bad("leader key %s changed hands: %+v, was session %s lock index %d", k, kv, lock.Session, lock.LockIndex)
+				}
 			}
 			s.mu.Lock()
 			s.rounds++
