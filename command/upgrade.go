@@ -265,18 +265,8 @@ func (u *nodeUpgrader) PrepareUpgrade(by string) (control.UpgradeResult, func(),
 	if err != nil {
 		return res, nil, fail(err)
 	}
-	// No MFD_CLOEXEC: the next image reads it. Nothing forks meanwhile
-	// (the freeze holds every start).
-	fd, err := unix.MemfdCreate("mariposa-upgrade-state", 0)
+	fd, err := stateFile(b)
 	if err != nil {
-		return res, nil, fail(fmt.Errorf("memfd: %w", err))
-	}
-	if _, err := unix.Write(fd, b); err != nil {
-		unix.Close(fd)
-		return res, nil, fail(fmt.Errorf("writing the state: %w", err))
-	}
-	if _, err := unix.Seek(fd, 0, io.SeekStart); err != nil {
-		unix.Close(fd)
 		return res, nil, fail(err)
 	}
 	env := []string{}
