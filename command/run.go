@@ -326,6 +326,15 @@ func (c *RunCommand) Run(args []string) int {
 		OnRender:   httpAPI.metrics.ObserveRender,
 		Cgroups:    cgroups,
 	})
+	if handed != nil {
+		control.SetUpgraded(func() *control.Upgraded {
+			u := &control.Upgraded{From: handed.From}
+			if gap, ok := r.UpgradeGap(); ok {
+				u.CheckGapSecs = gap.Seconds()
+			}
+			return u
+		})
+	}
 	httpAPI.start(r, log)
 	// Below "alive" in mariposa's liveness check: the open API's warning,
 	// then the slots the fleet waits for.

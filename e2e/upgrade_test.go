@@ -80,22 +80,34 @@ func installBytes(t testing.TB, b []byte, dst string) {
 	}
 }
 
-// nodeVersion is what the node API's GET /v1/version answers.
-func nodeVersion(addr string) (string, int, error) {
+// versionAnswer is the node API's GET /v1/version.
+type versionAnswer struct {
+	Version  string `json:"version"`
+	PID      int    `json:"pid"`
+	Upgraded *struct {
+		From         string  `json:"from"`
+		CheckGapSecs float64 `json:"check_gap_seconds"`
+	} `json:"upgraded"`
+}
+
+func nodeVersionAnswer(addr string) (versionAnswer, error) {
+	var v versionAnswer
 	resp, err := http.Get("http://" + addr + "/v1/version")
 	if err != nil {
-		return "", 0, err
+		return v, err
 	}
 	defer resp.Body.Close()
-	var v struct {
-		Version string `json:"version"`
-		PID     int    `json:"pid"`
-	}
 	b, _ := io.ReadAll(resp.Body)
 	if err := json.Unmarshal(b, &v); err != nil {
-		return "", 0, fmt.Errorf("%s: %s", resp.Status, b)
+		return v, fmt.Errorf("%s: %s", resp.Status, b)
 	}
-	return v.Version, v.PID, nil
+	return v, nil
+}
+
+// nodeVersion is the version and PID the node API's GET /v1/version names.
+func nodeVersion(addr string) (string, int, error) {
+	v, err := nodeVersionAnswer(addr)
+	return v.Version, v.PID, err
 }
 
 // upgradeNode is a node with a node-local service (with an agent-run HTTP
@@ -112,7 +124,7 @@ type upgradeNode struct {
 	keys     []string // the leader keys
 }
 
-func startUpgradeNode(t *testing.T) *upgradeNode {
+func startUpgradeNode(t testing.TB) *upgradeNode {
 	agent := consultest.NewDev(t)
 	n := &upgradeNode{agent: agent, c: agent.Client(t), keys: []string{"upgrade/sched", "upgrade/primary"},
 		services: []string{"web", "ticker", "sched", "primary"}}
@@ -159,7 +171,7 @@ service "primary" {
 
 // pids waits until every service runs with its checks passing and returns
 // each one's PID.
-func (n *upgradeNode) pids(t *testing.T) map[string]int {
+func (n *upgradeNode) pids(t testing.TB) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	waitFor(t, 30*time.Second, "every service running and passing", func() (bool, string) {

@@ -126,6 +126,11 @@ type Runner struct {
 	note atomic.Pointer[func() string]
 	// noGateOnce warns that coordinated reloads act at once.
 	noGateOnce sync.Once
+	// lastBeat is when the liveness check was last updated (unix ns);
+	// beatGap, after an upgrade in place, the time from the previous
+	// image's last update to this one's first (upgrade.go).
+	lastBeat atomic.Int64
+	beatGap  atomic.Int64
 
 	// Set by Run before any instance starts.
 	leases  *lease.Manager
@@ -565,12 +570,18 @@ func (r *Runner) heartbeat(ctx context.Context, checkID string) {
 	every := r.opts.LivenessTTL / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// After an upgrade in place the first beat is at once: the previous
+	// image's last one was up to a period before its exec.
+	now := r.opts.Adopt != nil
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if !now {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
+		now = false
 		out := "alive"
 		if note := r.note.Load(); note != nil {
 			if n := (*note)(); n != "" {
@@ -578,8 +589,11 @@ func (r *Runner) heartbeat(ctx context.Context, checkID string) {
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, every)
-		_ = r.opts.Client.Agent().UpdateTTLOpts(checkID, out, api.HealthPassing, (&api.QueryOptions{}).WithContext(cctx))
+		err := r.opts.Client.Agent().UpdateTTLOpts(checkID, out, api.HealthPassing, (&api.QueryOptions{}).WithContext(cctx))
 		cancel()
+		if err == nil {
+			r.beat(time.Now())
+		}
 	}
 }
 

@@ -23,10 +23,13 @@ import (
 
 // Handover is the runner's part of the state an upgrade hands over.
 type Handover struct {
-	Node      string                 `json:"node"`
-	Started   time.Time              `json:"started"` // Options.Started: the node lock's value
-	Sessions  []lease.SessionHandoff `json:"sessions"`
-	Instances []InstanceHandoff      `json:"instances"`
+	Node     string                 `json:"node"`
+	Started  time.Time              `json:"started"` // Options.Started: the node lock's value
+	Sessions []lease.SessionHandoff `json:"sessions"`
+	// LastBeat is when the previous image last updated mariposa's
+	// liveness check (zero: never).
+	LastBeat  time.Time         `json:"last_beat,omitzero"`
+	Instances []InstanceHandoff `json:"instances"`
 }
 
 // InstanceHandoff is one instance as an upgrade hands it over.
@@ -161,6 +164,9 @@ func (r *Runner) Handover(ctx context.Context) (h *Handover, thaw func(), err er
 	}
 	thawProc = t
 	h = &Handover{Node: node, Started: r.opts.Started, Sessions: r.leases.Sessions()}
+	if ns := r.lastBeat.Load(); ns != 0 {
+		h.LastBeat = time.Unix(0, ns)
+	}
 	for _, a := range parked {
 		if a.p != nil {
 			if ph, ok := a.p.Handoff(); ok {
@@ -213,4 +219,19 @@ func (r *Runner) adoptions(ctx context.Context, h *Handover) map[string]*Instanc
 		out[a.Key] = &a
 	}
 	return out
+}
+
+// beat records an update of the liveness check.
+func (r *Runner) beat(at time.Time) {
+	if r.lastBeat.Swap(at.UnixNano()) == 0 && r.opts.Adopt != nil && !r.opts.Adopt.LastBeat.IsZero() {
+		r.beatGap.Store(int64(at.Sub(r.opts.Adopt.LastBeat)))
+	}
+}
+
+// UpgradeGap is, after an upgrade in place, the longest time mariposa's
+// liveness check went without an update across it: from the previous
+// image's last update to this one's first. ok is false before that.
+func (r *Runner) UpgradeGap() (gap time.Duration, ok bool) {
+	g := r.beatGap.Load()
+	return time.Duration(g), g != 0
 }

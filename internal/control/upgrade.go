@@ -33,7 +33,23 @@ type VersionInfo struct {
 	// UpgradeError says why the last upgrade in place failed after it was
 	// accepted (the exec itself): this build goes on.
 	UpgradeError string `json:"upgrade_error,omitempty"`
+	// Upgraded is set in a build that took over by an upgrade in place.
+	Upgraded *Upgraded `json:"upgraded,omitempty"`
 }
+
+// Upgraded says which build handed over, and how long mariposa's liveness
+// check went without an update across the upgrade (once this build has
+// updated it: 0 before).
+type Upgraded struct {
+	From         string  `json:"from"`
+	CheckGapSecs float64 `json:"check_gap_seconds,omitempty"`
+}
+
+var upgraded atomic.Pointer[func() *Upgraded]
+
+// SetUpgraded sets what GET /v1/version says of the upgrade that started
+// this build.
+func SetUpgraded(f func() *Upgraded) { upgraded.Store(&f) }
 
 // versionString is the running build (set by the command package: the
 // version package is above internal/).
@@ -55,6 +71,9 @@ func (h *Handlers) Version(w http.ResponseWriter, r *http.Request) {
 	v := VersionInfo{Version: versionString(), PID: os.Getpid()}
 	if e := upgradeErr.Load(); e != nil {
 		v.UpgradeError = *e
+	}
+	if f := upgraded.Load(); f != nil {
+		v.Upgraded = (*f)()
 	}
 	writeJSON(w, http.StatusOK, v)
 }
