@@ -126,3 +126,23 @@ func TestNoNewPrivsExecError(t *testing.T) {
 		t.Logf("%s: %v", argv[0], err)
 	}
 }
+
+// BenchmarkForkOnMainThread: what forking on the main thread (the hop to
+// it and back) adds to a start, against forking on the caller's thread.
+// Each op starts /bin/true and waits for its exit, as a restart does.
+func BenchmarkForkOnMainThread(b *testing.B) {
+	for _, here := range []bool{true, false} {
+		name := map[bool]string{true: "caller-thread", false: "main-thread"}[here]
+		b.Run(name, func(b *testing.B) {
+			forkHere = here
+			defer func() { forkHere = false }()
+			for b.Loop() {
+				p, err := Start(Spec{Argv: []string{"/bin/true"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				<-p.Done()
+			}
+		})
+	}
+}

@@ -87,7 +87,11 @@ func serveMain(q mainReq) error {
 }
 
 // onMain reports whether forks are served on the main thread.
-func onMain() bool { return mainReqs.Load() != nil }
+func onMain() bool { return mainReqs.Load() != nil && !forkHere }
+
+// forkHere forks on the caller's thread even when the main thread serves
+// forks: BenchmarkForkOnMainThread's baseline only.
+var forkHere bool
 
 // startMain forks r on the main thread, with umask (-1: mariposa's).
 func startMain(r *startReq, umask int) error {
