@@ -229,13 +229,19 @@ type nodeUpgrader struct {
 	sink    *proc.Sink
 	log     hclog.Logger
 	cluster bool
-	busy    chan struct{} // one upgrade at a time
+	// dev: run -dev started a Consul agent of its own, a child the
+	// upgrade does not hand over.
+	dev  bool
+	busy chan struct{} // one upgrade at a time
 }
 
 func (u *nodeUpgrader) PrepareUpgrade(by string) (control.UpgradeResult, func(), error) {
 	var res control.UpgradeResult
 	if u.cluster {
 		return res, nil, errors.New("upgrade in place of a fleet node (run -cluster) is not supported yet: its slots would have to be adopted too")
+	}
+	if u.dev {
+		return res, nil, errors.New("this mariposa runs its own dev Consul agent (run -dev), which an upgrade in place would stop: restart it instead")
 	}
 	select {
 	case u.busy <- struct{}{}:

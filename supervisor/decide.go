@@ -69,8 +69,9 @@ type input struct {
 	by      string // inRestart, inReset: who asked (Event.Actor)
 	// inAdopted: the restarts so far, and the term the process runs
 	// under (hasTerm).
-	restarts int
-	hasTerm  bool
+	restarts    int
+	hasTerm     bool
+	depsAtStart []bool
 }
 
 // termInfo is what the instance needs of a leadership term.
@@ -438,6 +439,7 @@ func (st *stepper) adopted(in input) {
 		st.setData(in.data)
 	}
 	s.restarts = in.restarts
+	s.depsAtStart = append(s.depsAtStart[:0], in.depsAtStart...)
 	if in.hasTerm {
 		t := in.term
 		s.term, s.termLost, s.expired = &t, false, false

@@ -290,6 +290,18 @@ func (r *Runner) Run(ctx context.Context) error {
 	defer r.leases.Close()
 	var adopt map[string]*InstanceHandoff
 	if h := r.opts.Adopt; h != nil {
+		// A child the previous image did not hand over (an args check
+		// under way) would never be waited for: killed and reaped now,
+		// before this image starts any.
+		known := map[int]bool{}
+		for _, in := range h.Instances {
+			if in.Proc != nil {
+				known[in.Proc.Pid] = true
+			}
+		}
+		if strays := proc.KillStrays(known); len(strays) > 0 {
+			log.Info("killed the previous mariposa's children it did not hand over", "pids", fmt.Sprint(strays))
+		}
 		// The previous image's sessions hold the node lock and every
 		// term: adopted, they are taken again without a write.
 		if err := r.leases.Adopt(ctx, h.Sessions); err != nil {

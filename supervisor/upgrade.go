@@ -39,6 +39,9 @@ type InstanceHandoff struct {
 	Proc      *proc.Handoff `json:"proc,omitempty"` // nil: no process to adopt; the instance boots
 	Restarts  int           `json:"restarts"`
 	Term      *TermHandoff  `json:"term,omitempty"` // the leader term the process runs under
+	// DepsAtStart: which dependencies held when the process started
+	// (on_lost compares against it).
+	DepsAtStart []bool `json:"deps_at_start,omitempty"`
 }
 
 // TermHandoff is a held leader term.
@@ -71,6 +74,7 @@ func (l *loop) handover(req handoverReq) {
 		ans.busy = "starting"
 	case l.p != nil:
 		ans.p = l.p
+		ans.h.DepsAtStart = append([]bool(nil), s.depsAtStart...)
 		if s.term != nil && !s.termLost {
 			ans.h.Term = &TermHandoff{Key: s.term.Key, Session: s.term.Session, Index: s.term.Index}
 		}
@@ -111,7 +115,7 @@ func (l *loop) boot() input {
 		}
 	}
 	l.p = p
-	i := input{kind: inAdopted, pid: p.Pid, started: p.Started, restarts: a.Restarts}
+	i := input{kind: inAdopted, pid: p.Pid, started: p.Started, restarts: a.Restarts, depsAtStart: a.DepsAtStart}
 	if a.Term != nil {
 		i.term, i.hasTerm = termInfo{Key: a.Term.Key, Session: a.Term.Session, Index: a.Term.Index}, true
 	}

@@ -49,7 +49,30 @@ func afterExec(list string) int {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// One child was not handed over (PROC_TEST_STRAY): KillStrays
+	// kills and reaps it, and only it.
+	stray, _ := strconv.Atoi(os.Getenv("PROC_TEST_STRAY"))
+	known := map[int]bool{}
 	for _, pid := range pids {
+		known[pid] = true
+	}
+	killed := KillStrays(known)
+	if len(killed) != 1 || killed[0] != stray {
+		fmt.Printf("KillStrays killed %v, want [%d]\n", killed, stray)
+		return 1
+	}
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(stray, 0) == nil; {
+		if time.Now().After(deadline) {
+			fmt.Printf("stray %d still there (not reaped)\n", stray)
+			return 1
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, pid := range pids {
+		if syscall.Kill(pid, 0) != nil {
+			fmt.Printf("child %d killed with the stray\n", pid)
+			return 1
+		}
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	fmt.Println("children alive after exec:", len(pids))
@@ -90,8 +113,13 @@ func TestExecHelper(t *testing.T) {
 	if t.Failed() {
 		return
 	}
+	stray, err := Start(Spec{Argv: []string{"sleep", "60"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	self, _ := os.Executable()
-	err := Exec(self, []string{self, "-test.run=^$"}, append(os.Environ(), "PROC_TEST_AFTER_EXEC="+strings.Join(pids, ",")), nil)
+	err = Exec(self, []string{self, "-test.run=^$"}, append(os.Environ(), "PROC_TEST_AFTER_EXEC="+strings.Join(pids, ","),
+		"PROC_TEST_STRAY="+strconv.Itoa(stray.Pid)), nil)
 	t.Fatalf("exec: %v", err)
 }
 
@@ -99,7 +127,8 @@ func TestExecHelper(t *testing.T) {
 // umask, with no_new_privs, or neither) are forked on the main thread, so
 // an exec of mariposa from that thread (the upgrade in place) neither
 // kills them (their parent-death signal follows the forking thread) nor
-// takes them away (the new image reaps them).
+// takes them away (the new image reaps them); a child not handed over is
+// killed and reaped by KillStrays, the others left alone.
 func TestChildrenSurviveExec(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^TestExecHelper$", "-test.v")
 	cmd.Env = append(os.Environ(), "PROC_TEST_EXEC_HELPER=1")

@@ -3,6 +3,9 @@ package proc
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -131,4 +134,46 @@ func Adopt(h Handoff, output *Sink, name string, tap func(Line)) (*Process, erro
 	}
 	p.pidfd = h.PidFD
 	return p, nil
+}
+
+// KillStrays kills and reaps every child of this process that is not in
+// known: after an upgrade in place, the children the previous image ran
+// but did not hand over (an args check under way at the freeze), which
+// nobody would ever wait for. Call it before this image starts a child of
+// its own. It returns the PIDs it killed.
+func KillStrays(known map[int]bool) []int {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	var strays []int
+	for _, t := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + t.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err != nil || known[pid] {
+				continue
+			}
+			strays = append(strays, pid)
+		}
+	}
+	rp := activeReaper()
+	for _, pid := range strays {
+		_ = syscall.Kill(-pid, syscall.SIGKILL) // its process group, as a stop would
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		if rp == nil { // the PID 1 reaper reaps it otherwise
+			go func() {
+				var ws syscall.WaitStatus
+				for {
+					if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+						return
+					}
+				}
+			}()
+		}
+	}
+	return strays
 }

@@ -34,3 +34,6 @@ func KeepOpen(fds []int) error { return errors.New("an upgrade in place needs Li
 func Adopt(h Handoff, output *Sink, name string, tap func(Line)) (*Process, error) {
 	return nil, errors.New("an upgrade in place needs Linux")
 }
+
+// KillStrays: Linux only.
+func KillStrays(known map[int]bool) []int { return nil }
