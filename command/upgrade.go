@@ -137,7 +137,7 @@ func UpgradePreflight(args []string, stdout, stderr io.Writer) int {
 	n := fs.Int("state-version", 0, "")
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintln(stderr, "mariposa upgrade-preflight:", err)
-		return 2
+		return 1
 	}
 	_ = json.NewEncoder(stdout).Encode(preflightAnswer{Version: version.String(), StateVersions: []int{upgradeStateVersion}})
 	if *n != upgradeStateVersion {
