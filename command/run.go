@@ -250,6 +250,9 @@ func (c *RunCommand) Run(args []string) int {
 	if os.Getpid() == 1 {
 		proc.EnableReaper()
 		log.Info("running as PID 1: reaping orphaned processes")
+		if adopt != nil {
+			proc.ExpectAdoption(adopt.PIDs())
+		}
 	}
 
 	cgroups := openCgroups(cgroupParent, log)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -405,4 +406,81 @@ func TestUpgradeBrokenBinary(t *testing.T) {
 	if out, code := n.m.cli(t, "upgrade"); code != 0 {
 		t.Fatalf("upgrade after the failures: exit %d\n%s", code, out)
 	}
+}
+
+// TestUpgradeInPlaceAsPID1: as a container's init (PID 1, reaping every
+// orphan), mariposa upgrades in place the same way: its child keeps its
+// PID and is still reaped as its own (a kill afterwards is restarted and
+// named), and orphans left after the upgrade are reaped too.
+func TestUpgradeInPlaceAsPID1(t *testing.T) {
+	_, err := exec.LookPath("unshare")
+	consultest.Require(t, err == nil, "unshare not installed (util-linux)")
+	consultest.Require(t, os.Geteuid() == 0, "PID namespaces need root here")
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	bin := filepath.Join(t.TempDir(), "mariposa")
+	install(t, mariposaBin, bin)
+	hcl := writeHCL(t, `
+service "init" {
+  command = ["/bin/sh", "-c", "trap 'for i in 1 2 3; do (sleep 0.$i &); done' USR1; while :; do sleep 0.05; done"]
+  restart {
+    delay = "0s"
+  }
+}
+`)
+	sock := controlSocket(t)
+	cmd := exec.Command("unshare", "--pid", "--fork", "--mount-proc", bin, "run",
+		"-consul-addr", agent.HTTPAddr(), "-log-level", "debug", "-control-socket", sock, hcl)
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	var mpid int
+	t.Cleanup(func() {
+		if mpid > 0 {
+			syscall.Kill(mpid, syscall.SIGKILL)
+		}
+		cmd.Process.Kill()
+		<-done
+		if t.Failed() {
+			t.Logf("mariposa output:\n%s", out.String())
+		}
+	})
+	waitFor(t, 10*time.Second, "mariposa in its namespace", func() (bool, string) {
+		if kids := children(cmd.Process.Pid); len(kids) == 1 {
+			mpid = kids[0]
+		}
+		return mpid > 0, ""
+	})
+	waitRunning(t, c, "init", agent.Name)
+	var child int
+	waitFor(t, 10*time.Second, "one child", func() (bool, string) {
+		k := children(mpid)
+		if len(k) == 1 {
+			child = k[0]
+		}
+		return len(k) == 1, fmt.Sprint(k)
+	})
+
+	install(t, rebuiltMariposa(t), bin)
+	up := exec.Command(mariposaBin, "upgrade", "-control-socket", sock)
+	if b, err := up.CombinedOutput(); err != nil {
+		t.Fatalf("mariposa upgrade: %v\n%s", err, b)
+	}
+	if k := children(mpid); len(k) != 1 || k[0] != child {
+		t.Fatalf("children after the upgrade: %v, want [%d]", k, child)
+	}
+	// Orphans left now are reaped by the new build.
+	_ = syscall.Kill(child, syscall.SIGUSR1)
+	waitFor(t, 10*time.Second, "orphans reaped after the upgrade", func() (bool, string) {
+		z := zombieChildren(mpid)
+		return len(z) == 0 && len(children(mpid)) == 1, fmt.Sprintf("zombies %v, children %v", z, children(mpid))
+	})
+	// The adopted child's exit status is still mariposa's to read.
+	_ = syscall.Kill(child, syscall.SIGKILL)
+	waitSupervisor(t, c, "init", agent.Name, "passing", "restarted 1 time, last after killed by SIGKILL")
 }

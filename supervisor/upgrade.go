@@ -239,3 +239,14 @@ func (r *Runner) UpgradeGap() (gap time.Duration, ok bool) {
 	g := r.beatGap.Load()
 	return time.Duration(g), g != 0
 }
+
+// PIDs lists the processes handed over.
+func (h *Handover) PIDs() []int {
+	var pids []int
+	for _, in := range h.Instances {
+		if in.Proc != nil {
+			pids = append(pids, in.Proc.Pid)
+		}
+	}
+	return pids
+}

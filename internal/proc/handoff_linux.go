@@ -124,6 +124,13 @@ func Adopt(h Handoff, output *Sink, name string, tap func(Line)) (*Process, erro
 			syscall.Close(h.PidFD)
 		}
 		rp.mu.Lock()
+		if ws, ok := rp.early[h.Pid]; ok {
+			// Exited (and reaped) between ExpectAdoption and now.
+			delete(rp.early, h.Pid)
+			rp.mu.Unlock()
+			p.exited(ws, nil)
+			return p, nil
+		}
 		rp.register(h.Pid, p.exited)
 		rp.mu.Unlock()
 		rp.reapAll() // an exit during the exec sent its SIGCHLD to the old image
@@ -176,4 +183,26 @@ func KillStrays(known map[int]bool) []int {
 		}
 	}
 	return strays
+}
+
+// ExpectAdoption tells the PID 1 reaper (when active) that pids are
+// children handed over by the previous image and adopted soon: their exit
+// status is kept for Adopt instead of being reaped as an orphan's. Call it
+// right after EnableReaper.
+func ExpectAdoption(pids []int) {
+	rp := activeReaper()
+	if rp == nil {
+		return
+	}
+	rp.mu.Lock()
+	if rp.early == nil {
+		rp.early = map[int]syscall.WaitStatus{}
+	}
+	for _, pid := range pids {
+		if _, ok := rp.waiters[pid]; !ok {
+			rp.waiters[pid] = func(ws syscall.WaitStatus, _ error) { rp.early[pid] = ws }
+		}
+	}
+	rp.mu.Unlock()
+	rp.reapAll() // exits during the exec
 }
