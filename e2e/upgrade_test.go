@@ -354,6 +354,46 @@ func TestUpgradeInPlace(t *testing.T) {
 	if n.m.exited() {
 		t.Fatal("mariposa exited")
 	}
+	// The node's audit file: since the upgrade, one "adopted" record per
+	// service and nothing else (no start, exit, stop, leader change).
+	adopted := map[string]bool{}
+	for _, e := range auditSince(t, filepath.Join(filepath.Dir(n.m.sock), "audit.jsonl"), began) {
+		if e.Kind != "adopted" || adopted[e.Service] {
+			t.Errorf("audit record after the upgrade: %+v", e)
+		}
+		adopted[e.Service] = true
+	}
+	if len(adopted) != len(n.services) {
+		t.Errorf("adopted records for %v, want %v", adopted, n.services)
+	}
+}
+
+type auditRecord struct {
+	Time    time.Time `json:"time"`
+	Service string    `json:"service"`
+	Kind    string    `json:"kind"`
+	PID     int       `json:"pid"`
+	Reason  string    `json:"reason"`
+}
+
+// auditSince reads the records of the node's audit file from since on.
+func auditSince(t *testing.T, path string, since time.Time) []auditRecord {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []auditRecord
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var e auditRecord
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		if !e.Time.Before(since) {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 // TestUpgradeBrokenBinary: a binary that cannot run here (garbage) or
