@@ -397,9 +397,10 @@ func auditSince(t *testing.T, path string, since time.Time) []auditRecord {
 }
 
 // TestUpgradeBrokenBinary: a binary that cannot run here (garbage) or
-// refuses (exits 1) is refused before the exec: the command fails saying
-// why, the node goes on supervised by the old build (same version, its
-// loops answer an operator's restart), and nothing was restarted.
+// refuses (exits 1) is refused before the exec, and one whose exec fails
+// after the handover is given up: the command fails saying why, the node
+// goes on supervised by the old build (same version, its loops answer an
+// operator's restart), and nothing was restarted.
 func TestUpgradeBrokenBinary(t *testing.T) {
 	n := startUpgradeNode(t)
 	before := n.pids(t)
@@ -415,6 +416,10 @@ func TestUpgradeBrokenBinary(t *testing.T) {
 		{"garbage", "cannot run here", []byte("\x7fELF\x02\x01\x01 this is not a program")},
 		{"exits 1", "refused", []byte("#!/bin/sh\necho 'no thanks' >&2\nexit 1\n")},
 		{"not mariposa", "not a mariposa", []byte("#!/bin/sh\necho hello\n")},
+		// Passes the preflight, then cannot be executed: the exec itself
+		// fails after the node was frozen and handed over, and the old
+		// build thaws and goes on.
+		{"exec fails", "failed, mariposa", []byte("#!/bin/sh\necho '{\"version\":\"mariposa v9.9.9-fake\",\"state_versions\":[1]}'\nchmod -x \"$0\"\n")},
 	} {
 		installBytes(t, bc.body, n.bin)
 		out, code := n.m.cli(t, "upgrade")
