@@ -345,7 +345,7 @@ func (c *RunCommand) Run(args []string) int {
 	fl.apiURL = handoffURL(client, httpAPI.boundAddr())
 	fl.start(r, cfg)
 	// The local control channel (mariposa restart, reset, logs).
-	up := &nodeUpgrader{r: r, sink: sink, log: log.Named("upgrade"), cluster: clusterMode, dev: devAgent != nil, busy: make(chan struct{}, 1)}
+	up := &nodeUpgrader{r: r, sink: sink, log: log.Named("upgrade"), dev: devAgent != nil, busy: make(chan struct{}, 1)}
 	srv, err := control.Listen(control.ResolvePath(controlSock), upgradeTarget{controlTarget{r}, up}, rings, log)
 	if err != nil {
 		c.UI.Error("mariposa run: " + err.Error())

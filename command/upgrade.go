@@ -228,7 +228,6 @@ type nodeUpgrader struct {
 	r       *supervisor.Runner
 	sink    *proc.Sink
 	log     hclog.Logger
-	cluster bool
 	// dev: run -dev started a Consul agent of its own, a child the
 	// upgrade does not hand over.
 	dev  bool
@@ -237,9 +236,6 @@ type nodeUpgrader struct {
 
 func (u *nodeUpgrader) PrepareUpgrade(by string) (control.UpgradeResult, func(), error) {
 	var res control.UpgradeResult
-	if u.cluster {
-		return res, nil, errors.New("upgrade in place of a fleet node (run -cluster) is not supported yet: its slots would have to be adopted too")
-	}
 	if u.dev {
 		return res, nil, errors.New("this mariposa runs its own dev Consul agent (run -dev), which an upgrade in place would stop: restart it instead")
 	}

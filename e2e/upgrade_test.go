@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
@@ -125,10 +126,27 @@ type upgradeNode struct {
 	keys     []string // the leader keys
 }
 
-func startUpgradeNode(t testing.TB) *upgradeNode {
+func startUpgradeNode(t testing.TB) *upgradeNode { return startUpgradeNodeOpt(t, false) }
+
+// startUpgradeNodeOpt: with fleet, the node runs with -cluster and one more
+// service, an exclusive count slot (a fleet of one).
+func startUpgradeNodeOpt(t testing.TB, fleet bool) *upgradeNode {
 	agent := consultest.NewDev(t)
 	n := &upgradeNode{agent: agent, c: agent.Client(t), keys: []string{"upgrade/sched", "upgrade/primary"},
 		services: []string{"web", "ticker", "sched", "primary"}}
+	extra, flags := "", []string{"-http-addr"}
+	if fleet {
+		extra = fmt.Sprintf(`
+service "slot" {
+  command   = [%q]
+  count     = 1
+  exclusive = true
+}
+`, childBin)
+		n.services = append(n.services, "slot")
+		n.keys = append(n.keys, cluster.SlotKey("slot", 0))
+		flags = append([]string{"-cluster"}, flags...)
+	}
 	n.bin = filepath.Join(t.TempDir(), "mariposa")
 	install(t, mariposaBin, n.bin)
 	webPort := freePort(t)
@@ -165,8 +183,8 @@ service "primary" {
     lock_delay = "5s"
   }
 }
-`, childBin, webPort, webPort, webPort, childBin, n.keys[0], childBin, n.keys[1]))
-	n.m = startMariposaBin(t, n.bin, agent, nil, "-http-addr", n.apiAddr, hcl)
+`, childBin, webPort, webPort, webPort, childBin, n.keys[0], childBin, n.keys[1]) + extra)
+	n.m = startMariposaBin(t, n.bin, agent, nil, append(flags, n.apiAddr, hcl)...)
 	return n
 }
 
@@ -306,8 +324,16 @@ func ticks(out string) []int {
 // leader key never changes hands, the children's output goes on being
 // logged without a line lost, and the node API answers from the new build,
 // same PID.
-func TestUpgradeInPlace(t *testing.T) {
-	n := startUpgradeNode(t)
+func TestUpgradeInPlace(t *testing.T) { testUpgradeInPlace(t, false) }
+
+// TestUpgradeInPlaceFleetNode: the same on a fleet node (run -cluster)
+// that also holds an exclusive count slot: the slot's key keeps its
+// session and lock index (the fleet takes it again without a write), its
+// instance its PID.
+func TestUpgradeInPlaceFleetNode(t *testing.T) { testUpgradeInPlace(t, true) }
+
+func testUpgradeInPlace(t *testing.T, fleet bool) {
+	n := startUpgradeNodeOpt(t, fleet)
 	before := n.pids(t)
 	oldVersion, mpid, err := nodeVersion(n.apiAddr)
 	if err != nil || strings.Contains(oldVersion, upgradeVersion) {

@@ -45,7 +45,7 @@ const (
 	inReset                          // an operator asked to clear a failure
 	inReloadGranted                  // the reload token of request seq was granted
 	inPause                          // the pause state changed: pause
-	inAdopted                        // the loop starts with a process an upgrade handed over: pid, started, restarts, term
+	inAdopted                        // the loop starts with a process an upgrade handed over: pid, started, restarts, why (how the last run ended), term
 )
 
 // input is one event for decide.
@@ -438,7 +438,7 @@ func (st *stepper) adopted(in input) {
 	if in.hasData {
 		st.setData(in.data)
 	}
-	s.restarts = in.restarts
+	s.restarts, s.lastEnd = in.restarts, in.why
 	s.depsAtStart = append(s.depsAtStart[:0], in.depsAtStart...)
 	if in.hasTerm {
 		t := in.term

@@ -126,6 +126,9 @@ type Runner struct {
 	note atomic.Pointer[func() string]
 	// noGateOnce warns that coordinated reloads act at once.
 	noGateOnce sync.Once
+	// pending are the instances an upgrade handed over that no instance
+	// has adopted yet (those of count slots wait for the fleet); under mu.
+	pending map[string]*InstanceHandoff
 	// lastBeat is when the liveness check was last updated (unix ns);
 	// beatGap, after an upgrade in place, the time from the previous
 	// image's last update to this one's first (upgrade.go).
@@ -428,12 +431,17 @@ func (r *Runner) Run(ctx context.Context) error {
 
 	r.reg, r.addr, r.baseEnv = reg, addr, childBaseEnv(r.opts.Environ)
 	r.removeStale(ctx, adopt)
+	if adopt != nil {
+		// The node's own services are adopted now; the instances of
+		// count slots once the fleet has taken their slots again.
+		r.mu.Lock()
+		r.pending = adopt
+		r.mu.Unlock()
+		goBG(func() { r.dropUnadopted(bg) })
+	}
 	specs := instanceSpecs(r.cfg, r.slots)
 	for _, sp := range specs {
-		in := r.addInstance(sp)
-		if a := adopt[sp.key]; a != nil && a.ServiceID == in.id {
-			in.adopt = a
-		}
+		r.addInstance(sp)
 	}
 
 	w := &checks.Watcher{Client: r.opts.Client, Node: node, Log: log.Named("health"),
@@ -720,6 +728,12 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	r.mu.Lock()
 	r.instances[sp.key] = in
 	r.order = append(r.order, sp.key)
+	if a := r.pending[sp.key]; a != nil {
+		delete(r.pending, sp.key)
+		if a.ServiceID == id {
+			in.adopt = a
+		}
+	}
 	r.mu.Unlock()
 	return in
 }

@@ -38,10 +38,15 @@ type InstanceHandoff struct {
 	ServiceID string        `json:"service_id"`
 	Proc      *proc.Handoff `json:"proc,omitempty"` // nil: no process to adopt; the instance boots
 	Restarts  int           `json:"restarts"`
-	Term      *TermHandoff  `json:"term,omitempty"` // the leader term the process runs under
+	LastEnd   string        `json:"last_end,omitempty"` // how the last run ended
+	Term      *TermHandoff  `json:"term,omitempty"`     // the leader term the process runs under
 	// DepsAtStart: which dependencies held when the process started
 	// (on_lost compares against it).
 	DepsAtStart []bool `json:"deps_at_start,omitempty"`
+	// Slot is the count slot ("<unit>/<k>") the instance runs in, SlotKey
+	// its lock.
+	Slot    string `json:"slot,omitempty"`
+	SlotKey string `json:"slot_key,omitempty"`
 }
 
 // TermHandoff is a held leader term.
@@ -66,7 +71,10 @@ type handoverAns struct {
 // until the exec (for good) or the upgrade's failure (resume).
 func (l *loop) handover(req handoverReq) {
 	s := &l.s
-	ans := handoverAns{h: InstanceHandoff{Key: l.in.key, ServiceID: l.in.id, Restarts: s.restarts}}
+	ans := handoverAns{h: InstanceHandoff{Key: l.in.key, ServiceID: l.in.id, Restarts: s.restarts, LastEnd: s.lastEnd}}
+	if l.in.slot != nil {
+		ans.h.Slot, ans.h.SlotKey = l.in.slot.Name(), l.in.slot.Key
+	}
 	switch {
 	case s.stopping || s.draining || s.shutdown:
 		ans.busy = "stopping"
@@ -94,7 +102,7 @@ func (l *loop) boot() input {
 	in.adopt = nil
 	if a == nil || a.Proc == nil {
 		if a != nil {
-			l.s.restarts = a.Restarts
+			l.s.restarts, l.s.lastEnd = a.Restarts, a.LastEnd
 		}
 		return input{kind: inBoot}
 	}
@@ -102,7 +110,7 @@ func (l *loop) boot() input {
 	if err != nil {
 		in.log.Error("could not adopt the process the previous mariposa ran; killing it and starting anew", "pid", a.Proc.Pid, "error", err)
 		_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
-		l.s.restarts = a.Restarts
+		l.s.restarts, l.s.lastEnd = a.Restarts, a.LastEnd
 		return input{kind: inBoot}
 	}
 	if in.cgroups != nil {
@@ -115,7 +123,7 @@ func (l *loop) boot() input {
 		}
 	}
 	l.p = p
-	i := input{kind: inAdopted, pid: p.Pid, started: p.Started, restarts: a.Restarts, depsAtStart: a.DepsAtStart}
+	i := input{kind: inAdopted, pid: p.Pid, started: p.Started, restarts: a.Restarts, depsAtStart: a.DepsAtStart, why: a.LastEnd}
 	if a.Term != nil {
 		i.term, i.hasTerm = termInfo{Key: a.Term.Key, Session: a.Term.Session, Index: a.Term.Index}, true
 	}
@@ -220,6 +228,17 @@ func (r *Runner) adoptions(ctx context.Context, h *Handover) map[string]*Instanc
 				}
 			}
 		}
+		if a.Slot != "" && a.Proc != nil {
+			// A slot's process runs only while the node's session holds
+			// the slot (an exclusive one may be another node's the moment
+			// it is not): killed at once otherwise, and reaped later
+			// (dropUnadopted); the fleet does not take the slot again.
+			pair, _, err := r.opts.Client.KV().Get(a.SlotKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			if mine := r.leases.Lease(0, 0).Session(); err != nil || pair == nil || mine == "" || pair.Session != mine {
+				r.log.Warn("the slot handed over is no longer held by this node; stopping its process", "slot", a.Slot, "pid", a.Proc.Pid)
+				_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+			}
+		}
 		out[a.Key] = &a
 	}
 	return out
@@ -249,4 +268,49 @@ func (h *Handover) PIDs() []int {
 		}
 	}
 	return pids
+}
+
+// adoptWait is how long a handed-over instance of a count slot waits for
+// the fleet to take its slot again before its process is stopped.
+var adoptWait = 30 * time.Second
+
+// dropUnadopted stops, after adoptWait, the processes handed over that no
+// instance adopted (a count slot the fleet did not take again, a service
+// removed from the files meanwhile): nothing runs that nobody supervises.
+func (r *Runner) dropUnadopted(ctx context.Context) {
+	select {
+	case <-time.After(adoptWait):
+	case <-ctx.Done():
+		return
+	}
+	r.mu.Lock()
+	left := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	for key, a := range left {
+		if a.Proc == nil {
+			continue
+		}
+		r.log.Warn("a process handed over by the previous mariposa was not taken up again; stopping it", "instance", key, "pid", a.Proc.Pid)
+		if p, err := proc.Adopt(*a.Proc, nil, key, nil); err == nil {
+			_ = p.Signal(syscall.SIGKILL) // reaped through its pidfd
+		} else {
+			_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// Adopting reports the count slots whose instances the previous image
+// handed over and that wait for them: the fleet takes these slots again
+// (same session, no write) instead of releasing them as strays.
+func (r *Runner) Adopting() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for _, a := range r.pending {
+		if a.Proc != nil && a.Slot != "" {
+			out[a.Slot] = true
+		}
+	}
+	return out
 }
