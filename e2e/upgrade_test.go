@@ -406,11 +406,17 @@ type auditRecord struct {
 func auditSince(t *testing.T, path string, since time.Time) []auditRecord {
 	t.Helper()
 	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil // nothing recorded yet
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []auditRecord
 	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if line == "" {
+			continue
+		}
 		var e auditRecord
 		if err := json.Unmarshal([]byte(line), &e); err != nil {
 			t.Fatalf("audit line %q: %v", line, err)
