@@ -225,9 +225,9 @@ func decodeUpgradeState(b []byte) (*upgradeState, error) {
 
 // nodeUpgrader upgrades the running mariposa in place.
 type nodeUpgrader struct {
-	r       *supervisor.Runner
-	sink    *proc.Sink
-	log     hclog.Logger
+	r    *supervisor.Runner
+	sink *proc.Sink
+	log  hclog.Logger
 	// dev: run -dev started a Consul agent of its own, a child the
 	// upgrade does not hand over.
 	dev  bool

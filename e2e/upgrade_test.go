@@ -183,7 +183,7 @@ service "primary" {
     lock_delay = "5s"
   }
 }
-`, childBin, webPort, webPort, webPort, childBin, n.keys[0], childBin, n.keys[1]) + extra)
+`, childBin, webPort, webPort, webPort, childBin, n.keys[0], childBin, n.keys[1])+extra)
 	n.m = startMariposaBin(t, n.bin, agent, nil, append(flags, n.apiAddr, hcl)...)
 	return n
 }
