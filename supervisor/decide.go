@@ -72,6 +72,12 @@ type input struct {
 	restarts    int
 	hasTerm     bool
 	depsAtStart []bool
+	tracker     TrackerState
+	// inAdopted without a process (pid 0): the state it waited in
+	// (backoff until until, failed, completed) and its reason.
+	idle   State
+	reason string
+	until  time.Time
 }
 
 // termInfo is what the instance needs of a leadership term.
@@ -439,6 +445,20 @@ func (st *stepper) adopted(in input) {
 		st.setData(in.data)
 	}
 	s.restarts, s.lastEnd = in.restarts, in.why
+	s.tracker.Restore(in.tracker)
+	if in.pid == 0 {
+		// No process: it stays in the state it waited in.
+		st.register()
+		switch in.idle {
+		case StateBackoff:
+			st.set(StateBackoff, in.reason)
+			s.until = in.until
+			st.arm(timerStart, max(in.until.Sub(st.now), 0))
+		default:
+			st.set(in.idle, in.reason)
+		}
+		return
+	}
 	s.depsAtStart = append(s.depsAtStart[:0], in.depsAtStart...)
 	if in.hasTerm {
 		t := in.term

@@ -43,6 +43,15 @@ type InstanceHandoff struct {
 	// DepsAtStart: which dependencies held when the process started
 	// (on_lost compares against it).
 	DepsAtStart []bool `json:"deps_at_start,omitempty"`
+	// Tracker is the restart policy's memory (the window's restarts, the
+	// consecutive failures).
+	Tracker TrackerState `json:"tracker"`
+	// Idle, when there is no process: a service waiting in backoff (until
+	// Until), failed or completed stays so (Reason says why), rather than
+	// starting afresh.
+	Idle   State     `json:"idle,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	Until  time.Time `json:"until,omitzero"`
 	// Slot is the count slot ("<unit>/<k>") the instance runs in, SlotKey
 	// its lock.
 	Slot    string `json:"slot,omitempty"`
@@ -71,7 +80,14 @@ type handoverAns struct {
 // until the exec (for good) or the upgrade's failure (resume).
 func (l *loop) handover(req handoverReq) {
 	s := &l.s
-	ans := handoverAns{h: InstanceHandoff{Key: l.in.key, ServiceID: l.in.id, Restarts: s.restarts, LastEnd: s.lastEnd}}
+	ans := handoverAns{h: InstanceHandoff{Key: l.in.key, ServiceID: l.in.id, Restarts: s.restarts, LastEnd: s.lastEnd,
+		Tracker: s.tracker.State()}}
+	if l.p == nil && s.svc.Leader == nil && s.slot == nil {
+		switch s.state {
+		case StateBackoff, StateFailed, StateCompleted:
+			ans.h.Idle, ans.h.Reason, ans.h.Until = s.state, s.reason, s.until
+		}
+	}
 	if l.in.slot != nil {
 		ans.h.Slot, ans.h.SlotKey = l.in.slot.Name(), l.in.slot.Key
 	}
@@ -100,9 +116,14 @@ func (l *loop) boot() input {
 	in := l.in
 	a := in.adopt
 	in.adopt = nil
+	if a != nil && a.Proc == nil && a.Idle != "" {
+		return input{kind: inAdopted, restarts: a.Restarts, why: a.LastEnd, tracker: a.Tracker,
+			idle: a.Idle, reason: a.Reason, until: a.Until}
+	}
 	if a == nil || a.Proc == nil {
 		if a != nil {
 			l.s.restarts, l.s.lastEnd = a.Restarts, a.LastEnd
+			l.s.tracker.Restore(a.Tracker)
 		}
 		return input{kind: inBoot}
 	}
@@ -123,7 +144,8 @@ func (l *loop) boot() input {
 		}
 	}
 	l.p = p
-	i := input{kind: inAdopted, pid: p.Pid, started: p.Started, restarts: a.Restarts, depsAtStart: a.DepsAtStart, why: a.LastEnd}
+	i := input{kind: inAdopted, pid: p.Pid, started: p.Started, restarts: a.Restarts, depsAtStart: a.DepsAtStart, why: a.LastEnd,
+		tracker: a.Tracker}
 	if a.Term != nil {
 		i.term, i.hasTerm = termInfo{Key: a.Term.Key, Session: a.Term.Session, Index: a.Term.Index}, true
 	}
