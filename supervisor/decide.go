@@ -468,6 +468,11 @@ func (st *stepper) adopted(in input) {
 	st.register()
 	st.setRunning()
 	st.emit(EventAdopted, s.reason)
+	if in.hasData && len(in.data.Events) > 0 {
+		// A template changed since the previous build rendered it
+		// (render.Options.AfterUpgrade), before this first input.
+		st.dataChanged(in.data)
+	}
 }
 
 func (st *stepper) started(in input) {

@@ -669,3 +669,25 @@ func TestDecideAdopted(t *testing.T) {
 		})
 	}
 }
+
+// A template the previous build rendered and that changed before the
+// adoption's first input: the adopted process is restarted for it, as for
+// any change (change_mode restart).
+func TestDecideAdoptedTemplateChanged(t *testing.T) {
+	svc := testService(nil)
+	svc.Templates = []*schema.Template{{Destination: "/x.conf", ChangeMode: "restart"}}
+	m := newMachine(t, svc)
+	d := render.ServiceState{DepsSatisfied: true, TemplatesReady: true,
+		Events: []render.TemplateEvent{{Template: svc.Templates[0], Destination: "/x.conf"}}}
+	acts := m.step(input{kind: inAdopted, pid: 42, hasData: true, data: d})
+	if _, ok := has(acts, actStop); !ok {
+		t.Fatalf("no restart for the template changed: %v", kinds(acts))
+	}
+	d.Events = nil
+	m2 := newMachine(t, svc)
+	if acts := m2.step(input{kind: inAdopted, pid: 42, hasData: true, data: d}); len(acts) > 0 {
+		if _, ok := has(acts, actStop); ok {
+			t.Fatalf("restarted without a change: %v", kinds(acts))
+		}
+	}
+}

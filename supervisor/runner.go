@@ -340,7 +340,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if ccfg == nil {
 		ccfg = api.DefaultConfig()
 	}
-	r.data = render.NewManager(ccfg, log, render.Options{Observe: r.opts.OnRender})
+	r.data = render.NewManager(ccfg, log, render.Options{Observe: r.opts.OnRender, AfterUpgrade: r.opts.Adopt != nil})
 	goBG(func() { r.data.Run(bg) })
 
 	// mariposa's own liveness: mariposa.service.consul lists live supervisors.
