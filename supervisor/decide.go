@@ -450,6 +450,11 @@ func (st *stepper) adopted(in input) {
 		// No process: it stays in the state it waited in.
 		st.register()
 		switch in.idle {
+		case StatePaused:
+			// The pause's current state follows (inPause): a resume
+			// starts it.
+			s.paused = in.pause
+			st.set(StatePaused, in.reason)
 		case StateBackoff:
 			st.set(StateBackoff, in.reason)
 			s.until = in.until

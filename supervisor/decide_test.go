@@ -634,6 +634,7 @@ func TestDecideAdopted(t *testing.T) {
 		{"backoff due", input{kind: inAdopted, restarts: 2, idle: StateBackoff, reason: "restarting", until: time.Unix(999, 0)}, StateBackoff, false, -1, "restarting", 2},
 		{"failed", input{kind: inAdopted, restarts: 10, idle: StateFailed, reason: "failed: restarts exhausted"}, StateFailed, false, 0, "restarts exhausted", 10},
 		{"completed", input{kind: inAdopted, idle: StateCompleted, reason: "completed (exit 0)"}, StateCompleted, false, 0, "completed", 0},
+		{"paused", input{kind: inAdopted, restarts: 1, idle: StatePaused, reason: "paused: would restart after exit 1 (ops)", pause: Pause{Why: "ops"}}, StatePaused, false, 0, "would restart", 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := newMachine(t, testService(nil))
@@ -658,6 +659,12 @@ func TestDecideAdopted(t *testing.T) {
 			}
 			if m.s.restarts != tc.restart || m.s.tracker.consecutive != 2 || len(m.s.tracker.restarts) != 1 {
 				t.Errorf("restarts %d, tracker %+v", m.s.restarts, m.s.tracker)
+			}
+			if tc.state == StatePaused {
+				if acts := m.step(input{kind: inPause, pause: Pause{}}); !slices.ContainsFunc(acts, func(a action) bool { return a.kind == actStart }) {
+					t.Errorf("the resume did not start it: %v", kinds(acts))
+				}
+				return
 			}
 			if tc.in.pid == 0 {
 				if acts := m.step(input{kind: inTimer, timer: timerStart}); tc.state == StateBackoff {

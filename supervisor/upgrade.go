@@ -47,11 +47,12 @@ type InstanceHandoff struct {
 	// consecutive failures).
 	Tracker TrackerState `json:"tracker"`
 	// Idle, when there is no process: a service waiting in backoff (until
-	// Until), failed or completed stays so (Reason says why), rather than
-	// starting afresh.
+	// Until), failed, completed or paused (its restart held) stays so
+	// (Reason says why), rather than starting afresh.
 	Idle   State     `json:"idle,omitempty"`
 	Reason string    `json:"reason,omitempty"`
 	Until  time.Time `json:"until,omitzero"`
+	Paused string    `json:"paused,omitempty"` // the pause a held restart waits on
 	// Slot is the count slot ("<unit>/<k>") the instance runs in, SlotKey
 	// its lock.
 	Slot    string `json:"slot,omitempty"`
@@ -84,8 +85,8 @@ func (l *loop) handover(req handoverReq) {
 		Tracker: s.tracker.State()}}
 	if l.p == nil && s.svc.Leader == nil && s.slot == nil {
 		switch s.state {
-		case StateBackoff, StateFailed, StateCompleted:
-			ans.h.Idle, ans.h.Reason, ans.h.Until = s.state, s.reason, s.until
+		case StateBackoff, StateFailed, StateCompleted, StatePaused:
+			ans.h.Idle, ans.h.Reason, ans.h.Until, ans.h.Paused = s.state, s.reason, s.until, s.paused.Why
 		}
 	}
 	if l.in.slot != nil {
@@ -118,7 +119,7 @@ func (l *loop) boot() input {
 	in.adopt = nil
 	if a != nil && a.Proc == nil && a.Idle != "" {
 		return input{kind: inAdopted, restarts: a.Restarts, why: a.LastEnd, tracker: a.Tracker,
-			idle: a.Idle, reason: a.Reason, until: a.Until}
+			idle: a.Idle, reason: a.Reason, until: a.Until, pause: Pause{Why: a.Paused}}
 	}
 	if a == nil || a.Proc == nil {
 		if a != nil {
