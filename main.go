@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"sort"
@@ -14,8 +15,15 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/command"
+	"github.com/mariposa-sh/mariposa/internal/proc"
 	"github.com/mariposa-sh/mariposa/version"
 )
+
+// The main goroutine stays on the main thread, which forks every child
+// (proc.ServeForks) and is the one an upgrade in place re-execs from: a
+// child gets its parent-death signal when the thread that forked it ends,
+// and an execve ends every thread but its caller.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	// A supervisor's heap is small and mostly idle. Collecting when it has
@@ -27,7 +35,7 @@ func main() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(50)
 	}
-	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(proc.ServeForks(func() int { return realMain(os.Args[1:], os.Stdout, os.Stderr) }))
 }
 
 // realMain runs the command line args and returns the exit status.
@@ -45,6 +53,11 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 				defer func() { pprof.StopCPUProfile(); f.Close() }()
 			}
 		}
+	}
+	// Hidden: the running mariposa asks the binary it is about to exec in
+	// an upgrade whether it runs here and reads its state.
+	if len(args) > 0 && args[0] == "upgrade-preflight" {
+		return command.UpgradePreflight(args[1:], stdout, stderr)
 	}
 	ui := &cli.BasicUi{Reader: os.Stdin, Writer: stdout, ErrorWriter: stderr}
 	cmds := withCompletion(command.Commands(ui))

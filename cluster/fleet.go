@@ -55,6 +55,12 @@ type FleetConfig struct {
 	// with volume blocks runs only where Volumes is set.
 	Volumes *volume.Store
 	APIURL  string
+	// Adopting, when set, names the slots ("<unit>/<k>") whose instances
+	// the previous image of this mariposa handed over (an upgrade in
+	// place, supervisor.Runner.Adopting): held by the adopted session,
+	// they are taken again without a write (adopt.go), never released as
+	// strays.
+	Adopting func() map[string]bool
 }
 
 // Fleet is this node's part in the fleet. It follows the deployed units,
@@ -376,6 +382,7 @@ func slotName(unit string, k int) string { return fmt.Sprintf("%s/%d", unit, k) 
 // reconcile gives up what must go, claims what is due, and hands the
 // runner the instances of the held slots. It returns when to look again.
 func (f *Fleet) reconcile(ctx context.Context) time.Duration {
+	adopted := f.adoptSlots(ctx)
 	now := f.cfg.Now()
 	f.mu.Lock()
 	units := f.unitsLocked()
@@ -393,7 +400,7 @@ func (f *Fleet) reconcile(ctx context.Context) time.Duration {
 		u UnitSpec
 	}
 	var restamp []restampOf
-	changed := false
+	changed := adopted
 	for id, h := range f.held {
 		u, ok := units[h.unit.Unit.Name]
 		lost := false
@@ -1067,10 +1074,17 @@ func (f *Fleet) releaseStrays(ctx context.Context, now time.Time) {
 	if f.cfg.Lease == nil {
 		return
 	}
+	var adopting map[string]bool
+	if f.cfg.Adopting != nil {
+		adopting = f.cfg.Adopting()
+	}
 	f.mu.Lock()
 	mine := f.cfg.Lease.Session()
 	var due []string
 	for id, since := range f.strays {
+		if adopting[id] {
+			continue // taken again once the watchers have it (adoptSlots)
+		}
 		unit, k, _ := ParseSlot(id)
 		s, ok := f.slots[unit][k]
 		_, known := f.held[id]

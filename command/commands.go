@@ -14,6 +14,7 @@ func Commands(ui cli.Ui) map[string]cli.CommandFactory {
 		"status":         func() (cli.Command, error) { return &StatusCommand{UI: ui}, nil },
 		"version":        func() (cli.Command, error) { return &VersionCommand{UI: ui}, nil },
 		"restart":        func() (cli.Command, error) { return &RestartCommand{UI: ui}, nil },
+		"upgrade":        func() (cli.Command, error) { return &UpgradeCommand{UI: ui}, nil },
 		"reset":          func() (cli.Command, error) { return &ResetCommand{UI: ui}, nil },
 		"deploy":         func() (cli.Command, error) { return &DeployCommand{UI: ui}, nil },
 		"deploy promote": func() (cli.Command, error) { return &DeployPromoteCommand{UI: ui}, nil },

@@ -73,7 +73,7 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 			return
 		}
 		f := cluster.NewFleet(cluster.FleetConfig{Client: m.client, Node: r.Node(), Lease: r.Leases().Lease(0, 0),
-			Runner: r, Log: m.log, OnClaim: m.onClaim, Volumes: m.volumes, APIURL: m.apiURL})
+			Runner: r, Log: m.log, OnClaim: m.onClaim, Volumes: m.volumes, APIURL: m.apiURL, Adopting: r.Adopting})
 		f.SetLocal(cfg)
 		m.f.Store(f)
 		go pruneAudit(ctx, f, m.client, m.auditRetention, m.log.Named("audit"))

@@ -30,6 +30,7 @@ import (
 	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
+	"github.com/mariposa-sh/mariposa/version"
 )
 
 // RunCommand runs services in the foreground.
@@ -228,10 +229,30 @@ func (c *RunCommand) Run(args []string) int {
 		log.Warn("configuration warnings\n" + b.String())
 	}
 
+	// An upgrade in place: what the previous image of this process handed
+	// over (its children, sessions and terms; command/upgrade.go).
+	handed, err := takeUpgradeState()
+	if err != nil {
+		// Past the exec: the children die with this process (their
+		// parent-death signal), as after a crash (website/upgrade.md).
+		log.Error("cannot take over from the previous mariposa", "error", err)
+		return 1
+	}
+	started := time.Now()
+	var adopt *supervisor.Handover
+	if handed != nil {
+		adopt, started = handed.Runner, handed.Runner.Started
+		log.Info("upgraded in place", "from", handed.From, "to", version.String(), "instances", len(adopt.Instances))
+	}
+	control.SetVersion(version.String)
+
 	// As PID 1 (in a container) we inherit every orphan: reap them.
 	if os.Getpid() == 1 {
 		proc.EnableReaper()
 		log.Info("running as PID 1: reaping orphaned processes")
+		if adopt != nil {
+			proc.ExpectAdoption(adopt.PIDs())
+		}
 	}
 
 	cgroups := openCgroups(cgroupParent, log)
@@ -297,7 +318,7 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	defer closeAudit()
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
-		AllowSecondSupervisor: allowSecond, Started: time.Now(), SelfMeta: selfMeta,
+		AllowSecondSupervisor: allowSecond, Started: started, SelfMeta: selfMeta, Adopt: adopt,
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
 		Events:   func(e supervisor.Event) { logEvents(e); auditEvents(e); fl.event(e); httpAPI.event(e) },
 		Stopped:  fl.stopped,
@@ -308,6 +329,15 @@ func (c *RunCommand) Run(args []string) int {
 		OnRender:   httpAPI.metrics.ObserveRender,
 		Cgroups:    cgroups,
 	})
+	if handed != nil {
+		control.SetUpgraded(func() *control.Upgraded {
+			u := &control.Upgraded{From: handed.From}
+			if gap, ok := r.UpgradeGap(); ok {
+				u.CheckGapSecs = gap.Seconds()
+			}
+			return u
+		})
+	}
 	httpAPI.start(r, log)
 	// Below "alive" in mariposa's liveness check: the open API's warning,
 	// then the slots the fleet waits for.
@@ -315,7 +345,8 @@ func (c *RunCommand) Run(args []string) int {
 	fl.apiURL = handoffURL(client, httpAPI.boundAddr())
 	fl.start(r, cfg)
 	// The local control channel (mariposa restart, reset, logs).
-	srv, err := control.Listen(control.ResolvePath(controlSock), controlTarget{r}, rings, log)
+	up := &nodeUpgrader{r: r, sink: sink, log: log.Named("upgrade"), dev: devAgent != nil, busy: make(chan struct{}, 1)}
+	srv, err := control.Listen(control.ResolvePath(controlSock), upgradeTarget{controlTarget{r}, up}, rings, log)
 	if err != nil {
 		c.UI.Error("mariposa run: " + err.Error())
 		return 1
@@ -408,6 +439,13 @@ func childWriter(log hclog.Logger, jsonFormat bool) func(proc.Line) {
 func agentAnswers(c *api.Client) bool {
 	_, err := c.Status().Leader()
 	return err == nil
+}
+
+// upgradeTarget is the control socket's target: the runner, and the
+// upgrade in place (the node's HTTP API does not offer it).
+type upgradeTarget struct {
+	controlTarget
+	*nodeUpgrader
 }
 
 // controlTarget lets the control channel act on the runner.

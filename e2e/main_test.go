@@ -164,8 +164,14 @@ func writeHCL(t testing.TB, text string) string {
 // startMariposa runs `mariposa run` against agent with the given files.
 func startMariposa(t testing.TB, agent *consultest.Agent, env []string, args ...string) *mariposa {
 	t.Helper()
+	return startMariposaBin(t, mariposaBin, agent, env, args...)
+}
+
+// startMariposaBin is startMariposa with the binary at bin.
+func startMariposaBin(t testing.TB, bin string, agent *consultest.Agent, env []string, args ...string) *mariposa {
+	t.Helper()
 	full := append([]string{"run", "-consul-addr", agent.HTTPAddr(), "-log-level", "debug"}, args...)
-	cmd := exec.Command(mariposaBin, full...)
+	cmd := exec.Command(bin, full...)
 	out := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// Each mariposa its own control socket: tests run many side by side.

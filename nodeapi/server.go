@@ -127,6 +127,10 @@ func Listen(cfg Config) (*Server, error) {
 	mux.HandleFunc("POST /v1/restart/{service}", s.serviceGuard(ServiceWrite, s.control.Restart))
 	mux.HandleFunc("POST /v1/reset/{service}", s.serviceGuard(ServiceWrite, s.control.Reset))
 	mux.HandleFunc("GET /metrics", s.handleMetrics)
+	// Which build answers (an upgrade in place changes it, not the PID).
+	// The upgrade itself is the control socket's only: it replaces the
+	// node's binary, an act of the machine's operator.
+	mux.HandleFunc("GET /v1/version", s.handleVersion)
 	if cfg.Volumes != nil {
 		mux.Handle("/v1/volumes/", s.volumeGuard(cfg.Volumes))
 	}
@@ -402,6 +406,13 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// handleVersion is GET /v1/version: which build answers (node:read).
+func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
+	if _, r, ok := s.readable(w, r, nil); ok {
+		s.control.Version(w, r)
+	}
 }
 
 func (s *Server) handleServices(w http.ResponseWriter, r *http.Request) {

@@ -193,6 +193,10 @@ func TestAPIWithACLs(t *testing.T) {
 		{"GET", "/v1/status", "no-node", 403, `node:read on \"n1\"`, ""},
 		{"GET", "/v1/status", "web-reader", 200, `"web-n1"`, `"db-n1"`},
 		{"GET", "/v1/services", "web-reader", 200, `"web"`, `"db"`},
+		{"GET", "/v1/version", "", 401, "token is needed", ""},
+		{"GET", "/v1/version", "no-node", 403, `node:read on \"n1\"`, ""},
+		{"GET", "/v1/version", "web-reader", 200, `"pid"`, ""},
+		{"POST", "/v1/upgrade", "web-writer", 404, "", ""}, // the control socket's only
 		{"GET", "/v1/logs/web", "web-reader", 200, "hello", ""},
 		{"GET", "/v1/logs/db", "web-reader", 403, `service:read on \"db\"`, ""},
 		{"GET", "/v1/logs/api%2F0", "api-reader", 200, "from a slot", ""},

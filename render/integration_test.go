@@ -438,3 +438,42 @@ func TestReadersShareData(t *testing.T) {
 		t.Fatalf("file %q", got)
 	}
 }
+
+// TestFirstRenderAfterUpgrade: after an upgrade in place, a first render
+// that changes the file the previous build wrote is an event (the data
+// changed during the exec, and the service runs on); one that finds the
+// file as it renders it is not, and neither is a first render of a file
+// that did not exist.
+func TestFirstRenderAfterUpgrade(t *testing.T) {
+	a, c := newAgent(t)
+	put(t, c, "app/config", "v2")
+	for _, tc := range []struct {
+		name, onDisk string // "": no file
+		upgrade      bool
+		events       int
+	}{
+		{"changed meanwhile", "value=v1\n", true, 1},
+		{"unchanged", "value=v2\n", true, 0},
+		{"no file before", "", true, 0},
+		{"not an upgrade", "value=v1\n", false, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := startManager(t, a.HTTPAddr(), Options{AfterUpgrade: tc.upgrade})
+			dir := t.TempDir()
+			svc := templateService(dir, "web", "value={{ key \"app/config\" }}\n")
+			if tc.onDisk != "" {
+				if err := os.WriteFile(svc.Templates[0].Destination, []byte(tc.onDisk), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f := follow(m.Service(svc))
+			f.until(t, "first render", func(s ServiceState) bool { return s.TemplatesReady })
+			if got := readFile(t, svc.Templates[0].Destination); got != "value=v2\n" {
+				t.Fatalf("file %q", got)
+			}
+			if len(f.events) != tc.events {
+				t.Fatalf("%d events, want %d", len(f.events), tc.events)
+			}
+		})
+	}
+}

@@ -37,6 +37,11 @@ type Options struct {
 	// had all its data: changed says it wrote a changed file, failed that
 	// it ended in an error (the metrics). It must not block.
 	Observe func(service string, changed, failed bool)
+	// AfterUpgrade: this mariposa took over running services from the
+	// previous build (an upgrade in place). A first render that changes
+	// a file the previous build rendered is then an event like any later
+	// one: the data changed meanwhile, and the service runs.
+	AfterUpgrade bool
 }
 
 func (o *Options) defaults() {

@@ -219,12 +219,13 @@ func (r *templateRunner) render() {
 			}
 		}
 	}
-	changed := false
+	changed, fileExisted := false, false
 	if out != nil {
 		uid, gid, oerr := templateOwner(r.t)
 		if oerr != nil {
 			err = oerr
 		} else {
+			fileExisted = fileExists(r.t.Destination)
 			changed, err = writeFileOwned(r.t.Destination, out, r.t.Perms, uid, gid)
 		}
 		if err != nil {
@@ -249,7 +250,7 @@ func (r *templateRunner) render() {
 		// did although the file already held it: another service on this
 		// machine (an instance of the same unit in another slot, or on
 		// another node of a test fleet) wrote the same destination first.
-		if before && (changed || r.hash != prevHash) {
+		if before && (changed || r.hash != prevHash) || !before && changed && m.opts.AfterUpgrade && fileExisted {
 			r.sd.addEvent(TemplateEvent{Template: r.t, Destination: r.t.Destination})
 			notify = true
 		}
@@ -455,4 +456,9 @@ func equalStrings(a, b []string) bool {
 func outputHash(out []byte) string {
 	h := sha256.Sum256(out)
 	return hex.EncodeToString(h[:16])
+}
+
+func fileExists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

@@ -45,6 +45,7 @@ const (
 	inReset                          // an operator asked to clear a failure
 	inReloadGranted                  // the reload token of request seq was granted
 	inPause                          // the pause state changed: pause
+	inAdopted                        // the loop starts with a process an upgrade handed over: pid, started, restarts, why (how the last run ended), term
 )
 
 // input is one event for decide.
@@ -66,6 +67,17 @@ type input struct {
 	seq     uint64 // inReloadGranted
 	pause   Pause  // inPause
 	by      string // inRestart, inReset: who asked (Event.Actor)
+	// inAdopted: the restarts so far, and the term the process runs
+	// under (hasTerm).
+	restarts    int
+	hasTerm     bool
+	depsAtStart []bool
+	tracker     TrackerState
+	// inAdopted without a process (pid 0): the state it waited in
+	// (backoff until until, failed, completed) and its reason.
+	idle   State
+	reason string
+	until  time.Time
 }
 
 // termInfo is what the instance needs of a leadership term.
@@ -286,6 +298,8 @@ func (st *stepper) step(in input) {
 		}
 		st.register()
 		st.tryStart()
+	case inAdopted:
+		st.adopted(in)
 	case inStarted:
 		st.started(in)
 	case inStartFailed:
@@ -420,6 +434,50 @@ func (st *stepper) tryStart() {
 	st.dropWaitingReload() // the new process reads every file anew
 	st.set(StateStarting, "starting")
 	st.do(action{kind: actStart, env: env})
+}
+
+// adopted: the loop starts with the process the previous image of
+// mariposa ran (an upgrade in place). It keeps running: registered again
+// (the agent keeps its checks' states) with its restarts and its term.
+func (st *stepper) adopted(in input) {
+	s := st.s
+	if in.hasData {
+		st.setData(in.data)
+	}
+	s.restarts, s.lastEnd = in.restarts, in.why
+	s.tracker.Restore(in.tracker)
+	if in.pid == 0 {
+		// No process: it stays in the state it waited in.
+		st.register()
+		switch in.idle {
+		case StatePaused:
+			// The pause's current state follows (inPause): a resume
+			// starts it.
+			s.paused = in.pause
+			st.set(StatePaused, in.reason)
+		case StateBackoff:
+			st.set(StateBackoff, in.reason)
+			s.until = in.until
+			st.arm(timerStart, max(in.until.Sub(st.now), 0))
+		default:
+			st.set(in.idle, in.reason)
+		}
+		return
+	}
+	s.depsAtStart = append(s.depsAtStart[:0], in.depsAtStart...)
+	if in.hasTerm {
+		t := in.term
+		s.term, s.termLost, s.expired = &t, false, false
+	}
+	s.pid, s.started = in.pid, in.started
+	st.register()
+	st.setRunning()
+	st.emit(EventAdopted, s.reason)
+	if in.hasData && len(in.data.Events) > 0 {
+		// A template changed since the previous build rendered it
+		// (render.Options.AfterUpgrade), before this first input.
+		st.dataChanged(in.data)
+	}
 }
 
 func (st *stepper) started(in input) {
@@ -708,6 +766,12 @@ func (st *stepper) termGained(t termInfo) {
 	s := st.s
 	if s.shutdown {
 		st.do(action{kind: actReleaseTerm})
+		return
+	}
+	if cur := s.term; cur != nil && !s.termLost && cur.Key == t.Key && cur.Session == t.Session {
+		// The term an adopted process runs under, taken again by the
+		// elector of this image with the same session: no change of role.
+		s.term = &t
 		return
 	}
 	s.term, s.termLost, s.expired = &t, false, false

@@ -614,3 +614,87 @@ func TestDecideSlot(t *testing.T) {
 		}
 	})
 }
+
+// After an upgrade in place an instance without a process stays as it
+// waited: in backoff until the same time (its restart then comes from the
+// timer), failed or completed without a start; one with a process runs on
+// as adopted, restarts and restart window carried over.
+func TestDecideAdopted(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      input
+		state   State
+		starts  bool
+		armed   time.Duration // timerStart, 0: none
+		reason  string
+		restart int
+	}{
+		{"running", input{kind: inAdopted, pid: 42, restarts: 3, why: "exit 1"}, StateRunning, false, 0, "running (pid 42); restarted 3 times, last after exit 1", 3},
+		{"backoff", input{kind: inAdopted, restarts: 2, idle: StateBackoff, reason: "restarting at 12:00:05", until: time.Unix(1005, 0)}, StateBackoff, false, 5 * time.Second, "restarting at 12:00:05", 2},
+		{"backoff due", input{kind: inAdopted, restarts: 2, idle: StateBackoff, reason: "restarting", until: time.Unix(999, 0)}, StateBackoff, false, -1, "restarting", 2},
+		{"failed", input{kind: inAdopted, restarts: 10, idle: StateFailed, reason: "failed: restarts exhausted"}, StateFailed, false, 0, "restarts exhausted", 10},
+		{"completed", input{kind: inAdopted, idle: StateCompleted, reason: "completed (exit 0)"}, StateCompleted, false, 0, "completed", 0},
+		{"paused", input{kind: inAdopted, restarts: 1, idle: StatePaused, reason: "paused: would restart after exit 1 (ops)", pause: Pause{Why: "ops"}}, StatePaused, false, 0, "would restart", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t, testService(nil))
+			m.now = time.Unix(1000, 0)
+			tc.in.tracker = TrackerState{Restarts: []time.Time{time.Unix(990, 0)}, Consecutive: 2}
+			acts := m.step(tc.in)
+			m.want(tc.state, tc.reason)
+			if _, ok := has(acts, actStart); ok != tc.starts {
+				t.Errorf("start: %v", kinds(acts))
+			}
+			if _, ok := has(acts, actRegister); !ok {
+				t.Errorf("not registered again: %v", kinds(acts))
+			}
+			a, armed := has(acts, actArm)
+			switch {
+			case tc.armed == 0 && armed:
+				t.Errorf("armed %v", a)
+			case tc.armed > 0 && (!armed || a.timer != timerStart || a.d != tc.armed):
+				t.Errorf("arm: %+v, want timerStart in %s", a, tc.armed)
+			case tc.armed < 0 && (!armed || a.d != 0):
+				t.Errorf("arm: %+v, want timerStart at once", a)
+			}
+			if m.s.restarts != tc.restart || m.s.tracker.consecutive != 2 || len(m.s.tracker.restarts) != 1 {
+				t.Errorf("restarts %d, tracker %+v", m.s.restarts, m.s.tracker)
+			}
+			if tc.state == StatePaused {
+				if acts := m.step(input{kind: inPause, pause: Pause{}}); !slices.ContainsFunc(acts, func(a action) bool { return a.kind == actStart }) {
+					t.Errorf("the resume did not start it: %v", kinds(acts))
+				}
+				return
+			}
+			if tc.in.pid == 0 {
+				if acts := m.step(input{kind: inTimer, timer: timerStart}); tc.state == StateBackoff {
+					if _, ok := has(acts, actStart); !ok {
+						t.Errorf("the backoff's timer did not start it: %v", kinds(acts))
+					}
+				}
+			}
+		})
+	}
+}
+
+// A template the previous build rendered and that changed before the
+// adoption's first input: the adopted process is restarted for it, as for
+// any change (change_mode restart).
+func TestDecideAdoptedTemplateChanged(t *testing.T) {
+	svc := testService(nil)
+	svc.Templates = []*schema.Template{{Destination: "/x.conf", ChangeMode: "restart"}}
+	m := newMachine(t, svc)
+	d := render.ServiceState{DepsSatisfied: true, TemplatesReady: true,
+		Events: []render.TemplateEvent{{Template: svc.Templates[0], Destination: "/x.conf"}}}
+	acts := m.step(input{kind: inAdopted, pid: 42, hasData: true, data: d})
+	if _, ok := has(acts, actStop); !ok {
+		t.Fatalf("no restart for the template changed: %v", kinds(acts))
+	}
+	d.Events = nil
+	m2 := newMachine(t, svc)
+	if acts := m2.step(input{kind: inAdopted, pid: 42, hasData: true, data: d}); len(acts) > 0 {
+		if _, ok := has(acts, actStop); ok {
+			t.Fatalf("restarted without a change: %v", kinds(acts))
+		}
+	}
+}

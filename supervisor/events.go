@@ -35,6 +35,7 @@ const (
 	EventReloadReleased EventKind = "reload-released"  // the reload token was given back
 	EventPaused         EventKind = "paused"           // an automatic restart waits for the resume
 	EventResumed        EventKind = "resumed"          // the resume: the restart held back happens
+	EventAdopted        EventKind = "adopted"          // a process the previous image ran, taken over by an upgrade in place
 )
 
 // Event is one thing that happened to an instance, as data: the seam for

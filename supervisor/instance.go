@@ -93,6 +93,10 @@ type Instance struct {
 	pausec  chan Pause             // latest-value mailbox
 	stopc   chan struct{}
 	killc   chan struct{}
+	// handc takes an upgrade's request to hand the instance over (upgrade.go);
+	// adopt, when set, is what the previous image handed over.
+	handc   chan handoverReq
+	adopt   *InstanceHandoff
 	killOne sync.Once
 	stopOne sync.Once
 	done    chan struct{}
@@ -137,7 +141,7 @@ func newInstance(svc *schema.Service, id string, env []string, log hclog.Logger,
 		changec: make(chan *schema.Template, 16),
 		ops:     make(chan opRequest),
 		pausec:  make(chan Pause, 1),
-		stopc:   make(chan struct{}), killc: make(chan struct{}), done: make(chan struct{}),
+		stopc:   make(chan struct{}), killc: make(chan struct{}), done: make(chan struct{}), handc: make(chan handoverReq),
 	}
 	st := newInstState(svc, id, in.now())
 	in.snap = snapshotOf(&st)
@@ -341,7 +345,7 @@ func (in *Instance) run() {
 		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
 	var dataChanged <-chan struct{}
-	l.queue = append(l.queue, input{kind: inBoot})
+	l.queue = append(l.queue, l.boot())
 	if in.data != nil {
 		dataChanged = in.data.Changed()
 		l.queue[0].data, l.queue[0].hasData = in.data.State(), true
@@ -476,6 +480,8 @@ func (in *Instance) run() {
 		case p := <-in.pausec:
 			next = input{kind: inPause, pause: p}
 			got = true
+		case h := <-in.handc:
+			l.handover(h)
 		}
 		if got {
 			l.queue = append(l.queue, next)

@@ -196,3 +196,20 @@ func shortDuration(d time.Duration) string {
 	}
 	return d.Round(100 * time.Millisecond).String()
 }
+
+// TrackerState is a RestartTracker's memory, as an upgrade in place hands
+// it over.
+type TrackerState struct {
+	Restarts    []time.Time `json:"restarts,omitempty"` // restart decisions inside the window
+	Consecutive int         `json:"consecutive,omitempty"`
+}
+
+// State returns the tracker's memory.
+func (t *RestartTracker) State() TrackerState {
+	return TrackerState{Restarts: append([]time.Time(nil), t.restarts...), Consecutive: t.consecutive}
+}
+
+// Restore takes the memory of a tracker of the same restart block.
+func (t *RestartTracker) Restore(s TrackerState) {
+	t.restarts, t.consecutive = append([]time.Time(nil), s.Restarts...), s.Consecutive
+}

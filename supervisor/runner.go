@@ -84,6 +84,11 @@ type Options struct {
 	// Cgroups gives each instance a control group of its own; nil: none
 	// (the process group is all that a stop kills).
 	Cgroups *cgroup.Manager
+	// Adopt is what the previous image of mariposa handed over (an upgrade
+	// in place, upgrade.go): its sessions are adopted, the node lock is
+	// not waited for, and its running children are adopted instead of
+	// started.
+	Adopt *Handover
 }
 
 // Runner supervises every service of one configuration on this node.
@@ -121,6 +126,14 @@ type Runner struct {
 	note atomic.Pointer[func() string]
 	// noGateOnce warns that coordinated reloads act at once.
 	noGateOnce sync.Once
+	// pending are the instances an upgrade handed over that no instance
+	// has adopted yet (those of count slots wait for the fleet); under mu.
+	pending map[string]*InstanceHandoff
+	// lastBeat is when the liveness check was last updated (unix ns);
+	// beatGap, after an upgrade in place, the time from the previous
+	// image's last update to this one's first (upgrade.go).
+	lastBeat atomic.Int64
+	beatGap  atomic.Int64
 
 	// Set by Run before any instance starts.
 	leases  *lease.Manager
@@ -278,10 +291,32 @@ func (r *Runner) Run(ctx context.Context) error {
 	r.leases = lease.NewManager(lease.Config{Client: r.opts.Client, Node: node, Name: "mariposa " + node,
 		Checks: []string{checks.SupervisorCheckID(selfID)}, Log: log.Named("lease")})
 	defer r.leases.Close()
+	var adopt map[string]*InstanceHandoff
+	if h := r.opts.Adopt; h != nil {
+		// A child the previous image did not hand over (an args check
+		// under way) would never be waited for: killed and reaped now,
+		// before this image starts any.
+		known := map[int]bool{}
+		for _, in := range h.Instances {
+			if in.Proc != nil {
+				known[in.Proc.Pid] = true
+			}
+		}
+		if strays := proc.KillStrays(known); len(strays) > 0 {
+			log.Info("killed the previous mariposa's children it did not hand over", "pids", fmt.Sprint(strays))
+		}
+		// The previous image's sessions hold the node lock and every
+		// term: adopted, they are taken again without a write.
+		if err := r.leases.Adopt(ctx, h.Sessions); err != nil {
+			log.Warn("some sessions of the previous mariposa could not be adopted; their locks are taken again the ordinary way", "error", err)
+		}
+		adopt = r.adoptions(ctx, h)
+	}
 	// Before registering anything: is another mariposa supervising this
 	// node? A crashed one's lock goes once its liveness check expires; a
-	// live one keeps it, and this one refuses to start.
-	if !r.opts.AllowSecondSupervisor && fromAgent {
+	// live one keeps it, and this one refuses to start. After an upgrade
+	// in place the holder is this process's adopted session.
+	if !r.opts.AllowSecondSupervisor && fromAgent && r.opts.Adopt == nil {
 		wait := lease.NodeLockWait(r.opts.LivenessTTL, lease.DefaultLockDelay)
 		if err := lease.WaitNodeLockFree(ctx, r.opts.Client, node, wait, log); err != nil {
 			var held *lease.HeldError
@@ -305,7 +340,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	if ccfg == nil {
 		ccfg = api.DefaultConfig()
 	}
-	r.data = render.NewManager(ccfg, log, render.Options{Observe: r.opts.OnRender})
+	r.data = render.NewManager(ccfg, log, render.Options{Observe: r.opts.OnRender, AfterUpgrade: r.opts.Adopt != nil})
 	goBG(func() { r.data.Run(bg) })
 
 	// mariposa's own liveness: mariposa.service.consul lists live supervisors.
@@ -395,7 +430,15 @@ func (r *Runner) Run(ctx context.Context) error {
 	}
 
 	r.reg, r.addr, r.baseEnv = reg, addr, childBaseEnv(r.opts.Environ)
-	r.removeStale(ctx)
+	r.removeStale(ctx, adopt)
+	if adopt != nil {
+		// The node's own services are adopted now; the instances of
+		// count slots once the fleet has taken their slots again.
+		r.mu.Lock()
+		r.pending = adopt
+		r.mu.Unlock()
+		goBG(func() { r.dropUnadopted(bg) })
+	}
 	specs := instanceSpecs(r.cfg, r.slots)
 	for _, sp := range specs {
 		r.addInstance(sp)
@@ -547,12 +590,18 @@ func (r *Runner) heartbeat(ctx context.Context, checkID string) {
 	every := r.opts.LivenessTTL / 3
 	t := time.NewTicker(every)
 	defer t.Stop()
+	// After an upgrade in place the first beat is at once: the previous
+	// image's last one was up to a period before its exec.
+	now := r.opts.Adopt != nil
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
+		if !now {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
 		}
+		now = false
 		out := "alive"
 		if note := r.note.Load(); note != nil {
 			if n := (*note)(); n != "" {
@@ -560,8 +609,11 @@ func (r *Runner) heartbeat(ctx context.Context, checkID string) {
 			}
 		}
 		cctx, cancel := context.WithTimeout(ctx, every)
-		_ = r.opts.Client.Agent().UpdateTTLOpts(checkID, out, api.HealthPassing, (&api.QueryOptions{}).WithContext(cctx))
+		err := r.opts.Client.Agent().UpdateTTLOpts(checkID, out, api.HealthPassing, (&api.QueryOptions{}).WithContext(cctx))
 		cancel()
+		if err == nil {
+			r.beat(time.Now())
+		}
 	}
 }
 
@@ -676,6 +728,12 @@ func (r *Runner) addInstance(sp instSpec) *Instance {
 	r.mu.Lock()
 	r.instances[sp.key] = in
 	r.order = append(r.order, sp.key)
+	if a := r.pending[sp.key]; a != nil {
+		delete(r.pending, sp.key)
+		if a.ServiceID == id {
+			in.adopt = a
+		}
+	}
 	r.mu.Unlock()
 	return in
 }
@@ -703,12 +761,17 @@ func (g nodeSessionGate) Acquire(ctx context.Context, req ReloadRequest) (func()
 // mariposa's liveness check does. With AllowSecondSupervisor another
 // mariposa may own the others, so only this configuration's standbys go.
 // Best effort: without an agent there is nothing to clean.
-func (r *Runner) removeStale(ctx context.Context) {
+func (r *Runner) removeStale(ctx context.Context, adopted map[string]*InstanceHandoff) {
 	have, err := r.opts.Client.Agent().ServicesWithFilterOpts("", (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return
 	}
 	keep := map[string]bool{r.selfID: true}
+	for _, a := range adopted {
+		if a.Proc != nil { // an adopted leader is registered as one
+			keep[a.ServiceID] = true
+		}
+	}
 	for _, svc := range r.cfg.Services {
 		if svc.Placement != nil {
 			continue

@@ -151,6 +151,8 @@ func Listen(path string, t Target, logs *logring.Set, log hclog.Logger) (*Server
 	mux.HandleFunc("POST /v1/reset/{service}", h.Reset)
 	mux.HandleFunc("GET /v1/logs/{service}", h.Logs)
 	mux.HandleFunc("GET /v1/services", h.Services)
+	mux.HandleFunc("GET /v1/version", h.Version)
+	mux.HandleFunc("POST /v1/upgrade", h.Upgrade)
 	s.srv = &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,

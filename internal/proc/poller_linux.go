@@ -3,6 +3,7 @@ package proc
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -17,6 +18,7 @@ type poller struct {
 	epfd int
 	file *os.File // epfd's: held, or its finalizer would close epfd
 	mu   sync.Mutex
+	disp sync.Mutex       // held while a handler runs
 	fds  map[int32]func() // fd -> its handler
 	buf  []byte           // the read buffer, the poller goroutine's only
 }
@@ -68,6 +70,9 @@ func (p *poller) run(rc syscall.RawConn) {
 	for {
 		n := p.wait(&rc, events)
 		for _, ev := range events[:n] {
+			// disp is held by an upgrade's freeze (Freeze): no output
+			// read and no child reaped from then on.
+			p.disp.Lock()
 			p.mu.Lock()
 			h := p.fds[ev.Fd]
 			p.mu.Unlock()
@@ -76,6 +81,7 @@ func (p *poller) run(rc syscall.RawConn) {
 				// owner's handler for nothing: handlers tolerate that.
 				h()
 			}
+			p.disp.Unlock()
 		}
 	}
 }
@@ -142,24 +148,43 @@ func (p *poller) remove(fd int) {
 // followOutput forwards what the child writes to the read ends out and err
 // (non-blocking) to s and tap, and calls done once both reached EOF. False:
 // nothing was registered (and nothing closed).
-func followOutput(s *Sink, name string, tap func(Line), out, err int, done func()) bool {
+//
+// outAt and errAt hold out and err while they are open, -1 after their EOF
+// (what an upgrade hands over). Either may be -1 at the call: an adopted
+// child's stream already closed; done then waits for the other alone.
+func followOutput(s *Sink, name string, tap func(Line), out, err int, outAt, errAt *atomic.Int32, done func()) bool {
 	p := getPoller()
 	if p == nil {
 		return false
 	}
-	open := 2
+	var fds []int
+	var hs []func()
+	open := 0
 	eof := func() {
 		open-- // on the poller goroutine only
 		if open == 0 {
 			done()
 		}
 	}
-	so := &stream{sink: s, name: name, kind: "stdout", tap: tap}
-	se := &stream{sink: s, name: name, kind: "stderr", tap: tap}
-	return p.add([]int{out, err}, []func(){
-		func() { p.readStream(out, so, eof) },
-		func() { p.readStream(err, se, eof) },
-	})
+	for _, st := range []struct {
+		fd   int
+		at   *atomic.Int32
+		kind string
+	}{{out, outAt, "stdout"}, {err, errAt, "stderr"}} {
+		if st.fd < 0 {
+			continue
+		}
+		open++
+		str := &stream{sink: s, name: name, kind: st.kind, tap: tap}
+		fd, at := st.fd, st.at
+		fds = append(fds, fd)
+		hs = append(hs, func() { p.readStream(fd, str, func() { at.Store(-1); eof() }) })
+	}
+	if open == 0 {
+		done()
+		return true
+	}
+	return p.add(fds, hs)
 }
 
 // readStream reads what fd holds, a bounded amount so that one chatty child

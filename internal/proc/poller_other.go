@@ -4,11 +4,12 @@ package proc
 
 import (
 	"os"
+	"sync/atomic"
 	"syscall"
 )
 
 // followOutput: no poller here; the caller forwards from goroutines.
-func followOutput(s *Sink, name string, tap func(Line), out, err int, done func()) bool {
+func followOutput(s *Sink, name string, tap func(Line), out, err int, outAt, errAt *atomic.Int32, done func()) bool {
 	return false
 }
 

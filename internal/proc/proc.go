@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -113,6 +114,12 @@ type Process struct {
 	done    chan struct{}
 	exit    Exit
 	outDone chan struct{}
+
+	// The descriptors an upgrade hands over (handoff_linux.go): the pidfd
+	// the poller follows (-1: none), the read ends of stdout and stderr
+	// (-1 once at EOF, or when goroutines read them).
+	pidfd        int
+	outFD, errFD atomic.Int32
 }
 
 // OutputDone is closed when both output streams reached EOF: every writer
@@ -167,17 +174,17 @@ type startReq struct {
 	reaper bool
 }
 
-// startOne forks and execs r's command on the calling goroutine's thread.
+// startOne forks and execs r's command on the calling goroutine's thread:
+// the main thread when mariposa serves forks there (ServeForks), the
+// caller's otherwise (tests, and programs that do not).
 //
 // Linux sends a child its parent-death signal when the *thread* that forked
-// it exits, not the process. Go ends a thread only when a goroutine exits
-// while locked to it (runtime.LockOSThread without the unlock); nothing
-// linked into mariposa locks a thread (TestNothingLockedEndsAThread reads
-// every package of the binary), so every thread lives as long as the
-// process, and a child dies with mariposa whichever thread forked it.
-// Forking from one dedicated locked thread instead cost a wake-up of that
-// thread and one of the caller's on every start: about 0.1 ms of every
-// restart on the benchmark's VM.
+// it exits, not the process, and an execve ends every thread but the one
+// that calls it: mariposa's upgrade in place re-execs from the main thread,
+// so that is where every child must be forked (mainthread_linux.go). Go
+// ends a thread otherwise only when a goroutine exits while locked to it
+// (runtime.LockOSThread without the unlock); nothing linked into mariposa
+// does (TestNothingLockedEndsAThread reads every package of the binary).
 func startOne(r *startReq) error {
 	rp := activeReaper()
 	if rp == nil {
@@ -233,27 +240,62 @@ func Start(spec Spec) (*Process, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	p := &Process{done: make(chan struct{}), outDone: make(chan struct{})}
+	p := &Process{done: make(chan struct{}), outDone: make(chan struct{}), pidfd: -1}
+	p.outFD.Store(-1)
+	p.errFD.Store(-1)
+	// An upgrade's freeze waits for a start under way to be registered.
+	forkGate.RLock()
+	defer forkGate.RUnlock()
 	req := &startReq{cmd: cmd, exited: p.exited}
-	if spec.HasUmask || spec.NoNewPrivs {
-		umask := -1
-		if spec.HasUmask {
-			umask = spec.Umask
+	// no_new_privs: through the trampoline (mainthread_linux.go), which
+	// sets it in the child.
+	var trampR, trampW *os.File
+	if spec.NoNewPrivs && cmd.Err == nil {
+		var path string
+		var argv []string
+		path, argv, trampR, trampW, err = trampoline(cmd.Path, cmd.Args)
+		if err != nil {
+			syscall.Close(outR)
+			syscall.Close(errR)
+			outW.Close()
+			errW.Close()
+			return nil, &StartError{Err: err}
 		}
-		err = startSpecial(req, umask, spec.NoNewPrivs)
-	} else {
+		cmd.Path, cmd.Args, cmd.ExtraFiles = path, argv, []*os.File{trampW}
+	}
+	umask := -1
+	if spec.HasUmask {
+		umask = spec.Umask
+	}
+	switch {
+	case onMain():
+		err = startMain(req, umask)
+	case spec.HasUmask:
+		err = startSpecial(req, umask)
+	default:
 		err = startOne(req)
 	}
 	outW.Close()
 	errW.Close()
+	if trampW != nil {
+		trampW.Close()
+	}
 	if err != nil {
 		syscall.Close(outR)
 		syscall.Close(errR)
+		if trampR != nil {
+			trampR.Close()
+		}
 		return nil, classify(spec, err)
 	}
 	p.Pid, p.Started = cmd.Process.Pid, time.Now()
 	var placeErr error
-	if len(spec.Rlimits) > 0 {
+	if trampR != nil {
+		if terr := trampolineResult(trampR); terr != nil {
+			placeErr = classify(spec, terr)
+		}
+	}
+	if len(spec.Rlimits) > 0 && placeErr == nil {
 		placeErr = setRlimits(p.Pid, spec.Rlimits)
 	}
 	if spec.Group != nil && placeErr == nil {
@@ -266,7 +308,11 @@ func Start(spec Spec) (*Process, error) {
 	}
 	// One goroutine follows every child's output and exit (the poller);
 	// where it cannot, goroutines of this child's own do.
-	if !followOutput(spec.Output, spec.Name, spec.Tap, outR, errR, func() { close(p.outDone) }) {
+	p.outFD.Store(int32(outR))
+	p.errFD.Store(int32(errR))
+	if !followOutput(spec.Output, spec.Name, spec.Tap, outR, errR, &p.outFD, &p.errFD, func() { close(p.outDone) }) {
+		p.outFD.Store(-1)
+		p.errFD.Store(-1)
 		var fw sync.WaitGroup
 		fw.Add(2)
 		go func() {
@@ -289,11 +335,16 @@ func Start(spec Spec) (*Process, error) {
 		_ = cmd.Process.Release()
 		p.exited(ws, err)
 	}):
+		p.pidfd = pidfd
 	default:
 		go func() { p.exited(waitPid(cmd.Process, pidfd)) }()
 	}
 	if placeErr != nil {
 		<-p.done
+		var se *StartError
+		if errors.As(placeErr, &se) {
+			return nil, se
+		}
 		return nil, &StartError{Err: placeErr}
 	}
 	return p, nil

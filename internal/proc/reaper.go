@@ -14,6 +14,9 @@ type reaper struct {
 	mu      sync.Mutex
 	waiters map[int]func(syscall.WaitStatus, error)
 	reaped  int64 // orphans reaped, for tests and logs
+	// early holds the statuses of children handed over by an upgrade that
+	// exited before their adoption (ExpectAdoption).
+	early map[int]syscall.WaitStatus
 }
 
 var (

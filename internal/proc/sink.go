@@ -6,6 +6,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Line is one line of a child's output.
@@ -48,6 +49,15 @@ func (s *Sink) run() {
 		if n := s.dropped.Swap(0); n > 0 && s.report != nil {
 			s.report(n)
 		}
+	}
+}
+
+// Flush waits up to timeout for the queued lines to be written (before an
+// upgrade's exec: nothing is read from the children meanwhile).
+func (s *Sink) Flush(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for len(s.ch) > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -9,18 +9,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A child that needs a umask of its own or no_new_privs is forked from one
-// of two threads kept for it, not from the caller's: both are per-thread
-// state that a child inherits from the thread that forks it, and setting
-// them on any other thread would change mariposa itself (the umask is
-// shared by every thread, no_new_privs cannot be undone). Each thread
-// unshares its file system attributes (CLONE_FS: cwd, root, umask) from
-// the rest of mariposa and sets the umask of each child before its fork;
-// the second also sets PR_SET_NO_NEW_PRIVS. They are locked to their
-// goroutines and never end, so the children they fork get no early
-// parent-death signal (see startOne). A fork here costs a wake-up of the
-// thread and one of the caller's (about 0.1 ms on the benchmark's VM): only
-// services that ask for a umask or switch user pay it.
+// A child that needs a umask of its own is forked from a thread kept for
+// it when mariposa does not serve forks on its main thread (ServeForks:
+// tests and other programs; mariposa itself forks every child on its main
+// thread, which sets the umask around each fork). The umask is per-thread
+// state that a child inherits from the thread that forks it: the thread
+// unshares its file system attributes (CLONE_FS: cwd, root, umask) from the
+// rest of mariposa and sets the umask of each child before its fork. It is
+// locked to its goroutine and never ends, so the children it forks get no
+// early parent-death signal (see startOne). no_new_privs, which cannot be
+// undone on a thread, is set by the child itself (the trampoline of
+// mainthread_linux.go).
 type forkThread struct {
 	reqs chan forkReq
 	base int // the umask the thread started with (mariposa's)
@@ -32,18 +31,14 @@ type forkReq struct {
 	done  chan error
 }
 
-var forkThreads [2]struct {
+var umaskThread struct {
 	once sync.Once
 	t    *forkThread
 	err  error
 }
 
-func specialThread(nnp bool) (*forkThread, error) {
-	i := 0
-	if nnp {
-		i = 1
-	}
-	ft := &forkThreads[i]
+func specialThread() (*forkThread, error) {
+	ft := &umaskThread
 	ft.once.Do(func() {
 		t := &forkThread{reqs: make(chan forkReq)}
 		ready := make(chan error)
@@ -54,12 +49,6 @@ func specialThread(nnp bool) (*forkThread, error) {
 			if err := syscall.Unshare(syscall.CLONE_FS); err != nil {
 				ready <- fmt.Errorf("unshare(CLONE_FS): %w", err)
 				select {}
-			}
-			if nnp {
-				if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-					ready <- fmt.Errorf("PR_SET_NO_NEW_PRIVS: %w", err)
-					select {}
-				}
 			}
 			t.base = syscall.Umask(0o022)
 			syscall.Umask(t.base)
@@ -79,9 +68,9 @@ func specialThread(nnp bool) (*forkThread, error) {
 	return ft.t, ft.err
 }
 
-// startSpecial forks r on the thread for its umask and no_new_privs.
-func startSpecial(r *startReq, umask int, nnp bool) error {
-	t, err := specialThread(nnp)
+// startSpecial forks r on the thread for its umask.
+func startSpecial(r *startReq, umask int) error {
+	t, err := specialThread()
 	if err != nil {
 		return err
 	}

@@ -4,8 +4,8 @@ package proc
 
 import "errors"
 
-func startSpecial(r *startReq, umask int, nnp bool) error {
-	return errors.New("a umask of its own or no_new_privs needs Linux")
+func startSpecial(r *startReq, umask int) error {
+	return errors.New("a umask of its own needs Linux")
 }
 
 func setRlimits(pid int, limits []Rlimit) error {

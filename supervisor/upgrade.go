@@ -1,0 +1,339 @@
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/lease"
+	"github.com/mariposa-sh/mariposa/internal/proc"
+)
+
+// An upgrade in place (website/upgrade.md): the running mariposa re-execs
+// the binary at its path with its children running. Handover parks every
+// instance's loop (no start, stop, restart or registration change from
+// then on) and freezes the process layer (no fork, no output read, no
+// reap), then reports what the next image needs: each running child, its
+// restarts and leader term, and the node's sessions. The next image adopts
+// them (Options.Adopt) instead of starting anew.
+
+// Handover is the runner's part of the state an upgrade hands over.
+type Handover struct {
+	Node     string                 `json:"node"`
+	Started  time.Time              `json:"started"` // Options.Started: the node lock's value
+	Sessions []lease.SessionHandoff `json:"sessions"`
+	// LastBeat is when the previous image last updated mariposa's
+	// liveness check (zero: never).
+	LastBeat  time.Time         `json:"last_beat,omitzero"`
+	Instances []InstanceHandoff `json:"instances"`
+}
+
+// InstanceHandoff is one instance as an upgrade hands it over.
+type InstanceHandoff struct {
+	Key       string        `json:"key"`
+	ServiceID string        `json:"service_id"`
+	Proc      *proc.Handoff `json:"proc,omitempty"` // nil: no process to adopt; the instance boots
+	Restarts  int           `json:"restarts"`
+	LastEnd   string        `json:"last_end,omitempty"` // how the last run ended
+	Term      *TermHandoff  `json:"term,omitempty"`     // the leader term the process runs under
+	// DepsAtStart: which dependencies held when the process started
+	// (on_lost compares against it).
+	DepsAtStart []bool `json:"deps_at_start,omitempty"`
+	// Tracker is the restart policy's memory (the window's restarts, the
+	// consecutive failures).
+	Tracker TrackerState `json:"tracker"`
+	// Idle, when there is no process: a service waiting in backoff (until
+	// Until), failed, completed or paused (its restart held) stays so
+	// (Reason says why), rather than starting afresh.
+	Idle   State     `json:"idle,omitempty"`
+	Reason string    `json:"reason,omitempty"`
+	Until  time.Time `json:"until,omitzero"`
+	Paused string    `json:"paused,omitempty"` // the pause a held restart waits on
+	// Slot is the count slot ("<unit>/<k>") the instance runs in, SlotKey
+	// its lock.
+	Slot    string `json:"slot,omitempty"`
+	SlotKey string `json:"slot_key,omitempty"`
+}
+
+// TermHandoff is a held leader term.
+type TermHandoff struct {
+	Key     string `json:"key"`
+	Session string `json:"session"`
+	Index   uint64 `json:"index"`
+}
+
+type handoverReq struct {
+	reply  chan handoverAns
+	resume chan struct{} // closed when the upgrade failed: the loop goes on
+}
+
+type handoverAns struct {
+	busy string // why the instance cannot be handed over now
+	p    *proc.Process
+	h    InstanceHandoff
+}
+
+// handover answers an upgrade's request and, unless busy, parks the loop
+// until the exec (for good) or the upgrade's failure (resume).
+func (l *loop) handover(req handoverReq) {
+	s := &l.s
+	ans := handoverAns{h: InstanceHandoff{Key: l.in.key, ServiceID: l.in.id, Restarts: s.restarts, LastEnd: s.lastEnd,
+		Tracker: s.tracker.State()}}
+	if l.p == nil && s.svc.Leader == nil && s.slot == nil {
+		switch s.state {
+		case StateBackoff, StateFailed, StateCompleted, StatePaused:
+			ans.h.Idle, ans.h.Reason, ans.h.Until, ans.h.Paused = s.state, s.reason, s.until, s.paused.Why
+		}
+	}
+	if l.in.slot != nil {
+		ans.h.Slot, ans.h.SlotKey = l.in.slot.Name(), l.in.slot.Key
+	}
+	switch {
+	case s.stopping || s.draining || s.shutdown:
+		ans.busy = "stopping"
+	case l.p != nil && s.pid == 0:
+		ans.busy = "starting"
+	case l.p != nil:
+		ans.p = l.p
+		ans.h.DepsAtStart = append([]bool(nil), s.depsAtStart...)
+		if s.term != nil && !s.termLost {
+			ans.h.Term = &TermHandoff{Key: s.term.Key, Session: s.term.Session, Index: s.term.Index}
+		}
+	}
+	req.reply <- ans
+	if ans.busy != "" {
+		return
+	}
+	<-req.resume
+}
+
+// boot is the loop's first input: the adoption of the process the previous
+// image handed over, or a boot.
+func (l *loop) boot() input {
+	in := l.in
+	a := in.adopt
+	in.adopt = nil
+	if a != nil && a.Proc == nil && a.Idle != "" {
+		return input{kind: inAdopted, restarts: a.Restarts, why: a.LastEnd, tracker: a.Tracker,
+			idle: a.Idle, reason: a.Reason, until: a.Until, pause: Pause{Why: a.Paused}}
+	}
+	if a == nil || a.Proc == nil {
+		if a != nil {
+			l.s.restarts, l.s.lastEnd = a.Restarts, a.LastEnd
+			l.s.tracker.Restore(a.Tracker)
+		}
+		return input{kind: inBoot}
+	}
+	p, err := proc.Adopt(*a.Proc, in.sink, in.svc.Name, in.tap)
+	if err != nil {
+		in.log.Error("could not adopt the process the previous mariposa ran; killing it and starting anew", "pid", a.Proc.Pid, "error", err)
+		_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+		l.s.restarts, l.s.lastEnd = a.Restarts, a.LastEnd
+		return input{kind: inBoot}
+	}
+	if in.cgroups != nil {
+		// The group the process runs in: found again, not emptied.
+		if g, err := in.cgroups.Group(groupName(in.node, in.id), resourcesOf(in.svc)); err == nil {
+			in.group = g
+			in.oomBase = g.OOMKills()
+		} else {
+			in.log.Warn("could not find the adopted process's control group", "error", err)
+		}
+	}
+	l.p = p
+	i := input{kind: inAdopted, pid: p.Pid, started: p.Started, restarts: a.Restarts, depsAtStart: a.DepsAtStart, why: a.LastEnd,
+		tracker: a.Tracker}
+	if a.Term != nil {
+		i.term, i.hasTerm = termInfo{Key: a.Term.Key, Session: a.Term.Session, Index: a.Term.Index}, true
+	}
+	in.log.Info("adopted the process of the previous mariposa", "pid", p.Pid)
+	return i
+}
+
+// Handover parks every instance and freezes the process layer, then
+// returns what the next image adopts. thaw undoes it all (the upgrade
+// failed; nothing was handed over). An instance starting or stopping fails
+// it: try again.
+func (r *Runner) Handover(ctx context.Context) (h *Handover, thaw func(), err error) {
+	r.mu.Lock()
+	var ins []*Instance
+	for _, k := range r.order {
+		ins = append(ins, r.instances[k])
+	}
+	node := r.node
+	r.mu.Unlock()
+	resume := make(chan struct{})
+	thawProc := func() {}
+	thaw = func() { thawProc(); close(resume) }
+	var parked []handoverAns
+	var busy []string
+	for _, in := range ins {
+		req := handoverReq{reply: make(chan handoverAns, 1), resume: resume}
+		select {
+		case in.handc <- req:
+		case <-in.done:
+			continue // stopped for good: nothing to hand over
+		case <-ctx.Done():
+			thaw()
+			return nil, nil, fmt.Errorf("instance %s did not answer: %w", in.key, ctx.Err())
+		}
+		a := <-req.reply
+		if a.busy != "" {
+			busy = append(busy, in.key+" ("+a.busy+")")
+			continue
+		}
+		parked = append(parked, a)
+	}
+	if len(busy) > 0 {
+		thaw()
+		return nil, nil, fmt.Errorf("instances are starting or stopping: %s; try again", strings.Join(busy, ", "))
+	}
+	t, err := proc.Freeze()
+	if err != nil {
+		thaw()
+		return nil, nil, err
+	}
+	thawProc = t
+	h = &Handover{Node: node, Started: r.opts.Started, Sessions: r.leases.Sessions()}
+	if ns := r.lastBeat.Load(); ns != 0 {
+		h.LastBeat = time.Unix(0, ns)
+	}
+	for _, a := range parked {
+		if a.p != nil {
+			if ph, ok := a.p.Handoff(); ok {
+				a.h.Proc = &ph
+			} else {
+				a.h.Term = nil // exited meanwhile: the next image boots it
+			}
+		}
+		h.Instances = append(h.Instances, a.h)
+	}
+	return h, thaw, nil
+}
+
+// Fds lists the descriptors the next image needs (see proc.KeepOpen).
+func (h *Handover) Fds() []int {
+	var fds []int
+	for _, in := range h.Instances {
+		if in.Proc != nil {
+			fds = append(fds, in.Proc.Fds()...)
+		}
+	}
+	return fds
+}
+
+// adoptions checks what the previous image handed over against Consul, once
+// the sessions are adopted: a term whose session is not the lease's now, or
+// whose key that session no longer holds, is dropped, and the process of a
+// standby (which may run only while it leads) is killed; the instance then
+// goes on as one without a term.
+func (r *Runner) adoptions(ctx context.Context, h *Handover) map[string]*InstanceHandoff {
+	out := map[string]*InstanceHandoff{}
+	for i := range h.Instances {
+		a := h.Instances[i]
+		if a.Term != nil {
+			svc := r.cfg.Service(strings.SplitN(a.Key, "/", 2)[0])
+			ok := svc != nil && svc.Leader != nil && svc.Leader.Key == a.Term.Key &&
+				r.leases.Lease(svc.Leader.SessionTTL, svc.Leader.LockDelay).Session() == a.Term.Session
+			if ok {
+				pair, _, err := r.opts.Client.KV().Get(a.Term.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+				ok = err == nil && pair != nil && pair.Session == a.Term.Session
+			}
+			if !ok {
+				r.log.Warn("the leader term handed over is no longer held; the instance goes on without it", "service", a.Key, "key", a.Term.Key)
+				a.Term = nil
+				if svc != nil && svc.Leader != nil && svc.Leader.Mode == "standby" && a.Proc != nil {
+					_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+				}
+			}
+		}
+		if a.Slot != "" && a.Proc != nil {
+			// A slot's process runs only while the node's session holds
+			// the slot (an exclusive one may be another node's the moment
+			// it is not): killed at once otherwise, and reaped later
+			// (dropUnadopted); the fleet does not take the slot again.
+			pair, _, err := r.opts.Client.KV().Get(a.SlotKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			if mine := r.leases.Lease(0, 0).Session(); err != nil || pair == nil || mine == "" || pair.Session != mine {
+				r.log.Warn("the slot handed over is no longer held by this node; stopping its process", "slot", a.Slot, "pid", a.Proc.Pid)
+				_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+			}
+		}
+		out[a.Key] = &a
+	}
+	return out
+}
+
+// beat records an update of the liveness check.
+func (r *Runner) beat(at time.Time) {
+	if r.lastBeat.Swap(at.UnixNano()) == 0 && r.opts.Adopt != nil && !r.opts.Adopt.LastBeat.IsZero() {
+		r.beatGap.Store(int64(at.Sub(r.opts.Adopt.LastBeat)))
+	}
+}
+
+// UpgradeGap is, after an upgrade in place, the longest time mariposa's
+// liveness check went without an update across it: from the previous
+// image's last update to this one's first. ok is false before that.
+func (r *Runner) UpgradeGap() (gap time.Duration, ok bool) {
+	g := r.beatGap.Load()
+	return time.Duration(g), g != 0
+}
+
+// PIDs lists the processes handed over.
+func (h *Handover) PIDs() []int {
+	var pids []int
+	for _, in := range h.Instances {
+		if in.Proc != nil {
+			pids = append(pids, in.Proc.Pid)
+		}
+	}
+	return pids
+}
+
+// adoptWait is how long a handed-over instance of a count slot waits for
+// the fleet to take its slot again before its process is stopped.
+var adoptWait = 30 * time.Second
+
+// dropUnadopted stops, after adoptWait, the processes handed over that no
+// instance adopted (a count slot the fleet did not take again, a service
+// removed from the files meanwhile): nothing runs that nobody supervises.
+func (r *Runner) dropUnadopted(ctx context.Context) {
+	select {
+	case <-time.After(adoptWait):
+	case <-ctx.Done():
+		return
+	}
+	r.mu.Lock()
+	left := r.pending
+	r.pending = nil
+	r.mu.Unlock()
+	for key, a := range left {
+		if a.Proc == nil {
+			continue
+		}
+		r.log.Warn("a process handed over by the previous mariposa was not taken up again; stopping it", "instance", key, "pid", a.Proc.Pid)
+		if p, err := proc.Adopt(*a.Proc, nil, key, nil); err == nil {
+			_ = p.Signal(syscall.SIGKILL) // reaped through its pidfd
+		} else {
+			_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// Adopting reports the count slots whose instances the previous image
+// handed over and that wait for them: the fleet takes these slots again
+// (same session, no write) instead of releasing them as strays.
+func (r *Runner) Adopting() map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for _, a := range r.pending {
+		if a.Proc != nil && a.Slot != "" {
+			out[a.Slot] = true
+		}
+	}
+	return out
+}
