@@ -58,3 +58,24 @@ func TestUpgradePreflight(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeUpgradeState: whatever is handed over decodes or is refused,
+// never panics, and a decoded state always has its runner state and the
+// version this build reads.
+func FuzzDecodeUpgradeState(f *testing.F) {
+	good, _ := json.Marshal(upgradeState{Format: upgradeStateFormat, Version: upgradeStateVersion, From: "mariposa v0.1.0",
+		Runner: &supervisor.Handover{Node: "n1"}})
+	f.Add(good)
+	f.Add([]byte(`{"format":"mariposa-upgrade-state","version":2,"runner":{}}`))
+	f.Add([]byte(`{"format":"mariposa-upgrade-state","version":1,"runner":null}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := decodeUpgradeState(b)
+		if err != nil {
+			return
+		}
+		if st.Runner == nil || st.Version != upgradeStateVersion || st.Format != upgradeStateFormat {
+			t.Fatalf("decoded a state it should refuse: %+v", st)
+		}
+	})
+}
