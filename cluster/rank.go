@@ -57,7 +57,7 @@ func (r *ranker) rank(slot int) []Ranked {
 	out := make([]Ranked, 0, len(r.nodes))
 	for _, n := range r.nodes {
 		x := Ranked{Node: n.Name, Rank: -1, HRWRank: -1, HRW: HRW(r.unit, slot, n.Name)}
-		x.Verdict = feasible(r.unit, &r.p, r.need, n, slot, r.v.Holders, r.v.Reserved, r.v.Paused, r.m)
+		x.Verdict = feasible(r.unit, &r.p, r.need, n, slot, r.v.Holders, r.heldSlots[n.Name], r.v.Reserved, r.v.Paused, r.m)
 		if x.Verdict.OK {
 			x.Score = r.score(n, slot)
 		}
