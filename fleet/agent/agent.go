@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
@@ -31,19 +33,75 @@ func (s SlotID) String() string { return fmt.Sprintf("%s/%d", s.Unit, s.K) }
 // Key is the slot's lock key.
 func (s SlotID) Key() string { return fmt.Sprintf("mariposa/slots/%s/%d", s.Unit, s.K) }
 
-// Slot is one slot key as a watch answered it.
+// IndexPrefix is the unit's index: what every node watches (with ?keys)
+// instead of the slot keys, whose values it does not need.
+func IndexPrefix(unit string) string { return "mariposa/held/" + unit + "/" }
+
+// IndexKey is the slot's entry in its unit's index while node holds it:
+// locked by the holder's session in the claim's transaction (whose
+// behaviour is delete, so an invalidation removes it with the slot key),
+// deleted by the release's.
+func (s SlotID) IndexKey(node string) string { return IndexPrefix(s.Unit) + strconv.Itoa(s.K) + "/" + node }
+
+// ReleasedKey marks, in the index, a slot its holder released (set by the
+// release's transaction, deleted by the next claim's): a free slot without
+// it was freed by an invalidation and is under Consul's lock delay.
+func (s SlotID) ReleasedKey() string { return IndexPrefix(s.Unit) + strconv.Itoa(s.K) }
+
+// IndexView reads an answer of the watch on a unit's index (key names
+// only, as ?keys gives them) into a view. Names it does not know are
+// skipped.
+func IndexView(unit string, index uint64, keys []string) *SlotsView {
+	prefix := IndexPrefix(unit)
+	by := map[int]Slot{}
+	var order []int
+	for _, key := range keys {
+		rest, ok := strings.CutPrefix(key, prefix)
+		if !ok {
+			continue
+		}
+		ks, node, held := strings.Cut(rest, "/")
+		k, err := strconv.Atoi(ks)
+		if err != nil || k < 0 || (held && node == "") {
+			continue
+		}
+		sl, seen := by[k]
+		if !seen {
+			order = append(order, k)
+		}
+		sl.K = k
+		if held {
+			sl.Node, sl.ModifyIndex, sl.Released = node, index, false
+		} else if sl.Node == "" {
+			sl.Released = true
+		}
+		by[k] = sl
+	}
+	slots := make([]Slot, 0, len(order))
+	for _, k := range order {
+		slots = append(slots, by[k])
+	}
+	return NewSlotsView(unit, index, slots)
+}
+
+// Slot is one slot as the unit's index watch answered it (CLUSTER.md
+// section 12, "Watches"): the index lists, per held slot, the holder's
+// node in a key of its name, and a marker for a slot its holder released.
 type Slot struct {
-	K           int
-	Session     string // "" free
-	Node        string // the holder named in the value
+	K    int
+	Node string // the holder; "" free
+	// ModifyIndex, for a held slot: an index at which the hold was seen
+	// (the index of the answer that showed it, never below the lock's).
+	// For a free slot: above zero when the answer knows it was held and
+	// freed without a release (its holder's session invalidated).
 	ModifyIndex uint64
-	// Released: the value says its holder released it. A free key whose
-	// value does not was freed by an invalidation, and Consul refuses to
-	// lock it for the lock delay.
+	// Released: the slot's holder released it. A free slot that was held
+	// and is not released was freed by an invalidation, and Consul
+	// refuses to lock it for the lock delay.
 	Released bool
 }
 
-// SlotsView is one answer of the watch on a unit's slots, immutable once
+// SlotsView is one answer of the watch on a unit's index, immutable once
 // built: the simulator hands the same view to every node that gets the
 // same answer, and the ranking it carries is computed once.
 type SlotsView struct {
@@ -51,17 +109,17 @@ type SlotsView struct {
 	Index   uint64
 	Slots   map[int]Slot
 	Holders map[int]string // held slots -> node
-	bySess  map[string][]int
+	byNode  map[string][]int
 }
 
 // NewSlotsView builds a view from a watch's answer.
 func NewSlotsView(unit string, index uint64, slots []Slot) *SlotsView {
-	v := &SlotsView{Unit: unit, Index: index, Slots: map[int]Slot{}, Holders: map[int]string{}, bySess: map[string][]int{}}
+	v := &SlotsView{Unit: unit, Index: index, Slots: map[int]Slot{}, Holders: map[int]string{}, byNode: map[string][]int{}}
 	for _, s := range slots {
 		v.Slots[s.K] = s
-		if s.Session != "" {
+		if s.Node != "" {
 			v.Holders[s.K] = s.Node
-			v.bySess[s.Session] = append(v.bySess[s.Session], s.K)
+			v.byNode[s.Node] = append(v.byNode[s.Node], s.K)
 		}
 	}
 	return v
@@ -261,6 +319,10 @@ type Agent struct {
 	// later; free: units with free slots at their last look.
 	dirty, free map[string]bool
 	waitAt      map[string]time.Time
+	// invalidated: free slots this node saw held and then free without a
+	// release (the index cannot say so: the holder's keys are deleted
+	// with its session), until a view shows them held or released.
+	invalidated map[SlotID]bool
 }
 
 type strayTry struct {
@@ -310,7 +372,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[SlotID]vacancy{},
 		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
-		strays: map[SlotID]strayTry{}}
+		strays: map[SlotID]strayTry{}, invalidated: map[SlotID]bool{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -355,6 +417,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 		a.dirtyAll()
 	case SlotsAnswer:
+		a.noteInvalidated(a.slots[in.View.Unit], in.View)
 		a.slots[in.View.Unit] = in.View
 		a.dirty[in.View.Unit] = true
 	case NodesAnswer:
@@ -456,6 +519,27 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	return a.reconcile(now, out)
 }
 
+// noteInvalidated keeps, across answers, which free slots were freed
+// without a release.
+func (a *Agent) noteInvalidated(old, v *SlotsView) {
+	for id := range a.invalidated {
+		if id.Unit != v.Unit {
+			continue
+		}
+		if s := v.Slots[id.K]; s.Node != "" || s.Released {
+			delete(a.invalidated, id)
+		}
+	}
+	if old == nil {
+		return
+	}
+	for k := range old.Holders {
+		if s := v.Slots[k]; s.Node == "" && !s.Released {
+			a.invalidated[SlotID{v.Unit, k}] = true
+		}
+	}
+}
+
 func (a *Agent) loseSession(out []any) []any {
 	a.session, a.inflight, a.failed = "", 0, nil
 	for id, h := range a.held {
@@ -519,7 +603,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		switch {
 		case h.orphan:
 			// Stop once another node holds the slot.
-			if view != nil && view.Slots[id.K].Session != "" && h.phase != Stopping {
+			if view != nil && view.Slots[id.K].Node != "" && view.Slots[id.K].Node != a.cfg.Node && h.phase != Stopping {
 				h.phase = Stopping
 				out = append(out, Stop{Slot: id})
 			}
@@ -538,7 +622,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		}
 		if view != nil && view.Index > 0 {
 			s := view.Slots[id.K]
-			if s.Session != "" && s.Session != a.session && s.ModifyIndex > h.index {
+			if s.Node != "" && s.Node != a.cfg.Node && s.ModifyIndex > h.index {
 				out = a.lose(id, h, "slot held by another session", out)
 				continue
 			}
@@ -569,8 +653,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			if v == nil {
 				continue
 			}
-			// Strays: held by this node's session in Consul, unknown here.
-			for _, k := range v.bySess[a.session] {
+			// Strays: held by this node in Consul, unknown here (a claim
+			// applied whose answer was lost; or an earlier session's, not
+			// yet invalidated: its release is refused until it is).
+			for _, k := range v.byNode[a.cfg.Node] {
 				id := SlotID{name, k}
 				if _, ok := a.held[id]; ok {
 					continue
@@ -593,7 +679,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// same slots, so the ranking is the same everywhere.
 			var free []int
 			for k := range u.Count {
-				if v.Slots[k].Session != "" {
+				if v.Slots[k].Node != "" {
 					delete(a.vacant, SlotID{name, k})
 					continue
 				}
@@ -634,7 +720,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if !v.Slots[k].Released && v.Slots[k].ModifyIndex > 0 {
+				if sl := v.Slots[k]; !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[id]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks

@@ -85,7 +85,7 @@ func TestExclusiveSlotLife(t *testing.T) {
 	}
 	m.step(ConfirmDone{Sent: m.now, Held: map[SlotID]bool{c.Slot: true}})
 	sent := m.now
-	view := slots("db", 9, Slot{K: 0, Session: "s-me", Node: "me", ModifyIndex: 42})
+	view := slots("db", 9, Slot{K: 0, Node: "me", ModifyIndex: 42})
 	m.step(view)
 	// No answer to anything after that: killed at sent + lock_delay/2.
 	m.now = sent.Add(499 * time.Millisecond)
@@ -169,7 +169,7 @@ func TestMaxPerNodeCountsOwnHolds(t *testing.T) {
 	m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 2, MaxPerNode: 1}}})
 	m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "other"}}})
 	var claims int
-	acts := m.step(slots("web", 7, Slot{K: 0, Session: "s-other", Node: "other", ModifyIndex: 5}))
+	acts := m.step(slots("web", 7, Slot{K: 0, Node: "other", ModifyIndex: 5}))
 	for range 20 {
 		for _, a := range acts {
 			if _, ok := a.(Claim); ok {
@@ -238,7 +238,7 @@ func TestElectionStretchesTheHold(t *testing.T) {
 // released again a second later.
 func TestStrayRetried(t *testing.T) {
 	m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
-	view := slots("web", 9, Slot{K: 0, Session: "s-me", Node: "me", ModifyIndex: 8})
+	view := slots("web", 9, Slot{K: 0, Node: "me", ModifyIndex: 8})
 	if _, ok := find[Release](m.step(view)); !ok {
 		t.Fatal("stray not released")
 	}
@@ -253,5 +253,52 @@ func TestStrayRetried(t *testing.T) {
 	m.now = w.At
 	if _, ok := find[Release](m.step(Tick{})); !ok {
 		t.Fatal("not released again")
+	}
+}
+
+// The index cannot say how a slot was freed (an invalidation deletes the
+// holder's entry as a release does, without the released mark): a node
+// that saw it held and then free without the mark waits out the lock
+// delay; one that saw it released does not.
+func TestIndexFreedByInvalidationWaitsLockDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		keys     []string
+		min, max time.Duration
+	}{
+		{"invalidated", nil, time.Second, time.Second + 50*time.Millisecond},
+		{"released", []string{SlotID{"web", 0}.ReleasedKey()}, 0, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+			m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "other"}}})
+			m.step(SlotsAnswer{View: IndexView("web", 5, []string{SlotID{"web", 0}.IndexKey("other")})})
+			w, ok := find[Wake](m.step(SlotsAnswer{View: IndexView("web", 6, tc.keys)}))
+			if !ok {
+				t.Fatal("no wake")
+			}
+			if d := w.At.Sub(t0); d < tc.min || d > tc.max {
+				t.Fatalf("claim at %v, want [%v, %v]", d, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+// The index's names read back into a view: holders, released marks, and
+// names it does not know skipped.
+func TestIndexView(t *testing.T) {
+	v := IndexView("web", 9, []string{"mariposa/held/web/0", "mariposa/held/web/1/n1", "mariposa/held/web/2/n2",
+		"mariposa/held/web/x/n3", "mariposa/held/web/3/", "mariposa/held/webx/4/n4"})
+	want := map[int]Slot{0: {K: 0, Released: true}, 1: {K: 1, Node: "n1", ModifyIndex: 9}, 2: {K: 2, Node: "n2", ModifyIndex: 9}}
+	if len(v.Slots) != len(want) {
+		t.Fatalf("slots %+v", v.Slots)
+	}
+	for k, s := range want {
+		if v.Slots[k] != s {
+			t.Errorf("slot %d: %+v, want %+v", k, v.Slots[k], s)
+		}
+	}
+	if v.Holders[1] != "n1" || v.Holders[2] != "n2" || len(v.Holders) != 2 {
+		t.Errorf("holders %v", v.Holders)
 	}
 }

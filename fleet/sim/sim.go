@@ -33,7 +33,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -355,6 +354,27 @@ func slotValue(node string, id agent.SlotID, state string) []byte {
 	return b
 }
 
+// claimOps lock the slot key and its index entry with the session and
+// clear the slot's released mark, all or nothing: the lock on the slot key
+// is what makes one holder; the index is what the nodes watch.
+func claimOps(id agent.SlotID, node, session, state string) api.KVTxnOps {
+	return api.KVTxnOps{
+		{Verb: api.KVLock, Key: id.Key(), Session: session, Value: slotValue(node, id, state)},
+		{Verb: api.KVLock, Key: id.IndexKey(node), Session: session},
+		{Verb: api.KVDelete, Key: id.ReleasedKey()},
+	}
+}
+
+// releaseOps unlock the slot key, delete its index entry and mark it
+// released, all or nothing (refused unless the session holds the key).
+func releaseOps(id agent.SlotID, node, session string) api.KVTxnOps {
+	return api.KVTxnOps{
+		{Verb: api.KVUnlock, Key: id.Key(), Session: session, Value: slotValue(node, id, "released")},
+		{Verb: api.KVDelete, Key: id.IndexKey(node)},
+		{Verb: api.KVSet, Key: id.ReleasedKey()},
+	}
+}
+
 func (s *Sim) setup() {
 	c := s.cfg
 	for i := range c.Units {
@@ -379,7 +399,7 @@ func (s *Sim) setup() {
 	held := map[string]map[agent.SlotID]uint64{}
 	for _, n := range s.nodes {
 		id, err := s.store.CreateSession(s.wall(), consulmodel.SessionSpec{Node: n.name, LockDelay: c.LockDelay,
-			Checks: []string{"serfHealth", aliveCheck(n.name)}})
+			Behavior: api.SessionBehaviorDelete, Checks: []string{"serfHealth", aliveCheck(n.name)}})
 		must(err)
 		n.sess = id
 		held[n.name] = map[agent.SlotID]uint64{}
@@ -388,7 +408,7 @@ func (s *Sim) setup() {
 		for k := range u.Count {
 			n := s.nodes[(i*u.Count+k)%len(s.nodes)]
 			id := agent.SlotID{Unit: u.Name, K: k}
-			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVLock, Key: id.Key(), Session: n.sess, Value: slotValue(n.name, id, "running")}})
+			r, err := s.store.KVTxn(s.wall(), claimOps(id, n.name, n.sess, "running"))
 			must(err)
 			if !r.OK {
 				panic(fmt.Sprintf("warm claim of %s: %v", id, r.Errors))
@@ -473,7 +493,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.CreateSession:
 		s.rpc(n, func() any {
 			id, err := s.store.CreateSession(s.wall(), consulmodel.SessionSpec{Node: n.name, LockDelay: s.cfg.LockDelay,
-				Checks: []string{"serfHealth", aliveCheck(n.name)}})
+				Behavior: api.SessionBehaviorDelete, Checks: []string{"serfHealth", aliveCheck(n.name)}})
 			if err == nil {
 				n.sess = id
 			}
@@ -484,7 +504,7 @@ func (s *Sim) act(n *node, a any) {
 		s.note("%s claim %s", n.name, a.Slot)
 		lose := s.cfg.Chaos && s.rng.IntN(50) == 0
 		s.rpc(n, func() any {
-			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVLock, Key: a.Slot.Key(), Session: a.Session, Value: slotValue(n.name, a.Slot, "starting")}})
+			r, err := s.store.KVTxn(s.wall(), claimOps(a.Slot, n.name, a.Session, "starting"))
 			s.countTxn(r, err)
 			if err != nil || !r.OK {
 				return agent.ClaimDone{Slot: a.Slot, LockDelay: err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")}
@@ -499,7 +519,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.Release:
 		release := func() {
 			s.rpc(n, func() any {
-				r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVUnlock, Key: a.Slot.Key(), Session: a.Session, Value: slotValue(n.name, a.Slot, "released")}})
+				r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, a.Session))
 				s.countTxn(r, err)
 				return agent.ReleaseDone{Slot: a.Slot, OK: err == nil && r.OK}
 			}, func() any { return agent.ReleaseDone{Slot: a.Slot} })
@@ -557,7 +577,7 @@ func (s *Sim) act(n *node, a any) {
 			if inst := n.inst[a.Slot]; inst != nil {
 				sess := inst.session
 				s.rpc(n, func() any {
-					r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVUnlock, Key: a.Slot.Key(), Session: sess, Value: slotValue(n.name, a.Slot, "released")}})
+					r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, sess))
 					s.countTxn(r, err)
 					return nil
 				}, func() any { return nil })
@@ -688,12 +708,13 @@ func (s *Sim) notify() {
 	nodesChanged := false
 	for _, c := range commits {
 		for _, k := range c.Keys {
-			if rest, ok := strings.CutPrefix(k, "mariposa/slots/"); ok {
+			if rest, ok := strings.CutPrefix(k, "mariposa/held/"); ok {
 				u, _, _ := strings.Cut(rest, "/")
 				units[u] = true
-				if s.counting {
-					s.res.SlotChanges++
-				}
+				delete(s.slotsCache, u)
+			}
+			if strings.HasPrefix(k, "mariposa/slots/") && s.counting {
+				s.res.SlotChanges++
 			}
 		}
 		if slices.Contains(c.Services, "mariposa") {
@@ -741,28 +762,19 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
+// slotsView is the answer of a watch on the unit's index (?keys): the
+// names of its entries. It is kept until a commit touches the index.
 func (s *Sim) slotsView(unit string) cachedSlots {
-	prefix := "mariposa/slots/" + unit + "/"
-	idx := s.store.ListIndex(prefix)
-	if c, ok := s.slotsCache[unit]; ok && c.idx == idx {
+	if c, ok := s.slotsCache[unit]; ok {
 		return c
 	}
-	es, _, _ := s.store.List(prefix, true)
-	var slots []agent.Slot
-	var bytes uint64
-	for _, e := range es {
-		k, err := strconv.Atoi(strings.TrimPrefix(e.Key, prefix))
-		if err != nil {
-			continue
-		}
-		var v struct{ Node, State string }
-		_ = json.Unmarshal(e.Value, &v)
-		slots = append(slots, agent.Slot{K: k, Session: e.Session, Node: v.Node, ModifyIndex: e.ModifyIndex, Released: v.State == "released"})
-		// Consul's JSON for an entry: the fields, the key, the value in
-		// base64 and the session.
-		bytes += 100 + uint64(len(e.Key)) + uint64((len(e.Value)+2)/3*4) + uint64(len(e.Session))
+	keys, idx, _ := s.store.Keys(agent.IndexPrefix(unit), true)
+	// Consul's JSON: a list of quoted names.
+	bytes := uint64(2)
+	for _, k := range keys {
+		bytes += uint64(len(k)) + 3
 	}
-	c := cachedSlots{idx: idx, view: agent.NewSlotsView(unit, idx, slots), bytes: bytes}
+	c := cachedSlots{idx: idx, view: agent.IndexView(unit, idx, keys), bytes: bytes}
 	s.slotsCache[unit] = c
 	return c
 }
