@@ -41,7 +41,9 @@ func IndexPrefix(unit string) string { return "mariposa/held/" + unit + "/" }
 // locked by the holder's session in the claim's transaction (whose
 // behaviour is delete, so an invalidation removes it with the slot key),
 // deleted by the release's.
-func (s SlotID) IndexKey(node string) string { return IndexPrefix(s.Unit) + strconv.Itoa(s.K) + "/" + node }
+func (s SlotID) IndexKey(node string) string {
+	return IndexPrefix(s.Unit) + strconv.Itoa(s.K) + "/" + node
+}
 
 // ReleasedKey marks, in the index, a slot its holder released (set by the
 // release's transaction, deleted by the next claim's): a free slot without
