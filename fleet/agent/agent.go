@@ -340,9 +340,12 @@ type vacancy struct {
 	notBefore time.Time
 }
 
+// assignment is this node's place for each free slot of a unit as one
+// ranking said: only its own places are kept (a ranking lists every
+// feasible node for every free slot, and may be shared).
 type assignment struct {
 	slotsIdx, nodesIdx uint64
-	a                  Ranking
+	mine               map[int]Place
 }
 
 // Ranking is where each feasible node stands for each free slot of a
@@ -708,7 +711,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				if mine >= max(1, u.MaxPerNode) {
 					break
 				}
-				me, ok := asg.Of(k, a.cfg.Node)
+				me, ok := asg[k]
 				if !ok {
 					continue
 				}
@@ -755,13 +758,19 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 
 // assign ranks the free slots of u with the view; the same view gives
 // the same ranking, so it is kept until a view changes.
-func (a *Agent) assign(u Unit, v *SlotsView, free []int) Ranking {
+func (a *Agent) assign(u Unit, v *SlotsView, free []int) map[int]Place {
 	if c, ok := a.assignments[u.Name]; ok && c.slotsIdx == v.Index && c.nodesIdx == a.nodes.Index {
-		return c.a
+		return c.mine
 	}
 	asg := a.cfg.Rank(u, v, a.nodes, free)
-	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, a: asg}
-	return asg
+	mine := map[int]Place{}
+	for _, k := range free {
+		if p, ok := asg.Of(k, a.cfg.Node); ok {
+			mine[k] = p
+		}
+	}
+	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, mine: mine}
+	return mine
 }
 
 // DefaultRank is cluster.Assign over a unit's slots view and the live

@@ -142,6 +142,10 @@ type Result struct {
 	// fenced writes left out), slot key changes and the bytes Consul
 	// served to the fleet's watchers.
 	Txns, RaftWrites, SlotChanges, BytesServed uint64
+	// BytesServed split by watch: the units' indexes (IndexBytes) and the
+	// health of the failing instances (HealthBytes); IndexAnswers and
+	// HealthAnswers count the answers.
+	IndexBytes, HealthBytes, IndexAnswers, HealthAnswers uint64
 	// Steps and StepTime: every agent step, and the wall time they took.
 	Steps    uint64
 	StepTime time.Duration
@@ -790,6 +794,8 @@ func (s *Sim) deliverSlots(n *node, unit string) {
 	n.watch[unit] = c.idx
 	if s.counting {
 		s.res.BytesServed += c.bytes
+		s.res.IndexBytes += c.bytes
+		s.res.IndexAnswers++
 	}
 	s.step(n, agent.SlotsAnswer{View: c.view})
 }
@@ -800,15 +806,27 @@ func (s *Sim) deliverNodes(n *node) {
 	}
 	idx := s.store.ServiceIndex("mariposa")
 	if s.nodesCache == nil || s.nodesCache.Index != idx {
-		es, _, _ := s.store.HealthService("mariposa", true, true)
+		// The live nodes are the fleet's members (a watch on the
+		// service's catalog entries, which changes only when a node
+		// registers or leaves) less those a watch on the health of the
+		// instances that are not passing names
+		// (?filter="passing" not in Checks.Status: Consul filters before
+		// it answers). Only that answer moves when a node fails or comes
+		// back, and it carries the failing instances alone.
+		es, _, _ := s.store.HealthService("mariposa", false, true)
 		var names []string
+		failing := 0
 		for _, e := range es {
-			names = append(names, e.Instance.Node)
+			if e.Status == api.HealthPassing {
+				names = append(names, e.Instance.Node)
+			} else {
+				failing++
+			}
 		}
 		s.nodesCache = &agent.NodesView{Index: idx, Nodes: names}
-		// A health answer carries the node, the service and its checks:
+		// A health entry carries the node, the service and its checks:
 		// about 1.5 KB an instance.
-		s.nodesBytes = uint64(len(es)) * 1500
+		s.nodesBytes = 2 + uint64(failing)*1500
 	}
 	if idx <= n.nodesIdx {
 		return
@@ -816,6 +834,8 @@ func (s *Sim) deliverNodes(n *node) {
 	n.nodesIdx = idx
 	if s.counting {
 		s.res.BytesServed += s.nodesBytes
+		s.res.HealthBytes += s.nodesBytes
+		s.res.HealthAnswers++
 	}
 	s.step(n, agent.NodesAnswer{View: s.nodesCache})
 }
