@@ -112,6 +112,15 @@ type SlotsView struct {
 	Slots   map[int]Slot
 	Holders map[int]string // held slots -> node
 	byNode  map[string][]int
+	nodeOf  []string // by slot number: the holder, "" free
+}
+
+// holder is the node holding slot k, "" none.
+func (v *SlotsView) holder(k int) string {
+	if k < 0 || k >= len(v.nodeOf) {
+		return ""
+	}
+	return v.nodeOf[k]
 }
 
 // NewSlotsView builds a view from a watch's answer.
@@ -119,9 +128,13 @@ func NewSlotsView(unit string, index uint64, slots []Slot) *SlotsView {
 	v := &SlotsView{Unit: unit, Index: index, Slots: map[int]Slot{}, Holders: map[int]string{}, byNode: map[string][]int{}}
 	for _, s := range slots {
 		v.Slots[s.K] = s
-		if s.Node != "" {
+		if s.Node != "" && s.K >= 0 {
 			v.Holders[s.K] = s.Node
 			v.byNode[s.Node] = append(v.byNode[s.Node], s.K)
+			if s.K >= len(v.nodeOf) {
+				v.nodeOf = append(v.nodeOf, make([]string, s.K+1-len(v.nodeOf))...)
+			}
+			v.nodeOf[s.K] = s.Node
 		}
 	}
 	return v
@@ -300,7 +313,7 @@ type Agent struct {
 	slots        map[string]*SlotsView
 	nodes        *NodesView
 	held         map[SlotID]*held
-	vacant       map[SlotID]vacancy
+	vacant       map[string]map[int]vacancy // by unit, then slot
 	// inflight: confirmations sent and not answered. They are sent every
 	// lock_delay/5 whether or not the last one came back (each carries
 	// its send time, so a slow answer costs nothing), up to maxInflight.
@@ -375,7 +388,7 @@ func New(cfg Config) *Agent {
 		cfg.Rank = DefaultRank
 	}
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
-		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[SlotID]vacancy{},
+		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[string]map[int]vacancy{},
 		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
 		strays: map[SlotID]strayTry{}, invalidated: map[SlotID]bool{}}
 	if w := cfg.Warm; w != nil {
@@ -453,12 +466,13 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			delete(a.held, in.Slot)
 			a.dirty[in.Slot.Unit] = true
 			if in.LockDelay {
-				v := a.vacant[in.Slot]
+				vs := a.vacantOf(in.Slot.Unit)
+				v := vs[in.Slot.K]
 				if v.since.IsZero() {
 					v = vacancy{since: now, jitter: a.rng.Float64()}
 				}
 				v.notBefore = now.Add(a.cfg.LockDelay / 10)
-				a.vacant[in.Slot] = v
+				vs[in.Slot.K] = v
 			}
 			break
 		}
@@ -522,6 +536,15 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		panic(fmt.Sprintf("agent: unknown input %T", in))
 	}
 	return a.reconcile(now, out)
+}
+
+func (a *Agent) vacantOf(unit string) map[int]vacancy {
+	vs := a.vacant[unit]
+	if vs == nil {
+		vs = map[int]vacancy{}
+		a.vacant[unit] = vs
+	}
+	return vs
 }
 
 // noteInvalidated keeps, across answers, which free slots were freed
@@ -683,9 +706,12 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// Free as the view says: every node with this view ranks the
 			// same slots, so the ranking is the same everywhere.
 			var free []int
+			vs := a.vacant[name]
 			for k := range u.Count {
-				if v.Slots[k].Node != "" {
-					delete(a.vacant, SlotID{name, k})
+				if v.holder(k) != "" {
+					if len(vs) > 0 {
+						delete(vs, k)
+					}
 					continue
 				}
 				free = append(free, k)
@@ -715,10 +741,11 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				if !ok {
 					continue
 				}
-				vac, seen := a.vacant[id]
+				vac, seen := vs[k]
 				if !seen {
 					vac = vacancy{since: now, jitter: a.rng.Float64()}
-					a.vacant[id] = vac
+					vs = a.vacantOf(name)
+					vs[k] = vac
 				}
 				d, first := cluster.ClaimDelay(me.Rank, a.cfg.Step, vac.jitter)
 				if !first {

@@ -223,6 +223,9 @@ type node struct {
 	pending   map[string]bool
 	nodesIdx  uint64
 	nodesPend bool
+	// lastAns: when each watch (a unit's index; "" the nodes) last
+	// answered: it is asked again no sooner than watchEvery later.
+	lastAns map[string]time.Duration
 	wakeAt    time.Duration
 }
 
@@ -393,7 +396,7 @@ func (s *Sim) setup() {
 	}
 	for i := range c.Nodes {
 		n := &node{name: fmt.Sprintf("n%04d", i), alive: true, up: true, inst: map[agent.SlotID]*instance{}, starting: map[agent.SlotID]uint64{},
-			watch: map[string]uint64{}, pending: map[string]bool{}}
+			watch: map[string]uint64{}, pending: map[string]bool{}, lastAns: map[string]time.Duration{}}
 		s.nodes = append(s.nodes, n)
 		must(s.store.RegisterNode(n.name, "10.0.0.1"))
 		must(s.store.RegisterService(consulmodel.ServiceInstance{Node: n.name, ID: "mariposa-" + n.name, Service: "mariposa"},
@@ -455,7 +458,7 @@ func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, fre
 		}
 	}
 	a := agent.DefaultRank(u, v, nodes, free)
-	if len(memo) >= 4 {
+	if len(memo) >= 8 {
 		memo = memo[1:]
 	}
 	s.ranks[u.Name] = append(memo, rankEntry{key, a})
@@ -730,7 +733,7 @@ func (s *Sim) notify() {
 			if n.watched() && !n.pending[u] {
 				n.pending[u] = true
 				gen := n.gen
-				s.at(s.latency(), func() {
+				s.at(s.answerIn(n, u), func() {
 					if n.gen != gen {
 						return
 					}
@@ -745,7 +748,7 @@ func (s *Sim) notify() {
 			if n.watched() && !n.nodesPend {
 				n.nodesPend = true
 				gen := n.gen
-				s.at(s.latency(), func() {
+				s.at(s.answerIn(n, ""), func() {
 					if n.gen != gen {
 						return
 					}
@@ -755,6 +758,20 @@ func (s *Sim) notify() {
 			}
 		}
 	}
+}
+
+// watchEvery: a node asks a watch again no sooner than this after its
+// last answer (the executor's pacing of its blocking queries), so a burst
+// of changes reaches each watcher as a few answers, not one per change.
+const watchEvery = 100 * time.Millisecond
+
+// answerIn is how long until a watch of n answers a change made now.
+func (s *Sim) answerIn(n *node, watch string) time.Duration {
+	d := s.latency()
+	if last, ok := n.lastAns[watch]; ok && s.now+d < last+watchEvery {
+		d = last + watchEvery - s.now
+	}
+	return d
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -792,6 +809,7 @@ func (s *Sim) deliverSlots(n *node, unit string) {
 		return
 	}
 	n.watch[unit] = c.idx
+	n.lastAns[unit] = s.now
 	if s.counting {
 		s.res.BytesServed += c.bytes
 		s.res.IndexBytes += c.bytes
@@ -832,6 +850,7 @@ func (s *Sim) deliverNodes(n *node) {
 		return
 	}
 	n.nodesIdx = idx
+	n.lastAns[""] = s.now
 	if s.counting {
 		s.res.BytesServed += s.nodesBytes
 		s.res.HealthBytes += s.nodesBytes
@@ -1017,7 +1036,7 @@ func (s *Sim) faults() {
 			s.at(back, func() {
 				s.note("restart mariposa on %s", n.name)
 				n.up = true
-				n.watch, n.pending, n.nodesIdx, n.nodesPend = map[string]uint64{}, map[string]bool{}, 0, false
+				n.watch, n.pending, n.nodesIdx, n.nodesPend, n.lastAns = map[string]uint64{}, map[string]bool{}, 0, false, map[string]time.Duration{}
 				s.setCheck(n.name, aliveCheck(n.name), api.HealthPassing)
 				s.notify()
 				s.startAgent(n, nil)
