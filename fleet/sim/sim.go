@@ -226,7 +226,7 @@ type node struct {
 	// lastAns: when each watch (a unit's index; "" the nodes) last
 	// answered: it is asked again no sooner than watchEvery later.
 	lastAns map[string]time.Duration
-	wakeAt    time.Duration
+	wakeAt  time.Duration
 }
 
 func (n *node) reachable() bool { return n.alive && n.up && !n.cut }
