@@ -144,6 +144,20 @@ func NewSlotsView(unit string, index uint64, slots []Slot) *SlotsView {
 type NodesView struct {
 	Index uint64
 	Nodes []string
+	pos   map[string]int
+}
+
+// positions maps each node to its first place in Nodes (built once).
+func (v *NodesView) positions() map[string]int {
+	if v.pos == nil {
+		v.pos = make(map[string]int, len(v.Nodes))
+		for i, n := range v.Nodes {
+			if _, dup := v.pos[n]; !dup {
+				v.pos[n] = i
+			}
+		}
+	}
+	return v.pos
 }
 
 // Inputs.
@@ -313,6 +327,7 @@ type Agent struct {
 	slots        map[string]*SlotsView
 	nodes        *NodesView
 	held         map[SlotID]*held
+	heldSorted   []SlotID                   // held's IDs in order; nil when held changed
 	vacant       map[string]map[int]vacancy // by unit, then slot
 	// inflight: confirmations sent and not answered. They are sent every
 	// lock_delay/5 whether or not the last one came back (each carries
@@ -337,7 +352,7 @@ type Agent struct {
 	// invalidated: free slots this node saw held and then free without a
 	// release (the index cannot say so: the holder's keys are deleted
 	// with its session), until a view shows them held or released.
-	invalidated map[SlotID]bool
+	invalidated map[string]map[int]bool
 }
 
 type strayTry struct {
@@ -364,7 +379,10 @@ type assignment struct {
 // Ranking is where each feasible node stands for each free slot of a
 // unit (cluster.Assign's outcome, kept small: a node reads only its own
 // place).
-type Ranking map[int]map[string]Place
+type Ranking struct {
+	pos    map[string]int  // node -> its position in the nodes view
+	places map[int][]Place // per free slot, by position; Rank -1: not feasible
+}
 
 // Place is one feasible node's standing for a slot: its first-round rank
 // and its rank by rendezvous hash alone (ClaimDelay, SecondRoundDelay).
@@ -372,8 +390,12 @@ type Place struct{ Rank, HRWRank int }
 
 // Of returns node's place for slot; false: not feasible there.
 func (r Ranking) Of(slot int, node string) (Place, bool) {
-	p, ok := r[slot][node]
-	return p, ok
+	i, ok := r.pos[node]
+	ps := r.places[slot]
+	if !ok || i >= len(ps) || ps[i].Rank < 0 {
+		return Place{}, false
+	}
+	return ps[i], true
 }
 
 // New returns a node's agent.
@@ -390,11 +412,12 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[string]map[int]vacancy{},
 		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
-		strays: map[SlotID]strayTry{}, invalidated: map[SlotID]bool{}}
+		strays: map[SlotID]strayTry{}, invalidated: map[string]map[int]bool{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
 			a.held[id] = &held{phase: Running, exclusive: w.Exclusive[id.Unit], index: idx, sent: w.At, acked: w.At, confirmed: w.At}
+			a.heldSorted = nil
 		}
 	}
 	return a
@@ -464,6 +487,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			// knows; a claim applied whose answer was lost shows up as a
 			// stray in the next view and is released.
 			delete(a.held, in.Slot)
+			a.heldSorted = nil
 			a.dirty[in.Slot.Unit] = true
 			if in.LockDelay {
 				vs := a.vacantOf(in.Slot.Unit)
@@ -482,6 +506,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case ReleaseDone:
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
 			delete(a.held, in.Slot)
+			a.heldSorted = nil
 			a.dirty[in.Slot.Unit] = true
 		}
 	case ConfirmDone:
@@ -523,6 +548,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 		if h.lost || h.orphan {
 			delete(a.held, in.Slot)
+			a.heldSorted = nil
 			// If Consul still says this session holds it, the next look
 			// finds a stray and releases it.
 			a.dirty[in.Slot.Unit] = true
@@ -550,20 +576,25 @@ func (a *Agent) vacantOf(unit string) map[int]vacancy {
 // noteInvalidated keeps, across answers, which free slots were freed
 // without a release.
 func (a *Agent) noteInvalidated(old, v *SlotsView) {
-	for id := range a.invalidated {
-		if id.Unit != v.Unit {
-			continue
-		}
-		if s := v.Slots[id.K]; s.Node != "" || s.Released {
-			delete(a.invalidated, id)
+	inv := a.invalidated[v.Unit]
+	for k := range inv {
+		if s := v.Slots[k]; s.Node != "" || s.Released {
+			delete(inv, k)
 		}
 	}
 	if old == nil {
 		return
 	}
-	for k := range old.Holders {
-		if s := v.Slots[k]; s.Node == "" && !s.Released {
-			a.invalidated[SlotID{v.Unit, k}] = true
+	for k, n := range old.nodeOf {
+		if n == "" || v.holder(k) != "" {
+			continue
+		}
+		if s := v.Slots[k]; !s.Released {
+			if inv == nil {
+				inv = map[int]bool{}
+				a.invalidated[v.Unit] = inv
+			}
+			inv[k] = true
 		}
 	}
 }
@@ -574,6 +605,7 @@ func (a *Agent) loseSession(out []any) []any {
 		switch {
 		case h.phase == Claiming || h.phase == Releasing:
 			delete(a.held, id)
+			a.heldSorted = nil
 		case h.exclusive:
 			out = a.lose(id, h, "session lost", out)
 		default:
@@ -593,6 +625,7 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 	switch h.phase {
 	case Claiming, Releasing:
 		delete(a.held, id)
+		a.heldSorted = nil
 		return out
 	}
 	h.phase = Stopping
@@ -697,6 +730,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				}
 				a.strays[id] = strayTry{index: v.Index, at: now}
 				a.held[id] = &held{phase: Releasing}
+				a.heldSorted = nil
 				out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
 			}
 			u, ok := a.units[name]
@@ -752,7 +786,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if sl := v.Slots[k]; !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[id]) {
+				if sl := v.Slots[k]; !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[name][k]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
@@ -767,6 +801,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					continue
 				}
 				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
+				a.heldSorted = nil
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node})
 			}
@@ -809,20 +844,26 @@ func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
 	}
 	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
 	asg := cluster.Assign(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})
-	out := make(Ranking, len(asg))
+	out := Ranking{pos: nodes.positions(), places: make(map[int][]Place, len(asg))}
 	for k, rs := range asg {
-		m := make(map[string]Place, len(rs))
+		ps := make([]Place, len(nodes.Nodes))
+		for i := range ps {
+			ps[i].Rank = -1
+		}
 		for _, r := range rs {
-			if r.Verdict.OK {
-				m[r.Node] = Place{Rank: r.Rank, HRWRank: r.HRWRank}
+			if i, ok := out.pos[r.Node]; ok && r.Verdict.OK {
+				ps[i] = Place{Rank: r.Rank, HRWRank: r.HRWRank}
 			}
 		}
-		out[k] = m
+		out.places[k] = ps
 	}
 	return out
 }
 
 func (a *Agent) heldIDs() []SlotID {
+	if a.heldSorted != nil || len(a.held) == 0 {
+		return a.heldSorted
+	}
 	ids := make([]SlotID, 0, len(a.held))
 	for id := range a.held {
 		ids = append(ids, id)
@@ -833,6 +874,7 @@ func (a *Agent) heldIDs() []SlotID {
 		}
 		return ids[i].K < ids[j].K
 	})
+	a.heldSorted = ids
 	return ids
 }
 
