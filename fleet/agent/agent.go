@@ -462,10 +462,12 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		a.slots[in.View.Unit] = in.View
 		a.dirty[in.View.Unit] = true
 	case NodesAnswer:
+		// Not a reason to rank again at once: the units with free slots
+		// are ranked with it at their next answer or claim time (a node
+		// ahead that is gone costs at most one rank's delay). Ranking
+		// every unit with a vacancy at every failure or return of a node
+		// was most of a 1,000-node fleet's work after a loss.
 		a.nodes = in.View
-		for u := range a.free {
-			a.dirty[u] = true
-		}
 	case SessionCreated:
 		a.asking = false
 		if in.Err == nil {

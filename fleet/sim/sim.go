@@ -149,6 +149,9 @@ type Result struct {
 	// Steps and StepTime: every agent step, and the wall time they took.
 	Steps    uint64
 	StepTime time.Duration
+	// Rankings: cluster.Assign runs (one per unit and pair of views,
+	// shared by the nodes that hold that pair).
+	Rankings uint64
 	Events   uint64
 	// Kills: instances the agents killed (Stop with Kill) for a hold they
 	// could not confirm or lost.
@@ -458,12 +461,16 @@ func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, fre
 		}
 	}
 	a := agent.DefaultRank(u, v, nodes, free)
-	if len(memo) >= 8 {
+	s.res.Rankings++
+	if len(memo) >= rankMemo {
 		memo = memo[1:]
 	}
 	s.ranks[u.Name] = append(memo, rankEntry{key, a})
 	return a
 }
+
+// rankMemo: the rankings kept per unit.
+const rankMemo = 8
 
 func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 	seed := s.cfg.Seed*1_000_003 + uint64(len(n.name)) + uint64(n.gen)*7919

@@ -69,7 +69,7 @@ func main() {
 	}
 	var all []time.Duration
 	var violations int
-	var txns, vac, changes, bytes, raft, steps, ib, hb, ia, ha uint64
+	var txns, vac, changes, bytes, raft, steps, ib, hb, ia, ha, rankings uint64
 	var stepTime time.Duration
 	for _, r := range results {
 		for _, v := range r.Violations {
@@ -82,6 +82,7 @@ func main() {
 		vac += uint64(r.Vacancies)
 		changes += r.SlotChanges
 		bytes += r.BytesServed
+		rankings += r.Rankings
 		ib += r.IndexBytes
 		hb += r.HealthBytes
 		ia += r.IndexAnswers
@@ -98,8 +99,8 @@ func main() {
 		}
 		return all[min(len(all)-1, int(p*float64(len(all))))].Seconds()
 	}
-	fmt.Printf("simulated: %d units x %d slots; %d agent steps, %.1f us each (wall); raft writes/vacancy %.2f; ran %.1f s\n",
-		u, sl, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
+	fmt.Printf("simulated: %d units x %d slots; %d agent steps, %.1f us each (wall, rankings shared); %d rankings; raft writes/vacancy %.2f; ran %.1f s\n",
+		u, sl, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), rankings, float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
 	perChange := func(b uint64) float64 { return float64(b) / 1024 / float64(max(1, changes)) }
 	fmt.Printf("watches: %d slot changes; units' indexes %.1f KB/slot change (%d answers, %.0f B each), failing instances' health %.1f KB/slot change (%d answers)\n",
 		changes, perChange(ib), ia, float64(ib)/float64(max(1, ia)), perChange(hb), ha)
