@@ -302,3 +302,33 @@ func TestIndexView(t *testing.T) {
 		t.Errorf("holders %v", v.Holders)
 	}
 }
+
+// Confirmations go out every lock_delay/5 while the earlier ones have not
+// come back (up to maxInflight), so one slow answer does not leave the
+// hold unconfirmed past the watchdog.
+func TestConfirmationsDoNotWaitForAnswers(t *testing.T) {
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1,
+		Warm: &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{{"db", 0}: 9}, Exclusive: map[string]bool{"db": true}}})}
+	acts := m.step(UnitsAnswer{Units: []Unit{{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1}}})
+	if _, ok := find[Confirm](acts); !ok {
+		t.Fatalf("no first confirmation: %v", acts)
+	}
+	for i := 1; i <= 2; i++ {
+		w, ok := find[Wake](acts)
+		if !ok || w.At != t0.Add(time.Duration(i)*200*time.Millisecond) {
+			t.Fatalf("confirmation %d: wake %+v (%v), want at %v", i, w, ok, t0.Add(time.Duration(i)*200*time.Millisecond))
+		}
+		m.now = w.At
+		acts = m.step(Tick{})
+		if _, ok := find[Confirm](acts); !ok {
+			t.Fatalf("confirmation %d not sent at %v: %v", i, m.now, acts)
+		}
+	}
+	// The first answer comes back now, late: the hold is confirmed from
+	// its send time and lives on.
+	acts = m.step(ConfirmDone{Sent: t0.Add(200 * time.Millisecond), Held: map[SlotID]bool{{"db", 0}: true}})
+	m.now = t0.Add(600 * time.Millisecond)
+	if s, ok := find[Stop](m.step(Tick{})); ok {
+		t.Fatalf("killed: %+v", s)
+	}
+}
