@@ -12,8 +12,12 @@
 // servers then), and its answer travels back the same way. Blocking
 // queries are modelled by their effect: after a write, every node
 // watching a prefix whose index moved gets one answer (coalesced while
-// one is on its way), computed when it arrives; its size is counted as
-// the bytes Consul serves.
+// one is on its way, and no sooner than watchEvery after that watch's
+// last answer), computed when it arrives; its size in Consul's JSON is
+// counted as the bytes Consul serves. Nodes watch each unit's index
+// (agent.IndexPrefix, key names only) and the failing instances of the
+// mariposa service; rankings are shared among the nodes that hold the
+// same two views (each real node computes its own).
 //
 // Failure detection is not simulated packet by packet: a lost node's
 // serfHealth turns critical after Consul's gossip detection time for N
