@@ -326,7 +326,7 @@ func TestConfirmationsDoNotWaitForAnswers(t *testing.T) {
 	}
 	// The first answer comes back now, late: the hold is confirmed from
 	// its send time and lives on.
-	acts = m.step(ConfirmDone{Sent: t0.Add(200 * time.Millisecond), Held: map[SlotID]bool{{"db", 0}: true}})
+	m.step(ConfirmDone{Sent: t0.Add(200 * time.Millisecond), Held: map[SlotID]bool{{"db", 0}: true}})
 	m.now = t0.Add(600 * time.Millisecond)
 	if s, ok := find[Stop](m.step(Tick{})); ok {
 		t.Fatalf("killed: %+v", s)
