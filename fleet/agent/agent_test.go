@@ -332,3 +332,55 @@ func TestConfirmationsDoNotWaitForAnswers(t *testing.T) {
 		t.Fatalf("killed: %+v", s)
 	}
 }
+
+// A unit is ranked again when a vacancy appears or a claim time comes,
+// not at every answer whose free slots only shrank.
+func TestRankedAgainOnlyWhenItMatters(t *testing.T) {
+	calls := 0
+	rank := func(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
+		calls++
+		return DefaultRank(u, v, nodes, free)
+	}
+	// Twenty nodes: this one is not first for either free slot (the
+	// rendezvous hash is fixed), so it waits for its claim time.
+	nodes := []string{"me"}
+	for i := range 19 {
+		nodes = append(nodes, fmt.Sprintf("n%02d", i))
+	}
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Rank: rank})}
+	m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 3, MaxPerNode: 1}}})
+	m.step(SessionCreated{ID: "s-me"})
+	m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: nodes}})
+	held := func(k int, n string) string { return SlotID{"web", k}.IndexKey(n) }
+	acts := m.step(SlotsAnswer{View: IndexView("web", 5, []string{held(0, "n00")})})
+	if calls != 1 {
+		t.Fatalf("%d rankings for the first answer", calls)
+	}
+	// Slot 1 filled by another node: free slots only shrank.
+	m.now = m.now.Add(time.Millisecond)
+	acts = append(acts, m.step(SlotsAnswer{View: IndexView("web", 6, []string{held(0, "n00"), held(1, "n01")})})...)
+	if calls != 1 {
+		t.Fatalf("ranked again when a vacancy was filled (%d)", calls)
+	}
+	// A new vacancy: ranked again.
+	acts = m.step(SlotsAnswer{View: IndexView("web", 7, []string{held(1, "n01")})})
+	if calls != 2 {
+		t.Fatalf("not ranked again for a new vacancy (%d)", calls)
+	}
+	// Its claim time: ranked again before it claims.
+	// Another filled (not ranked), then its claim time comes: ranked
+	// again, the views having changed since.
+	m.now = m.now.Add(time.Millisecond)
+	acts = append(acts, m.step(SlotsAnswer{View: IndexView("web", 8, []string{held(1, "n01"), held(2, "n02")})})...)
+	if calls != 2 {
+		t.Fatalf("ranked again when a vacancy was filled (%d)", calls)
+	}
+	if _, ok := find[Claim](acts); ok || m.a.wakeAt.IsZero() {
+		t.Fatalf("claimed at once, or no claim time: %v", acts)
+	}
+	m.now = m.a.wakeAt
+	m.step(Tick{})
+	if calls != 3 {
+		t.Fatalf("not ranked again at its claim time (%d)", calls)
+	}
+}
