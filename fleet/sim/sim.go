@@ -839,7 +839,7 @@ func (s *Sim) deliverNodes(n *node) {
 		// service's catalog entries, which changes only when a node
 		// registers or leaves) less those a watch on the health of the
 		// instances that are not passing names
-		// (?filter="passing" not in Checks.Status: Consul filters before
+		// (?filter="critical" in Checks.Status: Consul filters before
 		// it answers). Only that answer moves when a node fails or comes
 		// back, and it carries the failing instances alone.
 		es, _, _ := s.store.HealthService("mariposa", false, true)
