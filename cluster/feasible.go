@@ -48,10 +48,13 @@ var verdictOK = Verdict{OK: true, Reason: "ok"}
 // operator, regexp or version constraint fails the node, with the reason.
 func Feasible(u Unit, n NodeInfo, slot int, v View) Verdict {
 	p := placement(u)
-	return feasible(u.Name, &p, u.Resources, n, slot, v.Holders, v.Reserved, v.Paused, newMatcher())
+	return feasible(u.Name, &p, u.Resources, n, slot, v.Holders, heldBy(v.Holders, n.Name, slot), v.Reserved, v.Paused, newMatcher())
 }
 
-func feasible(unit string, p *schema.Placement, need Reservation, n NodeInfo, slot int, holders map[int]string, reserved map[string]Reservation, paused bool, m *matcher) Verdict {
+// feasible is Feasible with the slots of the unit n holds other than slot
+// (held, ascending) given: a ranker knows them per node without scanning
+// every holder for every node.
+func feasible(unit string, p *schema.Placement, need Reservation, n NodeInfo, slot int, holders map[int]string, held []int, reserved map[string]Reservation, paused bool, m *matcher) Verdict {
 	switch {
 	case paused:
 		return Verdict{Filter: FilterPaused, Reason: "placement paused"}
@@ -77,7 +80,7 @@ func feasible(unit string, p *schema.Placement, need Reservation, n NodeInfo, sl
 			return Verdict{Filter: FilterConstraint, Constraint: c, Reason: why}
 		}
 	}
-	if held := heldBy(holders, n.Name, slot); len(held) >= p.MaxPerNode {
+	if len(held) >= p.MaxPerNode {
 		names := make([]string, len(held))
 		for i, k := range held {
 			names[i] = unit + "/" + strconv.Itoa(k)

@@ -106,10 +106,10 @@ func FitOfReserved(u Unit, nodes []NodeInfo, reserved map[string]Reservation) Fi
 			continue // a node that does not run the fleet never runs it
 		}
 		f.Live++
-		if feasible(u.Name, &noSvc, u.Resources, n, 0, nil, nil, false, m).OK {
+		if feasible(u.Name, &noSvc, u.Resources, n, 0, nil, nil, nil, false, m).OK {
 			nodeLevel++
 		}
-		if v := feasible(u.Name, &p, u.Resources, n, 0, nil, nil, false, m); v.OK {
+		if v := feasible(u.Name, &p, u.Resources, n, 0, nil, nil, nil, false, m); v.OK {
 			f.Feasible++
 			room := roomFor(u.Resources, n.Capacity, reserved[n.Name], f.MaxPerNode)
 			f.Capacity += room

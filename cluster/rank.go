@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -57,28 +58,47 @@ func (r *ranker) rank(slot int) []Ranked {
 	out := make([]Ranked, 0, len(r.nodes))
 	for _, n := range r.nodes {
 		x := Ranked{Node: n.Name, Rank: -1, HRWRank: -1, HRW: HRW(r.unit, slot, n.Name)}
-		x.Verdict = feasible(r.unit, &r.p, r.need, n, slot, r.v.Holders, r.v.Reserved, r.v.Paused, r.m)
+		x.Verdict = feasible(r.unit, &r.p, r.need, n, slot, r.v.Holders, r.heldSlots[n.Name], r.v.Reserved, r.v.Paused, r.m)
 		if x.Verdict.OK {
 			x.Score = r.score(n, slot)
 		}
 		out = append(out, x)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		a, b := out[i], out[j]
-		if a.Verdict.OK != b.Verdict.OK {
-			return a.Verdict.OK
+	// Sort positions, not the entries (a Ranked is large, and a stable
+	// sort of 1,000 of them moved far more than it compared). The order
+	// is total: names are unique.
+	order := make([]int, len(out))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int {
+		a, b := &out[i], &out[j]
+		switch {
+		case a.Verdict.OK != b.Verdict.OK:
+			if a.Verdict.OK {
+				return -1
+			}
+			return 1
+		case !a.Verdict.OK:
+			return strings.Compare(a.Node, b.Node)
+		case a.Score.Total != b.Score.Total:
+			if a.Score.Total > b.Score.Total {
+				return -1
+			}
+			return 1
+		case a.HRW != b.HRW:
+			if a.HRW > b.HRW {
+				return -1
+			}
+			return 1
 		}
-		if !a.Verdict.OK {
-			return a.Node < b.Node
-		}
-		if a.Score.Total != b.Score.Total {
-			return a.Score.Total > b.Score.Total
-		}
-		if a.HRW != b.HRW {
-			return a.HRW > b.HRW
-		}
-		return a.Node < b.Node
+		return strings.Compare(a.Node, b.Node)
 	})
+	sorted := make([]Ranked, len(out))
+	for i, j := range order {
+		sorted[i] = out[j]
+	}
+	out = sorted
 	var byHRW []int
 	for i := range out {
 		if out[i].Verdict.OK {
@@ -86,12 +106,15 @@ func (r *ranker) rank(slot int) []Ranked {
 			byHRW = append(byHRW, i)
 		}
 	}
-	sort.SliceStable(byHRW, func(i, j int) bool {
-		a, b := out[byHRW[i]], out[byHRW[j]]
+	slices.SortFunc(byHRW, func(i, j int) int {
+		a, b := &out[i], &out[j]
 		if a.HRW != b.HRW {
-			return a.HRW > b.HRW
+			if a.HRW > b.HRW {
+				return -1
+			}
+			return 1
 		}
-		return a.Node < b.Node
+		return strings.Compare(a.Node, b.Node)
 	})
 	for k, i := range byHRW {
 		out[i].HRWRank = k

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"math"
+	"sort"
 	"strings"
 	"time"
 
@@ -100,10 +101,13 @@ type ranker struct {
 	nodes     []NodeInfo     // unique names, sorted
 	index     map[string]int // name -> position in nodes
 	// Per slot (prepare):
-	held    map[string]int   // node -> slots of the unit held, the slot excluded
-	spreads []map[string]int // per spread: value -> instances, the slot excluded
-	maxLoad int
-	applied Components
+	held map[string]int // node -> slots of the unit held, the slot excluded
+	// heldSlots: node -> those slots, ascending (one pass over the
+	// holders per slot, not one per node).
+	heldSlots map[string][]int
+	spreads   []map[string]int // per spread: value -> instances, the slot excluded
+	maxLoad   int
+	applied   Components
 }
 
 func newRanker(u Unit, v View, now time.Time) *ranker {
@@ -127,10 +131,15 @@ func newRanker(u Unit, v View, now time.Time) *ranker {
 // prepare computes the per-slot state from the view's holders and load.
 func (r *ranker) prepare(slot int) {
 	r.held = map[string]int{}
+	r.heldSlots = map[string][]int{}
 	for k, h := range r.v.Holders {
 		if h != "" && k != slot {
 			r.held[h]++
+			r.heldSlots[h] = append(r.heldSlots[h], k)
 		}
+	}
+	for _, ks := range r.heldSlots {
+		sort.Ints(ks)
 	}
 	r.spreads = make([]map[string]int, len(r.p.Spreads))
 	for i, s := range r.p.Spreads {

@@ -85,7 +85,7 @@ func TestExclusiveSlotLife(t *testing.T) {
 	}
 	m.step(ConfirmDone{Sent: m.now, Held: map[SlotID]bool{c.Slot: true}})
 	sent := m.now
-	view := slots("db", 9, Slot{K: 0, Session: "s-me", Node: "me", ModifyIndex: 42})
+	view := slots("db", 9, Slot{K: 0, Node: "me", ModifyIndex: 42})
 	m.step(view)
 	// No answer to anything after that: killed at sent + lock_delay/2.
 	m.now = sent.Add(499 * time.Millisecond)
@@ -169,7 +169,7 @@ func TestMaxPerNodeCountsOwnHolds(t *testing.T) {
 	m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 2, MaxPerNode: 1}}})
 	m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "other"}}})
 	var claims int
-	acts := m.step(slots("web", 7, Slot{K: 0, Session: "s-other", Node: "other", ModifyIndex: 5}))
+	acts := m.step(slots("web", 7, Slot{K: 0, Node: "other", ModifyIndex: 5}))
 	for range 20 {
 		for _, a := range acts {
 			if _, ok := a.(Claim); ok {
@@ -238,7 +238,7 @@ func TestElectionStretchesTheHold(t *testing.T) {
 // released again a second later.
 func TestStrayRetried(t *testing.T) {
 	m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
-	view := slots("web", 9, Slot{K: 0, Session: "s-me", Node: "me", ModifyIndex: 8})
+	view := slots("web", 9, Slot{K: 0, Node: "me", ModifyIndex: 8})
 	if _, ok := find[Release](m.step(view)); !ok {
 		t.Fatal("stray not released")
 	}
@@ -253,5 +253,134 @@ func TestStrayRetried(t *testing.T) {
 	m.now = w.At
 	if _, ok := find[Release](m.step(Tick{})); !ok {
 		t.Fatal("not released again")
+	}
+}
+
+// The index cannot say how a slot was freed (an invalidation deletes the
+// holder's entry as a release does, without the released mark): a node
+// that saw it held and then free without the mark waits out the lock
+// delay; one that saw it released does not.
+func TestIndexFreedByInvalidationWaitsLockDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		keys     []string
+		min, max time.Duration
+	}{
+		{"invalidated", nil, time.Second, time.Second + 50*time.Millisecond},
+		{"released", []string{SlotID{"web", 0}.ReleasedKey()}, 0, 50 * time.Millisecond},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+			m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "other"}}})
+			m.step(SlotsAnswer{View: IndexView("web", 5, []string{SlotID{"web", 0}.IndexKey("other")})})
+			w, ok := find[Wake](m.step(SlotsAnswer{View: IndexView("web", 6, tc.keys)}))
+			if !ok {
+				t.Fatal("no wake")
+			}
+			if d := w.At.Sub(t0); d < tc.min || d > tc.max {
+				t.Fatalf("claim at %v, want [%v, %v]", d, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+// The index's names read back into a view: holders, released marks, and
+// names it does not know skipped.
+func TestIndexView(t *testing.T) {
+	v := IndexView("web", 9, []string{"mariposa/held/web/0", "mariposa/held/web/1/n1", "mariposa/held/web/2/n2",
+		"mariposa/held/web/x/n3", "mariposa/held/web/3/", "mariposa/held/webx/4/n4"})
+	want := map[int]Slot{0: {K: 0, Released: true}, 1: {K: 1, Node: "n1", ModifyIndex: 9}, 2: {K: 2, Node: "n2", ModifyIndex: 9}}
+	if len(v.Slots) != len(want) {
+		t.Fatalf("slots %+v", v.Slots)
+	}
+	for k, s := range want {
+		if v.Slots[k] != s {
+			t.Errorf("slot %d: %+v, want %+v", k, v.Slots[k], s)
+		}
+	}
+	if v.Holders[1] != "n1" || v.Holders[2] != "n2" || len(v.Holders) != 2 {
+		t.Errorf("holders %v", v.Holders)
+	}
+}
+
+// Confirmations go out every lock_delay/5 while the earlier ones have not
+// come back (up to maxInflight), so one slow answer does not leave the
+// hold unconfirmed past the watchdog.
+func TestConfirmationsDoNotWaitForAnswers(t *testing.T) {
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1,
+		Warm: &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{{"db", 0}: 9}, Exclusive: map[string]bool{"db": true}}})}
+	acts := m.step(UnitsAnswer{Units: []Unit{{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1}}})
+	if _, ok := find[Confirm](acts); !ok {
+		t.Fatalf("no first confirmation: %v", acts)
+	}
+	for i := 1; i <= 2; i++ {
+		w, ok := find[Wake](acts)
+		if !ok || w.At != t0.Add(time.Duration(i)*200*time.Millisecond) {
+			t.Fatalf("confirmation %d: wake %+v (%v), want at %v", i, w, ok, t0.Add(time.Duration(i)*200*time.Millisecond))
+		}
+		m.now = w.At
+		acts = m.step(Tick{})
+		if _, ok := find[Confirm](acts); !ok {
+			t.Fatalf("confirmation %d not sent at %v: %v", i, m.now, acts)
+		}
+	}
+	// The first answer comes back now, late: the hold is confirmed from
+	// its send time and lives on.
+	m.step(ConfirmDone{Sent: t0.Add(200 * time.Millisecond), Held: map[SlotID]bool{{"db", 0}: true}})
+	m.now = t0.Add(600 * time.Millisecond)
+	if s, ok := find[Stop](m.step(Tick{})); ok {
+		t.Fatalf("killed: %+v", s)
+	}
+}
+
+// A unit is ranked again when a vacancy appears or a claim time comes,
+// not at every answer whose free slots only shrank.
+func TestRankedAgainOnlyWhenItMatters(t *testing.T) {
+	calls := 0
+	rank := func(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
+		calls++
+		return DefaultRank(u, v, nodes, free)
+	}
+	// Twenty nodes: this one is not first for either free slot (the
+	// rendezvous hash is fixed), so it waits for its claim time.
+	nodes := []string{"me"}
+	for i := range 19 {
+		nodes = append(nodes, fmt.Sprintf("n%02d", i))
+	}
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Rank: rank})}
+	m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 3, MaxPerNode: 1}}})
+	m.step(SessionCreated{ID: "s-me"})
+	m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: nodes}})
+	held := func(k int, n string) string { return SlotID{"web", k}.IndexKey(n) }
+	m.step(SlotsAnswer{View: IndexView("web", 5, []string{held(0, "n00")})})
+	if calls != 1 {
+		t.Fatalf("%d rankings for the first answer", calls)
+	}
+	// Slot 1 filled by another node: free slots only shrank.
+	m.now = m.now.Add(time.Millisecond)
+	m.step(SlotsAnswer{View: IndexView("web", 6, []string{held(0, "n00"), held(1, "n01")})})
+	if calls != 1 {
+		t.Fatalf("ranked again when a vacancy was filled (%d)", calls)
+	}
+	// A new vacancy: ranked again.
+	m.step(SlotsAnswer{View: IndexView("web", 7, []string{held(1, "n01")})})
+	if calls != 2 {
+		t.Fatalf("not ranked again for a new vacancy (%d)", calls)
+	}
+	// Its claim time: ranked again before it claims.
+	// Another filled (not ranked), then its claim time comes: ranked
+	// again, the views having changed since.
+	m.now = m.now.Add(time.Millisecond)
+	acts := m.step(SlotsAnswer{View: IndexView("web", 8, []string{held(1, "n01"), held(2, "n02")})})
+	if calls != 2 {
+		t.Fatalf("ranked again when a vacancy was filled (%d)", calls)
+	}
+	if _, ok := find[Claim](acts); ok || m.a.wakeAt.IsZero() {
+		t.Fatalf("claimed at once, or no claim time: %v", acts)
+	}
+	m.now = m.a.wakeAt
+	m.step(Tick{})
+	if calls != 3 {
+		t.Fatalf("not ranked again at its claim time (%d)", calls)
 	}
 }

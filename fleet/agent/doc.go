@@ -43,6 +43,21 @@
 // A non-exclusive slot whose session is lost keeps its instance running
 // (an orphan) until another node holds the slot, then stops it.
 //
+// # Watches
+//
+// A node learns the slots from each unit's index (IndexPrefix, read with
+// ?keys: IndexView), not from the slot keys' values: one key name per held
+// slot naming its node, locked by the holder's session in the claim's
+// transaction and deleted by the release's (which leaves a released mark)
+// or with the session when it is invalidated (sessions delete their keys).
+// The index is for placement only: the lock on the slot key makes one
+// holder, and confirmations read the slot key itself. A slot the index
+// shows freed without the mark, after showing it held, was freed by an
+// invalidation and is under the lock delay; the agent remembers which.
+// The live nodes come with the fleet's members less the failing
+// instances; a new answer of them does not make the agent rank again
+// until a unit's next answer or claim time.
+//
 // # Safety
 //
 // Nothing here makes two holders impossible; Consul's lock on the slot key

@@ -178,6 +178,17 @@ func (s *Store) List(prefix string, stale bool) ([]*Entry, uint64, error) {
 	return out, s.ListIndex(prefix), nil
 }
 
+// Keys lists the keys under prefix, in order, with the index a blocking
+// query on the prefix carries (Consul's ?keys: KVSKeys computes the index
+// as KVSList does). The fleet's watches use it where a key's name says all
+// they need.
+func (s *Store) Keys(prefix string, stale bool) ([]string, uint64, error) {
+	if !stale && !s.leader {
+		return nil, 0, ErrNoLeader
+	}
+	return s.keysWithPrefix(prefix), s.ListIndex(prefix), nil
+}
+
 // ListIndex is X-Consul-Index of a list of prefix: the highest index of
 // its entries and tombstones, or the table's index when there are none.
 func (s *Store) ListIndex(prefix string) uint64 {

@@ -12,8 +12,12 @@
 // servers then), and its answer travels back the same way. Blocking
 // queries are modelled by their effect: after a write, every node
 // watching a prefix whose index moved gets one answer (coalesced while
-// one is on its way), computed when it arrives; its size is counted as
-// the bytes Consul serves.
+// one is on its way, and no sooner than watchEvery after that watch's
+// last answer), computed when it arrives; its size in Consul's JSON is
+// counted as the bytes Consul serves. Nodes watch each unit's index
+// (agent.IndexPrefix, key names only) and the failing instances of the
+// mariposa service; rankings are shared among the nodes that hold the
+// same two views (each real node computes its own).
 //
 // Failure detection is not simulated packet by packet: a lost node's
 // serfHealth turns critical after Consul's gossip detection time for N
@@ -33,7 +37,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -143,9 +146,16 @@ type Result struct {
 	// fenced writes left out), slot key changes and the bytes Consul
 	// served to the fleet's watchers.
 	Txns, RaftWrites, SlotChanges, BytesServed uint64
+	// BytesServed split by watch: the units' indexes (IndexBytes) and the
+	// health of the failing instances (HealthBytes); IndexAnswers and
+	// HealthAnswers count the answers.
+	IndexBytes, HealthBytes, IndexAnswers, HealthAnswers uint64
 	// Steps and StepTime: every agent step, and the wall time they took.
 	Steps    uint64
 	StepTime time.Duration
+	// Rankings: cluster.Assign runs (one per unit and pair of views,
+	// shared by the nodes that hold that pair).
+	Rankings uint64
 	Events   uint64
 	// Kills: instances the agents killed (Stop with Kill) for a hold they
 	// could not confirm or lost.
@@ -220,7 +230,10 @@ type node struct {
 	pending   map[string]bool
 	nodesIdx  uint64
 	nodesPend bool
-	wakeAt    time.Duration
+	// lastAns: when each watch (a unit's index; "" the nodes) last
+	// answered: it is asked again no sooner than watchEvery later.
+	lastAns map[string]time.Duration
+	wakeAt  time.Duration
 }
 
 func (n *node) reachable() bool { return n.alive && n.up && !n.cut }
@@ -355,6 +368,27 @@ func slotValue(node string, id agent.SlotID, state string) []byte {
 	return b
 }
 
+// claimOps lock the slot key and its index entry with the session and
+// clear the slot's released mark, all or nothing: the lock on the slot key
+// is what makes one holder; the index is what the nodes watch.
+func claimOps(id agent.SlotID, node, session, state string) api.KVTxnOps {
+	return api.KVTxnOps{
+		{Verb: api.KVLock, Key: id.Key(), Session: session, Value: slotValue(node, id, state)},
+		{Verb: api.KVLock, Key: id.IndexKey(node), Session: session},
+		{Verb: api.KVDelete, Key: id.ReleasedKey()},
+	}
+}
+
+// releaseOps unlock the slot key, delete its index entry and mark it
+// released, all or nothing (refused unless the session holds the key).
+func releaseOps(id agent.SlotID, node, session string) api.KVTxnOps {
+	return api.KVTxnOps{
+		{Verb: api.KVUnlock, Key: id.Key(), Session: session, Value: slotValue(node, id, "released")},
+		{Verb: api.KVDelete, Key: id.IndexKey(node)},
+		{Verb: api.KVSet, Key: id.ReleasedKey()},
+	}
+}
+
 func (s *Sim) setup() {
 	c := s.cfg
 	for i := range c.Units {
@@ -369,7 +403,7 @@ func (s *Sim) setup() {
 	}
 	for i := range c.Nodes {
 		n := &node{name: fmt.Sprintf("n%04d", i), alive: true, up: true, inst: map[agent.SlotID]*instance{}, starting: map[agent.SlotID]uint64{},
-			watch: map[string]uint64{}, pending: map[string]bool{}}
+			watch: map[string]uint64{}, pending: map[string]bool{}, lastAns: map[string]time.Duration{}}
 		s.nodes = append(s.nodes, n)
 		must(s.store.RegisterNode(n.name, "10.0.0.1"))
 		must(s.store.RegisterService(consulmodel.ServiceInstance{Node: n.name, ID: "mariposa-" + n.name, Service: "mariposa"},
@@ -379,7 +413,7 @@ func (s *Sim) setup() {
 	held := map[string]map[agent.SlotID]uint64{}
 	for _, n := range s.nodes {
 		id, err := s.store.CreateSession(s.wall(), consulmodel.SessionSpec{Node: n.name, LockDelay: c.LockDelay,
-			Checks: []string{"serfHealth", aliveCheck(n.name)}})
+			Behavior: api.SessionBehaviorDelete, Checks: []string{"serfHealth", aliveCheck(n.name)}})
 		must(err)
 		n.sess = id
 		held[n.name] = map[agent.SlotID]uint64{}
@@ -388,7 +422,7 @@ func (s *Sim) setup() {
 		for k := range u.Count {
 			n := s.nodes[(i*u.Count+k)%len(s.nodes)]
 			id := agent.SlotID{Unit: u.Name, K: k}
-			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVLock, Key: id.Key(), Session: n.sess, Value: slotValue(n.name, id, "running")}})
+			r, err := s.store.KVTxn(s.wall(), claimOps(id, n.name, n.sess, "running"))
 			must(err)
 			if !r.OK {
 				panic(fmt.Sprintf("warm claim of %s: %v", id, r.Errors))
@@ -431,12 +465,16 @@ func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, fre
 		}
 	}
 	a := agent.DefaultRank(u, v, nodes, free)
-	if len(memo) >= 4 {
+	s.res.Rankings++
+	if len(memo) >= rankMemo {
 		memo = memo[1:]
 	}
 	s.ranks[u.Name] = append(memo, rankEntry{key, a})
 	return a
 }
+
+// rankMemo: the rankings kept per unit.
+const rankMemo = 8
 
 func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 	seed := s.cfg.Seed*1_000_003 + uint64(len(n.name)) + uint64(n.gen)*7919
@@ -473,7 +511,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.CreateSession:
 		s.rpc(n, func() any {
 			id, err := s.store.CreateSession(s.wall(), consulmodel.SessionSpec{Node: n.name, LockDelay: s.cfg.LockDelay,
-				Checks: []string{"serfHealth", aliveCheck(n.name)}})
+				Behavior: api.SessionBehaviorDelete, Checks: []string{"serfHealth", aliveCheck(n.name)}})
 			if err == nil {
 				n.sess = id
 			}
@@ -484,7 +522,7 @@ func (s *Sim) act(n *node, a any) {
 		s.note("%s claim %s", n.name, a.Slot)
 		lose := s.cfg.Chaos && s.rng.IntN(50) == 0
 		s.rpc(n, func() any {
-			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVLock, Key: a.Slot.Key(), Session: a.Session, Value: slotValue(n.name, a.Slot, "starting")}})
+			r, err := s.store.KVTxn(s.wall(), claimOps(a.Slot, n.name, a.Session, "starting"))
 			s.countTxn(r, err)
 			if err != nil || !r.OK {
 				return agent.ClaimDone{Slot: a.Slot, LockDelay: err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")}
@@ -499,7 +537,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.Release:
 		release := func() {
 			s.rpc(n, func() any {
-				r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVUnlock, Key: a.Slot.Key(), Session: a.Session, Value: slotValue(n.name, a.Slot, "released")}})
+				r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, a.Session))
 				s.countTxn(r, err)
 				return agent.ReleaseDone{Slot: a.Slot, OK: err == nil && r.OK}
 			}, func() any { return agent.ReleaseDone{Slot: a.Slot} })
@@ -557,7 +595,7 @@ func (s *Sim) act(n *node, a any) {
 			if inst := n.inst[a.Slot]; inst != nil {
 				sess := inst.session
 				s.rpc(n, func() any {
-					r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVUnlock, Key: a.Slot.Key(), Session: sess, Value: slotValue(n.name, a.Slot, "released")}})
+					r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, sess))
 					s.countTxn(r, err)
 					return nil
 				}, func() any { return nil })
@@ -688,12 +726,13 @@ func (s *Sim) notify() {
 	nodesChanged := false
 	for _, c := range commits {
 		for _, k := range c.Keys {
-			if rest, ok := strings.CutPrefix(k, "mariposa/slots/"); ok {
+			if rest, ok := strings.CutPrefix(k, "mariposa/held/"); ok {
 				u, _, _ := strings.Cut(rest, "/")
 				units[u] = true
-				if s.counting {
-					s.res.SlotChanges++
-				}
+				delete(s.slotsCache, u)
+			}
+			if strings.HasPrefix(k, "mariposa/slots/") && s.counting {
+				s.res.SlotChanges++
 			}
 		}
 		if slices.Contains(c.Services, "mariposa") {
@@ -705,7 +744,7 @@ func (s *Sim) notify() {
 			if n.watched() && !n.pending[u] {
 				n.pending[u] = true
 				gen := n.gen
-				s.at(s.latency(), func() {
+				s.at(s.answerIn(n, u), func() {
 					if n.gen != gen {
 						return
 					}
@@ -720,7 +759,7 @@ func (s *Sim) notify() {
 			if n.watched() && !n.nodesPend {
 				n.nodesPend = true
 				gen := n.gen
-				s.at(s.latency(), func() {
+				s.at(s.answerIn(n, ""), func() {
 					if n.gen != gen {
 						return
 					}
@@ -732,6 +771,20 @@ func (s *Sim) notify() {
 	}
 }
 
+// watchEvery: a node asks a watch again no sooner than this after its
+// last answer (the executor's pacing of its blocking queries), so a burst
+// of changes reaches each watcher as a few answers, not one per change.
+const watchEvery = 100 * time.Millisecond
+
+// answerIn is how long until a watch of n answers a change made now.
+func (s *Sim) answerIn(n *node, watch string) time.Duration {
+	d := s.latency()
+	if last, ok := n.lastAns[watch]; ok && s.now+d < last+watchEvery {
+		d = last + watchEvery - s.now
+	}
+	return d
+}
+
 func sortedKeys(m map[string]bool) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
@@ -741,28 +794,19 @@ func sortedKeys(m map[string]bool) []string {
 	return out
 }
 
+// slotsView is the answer of a watch on the unit's index (?keys): the
+// names of its entries. It is kept until a commit touches the index.
 func (s *Sim) slotsView(unit string) cachedSlots {
-	prefix := "mariposa/slots/" + unit + "/"
-	idx := s.store.ListIndex(prefix)
-	if c, ok := s.slotsCache[unit]; ok && c.idx == idx {
+	if c, ok := s.slotsCache[unit]; ok {
 		return c
 	}
-	es, _, _ := s.store.List(prefix, true)
-	var slots []agent.Slot
-	var bytes uint64
-	for _, e := range es {
-		k, err := strconv.Atoi(strings.TrimPrefix(e.Key, prefix))
-		if err != nil {
-			continue
-		}
-		var v struct{ Node, State string }
-		_ = json.Unmarshal(e.Value, &v)
-		slots = append(slots, agent.Slot{K: k, Session: e.Session, Node: v.Node, ModifyIndex: e.ModifyIndex, Released: v.State == "released"})
-		// Consul's JSON for an entry: the fields, the key, the value in
-		// base64 and the session.
-		bytes += 100 + uint64(len(e.Key)) + uint64((len(e.Value)+2)/3*4) + uint64(len(e.Session))
+	keys, idx, _ := s.store.Keys(agent.IndexPrefix(unit), true)
+	// Consul's JSON: a list of quoted names.
+	bytes := uint64(2)
+	for _, k := range keys {
+		bytes += uint64(len(k)) + 3
 	}
-	c := cachedSlots{idx: idx, view: agent.NewSlotsView(unit, idx, slots), bytes: bytes}
+	c := cachedSlots{idx: idx, view: agent.IndexView(unit, idx, keys), bytes: bytes}
 	s.slotsCache[unit] = c
 	return c
 }
@@ -776,8 +820,11 @@ func (s *Sim) deliverSlots(n *node, unit string) {
 		return
 	}
 	n.watch[unit] = c.idx
+	n.lastAns[unit] = s.now
 	if s.counting {
 		s.res.BytesServed += c.bytes
+		s.res.IndexBytes += c.bytes
+		s.res.IndexAnswers++
 	}
 	s.step(n, agent.SlotsAnswer{View: c.view})
 }
@@ -788,22 +835,37 @@ func (s *Sim) deliverNodes(n *node) {
 	}
 	idx := s.store.ServiceIndex("mariposa")
 	if s.nodesCache == nil || s.nodesCache.Index != idx {
-		es, _, _ := s.store.HealthService("mariposa", true, true)
+		// The live nodes are the fleet's members (a watch on the
+		// service's catalog entries, which changes only when a node
+		// registers or leaves) less those a watch on the health of the
+		// instances that are not passing names
+		// (?filter="critical" in Checks.Status: Consul filters before
+		// it answers). Only that answer moves when a node fails or comes
+		// back, and it carries the failing instances alone.
+		es, _, _ := s.store.HealthService("mariposa", false, true)
 		var names []string
+		failing := 0
 		for _, e := range es {
-			names = append(names, e.Instance.Node)
+			if e.Status == api.HealthPassing {
+				names = append(names, e.Instance.Node)
+			} else {
+				failing++
+			}
 		}
 		s.nodesCache = &agent.NodesView{Index: idx, Nodes: names}
-		// A health answer carries the node, the service and its checks:
+		// A health entry carries the node, the service and its checks:
 		// about 1.5 KB an instance.
-		s.nodesBytes = uint64(len(es)) * 1500
+		s.nodesBytes = 2 + uint64(failing)*1500
 	}
 	if idx <= n.nodesIdx {
 		return
 	}
 	n.nodesIdx = idx
+	n.lastAns[""] = s.now
 	if s.counting {
 		s.res.BytesServed += s.nodesBytes
+		s.res.HealthBytes += s.nodesBytes
+		s.res.HealthAnswers++
 	}
 	s.step(n, agent.NodesAnswer{View: s.nodesCache})
 }
@@ -985,7 +1047,7 @@ func (s *Sim) faults() {
 			s.at(back, func() {
 				s.note("restart mariposa on %s", n.name)
 				n.up = true
-				n.watch, n.pending, n.nodesIdx, n.nodesPend = map[string]uint64{}, map[string]bool{}, 0, false
+				n.watch, n.pending, n.nodesIdx, n.nodesPend, n.lastAns = map[string]uint64{}, map[string]bool{}, 0, false, map[string]time.Duration{}
 				s.setCheck(n.name, aliveCheck(n.name), api.HealthPassing)
 				s.notify()
 				s.startAgent(n, nil)

@@ -69,7 +69,7 @@ func main() {
 	}
 	var all []time.Duration
 	var violations int
-	var txns, vac, changes, bytes, raft, steps uint64
+	var txns, vac, changes, bytes, raft, steps, ib, hb, ia, ha, rankings uint64
 	var stepTime time.Duration
 	for _, r := range results {
 		for _, v := range r.Violations {
@@ -82,6 +82,11 @@ func main() {
 		vac += uint64(r.Vacancies)
 		changes += r.SlotChanges
 		bytes += r.BytesServed
+		rankings += r.Rankings
+		ib += r.IndexBytes
+		hb += r.HealthBytes
+		ia += r.IndexAnswers
+		ha += r.HealthAnswers
 		steps += r.Steps
 		stepTime += r.StepTime
 		fmt.Printf("seed %d: trace %s, %d vacancies, full count p50 %.1f s p99 %.1f s, %d txns, %d raft writes, %d events\n",
@@ -94,8 +99,11 @@ func main() {
 		}
 		return all[min(len(all)-1, int(p*float64(len(all))))].Seconds()
 	}
-	fmt.Printf("simulated: %d units x %d slots; %d agent steps, %.1f us each (wall); raft writes/vacancy %.2f; ran %.1f s\n",
-		u, sl, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
+	fmt.Printf("simulated: %d units x %d slots; %d agent steps, %.1f us each (wall, rankings shared); %d rankings; raft writes/vacancy %.2f; ran %.1f s\n",
+		u, sl, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), rankings, float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
+	perChange := func(b uint64) float64 { return float64(b) / 1024 / float64(max(1, changes)) }
+	fmt.Printf("watches: %d slot changes; units' indexes %.1f KB/slot change (%d answers, %.0f B each), failing instances' health %.1f KB/slot change (%d answers)\n",
+		changes, perChange(ib), ia, float64(ib)/float64(max(1, ia)), perChange(hb), ha)
 	fmt.Printf("sim: %d nodes, %d seeds, %d violations, full count p50 %.1f s p99 %.1f s after losing 10%%, %.2f txns/vacancy, %.1f KB served/slot change\n",
 		*nodes, *seeds, violations, pct(0.5), pct(0.99), float64(txns)/float64(max(1, vac)), float64(bytes)/1024/float64(max(1, changes)))
 	if violations > 0 {
