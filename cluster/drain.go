@@ -186,20 +186,13 @@ func (f *Fleet) drainStepLocked(now time.Time) (orphans, stops []string) {
 // placement).
 func (f *Fleet) movableLocked(u UnitSpec, k int, now time.Time) bool {
 	name := u.Unit.Name
-	holders := map[int]string{}
-	for kk, s := range f.slots[name] {
-		if s.session != "" {
-			holders[kk] = s.value.Node
-		}
-	}
+	v := viewOf(name, markDraining(withServices(f.nodes, f.svcNodes), f.drains), f.slots, f.unitsLocked(), f.penalty[name])
 	for _, h := range f.held {
 		if h.unit.Unit.Name == name {
-			holders[h.k] = f.cfg.Node
+			v.Holders[h.k] = f.cfg.Node
 		}
 	}
-	delete(holders, k)
-	v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name],
-		Reserved: reservedBy(f.slots, f.unitsLocked())}
+	delete(v.Holders, k)
 	for _, r := range Rank(u.Unit, k, v, now) {
 		if r.Verdict.OK && r.Node != f.cfg.Node {
 			return true

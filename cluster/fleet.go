@@ -729,15 +729,7 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 	var next time.Duration
 	var due []claimPlan
 	f.waiting = f.waiting[:0]
-	load := map[string]int{}
-	for _, ks := range f.slots {
-		for _, s := range ks {
-			if s.session != "" {
-				load[s.value.Node]++
-			}
-		}
-	}
-	reserved := reservedBy(f.slots, units)
+	nodes := markDraining(withServices(f.nodes, f.svcNodes), f.drains)
 	stillVacant := map[string]bool{}
 	names := make([]string, 0, len(units))
 	for n := range units {
@@ -815,8 +807,10 @@ func (f *Fleet) plan(units map[string]UnitSpec, now time.Time) (time.Duration, [
 		if len(free) == 0 {
 			continue
 		}
-		v := View{Nodes: markDraining(withServices(f.nodes, f.svcNodes), f.drains), Holders: holders, Penalties: f.penalty[name], Load: load,
-			Reserved: reserved, Previous: previousHolders(f.slots[name])}
+		v := viewOf(name, nodes, f.slots, units, f.penalty[name])
+		for k, n := range holders { // with this node's holds its slot keys do not show yet
+			v.Holders[k] = n
+		}
 		asg := Assign(u.Unit, free, v, now)
 		// Each slot's ranking assumes the slots before it go to their
 		// first choice; this node may be due for several as a later

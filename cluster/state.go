@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"sort"
@@ -108,30 +109,22 @@ func ReadState(client *api.Client) (*State, error) {
 	return st, nil
 }
 
-// View is the placement view of unit as this state shows it.
+// View is the placement view of unit as this state shows it: the same
+// builder the nodes use (viewOf), over the slots as Slots shows them.
 func (st *State) View(unit string) View {
-	v := View{Nodes: st.Nodes, Holders: map[int]string{}, Penalties: st.Penalties[unit], Load: map[string]int{}, Previous: map[int]string{},
-		Reserved: map[string]Reservation{}}
-	for k, s := range st.Slots[unit] {
-		if n := lastHolder(s.Value, s.Session); n != "" && s.Corrupt == "" {
-			v.Previous[k] = n
-		}
-	}
+	slots := make(map[string]map[int]slotKV, len(st.Slots))
 	for u, ks := range st.Slots {
+		m := make(map[int]slotKV, len(ks))
 		for k, s := range ks {
-			if s.Session == "" {
-				continue
+			kv := slotKV{value: s.Value, session: s.Session, status: s.Status}
+			if s.Corrupt != "" {
+				kv.corrupt = errors.New(s.Corrupt)
 			}
-			v.Load[s.Value.Node]++
-			if us, ok := st.Units[u]; ok && !us.Unit.Resources.IsZero() {
-				v.Reserved[s.Value.Node] = v.Reserved[s.Value.Node].Add(us.Unit.Resources)
-			}
-			if u == unit {
-				v.Holders[k] = s.Value.Node
-			}
+			m[k] = kv
 		}
+		slots[u] = m
 	}
-	return v
+	return viewOf(unit, st.Nodes, slots, st.Units, st.Penalties[unit])
 }
 
 // Why explains, for each slot of unit, where it is and, for a free one,

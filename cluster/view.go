@@ -85,6 +85,30 @@ func placement(u Unit) schema.Placement {
 	return p
 }
 
+// viewOf is the placement view of unit from the slot keys as read (every
+// unit's: load and reservations count them all), the units' specs, the
+// nodes as placement sees them and the unit's penalties. It is the one
+// builder behind the running fleet's claims (Fleet.plan), its drain check
+// (movableLocked) and status/why (State.View), so what `mariposa why`
+// shows is what the nodes rank. A node's own holds that its slot keys do
+// not show yet are laid over Holders by the caller.
+func viewOf(unit string, nodes []NodeInfo, slots map[string]map[int]slotKV, units map[string]UnitSpec, penalties map[string]time.Time) View {
+	v := View{Nodes: nodes, Holders: map[int]string{}, Penalties: penalties, Load: map[string]int{},
+		Previous: previousHolders(slots[unit]), Reserved: reservedBy(slots, units)}
+	for u, ks := range slots {
+		for k, s := range ks {
+			if s.session == "" {
+				continue
+			}
+			v.Load[s.value.Node]++
+			if u == unit && s.corrupt == nil {
+				v.Holders[k] = s.value.Node
+			}
+		}
+	}
+	return v
+}
+
 // previousHolders is View.Previous from a unit's slot keys: for each slot
 // nobody holds, the node its value names (the node that released it, or
 // that held it when it was lost). A held, failed or corrupt slot, or one
