@@ -22,6 +22,7 @@ const modulePath = "github.com/mariposa-sh/mariposa"
 //	70 adapters over the supervisor and the fleet: nodeapi, metrics, coord
 //	65 fleet/sim/cmd/sim (make sim)
 //	60 fleet/sim (the simulator drives the agent over the model)
+//	55 cluster/plan (what deploying a spec would change: mariposa plan)
 //	50 the fleet: cluster, fleet/agent, fleet/consulmodel
 //	40 supervisor
 //	30 checks, render
@@ -35,6 +36,8 @@ func layer(pkg string) int {
 		return 80
 	case pkg == "nodeapi", pkg == "metrics", pkg == "coord":
 		return 70
+	case pkg == "cluster/plan":
+		return 55
 	case strings.HasPrefix(pkg, "fleet/sim/cmd/"):
 		return 65
 	case pkg == "fleet/sim":
@@ -118,7 +121,7 @@ func TestImportsPointDown(t *testing.T) {
 
 func TestLayerOfEveryRule(t *testing.T) {
 	for pkg, want := range map[string]int{
-		"internal/proc": 0, "schema": 20, "render": 30, "supervisor": 40, "cluster": 50, "fleet/agent": 50,
+		"internal/proc": 0, "schema": 20, "render": 30, "supervisor": 40, "cluster": 50, "cluster/plan": 55, "fleet/agent": 50,
 		"fleet/sim": 60, "fleet/sim/cmd/sim": 65, "nodeapi": 70, "command": 80, "": 90, "tools/mangen": 90, "somethingnew": -1,
 	} {
 		if got := layer(pkg); got != want {

@@ -261,3 +261,34 @@ func progressDeadline(spec *Spec) string {
 	}
 	return d.String()
 }
+
+// DesiredSpec reads the spec deployment name runs now; nil (and no error)
+// when it has none.
+func DesiredSpec(client *api.Client, name string) (*Spec, error) {
+	q := &api.QueryOptions{RequireConsistent: true}
+	d, _, err := client.KV().Get(DesiredKey(name), q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", DesiredKey(name), err)
+	}
+	if d == nil {
+		return nil, nil
+	}
+	var ptr Desired
+	if err := json.Unmarshal(d.Value, &ptr); err != nil {
+		return nil, fmt.Errorf("%s holds no desired spec (%v): fix or delete it", d.Key, err)
+	}
+	// Specs are immutable: the one named stays what it is even if desired
+	// moves between the two reads.
+	sp, _, err := client.KV().Get(SpecKey(name, ptr.N), q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", SpecKey(name, ptr.N), err)
+	}
+	if sp == nil {
+		return nil, fmt.Errorf("%s names spec %d, but %s is missing: fix or delete it", d.Key, ptr.N, SpecKey(name, ptr.N))
+	}
+	spec, err := DecodeSpec(sp.Value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", sp.Key, err)
+	}
+	return spec, nil
+}

@@ -120,14 +120,15 @@ func Reify(name string, cfg *schema.Config) (*Spec, error) {
 		return nil, errors.Join(errs...)
 	}
 	sp.Format = formatOf(sp)
-	sp.Hash = hashOf(sp)
+	sp.Hash = HashOf(sp)
 	return sp, nil
 }
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// hashOf hashes what runs: the services and groups, not who deployed when.
-func hashOf(sp *Spec) string {
+// HashOf hashes what runs: the services and groups, not who deployed when
+// (what Spec.Hash records).
+func HashOf(sp *Spec) string {
 	b, _ := json.Marshal(struct {
 		S []*schema.Service
 		G []*schema.Group

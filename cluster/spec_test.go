@@ -41,7 +41,7 @@ func TestReifyAndDecode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if hashOf(back) != sp.Hash {
+	if HashOf(back) != sp.Hash {
 		t.Error("the hash does not survive a round trip")
 	}
 	units := back.Units()
@@ -131,7 +131,7 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if sp, err := DecodeSpec(b); err == nil {
 			_ = sp.Units()
-			_ = hashOf(sp)
+			_ = HashOf(sp)
 		}
 		_, _ = DecodeSlotValue(b)
 		if r, err := DecodeStormRecord(b); err == nil {

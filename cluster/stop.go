@@ -39,7 +39,7 @@ var ErrNoDeployment = errors.New("no such deployment")
 func EmptySpec(name string) *Spec {
 	sp := &Spec{Format: SpecFormat, Name: name}
 	sp.Format = formatOf(sp)
-	sp.Hash = hashOf(sp)
+	sp.Hash = HashOf(sp)
 	return sp
 }
 

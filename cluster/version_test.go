@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,7 +35,8 @@ func TestVersions(t *testing.T) {
 		t.Errorf("withVersion without one: %q", got)
 	}
 	// A spec as stored: the deploy and success records' reason.
-	sp := stored(t, planSpec(t, t.TempDir(), `
+	path := filepath.Join(t.TempDir(), "a.hcl")
+	if err := os.WriteFile(path, []byte(`
 service "web" {
   command = ["app"]
   version = "1.4.2"
@@ -44,7 +47,18 @@ service "db" {
   command = ["db"]
   count   = 1
 }
-`), 3)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, diags := schema.Load([]string{path}, schema.LoadOptions{Environ: []string{}})
+	if diags.HasErrors() {
+		t.Fatal(diags.Error())
+	}
+	sp, err := Reify("default", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp.N = 3
 	if got, want := specReason(sp), "spec "+sp.Hash+" (web 1.4.2)"; got != want {
 		t.Errorf("specReason: %q, want %q", got, want)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/cluster/plan"
 )
 
 // PlanCommand shows what deploy would change, and changes nothing.
@@ -102,7 +103,7 @@ func (c *PlanCommand) Run(args []string) int {
 		c.UI.Error(errPfx + consulErrText(err))
 		return 1
 	}
-	p := cluster.NewPlan(cur, next)
+	p := plan.NewPlan(cur, next)
 	var owned *cluster.OwnedError
 	switch err := cluster.CheckOwners(client, next); {
 	case errors.As(err, &owned):

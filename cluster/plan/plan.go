@@ -1,4 +1,9 @@
-package cluster
+// Package plan computes what deploying a spec would change (mariposa plan):
+// per unit, the attributes that differ from the desired spec, the slots
+// added and removed, which instances would be replaced and how the update
+// block rolls them; and its text. Pure: two specs in, a Plan out, no
+// Consul (cluster.DesiredSpec reads the current spec).
+package plan
 
 import (
 	"bytes"
@@ -14,16 +19,15 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/hashicorp/consul/api"
-
+	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // Plan is what deploying a spec would change (mariposa plan): per unit of
 // the deployment, the attributes that differ from the desired spec, the
 // slots added and removed, and which instances would be replaced. NewPlan
-// computes it from two specs, without Consul; DesiredSpec reads the
-// current one.
+// computes it from two specs, without Consul; cluster.DesiredSpec reads
+// the current one.
 type Plan struct {
 	Deployment string `json:"deployment"`
 	// Current is the desired spec now; nil when the deployment has none.
@@ -131,40 +135,9 @@ type AttrDiff struct {
 	Placement bool `json:"placement,omitempty"`
 }
 
-// DesiredSpec reads the spec deployment name runs now; nil (and no error)
-// when it has none.
-func DesiredSpec(client *api.Client, name string) (*Spec, error) {
-	q := &api.QueryOptions{RequireConsistent: true}
-	d, _, err := client.KV().Get(DesiredKey(name), q)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", DesiredKey(name), err)
-	}
-	if d == nil {
-		return nil, nil
-	}
-	var ptr Desired
-	if err := json.Unmarshal(d.Value, &ptr); err != nil {
-		return nil, fmt.Errorf("%s holds no desired spec (%v): fix or delete it", d.Key, err)
-	}
-	// Specs are immutable: the one named stays what it is even if desired
-	// moves between the two reads.
-	sp, _, err := client.KV().Get(SpecKey(name, ptr.N), q)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", SpecKey(name, ptr.N), err)
-	}
-	if sp == nil {
-		return nil, fmt.Errorf("%s names spec %d, but %s is missing: fix or delete it", d.Key, ptr.N, SpecKey(name, ptr.N))
-	}
-	spec, err := DecodeSpec(sp.Value)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", sp.Key, err)
-	}
-	return spec, nil
-}
-
 // NewPlan compares next (a reified spec, as Reify returns it) with
 // current (the desired spec, or nil for a new deployment).
-func NewPlan(current, next *Spec) Plan {
+func NewPlan(current, next *cluster.Spec) Plan {
 	p := Plan{Deployment: next.Name, Units: []UnitPlan{}, Warnings: []string{}}
 	p.Next = NextSpec{N: 1, Hash: next.Hash}
 	if current != nil {
@@ -180,12 +153,12 @@ func NewPlan(current, next *Spec) Plan {
 		p.Next.Spec.Services = []*schema.Service{}
 	}
 
-	var curUnits []UnitSpec
+	var curUnits []cluster.UnitSpec
 	if current != nil {
 		curUnits = current.Units()
 	}
 	nextUnits := next.Units()
-	cur, nxt := map[string]UnitSpec{}, map[string]UnitSpec{}
+	cur, nxt := map[string]cluster.UnitSpec{}, map[string]cluster.UnitSpec{}
 	var curNames, nextNames []string
 	for _, u := range curUnits {
 		cur[u.Unit.Name] = u
@@ -210,19 +183,19 @@ func NewPlan(current, next *Spec) Plan {
 	return p
 }
 
-func addedUnit(u UnitSpec) UnitPlan {
+func addedUnit(u cluster.UnitSpec) UnitPlan {
 	n := count(u)
 	return UnitPlan{Unit: u.Unit.Name, Change: ChangeAdd, CountTo: n, Diffs: []AttrDiff{},
 		SlotsAdded: n, SlotsRemoved: []string{}, Replace: ReplaceNone}
 }
 
-func removedUnit(u UnitSpec) UnitPlan {
+func removedUnit(u cluster.UnitSpec) UnitPlan {
 	n := count(u)
 	return UnitPlan{Unit: u.Unit.Name, Change: ChangeRemove, CountFrom: n, Diffs: []AttrDiff{},
 		SlotsRemoved: slotNames(u.Unit.Name, 0, n), Replace: ReplaceNone}
 }
 
-func changedUnit(c, n UnitSpec) UnitPlan {
+func changedUnit(c, n cluster.UnitSpec) UnitPlan {
 	up := UnitPlan{Unit: n.Unit.Name, Change: ChangeNone, CountFrom: count(c), CountTo: count(n),
 		Diffs: []AttrDiff{}, SlotsRemoved: []string{}, Replace: ReplaceNone}
 	a, b := unitTree(c), unitTree(n)
@@ -401,9 +374,9 @@ func (t *tree) MarshalJSON() ([]byte, error) {
 // JSON string.
 type word string
 
-func isGroupUnit(u UnitSpec) bool { return len(u.Services) != 1 || u.Services[0].Group != "" }
+func isGroupUnit(u cluster.UnitSpec) bool { return len(u.Services) != 1 || u.Services[0].Group != "" }
 
-func unitTree(u UnitSpec) *tree {
+func unitTree(u cluster.UnitSpec) *tree {
 	t := newTree()
 	if p := u.Unit.Placement; p != nil {
 		pt := normStruct(reflect.ValueOf(*p))
@@ -926,4 +899,23 @@ func lineDiff(a, b string) string {
 		out = append(out[:maxLines], fmt.Sprintf("(%d more changed lines)", len(out)-maxLines))
 	}
 	return strings.Join(out, "\n") + "\n"
+}
+
+// count is u's slot count (0 without a placement).
+func count(u cluster.UnitSpec) int {
+	if u.Unit.Placement == nil {
+		return 0
+	}
+	return u.Unit.Placement.Count
+}
+
+// indent puts pre before every line of s.
+func indent(s, pre string) string {
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(s, "\n") {
+		if l != "" {
+			b.WriteString(pre + strings.TrimSuffix(l, "\n") + "\n")
+		}
+	}
+	return b.String()
 }

@@ -1,4 +1,4 @@
-package cluster
+package plan
 
 import (
 	"encoding/json"
@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // planSpec loads body as dir/a.hcl (the same path each time, as a file
 // edited between deploys) and reifies it as deployment "default".
-func planSpec(t *testing.T, dir, body string) *Spec {
+func planSpec(t *testing.T, dir, body string) *cluster.Spec {
 	t.Helper()
 	p := filepath.Join(dir, "a.hcl")
 	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
@@ -23,7 +24,7 @@ func planSpec(t *testing.T, dir, body string) *Spec {
 	if diags.HasErrors() {
 		t.Fatal(diags.Error())
 	}
-	sp, err := Reify("default", cfg)
+	sp, err := cluster.Reify("default", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +32,7 @@ func planSpec(t *testing.T, dir, body string) *Spec {
 }
 
 // stored is sp as deploy stored it, as spec n, read back.
-func stored(t *testing.T, sp *Spec, n uint64) *Spec {
+func stored(t *testing.T, sp *cluster.Spec, n uint64) *cluster.Spec {
 	t.Helper()
 	c := *sp
 	c.N, c.By = n, "me@here"
@@ -39,7 +40,7 @@ func stored(t *testing.T, sp *Spec, n uint64) *Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := DecodeSpec(b)
+	back, err := cluster.DecodeSpec(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestNewPlan(t *testing.T) {
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			var cur *Spec
+			var cur *cluster.Spec
 			if tc.cur != "" {
 				cur = stored(t, planSpec(t, dir, tc.cur), 7)
 			}
@@ -320,8 +321,8 @@ func TestPlanJSON(t *testing.T) {
 		got.Next.N != 5 || got.Next.Hash != next.Hash {
 		t.Fatalf("%s", b)
 	}
-	sp, err := DecodeSpec(got.Next.Spec)
-	if err != nil || hashOf(sp) != next.Hash || sp.N != 5 {
+	sp, err := cluster.DecodeSpec(got.Next.Spec)
+	if err != nil || cluster.HashOf(sp) != next.Hash || sp.N != 5 {
 		t.Fatalf("the plan of record: %v %+v", err, sp)
 	}
 	if len(got.Units) != 1 || got.Units[0].Replace != "all" || len(got.Units[0].Diffs) != 1 ||
@@ -343,7 +344,7 @@ func TestPlanHelpers(t *testing.T) {
 	if got := mergeKeys([]string{"x", "a"}, []string{"a"}); !reflect.DeepEqual(got, []string{"x", "a"}) {
 		t.Errorf("mergeKeys: %v", got)
 	}
-	if got := NewPlan(nil, &Spec{Name: "x", Hash: "h"}).Text(); got != "Deployment x has no spec yet; deploy would write spec 1 (h).\n\nThe files declare no unit: deploy would write an empty spec.\n" {
+	if got := NewPlan(nil, &cluster.Spec{Name: "x", Hash: "h"}).Text(); got != "Deployment x has no spec yet; deploy would write spec 1 (h).\n\nThe files declare no unit: deploy would write an empty spec.\n" {
 		t.Errorf("empty: %q", got)
 	}
 	if got := slotRange(slotNames("api", 2, 9)); got != "api/2..api/8" {
