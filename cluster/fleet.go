@@ -990,7 +990,7 @@ func (f *Fleet) applyHeld(ctx context.Context) {
 			sl.Volumes = h.volumeNote
 		}
 		if h.unit.Unit.Placement != nil && h.unit.Unit.Placement.Exclusive {
-			sl.Lost, sl.Expired, sl.Err = h.term.Lost(), h.term.Expired(), h.term.Err
+			sl.Lost, sl.Expired, sl.Err, sl.Deadline = h.term.Lost(), h.term.Expired(), h.term.Err, h.term.StrictDeadline
 		}
 		for _, svc := range h.unit.Services {
 			out = append(out, supervisor.SlotInstance{Service: svc, Slot: sl})

@@ -270,6 +270,10 @@ type loop struct {
 	lostSeen     bool
 	expiredSeen  bool
 	stopElecting func()
+	// adoptBy: a leader process handed over by an upgrade in place runs
+	// under its term only until then, unless the elector of this image
+	// has taken the term again (Runner.confirmHandedOver); zero otherwise.
+	adoptBy time.Time
 
 	reply chan error // the operator request being decided
 
@@ -374,6 +378,12 @@ func (in *Instance) run() {
 	}
 
 	stopc, killc := in.stopc, in.killc
+	var adoptc <-chan time.Time
+	if !l.adoptBy.IsZero() {
+		t := time.NewTimer(time.Until(l.adoptBy))
+		defer t.Stop()
+		adoptc = t.C
+	}
 	for {
 		l.drain()
 		if l.s.done {
@@ -406,6 +416,7 @@ func (in *Instance) run() {
 			next = input{kind: inKill}
 			got = true
 		case m := <-l.termc:
+			adoptc = nil // the term is this image's own now, watched as any
 			l.term, l.termDone, l.lostSeen, l.expiredSeen = m.t, m.done, false, false
 			next = input{kind: inTermGained, term: termInfo{Key: m.t.Key, Session: m.t.Session, Index: m.t.Index}}
 			got = true
@@ -447,6 +458,15 @@ func (in *Instance) run() {
 			slotExpired = nil
 			next = input{kind: inSlotExpired}
 			got = true
+		case <-adoptc:
+			// The elector did not take the handed-over term again before
+			// its last confirmation ran out: as the previous image's
+			// watchdog would have, end it now.
+			adoptc = nil
+			if l.term == nil {
+				next = input{kind: inTermLost, expired: true, why: "the leader term handed over by the upgrade was not confirmed again in time"}
+				got = true
+			}
 		case <-exited:
 			next = l.reap()
 			got = true

@@ -438,6 +438,11 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.pending = adopt
 		r.mu.Unlock()
 		goBG(func() { r.dropUnadopted(bg) })
+		for key, a := range adopt {
+			if a.Slot != "" && a.Proc != nil && !a.confirmBy.IsZero() {
+				goBG(func() { r.confirmSlot(bg, key, a) })
+			}
+		}
 	}
 	specs := instanceSpecs(r.cfg, r.slots)
 	for _, sp := range specs {

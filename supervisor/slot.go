@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -42,6 +43,11 @@ type Slot struct {
 	Lost, Expired <-chan struct{}
 	// Err says why the hold ended, once Lost is closed; may be nil.
 	Err func() error
+	// Deadline, for an exclusive slot, is the moment the hold's last
+	// confirmation stops covering the process (lease.Term.StrictDeadline):
+	// an upgrade in place hands it over, and the next image kills the
+	// process then unless it confirmed the hold again. nil otherwise.
+	Deadline func() time.Time
 }
 
 // SlotInstance is one instance the fleet layer asks this node to run: a

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"golang.org/x/sys/unix"
 
 	"github.com/mariposa-sh/mariposa/internal/lease"
 	"github.com/mariposa-sh/mariposa/internal/proc"
@@ -57,6 +58,17 @@ type InstanceHandoff struct {
 	// its lock.
 	Slot    string `json:"slot,omitempty"`
 	SlotKey string `json:"slot_key,omitempty"`
+	// ConfirmBy, for a process that runs under a confirmed hold (a leader
+	// term, an exclusive slot), is the moment its last confirmation stops
+	// covering it (lease.Term.StrictDeadline), on CLOCK_MONOTONIC in
+	// nanoseconds (the same clock in both images): the next image kills
+	// it (or ends its term) then unless a read confirmed the hold again.
+	// 0: nothing to confirm.
+	ConfirmBy int64 `json:"confirm_by_monotonic_ns,omitempty"`
+
+	// confirmBy is ConfirmBy moved on by the next image's own confirming
+	// read, on this process's clock (adoptions); zero: none.
+	confirmBy time.Time
 }
 
 // TermHandoff is a held leader term.
@@ -75,6 +87,9 @@ type handoverAns struct {
 	busy string // why the instance cannot be handed over now
 	p    *proc.Process
 	h    InstanceHandoff
+	// deadline is the confirmed hold's StrictDeadline, read when the
+	// state is written; nil without one.
+	deadline func() time.Time
 }
 
 // handover answers an upgrade's request and, unless busy, parks the loop
@@ -102,6 +117,12 @@ func (l *loop) handover(req handoverReq) {
 		ans.h.DepsAtStart = append([]bool(nil), s.depsAtStart...)
 		if s.term != nil && !s.termLost {
 			ans.h.Term = &TermHandoff{Key: s.term.Key, Session: s.term.Session, Index: s.term.Index}
+			if l.term != nil {
+				ans.deadline = l.term.StrictDeadline
+			}
+		}
+		if l.in.slot != nil && l.in.slot.Deadline != nil {
+			ans.deadline = l.in.slot.Deadline
 		}
 	}
 	req.reply <- ans
@@ -149,6 +170,7 @@ func (l *loop) boot() input {
 		tracker: a.Tracker}
 	if a.Term != nil {
 		i.term, i.hasTerm = termInfo{Key: a.Term.Key, Session: a.Term.Session, Index: a.Term.Index}, true
+		l.adoptBy = a.confirmBy
 	}
 	in.log.Info("adopted the process of the previous mariposa", "pid", p.Pid)
 	return i
@@ -206,6 +228,9 @@ func (r *Runner) Handover(ctx context.Context) (h *Handover, thaw func(), err er
 		if a.p != nil {
 			if ph, ok := a.p.Handoff(); ok {
 				a.h.Proc = &ph
+				if a.deadline != nil {
+					a.h.ConfirmBy = monotonicNanos(a.deadline())
+				}
 			} else {
 				a.h.Term = nil // exited meanwhile: the next image boots it
 			}
@@ -240,12 +265,12 @@ func (r *Runner) adoptions(ctx context.Context, h *Handover) map[string]*Instanc
 			ok := svc != nil && svc.Leader != nil && svc.Leader.Key == a.Term.Key &&
 				r.leases.Lease(svc.Leader.SessionTTL, svc.Leader.LockDelay).Session() == a.Term.Session
 			if ok {
-				pair, _, err := r.opts.Client.KV().Get(a.Term.Key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-				ok = err == nil && pair != nil && pair.Session == a.Term.Session
+				lockDelay := r.leases.Lease(svc.Leader.SessionTTL, svc.Leader.LockDelay).LockDelay()
+				ok = r.confirmHandedOver(ctx, &a, a.Term.Key, a.Term.Session, lockDelay)
 			}
 			if !ok {
 				r.log.Warn("the leader term handed over is no longer held; the instance goes on without it", "service", a.Key, "key", a.Term.Key)
-				a.Term = nil
+				a.Term, a.confirmBy = nil, time.Time{}
 				if svc != nil && svc.Leader != nil && svc.Leader.Mode == "standby" && a.Proc != nil {
 					_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
 				}
@@ -256,15 +281,66 @@ func (r *Runner) adoptions(ctx context.Context, h *Handover) map[string]*Instanc
 			// the slot (an exclusive one may be another node's the moment
 			// it is not): killed at once otherwise, and reaped later
 			// (dropUnadopted); the fleet does not take the slot again.
-			pair, _, err := r.opts.Client.KV().Get(a.SlotKey, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-			if mine := r.leases.Lease(0, 0).Session(); err != nil || pair == nil || mine == "" || pair.Session != mine {
+			l := r.leases.Lease(0, 0)
+			if mine := l.Session(); mine == "" || !r.confirmHandedOver(ctx, &a, a.SlotKey, mine, l.LockDelay()) {
 				r.log.Warn("the slot handed over is no longer held by this node; stopping its process", "slot", a.Slot, "pid", a.Proc.Pid)
 				_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
+				a.confirmBy = time.Time{}
 			}
 		}
 		out[a.Key] = &a
 	}
 	return out
+}
+
+// confirmHandedOver reads key consistently to confirm that session still
+// holds it, for a process handed over (see confirmHold).
+func (r *Runner) confirmHandedOver(ctx context.Context, a *InstanceHandoff, key, session string, lockDelay time.Duration) bool {
+	read := func(ctx context.Context) (string, error) {
+		pair, _, err := r.opts.Client.KV().Get(key, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil || pair == nil {
+			return "", err
+		}
+		return pair.Session, nil
+	}
+	ok, why := confirmHold(ctx, a, read, session, lockDelay)
+	if why != "" {
+		r.log.Warn("the hold handed over was not confirmed in time across the upgrade", "key", key, "why", why)
+	}
+	return ok
+}
+
+// confirmHold confirms, with read (the session holding the key, read
+// consistently), that session still holds the key a process handed over
+// runs under. A process under a confirmed hold (a.ConfirmBy) must be
+// confirmed by its deadline, as the previous image's watchdog would have
+// required: the read gets no longer, and a deadline already past fails it
+// (why says so). A read that shows the hold is a confirmation sent at its
+// send time: a.confirmBy is then that plus lockDelay/2 (the strict rule),
+// by which this image's own term (the elector's, the fleet's) must have
+// taken over (the loop's adoptBy, Runner.confirmSlot).
+func confirmHold(ctx context.Context, a *InstanceHandoff, read func(context.Context) (string, error), session string, lockDelay time.Duration) (ok bool, why string) {
+	if a.ConfirmBy != 0 {
+		by := fromMonotonicNanos(a.ConfirmBy)
+		if late := time.Since(by); late >= 0 {
+			return false, fmt.Sprintf("its last confirmation ran out %v before this image could read it", late.Round(time.Millisecond))
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, by)
+		defer cancel()
+	}
+	sent := time.Now()
+	holder, err := read(ctx)
+	switch {
+	case err != nil && a.ConfirmBy != 0 && ctx.Err() != nil:
+		return false, "its last confirmation ran out before the read answered"
+	case err != nil || holder != session:
+		return false, ""
+	}
+	if a.ConfirmBy != 0 {
+		a.confirmBy = sent.Add(lockDelay / 2)
+	}
+	return true, ""
 }
 
 // beat records an update of the liveness check.
@@ -315,11 +391,41 @@ func (r *Runner) dropUnadopted(ctx context.Context) {
 			continue
 		}
 		r.log.Warn("a process handed over by the previous mariposa was not taken up again; stopping it", "instance", key, "pid", a.Proc.Pid)
-		if p, err := proc.Adopt(*a.Proc, nil, key, nil); err == nil {
-			_ = p.Signal(syscall.SIGKILL) // reaped through its pidfd
-		} else {
-			_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
-		}
+		killHandedOver(key, a)
+	}
+}
+
+// confirmSlot kills, at a.confirmBy, the process of an exclusive slot
+// handed over that the fleet has not taken up by then (its own term, whose
+// watchdog then guards the process): the previous image's watchdog would
+// have killed it when its last confirmation got too old, and nothing else
+// watches it meanwhile.
+func (r *Runner) confirmSlot(ctx context.Context, key string, a *InstanceHandoff) {
+	t := time.NewTimer(time.Until(a.confirmBy))
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return
+	}
+	r.mu.Lock()
+	still := r.pending[key] == a
+	if still {
+		delete(r.pending, key)
+	}
+	r.mu.Unlock()
+	if still {
+		r.log.Warn("the exclusive slot handed over was not confirmed again in time; stopping its process", "instance", key, "slot", a.Slot, "pid", a.Proc.Pid)
+		killHandedOver(key, a)
+	}
+}
+
+// killHandedOver kills a process handed over that no instance took up.
+func killHandedOver(key string, a *InstanceHandoff) {
+	if p, err := proc.Adopt(*a.Proc, nil, key, nil); err == nil {
+		_ = p.Signal(syscall.SIGKILL) // reaped through its pidfd
+	} else {
+		_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
 	}
 }
 
@@ -336,4 +442,26 @@ func (r *Runner) Adopting() map[string]bool {
 		}
 	}
 	return out
+}
+
+// monotonicNanos is t on CLOCK_MONOTONIC, which both images of an upgrade
+// in place read alike (Go's own monotonic readings count from each
+// process's start).
+func monotonicNanos(t time.Time) int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano() - int64(time.Since(t))
+}
+
+// fromMonotonicNanos is the moment ns (CLOCK_MONOTONIC) on this process's
+// clock.
+func fromMonotonicNanos(ns int64) time.Time {
+	var ts unix.Timespec
+	now := time.Now()
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return now // unknown: treated as due now
+	}
+	return now.Add(-time.Duration(ts.Nano() - ns))
 }

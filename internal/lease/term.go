@@ -125,6 +125,17 @@ func (t *Term) LastConfirmed() time.Time {
 	return t.confirmed
 }
 
+// StrictDeadline is the moment the term's last confirmation stops
+// covering the work it guards when nothing more is known (holdrule's
+// strict rule: last confirmation + lock delay/2). An upgrade in place
+// hands it to the next image, whose adopted work dies then unless a read
+// confirms the hold again first.
+func (t *Term) StrictDeadline() time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.s.rule.Strict(t.confirmed)
+}
+
 func (t *Term) isExpired() bool { return isClosed(t.expired) }
 
 // confirm records that a read sent at sent showed the lock held. A late
