@@ -255,8 +255,8 @@ type Options struct {
 	// Name is the contender key's name under Prefix (default: Session,
 	// api.Semaphore's). Contenders of one session with distinct names,
 	// such as <session>/<slot>, each hold a token of their own.
-	Name string
-	Value   []byte // the contender key's value, for people reading the KV store
+	Name  string
+	Value []byte // the contender key's value, for people reading the KV store
 
 	// WaitTime bounds each blocking query (default 1 minute).
 	WaitTime time.Duration
