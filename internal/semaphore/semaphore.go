@@ -78,17 +78,19 @@
 // # Older nodes
 //
 // The keys are api.Semaphore's: .lock (flags SemaphoreFlagValue, JSON
-// Limit and Holders) and contender keys named by session and held by it;
-// only the contender's flags differ (FlagWaiting, FlagHolding), and
-// api.Semaphore does not read them. So during a rolling upgrade an older
-// node on the same prefix counts the new nodes' holders (it counts every
-// session in .lock with a key under the prefix: the new nodes' holders and
-// more) and the new nodes count its holders: never more than limit
-// holders in a mixed fleet. An
-// older node still wakes on every change and tries whenever it sees a free
-// token (it may take a token before new waiters that came first); a new
-// waiter behind an older one blocks on the prefix, as older nodes do,
-// since an older node does not mark its key when it acquires.
+// Limit and Holders) and contender keys held by their session; only the
+// contender's flags differ (FlagWaiting, FlagHolding; api.Semaphore does
+// not read them) and, with Options.Name, its name (<session>/<slot>: a
+// session then holds a token per name). An older node (api.Semaphore, or
+// this package before Name) counts a session once; so while a session
+// holds several tokens .lock's Limit is -limit (Decide's Several), which
+// an older node takes for another limit: it does not acquire, and tries
+// again later. The new nodes count its holders: never more than limit
+// tokens in a mixed fleet. An older node still wakes on every change and
+// tries whenever it sees a free token (it may take a token before new
+// waiters that came first); a new waiter behind an older one blocks on
+// the prefix, as older nodes do, since an older node does not mark its
+// key when it acquires.
 package semaphore
 
 import (
