@@ -171,7 +171,7 @@ func TestDecidePerSlot(t *testing.T) {
 		{"a slot's key released: that token is free, the node's other one is not", kvs(2, []string{"n"}, slot(h("n", 6), "2"), slot(w("m", 7), "1")), "m", "m/1",
 			view{Live: true, Try: true, Free: 1}},
 		{"holding, by its own key", kvs(2, []string{"n"}, slot(h("n", 5), "1"), slot(h("n", 6), "2")), "n", "n/2",
-			view{Live: true, Held: true, Free: 0}},
+			view{Live: true, Held: true, Free: 0, Several: true}},
 		{"another slot of the session holds, not this one", kvs(2, []string{"n"}, slot(h("n", 5), "1"), slot(w("n", 6), "2")), "n", "n/2",
 			view{Live: true, Try: true, Free: 1, Several: true}},
 		{"the session's keys die with it: every token back", kvs(2, []string{"n"}, slot(dead("n", 5), "1"), slot(dead("n", 6), "2"), slot(w("m", 7), "1"), slot(w("m", 8), "2")), "m", "m/2",

@@ -137,6 +137,8 @@ type Decision struct {
 	WatchIdx uint64 // that key's ModifyIndex as read
 	Lock     Lock   // .lock as read, dead holders pruned
 	Several  bool   // once it holds, a session holds several tokens: .lock's Limit is written -limit
+	Negative bool   // .lock's Limit reads -limit
+	Any      bool   // a session holds several tokens, as read
 	LockIdx  uint64 // .lock's ModifyIndex (0: no .lock yet)
 	Self     *api.KVPair
 }
@@ -154,7 +156,8 @@ type Decision struct {
 // the CAS that gives a session a second token writes .lock's Limit as
 // -limit (Several), which older nodes take for another limit and do not
 // acquire under (they try again later); the CAS of an acquisition after
-// which no session holds several writes limit again. Every acquisition
+// which no session holds several writes limit again (releases do not
+// write .lock: until then older nodes wait). Every acquisition
 // CASes .lock, so an older node's CAS computed from a read before the
 // change fails.
 func Decide(pairs api.KVPairs, prefix, name, session string, limit int, stale map[string]uint64) (Decision, error) {
@@ -175,7 +178,8 @@ func Decide(pairs api.KVPairs, prefix, name, session string, limit int, stale ma
 				if err := json.Unmarshal(p.Value, &l); err != nil {
 					return d, fmt.Errorf("semaphore: .lock: %v", err)
 				}
-				if l.Limit != limit && l.Limit != -limit {
+				d.Negative = l.Limit == -limit && limit > 0
+				if l.Limit != limit && !d.Negative {
 					return d, fmt.Errorf("%w: limit %d, want %d", ErrConflict, l.Limit, limit)
 				}
 				if l.Holders != nil {
@@ -210,15 +214,15 @@ func Decide(pairs api.KVPairs, prefix, name, session string, limit int, stale ma
 		}
 	}
 	d.Free = limit - tokens
+	for _, n := range perSession {
+		d.Any = d.Any || n > 1
+	}
+	d.Several = d.Any || perSession[session] > 0
 	if !d.Live {
 		return d, nil
 	}
 	if d.Held = token(d.Self); d.Held {
 		return d, nil
-	}
-	d.Several = perSession[session] > 0
-	for _, n := range perSession {
-		d.Several = d.Several || n > 1
 	}
 	sort.Slice(conts, func(i, j int) bool {
 		if conts[i].CreateIndex != conts[j].CreateIndex {
@@ -496,6 +500,7 @@ func (s *Semaphore) Release() error {
 	if err != nil {
 		// Kept, the token would stay taken as long as the session.
 		s.giveUp()
+		return err
 	}
-	return err
+	return nil
 }

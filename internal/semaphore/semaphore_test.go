@@ -2,6 +2,7 @@ package semaphore
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
@@ -456,5 +457,63 @@ func TestNeverMoreThanLimitSlots(t *testing.T) {
 	}
 	if m := most.Load(); m > limit {
 		t.Errorf("%d held at once, limit %d", m, limit)
+	}
+}
+
+// TestOlderNodeStandsAside: while a session holds two tokens, .lock's
+// Limit reads -limit and an older node (api.Semaphore) does not acquire;
+// once one is given back, the next acquisition (another session's, one
+// token) writes the limit back and the older node takes the free token.
+func TestOlderNodeStandsAside(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	const prefix = "sem/aside"
+	limit := func() int {
+		p, _, err := c.KV().Get(prefix+"/.lock", nil)
+		if err != nil || p == nil {
+			return 0
+		}
+		var l Lock
+		_ = json.Unmarshal(p.Value, &l)
+		return l.Limit
+	}
+	a, b := newSession(t, c), newSession(t, c)
+	first := newSlot(t, c, prefix, 3, a, a+"/1")
+	if _, err := first.Acquire(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := limit(); got != 3 {
+		t.Fatalf("one token a session: .lock's Limit %d, want 3", got)
+	}
+	if _, err := newSlot(t, c, prefix, 3, a, a+"/2").Acquire(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := limit(); got != -3 {
+		t.Fatalf("two tokens of one session: .lock's Limit %d, want -3", got)
+	}
+	if _, err := newOld(t, c, prefix, 3, newSession(t, c)).Acquire(nil); err == nil || !strings.Contains(err.Error(), "conflict") {
+		t.Fatalf("an older node acquired beside a session holding two tokens (it counts one): %v", err)
+	}
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newSlot(t, c, prefix, 3, b, b+"/1").Acquire(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := limit(); got != 3 {
+		t.Fatalf("no session with several tokens: .lock's Limit %d, want 3", got)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := newOld(t, c, prefix, 3, newSession(t, c)).Acquire(nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the older node did not take the free token")
 	}
 }
