@@ -123,10 +123,6 @@ type Fleet struct {
 	strays map[string]time.Time
 	// judging: deployments this node is moving on (deployment.go).
 	judging map[string]bool
-	// tokens serializes this node's contenders per semaphore prefix: the
-	// node's slots share one session, and a semaphore has one contender
-	// key per session.
-	tokens map[string]chan struct{}
 }
 
 type slotKV struct {

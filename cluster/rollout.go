@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -93,14 +94,13 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		}
 		close(stop)
 	}()
+	// One contender key per slot, <session>/<slot>: a node updates as
+	// many of its slots at once as tokens are free (max_parallel bounds
+	// the tokens, whoever holds them), and each dies with the session.
 	prefix := RolloutPrefix + next.Unit.Name + "/" + hash + "/tokens"
-	unlock, ok := f.localToken(prefix, stop)
-	if !ok {
-		return
-	}
-	defer unlock()
 	sem, err := semaphore.New(f.cfg.Client, semaphore.Options{
 		Prefix: prefix, Limit: p.Update.MaxParallel, Session: h.term.Session,
+		Name: h.term.Session + "/" + strconv.Itoa(h.k),
 	})
 	if err != nil {
 		log.Warn("rollout: no semaphore", "error", err)
@@ -165,27 +165,6 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		f.markFailed(h, attempt)
 		err := f.failDeployment(ctx, next.Unit.Name, hash, id, why, h.term.Index)
 		log.Error("rollout failed: no more instances move to this version", "reason", why, "error", err)
-	}
-}
-
-// localToken serializes this node's contenders for the semaphore at
-// prefix (one contender key per session, and the node's slots share one).
-func (f *Fleet) localToken(prefix string, stop <-chan struct{}) (func(), bool) {
-	f.mu.Lock()
-	if f.tokens == nil {
-		f.tokens = map[string]chan struct{}{}
-	}
-	ch := f.tokens[prefix]
-	if ch == nil {
-		ch = make(chan struct{}, 1)
-		f.tokens[prefix] = ch
-	}
-	f.mu.Unlock()
-	select {
-	case ch <- struct{}{}:
-		return func() { <-ch }, true
-	case <-stop:
-		return nil, false
 	}
 }
 

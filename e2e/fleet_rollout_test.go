@@ -19,7 +19,7 @@ import (
 )
 
 // Deployments on a real fleet (3 servers, 5 clients, count 6, so some
-// nodes hold two slots and update them one at a time):
+// nodes hold two slots, each taking a token of its own):
 //
 //   - a good rollout with max_parallel 2, sampled every 100 ms from the
 //     catalog: never more than 6 instances, never fewer than 4 passing;

@@ -78,17 +78,19 @@
 // # Older nodes
 //
 // The keys are api.Semaphore's: .lock (flags SemaphoreFlagValue, JSON
-// Limit and Holders) and contender keys named by session and held by it;
-// only the contender's flags differ (FlagWaiting, FlagHolding), and
-// api.Semaphore does not read them. So during a rolling upgrade an older
-// node on the same prefix counts the new nodes' holders (it counts every
-// session in .lock with a key under the prefix: the new nodes' holders and
-// more) and the new nodes count its holders: never more than limit
-// holders in a mixed fleet. An
-// older node still wakes on every change and tries whenever it sees a free
-// token (it may take a token before new waiters that came first); a new
-// waiter behind an older one blocks on the prefix, as older nodes do,
-// since an older node does not mark its key when it acquires.
+// Limit and Holders) and contender keys held by their session; only the
+// contender's flags differ (FlagWaiting, FlagHolding; api.Semaphore does
+// not read them) and, with Options.Name, its name (<session>/<slot>: a
+// session then holds a token per name). An older node (api.Semaphore, or
+// this package before Name) counts a session once; so while a session
+// holds several tokens .lock's Limit is -limit (Decide's Several), which
+// an older node takes for another limit: it does not acquire, and tries
+// again later. The new nodes count its holders: never more than limit
+// tokens in a mixed fleet. An older node still wakes on every change and
+// tries whenever it sees a free token (it may take a token before new
+// waiters that came first); a new waiter behind an older one blocks on
+// the prefix, as older nodes do, since an older node does not mark its
+// key when it acquires.
 package semaphore
 
 import (
@@ -98,6 +100,7 @@ import (
 	"fmt"
 	"path"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -133,15 +136,33 @@ type Decision struct {
 	Watch    string // when waiting, the key to block on; "" = the prefix
 	WatchIdx uint64 // that key's ModifyIndex as read
 	Lock     Lock   // .lock as read, dead holders pruned
+	Several  bool   // once it holds, a session holds several tokens: .lock's Limit is written -limit
+	Negative bool   // .lock's Limit reads -limit
+	Any      bool   // a session holds several tokens, as read
 	LockIdx  uint64 // .lock's ModifyIndex (0: no .lock yet)
 	Self     *api.KVPair
 }
 
-// Decide says what session does, given the pairs under prefix (one read),
-// the limit it wants, and the waiters to skip as gone (stale: key ->
-// ModifyIndex at which they are skipped).
-func Decide(pairs api.KVPairs, prefix, session string, limit int, stale map[string]uint64) (Decision, error) {
+// Decide says what the contender named name under prefix (its key is
+// prefix/name, held by session) does, given the pairs under prefix (one
+// read), the limit it wants, and the waiters to skip as gone (stale: key
+// -> ModifyIndex at which they are skipped).
+//
+// A token is a live contender key that is not waiting and whose session
+// .lock lists: a session holds as many tokens as it has such keys (one per
+// key name, e.g. <session>/<slot>), and .lock lists each holding session
+// once, as api.Semaphore does. An older node (api.Semaphore, or this
+// package before it named keys per contender) counts a session once: so
+// the CAS that gives a session a second token writes .lock's Limit as
+// -limit (Several), which older nodes take for another limit and do not
+// acquire under (they try again later); the CAS of an acquisition after
+// which no session holds several writes limit again (releases do not
+// write .lock: until then older nodes wait). Every acquisition
+// CASes .lock, so an older node's CAS computed from a read before the
+// change fails.
+func Decide(pairs api.KVPairs, prefix, name, session string, limit int, stale map[string]uint64) (Decision, error) {
 	lockKey := path.Join(prefix, LockKey)
+	selfKey := path.Join(prefix, name)
 	var d Decision
 	d.Lock = Lock{Limit: limit, Holders: map[string]bool{}}
 	holding := map[string]bool{} // sessions with a live contender key not waiting
@@ -157,7 +178,8 @@ func Decide(pairs api.KVPairs, prefix, session string, limit int, stale map[stri
 				if err := json.Unmarshal(p.Value, &l); err != nil {
 					return d, fmt.Errorf("semaphore: .lock: %v", err)
 				}
-				if l.Limit != limit {
+				d.Negative = l.Limit == -limit && limit > 0
+				if l.Limit != limit && !d.Negative {
 					return d, fmt.Errorf("%w: limit %d, want %d", ErrConflict, l.Limit, limit)
 				}
 				if l.Holders != nil {
@@ -172,7 +194,7 @@ func Decide(pairs api.KVPairs, prefix, session string, limit int, stale map[stri
 			}
 			conts = append(conts, p)
 		}
-		if p.Key == path.Join(prefix, session) {
+		if p.Key == selfKey {
 			d.Self = p
 			d.Live = p.Session == session
 		}
@@ -182,9 +204,24 @@ func Decide(pairs api.KVPairs, prefix, session string, limit int, stale map[stri
 			delete(d.Lock.Holders, h)
 		}
 	}
-	d.Held = d.Lock.Holders[session]
-	d.Free = limit - len(d.Lock.Holders)
-	if !d.Live || d.Held {
+	token := func(c *api.KVPair) bool { return c.Flags != FlagWaiting && d.Lock.Holders[c.Session] }
+	tokens := 0
+	perSession := map[string]int{}
+	for _, c := range conts {
+		if token(c) {
+			tokens++
+			perSession[c.Session]++
+		}
+	}
+	d.Free = limit - tokens
+	for _, n := range perSession {
+		d.Any = d.Any || n > 1
+	}
+	d.Several = d.Any || perSession[session] > 0
+	if !d.Live {
+		return d, nil
+	}
+	if d.Held = token(d.Self); d.Held {
 		return d, nil
 	}
 	sort.Slice(conts, func(i, j int) bool {
@@ -198,7 +235,7 @@ func Decide(pairs api.KVPairs, prefix, session string, limit int, stale map[stri
 		if c == d.Self {
 			break
 		}
-		if d.Lock.Holders[c.Session] {
+		if token(c) {
 			continue
 		}
 		if idx, ok := stale[c.Key]; ok && idx == c.ModifyIndex {
@@ -221,7 +258,11 @@ type Options struct {
 	Prefix  string // the semaphore's keys are under it
 	Limit   int    // at most this many holders
 	Session string // the contender's session: a token dies with it
-	Value   []byte // the contender key's value, for people reading the KV store
+	// Name is the contender key's name under Prefix (default: Session,
+	// api.Semaphore's). Contenders of one session with distinct names,
+	// such as <session>/<slot>, each hold a token of their own.
+	Name  string
+	Value []byte // the contender key's value, for people reading the KV store
 
 	// WaitTime bounds each blocking query (default 1 minute).
 	WaitTime time.Duration
@@ -244,6 +285,12 @@ func New(c *api.Client, o Options) (*Semaphore, error) {
 	if o.Prefix == "" || o.Session == "" || o.Limit < 1 {
 		return nil, fmt.Errorf("semaphore: a prefix, a session and a limit >= 1 are needed")
 	}
+	if o.Name == "" {
+		o.Name = o.Session
+	}
+	if n := path.Clean(o.Name); n != o.Name || n == LockKey || strings.HasPrefix(n, "../") || path.IsAbs(n) {
+		return nil, fmt.Errorf("semaphore: contender name %q: not a plain key name under the prefix", o.Name)
+	}
 	if o.WaitTime <= 0 {
 		o.WaitTime = time.Minute
 	}
@@ -253,7 +300,7 @@ func New(c *api.Client, o Options) (*Semaphore, error) {
 	return &Semaphore{c: c, o: o}, nil
 }
 
-func (s *Semaphore) key() string { return path.Join(s.o.Prefix, s.o.Session) }
+func (s *Semaphore) key() string { return path.Join(s.o.Prefix, s.o.Name) }
 
 // Acquire waits for a token until stop closes. It returns a channel that
 // closes when the token is lost (the contender key no longer held by the
@@ -299,7 +346,7 @@ func (s *Semaphore) Acquire(stop <-chan struct{}) (<-chan struct{}, error) {
 			}
 			return nil, fmt.Errorf("semaphore: reading %s: %v", s.o.Prefix, err)
 		}
-		d, err := Decide(pairs, s.o.Prefix, s.o.Session, s.o.Limit, stale)
+		d, err := Decide(pairs, s.o.Prefix, s.o.Name, s.o.Session, s.o.Limit, stale)
 		if err != nil {
 			return nil, err
 		}
@@ -342,7 +389,7 @@ func (s *Semaphore) markStale(pairs api.KVPairs, d Decision, seen map[string]tim
 	for _, p := range pairs {
 		// Any waiter ahead, an older node's too: one that sees a free
 		// token tries at once.
-		if p.Session == "" || d.Lock.Holders[p.Session] || p.Key == s.key() || p.CreateIndex > d.Self.CreateIndex {
+		if p.Session == "" || (p.Flags != FlagWaiting && d.Lock.Holders[p.Session]) || p.Key == s.key() || p.CreateIndex > d.Self.CreateIndex {
 			continue
 		}
 		id := fmt.Sprintf("%s@%d", p.Key, p.ModifyIndex)
@@ -358,6 +405,9 @@ func (s *Semaphore) markStale(pairs api.KVPairs, d Decision, seen map[string]tim
 // contender key holding, in one transaction: true when it succeeded.
 func (s *Semaphore) tryAcquire(ctx context.Context, d Decision) bool {
 	l := Lock{Limit: s.o.Limit, Holders: map[string]bool{}}
+	if d.Several {
+		l.Limit = -s.o.Limit // older nodes, which count a session once, stand aside
+	}
 	for h := range d.Lock.Holders {
 		l.Holders[h] = true
 	}
@@ -450,6 +500,7 @@ func (s *Semaphore) Release() error {
 	if err != nil {
 		// Kept, the token would stay taken as long as the session.
 		s.giveUp()
+		return err
 	}
-	return err
+	return nil
 }

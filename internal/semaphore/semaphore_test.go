@@ -2,6 +2,7 @@ package semaphore
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httputil"
@@ -325,5 +326,194 @@ func TestStaleWaiterSkipped(t *testing.T) {
 				t.Fatal("the waiter behind a stale one never got the free token")
 			}
 		})
+	}
+}
+
+func newSlot(t *testing.T, c *api.Client, prefix string, limit int, session, name string) *Semaphore {
+	t.Helper()
+	s, err := New(c, Options{Prefix: prefix, Limit: limit, Session: session, Name: name, StaleAfter: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestSlotsOfOneSession: contenders of one session named per slot each
+// hold a token (a node updates several slots at once), count one each
+// toward the limit, and all come back when the session ends.
+func TestSlotsOfOneSession(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	const prefix = "sem/slots"
+	a, b := newSession(t, c), newSession(t, c)
+	for _, k := range []string{"1", "2"} {
+		done := make(chan error, 1)
+		go func() {
+			_, err := newSlot(t, c, prefix, 2, a, a+"/"+k).Acquire(nil)
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("slot %s of a session holding a token got none of the free one", k)
+		}
+	}
+	got := make(chan string, 3)
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	for _, w := range []struct{ sess, name string }{{a, a + "/3"}, {b, b + "/1"}, {b, b + "/2"}} {
+		go func() {
+			if lost, err := newSlot(t, c, prefix, 2, w.sess, w.name).Acquire(stop); err == nil && lost != nil {
+				got <- w.name
+			}
+		}()
+	}
+	// The three wait: their keys are there, and nobody got a third token.
+	if !consultest.WaitFor(30*time.Second, func() bool {
+		keys, _, _ := c.KV().Keys(prefix+"/", "", nil)
+		return len(keys) == 6 // .lock, 2 holders, 3 waiters
+	}) {
+		t.Fatal("the waiters' keys did not appear")
+	}
+	select {
+	case n := <-got:
+		t.Fatalf("%s took a third token, limit 2", n)
+	case <-time.After(time.Second): // a wait for nothing to happen
+	}
+	// Session a ends: both its tokens come back, and b's two slots take them.
+	if _, err := c.Session().Destroy(a, nil); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		select {
+		case n := <-got:
+			if !strings.HasPrefix(n, b+"/") {
+				t.Fatalf("%s took a token after its session ended", n)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the ended session's tokens did not come back")
+		}
+	}
+}
+
+// TestNeverMoreThanLimitSlots: nodes with two slots each (contenders
+// named <session>/<slot>), and an older node (api.Semaphore) among them,
+// take and give back tokens: never more than limit at once.
+func TestNeverMoreThanLimitSlots(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	const limit, each = 3, 3
+	var holding, most atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, 12)
+	sessions := []string{newSession(t, c), newSession(t, c), newSession(t, c)}
+	for i := range 7 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				var s contender
+				if i == 6 {
+					s = newOld(t, c, "sem/slotlimit", limit, newSession(t, c))
+				} else {
+					sess := sessions[i%3]
+					s = newSlot(t, c, "sem/slotlimit", limit, sess, fmt.Sprintf("%s/%d", sess, i))
+				}
+				lost, err := s.Acquire(nil)
+				// The older node stands aside (a limit conflict) while a
+				// session holds several tokens, and tries again later.
+				for tries := 0; i == 6 && err != nil && strings.Contains(err.Error(), "conflict") && tries < 2000; tries++ {
+					time.Sleep(5 * time.Millisecond) // older mariposa's retry, not a wait for a condition
+					s = newOld(t, c, "sem/slotlimit", limit, newSession(t, c))
+					lost, err = s.Acquire(nil)
+				}
+				if err != nil || lost == nil {
+					errs <- fmt.Errorf("contender %d: %v", i, err)
+					return
+				}
+				h := holding.Add(1)
+				for {
+					m := most.Load()
+					if h <= m || most.CompareAndSwap(m, h) {
+						break
+					}
+				}
+				time.Sleep(20 * time.Millisecond) // hold a while, so that holders overlap
+				holding.Add(-1)
+				if err := s.Release(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if m := most.Load(); m > limit {
+		t.Errorf("%d held at once, limit %d", m, limit)
+	}
+}
+
+// TestOlderNodeStandsAside: while a session holds two tokens, .lock's
+// Limit reads -limit and an older node (api.Semaphore) does not acquire;
+// once one is given back, the next acquisition (another session's, one
+// token) writes the limit back and the older node takes the free token.
+func TestOlderNodeStandsAside(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	const prefix = "sem/aside"
+	limit := func() int {
+		p, _, err := c.KV().Get(prefix+"/.lock", nil)
+		if err != nil || p == nil {
+			return 0
+		}
+		var l Lock
+		_ = json.Unmarshal(p.Value, &l)
+		return l.Limit
+	}
+	a, b := newSession(t, c), newSession(t, c)
+	first := newSlot(t, c, prefix, 3, a, a+"/1")
+	if _, err := first.Acquire(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := limit(); got != 3 {
+		t.Fatalf("one token a session: .lock's Limit %d, want 3", got)
+	}
+	if _, err := newSlot(t, c, prefix, 3, a, a+"/2").Acquire(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := limit(); got != -3 {
+		t.Fatalf("two tokens of one session: .lock's Limit %d, want -3", got)
+	}
+	if _, err := newOld(t, c, prefix, 3, newSession(t, c)).Acquire(nil); err == nil || !strings.Contains(err.Error(), "conflict") {
+		t.Fatalf("an older node acquired beside a session holding two tokens (it counts one): %v", err)
+	}
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := newSlot(t, c, prefix, 3, b, b+"/1").Acquire(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := limit(); got != 3 {
+		t.Fatalf("no session with several tokens: .lock's Limit %d, want 3", got)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := newOld(t, c, prefix, 3, newSession(t, c)).Acquire(nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the older node did not take the free token")
 	}
 }
