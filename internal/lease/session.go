@@ -407,16 +407,23 @@ func (s *session) apply(sent time.Time, terms []*Term, pairs map[string]*api.KVP
 // reset or closed. Measured on a 3-server cluster whose leader was killed:
 // "rpc error making call: rpc error getting client: failed to get conn:
 // dial tcp ...: connect: connection refused" until the followers noticed,
-// then held reads. Anything else proves nothing (holdrule.Unproven): no
-// answer, the local agent itself unreachable (its connection error has no
-// such prefix), an ACL refusal.
+// then held reads. "shutdown waiting for leader" is a server that won an
+// election but was stopped before it was ready for consistent reads
+// (consul/agent/consul/rpc.go, consistentReadWithContext: past
+// VerifyLeader, waiting for the new term's barrier): a leader that had not
+// yet established itself, so had armed no session timer and reconciled no
+// member (seen when the leading server was restarted in a rolling
+// upgrade). Anything else proves nothing (holdrule.Unproven): no answer,
+// the local agent itself unreachable (its connection error has no such
+// prefix), an ACL refusal.
 func noLeaderAnswer(err error) holdrule.Kind {
 	msg := err.Error()
 	if !strings.HasPrefix(msg, "Failed request: ") && !strings.HasPrefix(msg, "Unexpected response code: 5") {
 		return holdrule.Unproven
 	}
 	for _, m := range []string{"No cluster leader", "rpc error getting client", "failed to get conn",
-		"connection refused", "connection reset", ": EOF", "leadership lost", "node is not the leader"} {
+		"connection refused", "connection reset", ": EOF", "leadership lost", "node is not the leader",
+		"shutdown waiting for leader"} {
 		if strings.Contains(msg, m) {
 			return holdrule.NoLeader
 		}
