@@ -1,12 +1,12 @@
 package cluster
 
 import (
+	"cmp"
 	"hash/fnv"
 	"maps"
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -64,62 +64,68 @@ func (r *ranker) rank(slot int) []Ranked {
 		}
 		out = append(out, x)
 	}
-	// Sort positions, not the entries (a Ranked is large, and a stable
-	// sort of 1,000 of them moved far more than it compared). The order
-	// is total: names are unique.
-	order := make([]int, len(out))
-	for i := range order {
-		order[i] = i
+	// Sort small keys, not the entries (a Ranked is large: sorting 1,000
+	// of them, or positions into them, moved and missed the cache far more
+	// than it compared). r.nodes is sorted by unique name, so a node's
+	// position there orders it as its name does. The order is total.
+	keys := make([]rankKey, len(out))
+	for i := range out {
+		keys[i] = rankKey{total: out[i].Score.Total, hrw: out[i].HRW, idx: int32(i), ok: out[i].Verdict.OK}
 	}
-	slices.SortFunc(order, func(i, j int) int {
-		a, b := &out[i], &out[j]
+	slices.SortFunc(keys, func(a, b rankKey) int {
 		switch {
-		case a.Verdict.OK != b.Verdict.OK:
-			if a.Verdict.OK {
+		case a.ok != b.ok:
+			if a.ok {
 				return -1
 			}
 			return 1
-		case !a.Verdict.OK:
-			return strings.Compare(a.Node, b.Node)
-		case a.Score.Total != b.Score.Total:
-			if a.Score.Total > b.Score.Total {
+		case !a.ok:
+			return cmp.Compare(a.idx, b.idx)
+		case a.total != b.total:
+			if a.total > b.total {
 				return -1
 			}
 			return 1
-		case a.HRW != b.HRW:
-			if a.HRW > b.HRW {
+		case a.hrw != b.hrw:
+			if a.hrw > b.hrw {
 				return -1
 			}
 			return 1
 		}
-		return strings.Compare(a.Node, b.Node)
+		return cmp.Compare(a.idx, b.idx)
 	})
 	sorted := make([]Ranked, len(out))
-	for i, j := range order {
-		sorted[i] = out[j]
-	}
-	out = sorted
-	var byHRW []int
-	for i := range out {
-		if out[i].Verdict.OK {
-			out[i].Rank = i
-			byHRW = append(byHRW, i)
+	var byHRW []rankKey
+	for i, k := range keys {
+		sorted[i] = out[k.idx]
+		if k.ok {
+			sorted[i].Rank = i
+			byHRW = append(byHRW, rankKey{hrw: k.hrw, idx: k.idx, pos: int32(i)})
 		}
 	}
-	slices.SortFunc(byHRW, func(i, j int) int {
-		a, b := &out[i], &out[j]
-		if a.HRW != b.HRW {
-			if a.HRW > b.HRW {
+	out = sorted
+	slices.SortFunc(byHRW, func(a, b rankKey) int {
+		if a.hrw != b.hrw {
+			if a.hrw > b.hrw {
 				return -1
 			}
 			return 1
 		}
-		return strings.Compare(a.Node, b.Node)
+		return cmp.Compare(a.idx, b.idx)
 	})
-	for k, i := range byHRW {
-		out[i].HRWRank = k
+	for k, x := range byHRW {
+		out[x.pos].HRWRank = k
 	}
 	return out
+}
+
+// rankKey is what rank sorts: a node's score, HRW and position in
+// r.nodes (name order); pos, its place once sorted.
+type rankKey struct {
+	total    float64
+	hrw      uint64
+	idx, pos int32
+	ok       bool
 }
 
 // Assignment is the outcome of Assign: per free slot, every node ranked.

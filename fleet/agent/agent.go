@@ -113,6 +113,16 @@ type SlotsView struct {
 	Holders map[int]string // held slots -> node
 	byNode  map[string][]int
 	nodeOf  []string // by slot number: the holder, "" free
+	dense   []Slot   // Slots by slot number (the zero Slot where none)
+}
+
+// slot is Slots[k] without a map lookup (a node reads it for every slot
+// it holds at every answer).
+func (v *SlotsView) slot(k int) Slot {
+	if k < 0 || k >= len(v.dense) {
+		return Slot{}
+	}
+	return v.dense[k]
 }
 
 // holder is the node holding slot k, "" none.
@@ -135,6 +145,12 @@ func NewSlotsView(unit string, index uint64, slots []Slot) *SlotsView {
 				v.nodeOf = append(v.nodeOf, make([]string, s.K+1-len(v.nodeOf))...)
 			}
 			v.nodeOf[s.K] = s.Node
+		}
+		if s.K >= 0 && s.K < 1<<20 {
+			if s.K >= len(v.dense) {
+				v.dense = append(v.dense, make([]Slot, s.K+1-len(v.dense))...)
+			}
+			v.dense[s.K] = s
 		}
 	}
 	return v
@@ -348,6 +364,7 @@ type Agent struct {
 	// step (their view changed); waiting: units with a claim timed for
 	// later; free: units with free slots at their last look.
 	dirty, free map[string]bool
+	dirtyBuf    []string // reused to sort dirty
 	// rerank: units whose claim time came: ranked again even if their
 	// free slots only shrank.
 	rerank map[string]bool
@@ -586,7 +603,7 @@ func (a *Agent) vacantOf(unit string) map[int]vacancy {
 func (a *Agent) noteInvalidated(old, v *SlotsView) {
 	inv := a.invalidated[v.Unit]
 	for k := range inv {
-		if s := v.Slots[k]; s.Node != "" || s.Released {
+		if s := v.slot(k); s.Node != "" || s.Released {
 			delete(inv, k)
 		}
 	}
@@ -597,7 +614,7 @@ func (a *Agent) noteInvalidated(old, v *SlotsView) {
 		if n == "" || v.holder(k) != "" {
 			continue
 		}
-		if s := v.Slots[k]; !s.Released {
+		if s := v.slot(k); !s.Released {
 			if inv == nil {
 				inv = map[int]bool{}
 				a.invalidated[v.Unit] = inv
@@ -665,14 +682,23 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// The holds.
 	ids := a.heldIDs()
 	var confirm []SlotID
-	for _, id := range ids {
+	var (
+		unitOf string // the unit of u, ok and view, looked up once per unit
+		u      Unit
+		ok     bool
+		view   *SlotsView
+	)
+	for i, id := range ids {
 		h := a.held[id]
-		u, ok := a.units[id.Unit]
-		view := a.slots[id.Unit]
+		if i == 0 || id.Unit != unitOf {
+			unitOf = id.Unit
+			u, ok = a.units[id.Unit]
+			view = a.slots[id.Unit]
+		}
 		switch {
 		case h.orphan:
 			// Stop once another node holds the slot.
-			if view != nil && view.Slots[id.K].Node != "" && view.Slots[id.K].Node != a.cfg.Node && h.phase != Stopping {
+			if view != nil && view.slot(id.K).Node != "" && view.slot(id.K).Node != a.cfg.Node && h.phase != Stopping {
 				h.phase = Stopping
 				out = append(out, Stop{Slot: id})
 			}
@@ -690,7 +716,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			confirm = append(confirm, id)
 		}
 		if view != nil && view.Index > 0 {
-			s := view.Slots[id.K]
+			s := view.slot(id.K)
 			if s.Node != "" && s.Node != a.cfg.Node && s.ModifyIndex > h.index {
 				out = a.lose(id, h, "slot held by another session", out)
 				continue
@@ -721,7 +747,13 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// Strays and claims, for the units whose view changed or whose claim
 	// time came.
 	if a.session != "" && a.nodes != nil {
-		for _, name := range sortedSet(a.dirty) {
+		dirty := a.dirtyBuf[:0]
+		for u := range a.dirty {
+			dirty = append(dirty, u)
+		}
+		sort.Strings(dirty)
+		a.dirtyBuf = dirty
+		for _, name := range dirty {
 			delete(a.waitAt, name)
 			delete(a.free, name)
 			v := a.slots[name]
@@ -755,14 +787,15 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// same slots, so the ranking is the same everywhere.
 			var free []int
 			vs := a.vacant[name]
-			for k := range u.Count {
-				if v.holder(k) != "" {
-					if len(vs) > 0 {
-						delete(vs, k)
-					}
-					continue
+			for k := range vs {
+				if k < u.Count && v.holder(k) != "" {
+					delete(vs, k)
 				}
-				free = append(free, k)
+			}
+			for k := range u.Count {
+				if v.holder(k) == "" {
+					free = append(free, k)
+				}
 			}
 			if len(free) == 0 {
 				continue
@@ -801,7 +834,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if sl := v.Slots[k]; !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[name][k]) {
+				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[name][k]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
@@ -924,13 +957,4 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-func sortedSet(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
