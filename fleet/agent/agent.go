@@ -37,6 +37,20 @@ func (s SlotID) Key() string { return fmt.Sprintf("mariposa/slots/%s/%d", s.Unit
 // instead of the slot keys, whose values it does not need.
 func IndexPrefix(unit string) string { return "mariposa/held/" + unit + "/" }
 
+// VacancyPrefix holds one key per unit (VacancyKey) that a release's
+// transaction sets: a node idle in a unit (Idle) hears its index at
+// IdlePace, and this key's watch, which answers only on releases, at once.
+const VacancyPrefix = "mariposa/vacancy/"
+
+// VacancyKey is unit's vacancy key.
+func VacancyKey(unit string) string { return VacancyPrefix + unit }
+
+// IdlePace is how often, at most, a node idle in a unit hears its index:
+// the fills of a vacancy it will not claim. The vacancies themselves reach
+// it at once: a release moves the unit's VacancyKey, an invalidation comes
+// with a failing instance in the health watch (Refresh).
+const IdlePace = 10 * time.Second
+
 // IndexKey is the slot's entry in its unit's index while node holds it:
 // locked by the holder's session in the claim's transaction (whose
 // behaviour is delete, so an invalidation removes it with the slot key),
@@ -160,7 +174,11 @@ func NewSlotsView(unit string, index uint64, slots []Slot) *SlotsView {
 type NodesView struct {
 	Index uint64
 	Nodes []string
-	pos   map[string]int
+	// Failing: the fleet's members whose instance is not passing (what
+	// the health watch answers); a name new here makes the agent re-read
+	// at once the units that node held (Refresh).
+	Failing []string
+	pos     map[string]int
 }
 
 // positions maps each node to its first place in Nodes (built once).
@@ -256,6 +274,10 @@ type (
 	}
 	// Wake: call Step with Tick at At.
 	Wake struct{ At time.Time }
+	// Refresh: ask these units' index watches now, not at their pace
+	// (see Idle): a node that failed held slots of them, so their
+	// answers are about to show vacancies.
+	Refresh struct{ Units []string }
 	// Record: an audit record of a decision (in the real agent, in the
 	// transaction that carries it out).
 	Record struct {
@@ -373,6 +395,10 @@ type Agent struct {
 	// release (the index cannot say so: the holder's keys are deleted
 	// with its session), until a view shows them held or released.
 	invalidated map[string]map[int]bool
+	// refused: slots whose claim another session's hold refused, with the
+	// index of the view that showed them free: not claimed again until a
+	// newer view.
+	refused map[SlotID]uint64
 }
 
 type strayTry struct {
@@ -434,7 +460,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[string]map[int]vacancy{},
 		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
-		strays: map[SlotID]strayTry{}, invalidated: map[string]map[int]bool{}, rerank: map[string]bool{}}
+		strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, invalidated: map[string]map[int]bool{}, rerank: map[string]bool{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -490,6 +516,9 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		// ahead that is gone costs at most one rank's delay). Ranking
 		// every unit with a vacancy at every failure or return of a node
 		// was most of a 1,000-node fleet's work after a loss.
+		if units := a.refreshFor(a.nodes, in.View); len(units) > 0 {
+			out = append(out, Refresh{Units: units})
+		}
 		a.nodes = in.View
 	case SessionCreated:
 		a.asking = false
@@ -514,6 +543,15 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			delete(a.held, in.Slot)
 			a.heldSorted = nil
 			a.dirty[in.Slot.Unit] = true
+			if !in.LockDelay && !in.Lost {
+				// Refused: another session holds it, so the view that
+				// showed it free is stale. Not again on that view (a
+				// tight loop of refused claims); ask for a fresh one.
+				if v := a.slots[in.Slot.Unit]; v != nil {
+					a.refused[in.Slot] = v.Index
+				}
+				out = append(out, Refresh{Units: []string{in.Slot.Unit}})
+			}
 			if in.LockDelay {
 				vs := a.vacantOf(in.Slot.Unit)
 				v := vs[in.Slot.K]
@@ -587,6 +625,64 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		panic(fmt.Sprintf("agent: unknown input %T", in))
 	}
 	return a.reconcile(now, out)
+}
+
+// refreshFor: the units whose index (as this node last read it) shows
+// slots held by a node that the new answer shows failing and the old did
+// not. Their vacancies are about to appear: a node that hears the unit
+// at an idle pace asks it now (the health watch is its prompt signal).
+func (a *Agent) refreshFor(old, v *NodesView) []string {
+	if old == nil || len(v.Failing) == 0 {
+		return nil
+	}
+	var fresh []string
+	for _, n := range v.Failing {
+		if !slices.Contains(old.Failing, n) {
+			fresh = append(fresh, n)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	var units []string
+	for name, sv := range a.slots {
+		for _, n := range fresh {
+			if len(sv.byNode[n]) > 0 {
+				units = append(units, name)
+				break
+			}
+		}
+	}
+	sort.Strings(units)
+	return units
+}
+
+// Idle says whether this node may hear unit's index at a slow pace (at
+// most once per within) rather than at once: it has no claim of the unit
+// on its way or due within within, and its view shows no stray of it. A
+// holder needs no prompt answer: its confirmations read the slot key
+// itself, and with max_per_node it claims nothing more of the unit. A node far down a vacancy's ranking cannot claim before
+// its claim time anyway; a new vacancy from a failed node comes with a
+// Refresh (the health watch), and the pace is lifted as its claim time
+// nears, so it claims on a fresh view. A stale view costs a refused
+// claim or time, never a second holder: the lock decides.
+func (a *Agent) Idle(unit string, now time.Time, within time.Duration) bool {
+	if a.session == "" {
+		return false
+	}
+	if t, ok := a.waitAt[unit]; ok && t.Sub(now) <= within {
+		return false
+	}
+	if v := a.slots[unit]; v != nil && len(v.byNode[a.cfg.Node]) > 0 {
+		return false
+	}
+	for _, id := range a.heldIDs() {
+		if id.Unit == unit && a.held[id].phase == Claiming {
+			// Its answer may be lost: the view shows the stray.
+			return false
+		}
+	}
+	return true
 }
 
 func (a *Agent) vacantOf(unit string) map[int]vacancy {
@@ -822,6 +918,12 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				me, ok := asg[k]
 				if !ok {
 					continue
+				}
+				if idx, ok := a.refused[id]; ok {
+					if idx >= v.Index {
+						continue
+					}
+					delete(a.refused, id)
 				}
 				vac, seen := vs[k]
 				if !seen {
