@@ -55,7 +55,9 @@ func Rank(u Unit, slot int, v View, now time.Time) []Ranked {
 
 func (r *ranker) rank(slot int) []Ranked {
 	r.prepare(slot)
-	out := make([]Ranked, 0, len(r.nodes))
+	// out and the keys are scratch, reused slot after slot (Assign ranks
+	// every free slot of a unit over every node).
+	out := r.scratch[:0]
 	for _, n := range r.nodes {
 		x := Ranked{Node: n.Name, Rank: -1, HRWRank: -1, HRW: HRW(r.unit, slot, n.Name)}
 		x.Verdict = feasible(r.unit, &r.p, r.need, n, slot, r.v.Holders, r.heldSlots[n.Name], r.v.Reserved, r.v.Paused, r.m)
@@ -68,7 +70,7 @@ func (r *ranker) rank(slot int) []Ranked {
 	// of them, or positions into them, moved and missed the cache far more
 	// than it compared). r.nodes is sorted by unique name, so a node's
 	// position there orders it as its name does. The order is total.
-	keys := make([]rankKey, len(out))
+	keys := slices.Grow(r.keys[:0], len(out))[:len(out)]
 	for i := range out {
 		keys[i] = rankKey{total: out[i].Score.Total, hrw: out[i].HRW, idx: int32(i), ok: out[i].Verdict.OK}
 	}
@@ -95,7 +97,7 @@ func (r *ranker) rank(slot int) []Ranked {
 		return cmp.Compare(a.idx, b.idx)
 	})
 	sorted := make([]Ranked, len(out))
-	var byHRW []rankKey
+	byHRW := r.byHRW[:0]
 	for i, k := range keys {
 		sorted[i] = out[k.idx]
 		if k.ok {
@@ -103,6 +105,7 @@ func (r *ranker) rank(slot int) []Ranked {
 			byHRW = append(byHRW, rankKey{hrw: k.hrw, idx: k.idx, pos: int32(i)})
 		}
 	}
+	r.scratch, r.keys, r.byHRW = out, keys, byHRW
 	out = sorted
 	slices.SortFunc(byHRW, func(a, b rankKey) int {
 		if a.hrw != b.hrw {

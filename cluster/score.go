@@ -108,6 +108,10 @@ type ranker struct {
 	spreads   []map[string]int // per spread: value -> instances, the slot excluded
 	maxLoad   int
 	applied   Components
+	// Scratch for rank, reused from slot to slot.
+	scratch []Ranked
+	keys    []rankKey
+	byHRW   []rankKey
 }
 
 func newRanker(u Unit, v View, now time.Time) *ranker {

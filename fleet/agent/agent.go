@@ -49,7 +49,7 @@ func VacancyKey(unit string) string { return VacancyPrefix + unit }
 // the fills of a vacancy it will not claim. The vacancies themselves reach
 // it at once: a release moves the unit's VacancyKey, an invalidation comes
 // with a failing instance in the health watch (Refresh).
-const IdlePace = 10 * time.Second
+const IdlePace = 3 * time.Second
 
 // IndexKey is the slot's entry in its unit's index while node holds it:
 // locked by the holder's session in the claim's transaction (whose
@@ -179,6 +179,7 @@ type NodesView struct {
 	// at once the units that node held (Refresh).
 	Failing []string
 	pos     map[string]int
+	infos   []cluster.NodeInfo // the nodes as placement reads them (built once)
 }
 
 // positions maps each node to its first place in Nodes (built once).
@@ -220,6 +221,9 @@ type (
 		Index uint64 // the key's ModifyIndex after the lock
 		// LockDelay: refused for the key's lock delay.
 		LockDelay bool
+		// Taken: refused because another session holds the key (the
+		// view that showed it free is stale).
+		Taken bool
 	}
 	// ReleaseDone answers Release.
 	ReleaseDone struct {
@@ -543,7 +547,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			delete(a.held, in.Slot)
 			a.heldSorted = nil
 			a.dirty[in.Slot.Unit] = true
-			if !in.LockDelay && !in.Lost {
+			if in.Taken {
 				// Refused: another session holds it, so the view that
 				// showed it free is stale. Not again on that view (a
 				// tight loop of refused claims); ask for a fresh one.
@@ -585,7 +589,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		// Failures sent before this read say nothing of the holds it
 		// confirms, and those it does not show end below.
 		a.failed = slices.DeleteFunc(a.failed, func(f holdrule.Attempt) bool { return !f.Sent.After(in.Sent) })
-		for id, h := range a.held {
+		// In slot order: the actions' order is the trace's (a map's order
+		// made the same seed give different traces across runs).
+		for _, id := range a.heldIDs() {
+			h := a.held[id]
 			if !h.exclusive || h.lost || h.phase == Claiming || h.phase == Releasing {
 				continue
 			}
@@ -722,7 +729,8 @@ func (a *Agent) noteInvalidated(old, v *SlotsView) {
 
 func (a *Agent) loseSession(out []any) []any {
 	a.session, a.inflight, a.failed = "", 0, nil
-	for id, h := range a.held {
+	for _, id := range a.heldIDs() { // in slot order, as the trace needs
+		h := a.held[id]
 		switch {
 		case h.phase == Claiming || h.phase == Releasing:
 			delete(a.held, id)
@@ -1014,9 +1022,13 @@ func subset(a, b []int) bool {
 // DefaultRank is cluster.Assign over a unit's slots view and the live
 // nodes.
 func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
-	infos := make([]cluster.NodeInfo, len(nodes.Nodes))
-	for i, n := range nodes.Nodes {
-		infos[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
+	infos := nodes.infos
+	if infos == nil {
+		infos = make([]cluster.NodeInfo, len(nodes.Nodes))
+		for i, n := range nodes.Nodes {
+			infos[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
+		}
+		nodes.infos = infos
 	}
 	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
 	asg := cluster.Assign(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})

@@ -397,7 +397,7 @@ func TestRefusedClaimWaitsForNewerView(t *testing.T) {
 	if !ok {
 		t.Fatal("no claim")
 	}
-	acts := m.step(ClaimDone{Slot: c.Slot})
+	acts := m.step(ClaimDone{Slot: c.Slot, Taken: true})
 	if _, again := find[Claim](acts); again {
 		t.Fatal("claimed again on the same view")
 	}

@@ -531,7 +531,8 @@ func (s *Sim) act(n *node, a any) {
 			r, err := s.store.KVTxn(s.wall(), claimOps(a.Slot, n.name, a.Session, "starting"))
 			s.countTxn(r, err)
 			if err != nil || !r.OK {
-				return agent.ClaimDone{Slot: a.Slot, LockDelay: err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")}
+				delay := err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")
+				return agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: err == nil && !delay}
 			}
 			s.checkMaxPerNode(a.Slot.Unit)
 			if lose {
