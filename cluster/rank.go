@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"math"
 	"hash/fnv"
 	"maps"
 	"slices"
@@ -70,32 +71,31 @@ func (r *ranker) rank(slot int) []Ranked {
 	// of them, or positions into them, moved and missed the cache far more
 	// than it compared). r.nodes is sorted by unique name, so a node's
 	// position there orders it as its name does. The order is total.
-	keys := slices.Grow(r.keys[:0], len(out))[:len(out)]
+	keys := r.keys[:0]
+	same := true // every feasible node has the same total score
 	for i := range out {
-		keys[i] = rankKey{total: out[i].Score.Total, hrw: out[i].HRW, idx: int32(i), ok: out[i].Verdict.OK}
-	}
-	slices.SortFunc(keys, func(a, b rankKey) int {
-		switch {
-		case a.ok != b.ok:
-			if a.ok {
-				return -1
+		if out[i].Verdict.OK {
+			t := out[i].Score.Total
+			if len(keys) > 0 && t != keys[0].total || math.IsNaN(t) {
+				same = false
 			}
-			return 1
-		case !a.ok:
-			return cmp.Compare(a.idx, b.idx)
-		case a.total != b.total:
-			if a.total > b.total {
-				return -1
-			}
-			return 1
-		case a.hrw != b.hrw:
-			if a.hrw > b.hrw {
-				return -1
-			}
-			return 1
+			keys = append(keys, rankKey{total: t, hrw: out[i].HRW, idx: int32(i), ok: true})
 		}
-		return cmp.Compare(a.idx, b.idx)
-	})
+	}
+	feasibleN := len(keys)
+	for i := range out {
+		if !out[i].Verdict.OK {
+			keys = append(keys, rankKey{hrw: out[i].HRW, idx: int32(i)})
+		}
+	}
+	if same {
+		// The feasible first, by HRW alone (ties by position), then the
+		// infeasible by position, as they already are: the order the
+		// comparison below gives, by a radix sort.
+		r.tmp = sortByHRW(keys[:feasibleN], r.tmp)
+	} else {
+		slices.SortFunc(keys, compareKeys)
+	}
 	sorted := make([]Ranked, len(out))
 	byHRW := r.byHRW[:0]
 	for i, k := range keys {
@@ -120,6 +120,67 @@ func (r *ranker) rank(slot int) []Ranked {
 		out[x.pos].HRWRank = k
 	}
 	return out
+}
+
+// compareKeys is rank's order: the feasible first, by total score
+// descending, then HRW descending, then position (name); then the
+// infeasible by position.
+func compareKeys(a, b rankKey) int {
+	switch {
+	case a.ok != b.ok:
+		if a.ok {
+			return -1
+		}
+		return 1
+	case !a.ok:
+		return cmp.Compare(a.idx, b.idx)
+	case a.total != b.total:
+		if a.total > b.total {
+			return -1
+		}
+		return 1
+	case a.hrw != b.hrw:
+		if a.hrw > b.hrw {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(a.idx, b.idx)
+}
+
+// sortByHRW sorts keys, given by position ascending, by HRW descending,
+// ties by position: a stable least-significant-digit radix sort on the
+// complement of HRW (eight passes of a byte, those where every key has
+// the same byte skipped), with tmp as its buffer (returned, grown).
+func sortByHRW(keys, tmp []rankKey) []rankKey {
+	if len(keys) < 2 {
+		return tmp
+	}
+	tmp = slices.Grow(tmp[:0], len(keys))[:len(keys)]
+	src, dst := keys, tmp
+	for shift := uint(0); shift < 64; shift += 8 {
+		var count [256]int
+		for i := range src {
+			count[byte(^src[i].hrw>>shift)]++
+		}
+		if count[byte(^src[0].hrw>>shift)] == len(src) {
+			continue
+		}
+		sum := 0
+		for b := range count {
+			count[b], sum = sum, sum+count[b]
+		}
+		for i := range src {
+			b := byte(^src[i].hrw >> shift)
+			dst[count[b]] = src[i]
+			count[b]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &keys[0] {
+		copy(keys, src)
+	}
+	return tmp
 }
 
 // rankKey is what rank sorts: a node's score, HRW and position in

@@ -112,6 +112,7 @@ type ranker struct {
 	scratch []Ranked
 	keys    []rankKey
 	byHRW   []rankKey
+	tmp     []rankKey
 }
 
 func newRanker(u Unit, v View, now time.Time) *ranker {
