@@ -49,7 +49,7 @@ func VacancyKey(unit string) string { return VacancyPrefix + unit }
 // the fills of a vacancy it will not claim. The vacancies themselves reach
 // it at once: a release moves the unit's VacancyKey, an invalidation comes
 // with a failing instance in the health watch (Refresh).
-const IdlePace = 3 * time.Second
+const IdlePace = time.Second
 
 // IndexKey is the slot's entry in its unit's index while node holds it:
 // locked by the holder's session in the claim's transaction (whose

@@ -15,9 +15,11 @@
 // one is on its way, and no sooner than watchEvery after that watch's
 // last answer), computed when it arrives; its size in Consul's JSON is
 // counted as the bytes Consul serves. Nodes watch each unit's index
-// (agent.IndexPrefix, key names only) and the failing instances of the
-// mariposa service; rankings are shared among the nodes that hold the
-// same two views (each real node computes its own).
+// (agent.IndexPrefix, key names only; at agent.IdlePace where the agent is
+// idle in the unit), each unit's vacancy key (agent.VacancyKey, moved by
+// releases: its answer brings the index at once) and the failing
+// instances of the mariposa service; rankings are shared among the nodes
+// that hold the same two views (each real node computes its own).
 //
 // Failure detection is not simulated packet by packet: a lost node's
 // serfHealth turns critical after Consul's gossip detection time for N
