@@ -2,9 +2,9 @@ package cluster
 
 import (
 	"cmp"
-	"math"
 	"hash/fnv"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
