@@ -179,7 +179,6 @@ type NodesView struct {
 	// at once the units that node held (Refresh).
 	Failing []string
 	pos     map[string]int
-	infos   []cluster.NodeInfo // the nodes as placement reads them (built once)
 }
 
 // positions maps each node to its first place in Nodes (built once).
@@ -1022,13 +1021,9 @@ func subset(a, b []int) bool {
 // DefaultRank is cluster.Assign over a unit's slots view and the live
 // nodes.
 func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
-	infos := nodes.infos
-	if infos == nil {
-		infos = make([]cluster.NodeInfo, len(nodes.Nodes))
-		for i, n := range nodes.Nodes {
-			infos[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
-		}
-		nodes.infos = infos
+	infos := make([]cluster.NodeInfo, len(nodes.Nodes))
+	for i, n := range nodes.Nodes {
+		infos[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
 	}
 	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
 	asg := cluster.Assign(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})
