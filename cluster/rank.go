@@ -1,12 +1,13 @@
 package cluster
 
 import (
+	"cmp"
 	"hash/fnv"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 )
 
@@ -55,7 +56,9 @@ func Rank(u Unit, slot int, v View, now time.Time) []Ranked {
 
 func (r *ranker) rank(slot int) []Ranked {
 	r.prepare(slot)
-	out := make([]Ranked, 0, len(r.nodes))
+	// out and the keys are scratch, reused slot after slot (Assign ranks
+	// every free slot of a unit over every node).
+	out := r.scratch[:0]
 	for _, n := range r.nodes {
 		x := Ranked{Node: n.Name, Rank: -1, HRWRank: -1, HRW: HRW(r.unit, slot, n.Name)}
 		x.Verdict = feasible(r.unit, &r.p, r.need, n, slot, r.v.Holders, r.heldSlots[n.Name], r.v.Reserved, r.v.Paused, r.m)
@@ -64,62 +67,129 @@ func (r *ranker) rank(slot int) []Ranked {
 		}
 		out = append(out, x)
 	}
-	// Sort positions, not the entries (a Ranked is large, and a stable
-	// sort of 1,000 of them moved far more than it compared). The order
-	// is total: names are unique.
-	order := make([]int, len(out))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(i, j int) int {
-		a, b := &out[i], &out[j]
-		switch {
-		case a.Verdict.OK != b.Verdict.OK:
-			if a.Verdict.OK {
-				return -1
-			}
-			return 1
-		case !a.Verdict.OK:
-			return strings.Compare(a.Node, b.Node)
-		case a.Score.Total != b.Score.Total:
-			if a.Score.Total > b.Score.Total {
-				return -1
-			}
-			return 1
-		case a.HRW != b.HRW:
-			if a.HRW > b.HRW {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.Node, b.Node)
-	})
-	sorted := make([]Ranked, len(out))
-	for i, j := range order {
-		sorted[i] = out[j]
-	}
-	out = sorted
-	var byHRW []int
+	// Sort small keys, not the entries (a Ranked is large: sorting 1,000
+	// of them, or positions into them, moved and missed the cache far more
+	// than it compared). r.nodes is sorted by unique name, so a node's
+	// position there orders it as its name does. The order is total.
+	keys := r.keys[:0]
+	same := true // every feasible node has the same total score
 	for i := range out {
 		if out[i].Verdict.OK {
-			out[i].Rank = i
-			byHRW = append(byHRW, i)
+			t := out[i].Score.Total
+			if len(keys) > 0 && t != keys[0].total || math.IsNaN(t) {
+				same = false
+			}
+			keys = append(keys, rankKey{total: t, hrw: out[i].HRW, idx: int32(i), ok: true})
 		}
 	}
-	slices.SortFunc(byHRW, func(i, j int) int {
-		a, b := &out[i], &out[j]
-		if a.HRW != b.HRW {
-			if a.HRW > b.HRW {
+	feasibleN := len(keys)
+	for i := range out {
+		if !out[i].Verdict.OK {
+			keys = append(keys, rankKey{hrw: out[i].HRW, idx: int32(i)})
+		}
+	}
+	if same {
+		// The feasible first, by HRW alone (ties by position), then the
+		// infeasible by position, as they already are: the order the
+		// comparison below gives, by a radix sort.
+		r.tmp = sortByHRW(keys[:feasibleN], r.tmp)
+	} else {
+		slices.SortFunc(keys, compareKeys)
+	}
+	sorted := make([]Ranked, len(out))
+	byHRW := r.byHRW[:0]
+	for i, k := range keys {
+		sorted[i] = out[k.idx]
+		if k.ok {
+			sorted[i].Rank = i
+			byHRW = append(byHRW, rankKey{hrw: k.hrw, idx: k.idx, pos: int32(i)})
+		}
+	}
+	r.scratch, r.keys, r.byHRW = out, keys, byHRW
+	out = sorted
+	slices.SortFunc(byHRW, func(a, b rankKey) int {
+		if a.hrw != b.hrw {
+			if a.hrw > b.hrw {
 				return -1
 			}
 			return 1
 		}
-		return strings.Compare(a.Node, b.Node)
+		return cmp.Compare(a.idx, b.idx)
 	})
-	for k, i := range byHRW {
-		out[i].HRWRank = k
+	for k, x := range byHRW {
+		out[x.pos].HRWRank = k
 	}
 	return out
+}
+
+// compareKeys is rank's order: the feasible first, by total score
+// descending, then HRW descending, then position (name); then the
+// infeasible by position.
+func compareKeys(a, b rankKey) int {
+	switch {
+	case a.ok != b.ok:
+		if a.ok {
+			return -1
+		}
+		return 1
+	case !a.ok:
+		return cmp.Compare(a.idx, b.idx)
+	case a.total != b.total:
+		if a.total > b.total {
+			return -1
+		}
+		return 1
+	case a.hrw != b.hrw:
+		if a.hrw > b.hrw {
+			return -1
+		}
+		return 1
+	}
+	return cmp.Compare(a.idx, b.idx)
+}
+
+// sortByHRW sorts keys, given by position ascending, by HRW descending,
+// ties by position: a stable least-significant-digit radix sort on the
+// complement of HRW (eight passes of a byte, those where every key has
+// the same byte skipped), with tmp as its buffer (returned, grown).
+func sortByHRW(keys, tmp []rankKey) []rankKey {
+	if len(keys) < 2 {
+		return tmp
+	}
+	tmp = slices.Grow(tmp[:0], len(keys))[:len(keys)]
+	src, dst := keys, tmp
+	for shift := uint(0); shift < 64; shift += 8 {
+		var count [256]int
+		for i := range src {
+			count[byte(^src[i].hrw>>shift)]++
+		}
+		if count[byte(^src[0].hrw>>shift)] == len(src) {
+			continue
+		}
+		sum := 0
+		for b := range count {
+			count[b], sum = sum, sum+count[b]
+		}
+		for i := range src {
+			b := byte(^src[i].hrw >> shift)
+			dst[count[b]] = src[i]
+			count[b]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &keys[0] {
+		copy(keys, src)
+	}
+	return tmp
+}
+
+// rankKey is what rank sorts: a node's score, HRW and position in
+// r.nodes (name order); pos, its place once sorted.
+type rankKey struct {
+	total    float64
+	hrw      uint64
+	idx, pos int32
+	ok       bool
 }
 
 // Assignment is the outcome of Assign: per free slot, every node ranked.

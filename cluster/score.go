@@ -108,6 +108,11 @@ type ranker struct {
 	spreads   []map[string]int // per spread: value -> instances, the slot excluded
 	maxLoad   int
 	applied   Components
+	// Scratch for rank, reused from slot to slot.
+	scratch []Ranked
+	keys    []rankKey
+	byHRW   []rankKey
+	tmp     []rankKey
 }
 
 func newRanker(u Unit, v View, now time.Time) *ranker {

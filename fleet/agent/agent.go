@@ -37,6 +37,20 @@ func (s SlotID) Key() string { return fmt.Sprintf("mariposa/slots/%s/%d", s.Unit
 // instead of the slot keys, whose values it does not need.
 func IndexPrefix(unit string) string { return "mariposa/held/" + unit + "/" }
 
+// VacancyPrefix holds one key per unit (VacancyKey) that a release's
+// transaction sets: a node idle in a unit (Idle) hears its index at
+// IdlePace, and this key's watch, which answers only on releases, at once.
+const VacancyPrefix = "mariposa/vacancy/"
+
+// VacancyKey is unit's vacancy key.
+func VacancyKey(unit string) string { return VacancyPrefix + unit }
+
+// IdlePace is how often, at most, a node idle in a unit hears its index:
+// the fills of a vacancy it will not claim. The vacancies themselves reach
+// it at once: a release moves the unit's VacancyKey, an invalidation comes
+// with a failing instance in the health watch (Refresh).
+const IdlePace = time.Second
+
 // IndexKey is the slot's entry in its unit's index while node holds it:
 // locked by the holder's session in the claim's transaction (whose
 // behaviour is delete, so an invalidation removes it with the slot key),
@@ -113,6 +127,16 @@ type SlotsView struct {
 	Holders map[int]string // held slots -> node
 	byNode  map[string][]int
 	nodeOf  []string // by slot number: the holder, "" free
+	dense   []Slot   // Slots by slot number (the zero Slot where none)
+}
+
+// slot is Slots[k] without a map lookup (a node reads it for every slot
+// it holds at every answer).
+func (v *SlotsView) slot(k int) Slot {
+	if k < 0 || k >= len(v.dense) {
+		return Slot{}
+	}
+	return v.dense[k]
 }
 
 // holder is the node holding slot k, "" none.
@@ -136,6 +160,12 @@ func NewSlotsView(unit string, index uint64, slots []Slot) *SlotsView {
 			}
 			v.nodeOf[s.K] = s.Node
 		}
+		if s.K >= 0 && s.K < 1<<20 {
+			if s.K >= len(v.dense) {
+				v.dense = append(v.dense, make([]Slot, s.K+1-len(v.dense))...)
+			}
+			v.dense[s.K] = s
+		}
 	}
 	return v
 }
@@ -144,7 +174,11 @@ func NewSlotsView(unit string, index uint64, slots []Slot) *SlotsView {
 type NodesView struct {
 	Index uint64
 	Nodes []string
-	pos   map[string]int
+	// Failing: the fleet's members whose instance is not passing (what
+	// the health watch answers); a name new here makes the agent re-read
+	// at once the units that node held (Refresh).
+	Failing []string
+	pos     map[string]int
 }
 
 // positions maps each node to its first place in Nodes (built once).
@@ -186,6 +220,9 @@ type (
 		Index uint64 // the key's ModifyIndex after the lock
 		// LockDelay: refused for the key's lock delay.
 		LockDelay bool
+		// Taken: refused because another session holds the key (the
+		// view that showed it free is stale).
+		Taken bool
 	}
 	// ReleaseDone answers Release.
 	ReleaseDone struct {
@@ -240,6 +277,10 @@ type (
 	}
 	// Wake: call Step with Tick at At.
 	Wake struct{ At time.Time }
+	// Refresh: ask these units' index watches now, not at their pace
+	// (see Idle): a node that failed held slots of them, so their
+	// answers are about to show vacancies.
+	Refresh struct{ Units []string }
 	// Record: an audit record of a decision (in the real agent, in the
 	// transaction that carries it out).
 	Record struct {
@@ -348,6 +389,7 @@ type Agent struct {
 	// step (their view changed); waiting: units with a claim timed for
 	// later; free: units with free slots at their last look.
 	dirty, free map[string]bool
+	dirtyBuf    []string // reused to sort dirty
 	// rerank: units whose claim time came: ranked again even if their
 	// free slots only shrank.
 	rerank map[string]bool
@@ -356,6 +398,10 @@ type Agent struct {
 	// release (the index cannot say so: the holder's keys are deleted
 	// with its session), until a view shows them held or released.
 	invalidated map[string]map[int]bool
+	// refused: slots whose claim another session's hold refused, with the
+	// index of the view that showed them free: not claimed again until a
+	// newer view.
+	refused map[SlotID]uint64
 }
 
 type strayTry struct {
@@ -417,7 +463,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[string]map[int]vacancy{},
 		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
-		strays: map[SlotID]strayTry{}, invalidated: map[string]map[int]bool{}, rerank: map[string]bool{}}
+		strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, invalidated: map[string]map[int]bool{}, rerank: map[string]bool{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -473,6 +519,9 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		// ahead that is gone costs at most one rank's delay). Ranking
 		// every unit with a vacancy at every failure or return of a node
 		// was most of a 1,000-node fleet's work after a loss.
+		if units := a.refreshFor(a.nodes, in.View); len(units) > 0 {
+			out = append(out, Refresh{Units: units})
+		}
 		a.nodes = in.View
 	case SessionCreated:
 		a.asking = false
@@ -497,6 +546,15 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			delete(a.held, in.Slot)
 			a.heldSorted = nil
 			a.dirty[in.Slot.Unit] = true
+			if in.Taken {
+				// Refused: another session holds it, so the view that
+				// showed it free is stale. Not again on that view (a
+				// tight loop of refused claims); ask for a fresh one.
+				if v := a.slots[in.Slot.Unit]; v != nil {
+					a.refused[in.Slot] = v.Index
+				}
+				out = append(out, Refresh{Units: []string{in.Slot.Unit}})
+			}
 			if in.LockDelay {
 				vs := a.vacantOf(in.Slot.Unit)
 				v := vs[in.Slot.K]
@@ -530,7 +588,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		// Failures sent before this read say nothing of the holds it
 		// confirms, and those it does not show end below.
 		a.failed = slices.DeleteFunc(a.failed, func(f holdrule.Attempt) bool { return !f.Sent.After(in.Sent) })
-		for id, h := range a.held {
+		// In slot order: the actions' order is the trace's (a map's order
+		// made the same seed give different traces across runs).
+		for _, id := range a.heldIDs() {
+			h := a.held[id]
 			if !h.exclusive || h.lost || h.phase == Claiming || h.phase == Releasing {
 				continue
 			}
@@ -572,6 +633,64 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	return a.reconcile(now, out)
 }
 
+// refreshFor: the units whose index (as this node last read it) shows
+// slots held by a node that the new answer shows failing and the old did
+// not. Their vacancies are about to appear: a node that hears the unit
+// at an idle pace asks it now (the health watch is its prompt signal).
+func (a *Agent) refreshFor(old, v *NodesView) []string {
+	if old == nil || len(v.Failing) == 0 {
+		return nil
+	}
+	var fresh []string
+	for _, n := range v.Failing {
+		if !slices.Contains(old.Failing, n) {
+			fresh = append(fresh, n)
+		}
+	}
+	if len(fresh) == 0 {
+		return nil
+	}
+	var units []string
+	for name, sv := range a.slots {
+		for _, n := range fresh {
+			if len(sv.byNode[n]) > 0 {
+				units = append(units, name)
+				break
+			}
+		}
+	}
+	sort.Strings(units)
+	return units
+}
+
+// Idle says whether this node may hear unit's index at a slow pace (at
+// most once per within) rather than at once: it has no claim of the unit
+// on its way or due within within, and its view shows no stray of it. A
+// holder needs no prompt answer: its confirmations read the slot key
+// itself, and with max_per_node it claims nothing more of the unit. A node far down a vacancy's ranking cannot claim before
+// its claim time anyway; a new vacancy from a failed node comes with a
+// Refresh (the health watch), and the pace is lifted as its claim time
+// nears, so it claims on a fresh view. A stale view costs a refused
+// claim or time, never a second holder: the lock decides.
+func (a *Agent) Idle(unit string, now time.Time, within time.Duration) bool {
+	if a.session == "" {
+		return false
+	}
+	if t, ok := a.waitAt[unit]; ok && t.Sub(now) <= within {
+		return false
+	}
+	if v := a.slots[unit]; v != nil && len(v.byNode[a.cfg.Node]) > 0 {
+		return false
+	}
+	for _, id := range a.heldIDs() {
+		if id.Unit == unit && a.held[id].phase == Claiming {
+			// Its answer may be lost: the view shows the stray.
+			return false
+		}
+	}
+	return true
+}
+
 func (a *Agent) vacantOf(unit string) map[int]vacancy {
 	vs := a.vacant[unit]
 	if vs == nil {
@@ -586,7 +705,7 @@ func (a *Agent) vacantOf(unit string) map[int]vacancy {
 func (a *Agent) noteInvalidated(old, v *SlotsView) {
 	inv := a.invalidated[v.Unit]
 	for k := range inv {
-		if s := v.Slots[k]; s.Node != "" || s.Released {
+		if s := v.slot(k); s.Node != "" || s.Released {
 			delete(inv, k)
 		}
 	}
@@ -597,7 +716,7 @@ func (a *Agent) noteInvalidated(old, v *SlotsView) {
 		if n == "" || v.holder(k) != "" {
 			continue
 		}
-		if s := v.Slots[k]; !s.Released {
+		if s := v.slot(k); !s.Released {
 			if inv == nil {
 				inv = map[int]bool{}
 				a.invalidated[v.Unit] = inv
@@ -609,7 +728,8 @@ func (a *Agent) noteInvalidated(old, v *SlotsView) {
 
 func (a *Agent) loseSession(out []any) []any {
 	a.session, a.inflight, a.failed = "", 0, nil
-	for id, h := range a.held {
+	for _, id := range a.heldIDs() { // in slot order, as the trace needs
+		h := a.held[id]
 		switch {
 		case h.phase == Claiming || h.phase == Releasing:
 			delete(a.held, id)
@@ -665,14 +785,23 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// The holds.
 	ids := a.heldIDs()
 	var confirm []SlotID
-	for _, id := range ids {
+	var (
+		unitOf string // the unit of u, ok and view, looked up once per unit
+		u      Unit
+		ok     bool
+		view   *SlotsView
+	)
+	for i, id := range ids {
 		h := a.held[id]
-		u, ok := a.units[id.Unit]
-		view := a.slots[id.Unit]
+		if i == 0 || id.Unit != unitOf {
+			unitOf = id.Unit
+			u, ok = a.units[id.Unit]
+			view = a.slots[id.Unit]
+		}
 		switch {
 		case h.orphan:
 			// Stop once another node holds the slot.
-			if view != nil && view.Slots[id.K].Node != "" && view.Slots[id.K].Node != a.cfg.Node && h.phase != Stopping {
+			if view != nil && view.slot(id.K).Node != "" && view.slot(id.K).Node != a.cfg.Node && h.phase != Stopping {
 				h.phase = Stopping
 				out = append(out, Stop{Slot: id})
 			}
@@ -690,7 +819,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			confirm = append(confirm, id)
 		}
 		if view != nil && view.Index > 0 {
-			s := view.Slots[id.K]
+			s := view.slot(id.K)
 			if s.Node != "" && s.Node != a.cfg.Node && s.ModifyIndex > h.index {
 				out = a.lose(id, h, "slot held by another session", out)
 				continue
@@ -721,7 +850,13 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// Strays and claims, for the units whose view changed or whose claim
 	// time came.
 	if a.session != "" && a.nodes != nil {
-		for _, name := range sortedSet(a.dirty) {
+		dirty := a.dirtyBuf[:0]
+		for u := range a.dirty {
+			dirty = append(dirty, u)
+		}
+		sort.Strings(dirty)
+		a.dirtyBuf = dirty
+		for _, name := range dirty {
 			delete(a.waitAt, name)
 			delete(a.free, name)
 			v := a.slots[name]
@@ -755,14 +890,15 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// same slots, so the ranking is the same everywhere.
 			var free []int
 			vs := a.vacant[name]
-			for k := range u.Count {
-				if v.holder(k) != "" {
-					if len(vs) > 0 {
-						delete(vs, k)
-					}
-					continue
+			for k := range vs {
+				if k < u.Count && v.holder(k) != "" {
+					delete(vs, k)
 				}
-				free = append(free, k)
+			}
+			for k := range u.Count {
+				if v.holder(k) == "" {
+					free = append(free, k)
+				}
 			}
 			if len(free) == 0 {
 				continue
@@ -790,6 +926,12 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				if !ok {
 					continue
 				}
+				if idx, ok := a.refused[id]; ok {
+					if idx >= v.Index {
+						continue
+					}
+					delete(a.refused, id)
+				}
 				vac, seen := vs[k]
 				if !seen {
 					vac = vacancy{since: now, jitter: a.rng.Float64()}
@@ -801,7 +943,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if sl := v.Slots[k]; !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[name][k]) {
+				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[name][k]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
@@ -924,13 +1066,4 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-func sortedSet(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -384,3 +384,69 @@ func TestRankedAgainOnlyWhenItMatters(t *testing.T) {
 		t.Fatalf("not ranked again at its claim time (%d)", calls)
 	}
 }
+
+// A claim refused because another session holds the slot is not sent
+// again on the view that showed the slot free (the simulator found a node
+// sending hundreds a second while its view was stale); the node asks for
+// a fresh view, and claims again once a newer one still shows it free.
+func TestRefusedClaimWaitsForNewerView(t *testing.T) {
+	m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	w, _ := find[Wake](m.step(slots("web", 7, Slot{K: 0, ModifyIndex: 6, Released: true})))
+	m.now = w.At
+	c, ok := find[Claim](m.step(Tick{}))
+	if !ok {
+		t.Fatal("no claim")
+	}
+	acts := m.step(ClaimDone{Slot: c.Slot, Taken: true})
+	if _, again := find[Claim](acts); again {
+		t.Fatal("claimed again on the same view")
+	}
+	if r, ok := find[Refresh](acts); !ok || len(r.Units) != 1 || r.Units[0] != "web" {
+		t.Fatalf("no refresh of web: %+v", acts)
+	}
+	m.now = m.now.Add(time.Millisecond)
+	if _, again := find[Claim](m.step(Tick{})); again {
+		t.Fatal("claimed again on the same view at a tick")
+	}
+	if _, ok := find[Claim](m.step(slots("web", 9, Slot{K: 0, ModifyIndex: 8, Released: true}))); !ok {
+		t.Fatal("no claim on a newer view that shows the slot free")
+	}
+}
+
+// Idle: a node with no claim due soon and nothing on its way hears the
+// unit at the idle pace; a claim due within it, a claim on its way or a
+// stray make it prompt. A node newly failing that holds slots of a unit
+// makes the agent refresh that unit.
+func TestIdleAndRefresh(t *testing.T) {
+	nodes := []string{"me"}
+	for i := range 20 {
+		nodes = append(nodes, fmt.Sprintf("n%02d", i))
+	}
+	m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1}, Unit{Name: "db", Count: 1, MaxPerNode: 1})
+	// Alone in the fleet, this node is first for web's free slot: its
+	// claim is due at once.
+	m.step(slots("web", 7, Slot{K: 0, ModifyIndex: 6, Released: true}))
+	if m.a.Idle("web", m.now, IdlePace) {
+		t.Error("idle with a claim due now")
+	}
+	m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: nodes}})
+	m.step(slots("db", 3, Slot{K: 0, Node: "n03", ModifyIndex: 3}))
+	if !m.a.Idle("db", m.now, IdlePace) {
+		t.Error("full unit held by another: not idle")
+	}
+	// A stray of this node in the view: prompt.
+	m.step(slots("db", 4, Slot{K: 0, Node: "me", ModifyIndex: 4}))
+	if m.a.Idle("db", m.now, IdlePace) {
+		t.Error("idle with a stray in view")
+	}
+	// n03 fails: it held db's slot in this node's view (now n05).
+	m.step(slots("db", 5, Slot{K: 0, Node: "n05", ModifyIndex: 5}))
+	acts := m.step(NodesAnswer{View: &NodesView{Index: 3, Nodes: nodes[:5], Failing: []string{"n09"}}})
+	if _, ok := find[Refresh](acts); ok {
+		t.Errorf("refresh for a failing node that holds nothing: %+v", acts)
+	}
+	acts = m.step(NodesAnswer{View: &NodesView{Index: 4, Nodes: nodes[:5], Failing: []string{"n09", "n05"}}})
+	if r, ok := find[Refresh](acts); !ok || len(r.Units) != 1 || r.Units[0] != "db" {
+		t.Errorf("n05 failing: refresh %+v, want db", acts)
+	}
+}

@@ -58,6 +58,16 @@
 // instances; a new answer of them does not make the agent rank again
 // until a unit's next answer or claim time.
 //
+// A node idle in a unit (Idle: no claim of it on its way or due within
+// IdlePace, no stray of its own in view) hears the unit's index at most
+// once per IdlePace: the fills of vacancies it will not claim. It hears
+// the vacancies at once: a release sets the unit's VacancyKey, whose watch
+// answers only then, and a node newly failing in the health watch that
+// held slots of a unit makes the agent ask for that unit's index now
+// (Refresh). The pace is lifted before a claim is due, so claims are made
+// on fresh views; a stale one costs a refused claim (Taken), after which
+// the slot waits for a newer view, never a second holder.
+//
 // # Safety
 //
 // Nothing here makes two holders impossible; Consul's lock on the slot key

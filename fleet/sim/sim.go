@@ -15,9 +15,11 @@
 // one is on its way, and no sooner than watchEvery after that watch's
 // last answer), computed when it arrives; its size in Consul's JSON is
 // counted as the bytes Consul serves. Nodes watch each unit's index
-// (agent.IndexPrefix, key names only) and the failing instances of the
-// mariposa service; rankings are shared among the nodes that hold the
-// same two views (each real node computes its own).
+// (agent.IndexPrefix, key names only; at agent.IdlePace where the agent is
+// idle in the unit), each unit's vacancy key (agent.VacancyKey, moved by
+// releases: its answer brings the index at once) and the failing
+// instances of the mariposa service; rankings are shared among the nodes
+// that hold the same two views (each real node computes its own).
 //
 // Failure detection is not simulated packet by packet: a lost node's
 // serfHealth turns critical after Consul's gossip detection time for N
@@ -226,8 +228,11 @@ type node struct {
 	startSeq uint64
 	// watches: per unit, the index last answered and whether an answer
 	// is on its way; the same for the nodes.
-	watch     map[string]uint64
-	pending   map[string]bool
+	watch   map[string]uint64
+	pending map[string]bool
+	// pendTok: the answer on its way per unit; a Refresh sends a new
+	// one sooner and the older is dropped.
+	pendTok   map[string]uint64
 	nodesIdx  uint64
 	nodesPend bool
 	// lastAns: when each watch (a unit's index; "" the nodes) last
@@ -379,13 +384,16 @@ func claimOps(id agent.SlotID, node, session, state string) api.KVTxnOps {
 	}
 }
 
-// releaseOps unlock the slot key, delete its index entry and mark it
-// released, all or nothing (refused unless the session holds the key).
-func releaseOps(id agent.SlotID, node, session string) api.KVTxnOps {
+// releaseOps unlock the slot key, delete its index entry, mark it
+// released and move the unit's vacancy key (agent.VacancyKey: what idle
+// nodes hear at once), all or nothing (refused unless the session holds
+// the key).
+func releaseOps(id agent.SlotID, node, session string, at time.Time) api.KVTxnOps {
 	return api.KVTxnOps{
 		{Verb: api.KVUnlock, Key: id.Key(), Session: session, Value: slotValue(node, id, "released")},
 		{Verb: api.KVDelete, Key: id.IndexKey(node)},
 		{Verb: api.KVSet, Key: id.ReleasedKey()},
+		{Verb: api.KVSet, Key: agent.VacancyKey(id.Unit), Value: []byte(id.String() + " " + node + " " + at.Format(time.RFC3339Nano))},
 	}
 }
 
@@ -403,7 +411,7 @@ func (s *Sim) setup() {
 	}
 	for i := range c.Nodes {
 		n := &node{name: fmt.Sprintf("n%04d", i), alive: true, up: true, inst: map[agent.SlotID]*instance{}, starting: map[agent.SlotID]uint64{},
-			watch: map[string]uint64{}, pending: map[string]bool{}, lastAns: map[string]time.Duration{}}
+			watch: map[string]uint64{}, pending: map[string]bool{}, pendTok: map[string]uint64{}, lastAns: map[string]time.Duration{}}
 		s.nodes = append(s.nodes, n)
 		must(s.store.RegisterNode(n.name, "10.0.0.1"))
 		must(s.store.RegisterService(consulmodel.ServiceInstance{Node: n.name, ID: "mariposa-" + n.name, Service: "mariposa"},
@@ -525,7 +533,8 @@ func (s *Sim) act(n *node, a any) {
 			r, err := s.store.KVTxn(s.wall(), claimOps(a.Slot, n.name, a.Session, "starting"))
 			s.countTxn(r, err)
 			if err != nil || !r.OK {
-				return agent.ClaimDone{Slot: a.Slot, LockDelay: err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")}
+				delay := err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")
+				return agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: err == nil && !delay}
 			}
 			s.checkMaxPerNode(a.Slot.Unit)
 			if lose {
@@ -537,7 +546,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.Release:
 		release := func() {
 			s.rpc(n, func() any {
-				r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, a.Session))
+				r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, a.Session, s.wall()))
 				s.countTxn(r, err)
 				return agent.ReleaseDone{Slot: a.Slot, OK: err == nil && r.OK}
 			}, func() any { return agent.ReleaseDone{Slot: a.Slot} })
@@ -595,7 +604,7 @@ func (s *Sim) act(n *node, a any) {
 			if inst := n.inst[a.Slot]; inst != nil {
 				sess := inst.session
 				s.rpc(n, func() any {
-					r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, sess))
+					r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, sess, s.wall()))
 					s.countTxn(r, err)
 					return nil
 				}, func() any { return nil })
@@ -635,6 +644,14 @@ func (s *Sim) act(n *node, a any) {
 			n.wakeAt = 0
 			s.step(n, agent.Tick{})
 		})
+	case agent.Refresh:
+		// The answers on their way at an idle pace come now (paced as
+		// any other answer).
+		for _, u := range a.Units {
+			if n.pending[u] && n.watched() {
+				s.answerSlots(n, u, s.promptIn(n, u))
+			}
+		}
 	case agent.Record:
 		s.note("%s record %s %s %s", n.name, a.Slot, a.Action, a.Reason)
 	default:
@@ -723,9 +740,13 @@ func (s *Sim) notify() {
 		return
 	}
 	units := map[string]bool{}
+	vacated := map[string]bool{}
 	nodesChanged := false
 	for _, c := range commits {
 		for _, k := range c.Keys {
+			if rest, ok := strings.CutPrefix(k, agent.VacancyPrefix); ok {
+				vacated[rest] = true
+			}
 			if rest, ok := strings.CutPrefix(k, "mariposa/held/"); ok {
 				u, _, _ := strings.Cut(rest, "/")
 				units[u] = true
@@ -741,16 +762,22 @@ func (s *Sim) notify() {
 	}
 	for _, u := range sortedKeys(units) {
 		for _, n := range s.nodes {
-			if n.watched() && !n.pending[u] {
+			if !n.watched() {
+				continue
+			}
+			switch {
+			case vacated[u]:
+				// A release: the vacancy key's watch answers every node
+				// (a small answer), and an idle node asks the index now.
+				if s.counting {
+					s.res.BytesServed += vacancyBytes
+					s.res.IndexBytes += vacancyBytes
+				}
 				n.pending[u] = true
-				gen := n.gen
-				s.at(s.answerIn(n, u), func() {
-					if n.gen != gen {
-						return
-					}
-					n.pending[u] = false
-					s.deliverSlots(n, u)
-				})
+				s.answerSlots(n, u, s.promptIn(n, u))
+			case !n.pending[u]:
+				n.pending[u] = true
+				s.answerSlots(n, u, s.answerIn(n, u))
 			}
 		}
 	}
@@ -771,6 +798,38 @@ func (s *Sim) notify() {
 	}
 }
 
+// answerSlots sends n the answer of its watch on unit's index in d; an
+// answer sent later (a Refresh) replaces it.
+func (s *Sim) answerSlots(n *node, u string, d time.Duration) {
+	n.pendTok[u]++
+	tok, gen := n.pendTok[u], n.gen
+	s.at(d, func() {
+		if n.gen != gen || n.pendTok[u] != tok {
+			return
+		}
+		n.pending[u] = false
+		s.deliverSlots(n, u)
+	})
+}
+
+// idlePace: a node idle in a unit (agent.Idle: nothing held, no claim
+// due soon) asks its index again no sooner than this after its last
+// answer.
+const idlePace = agent.IdlePace
+
+// vacancyBytes: one answer of a unit's vacancy key (one KV entry in
+// Consul's JSON).
+const vacancyBytes = 200
+
+// promptIn is answerIn at the prompt pace, idle or not.
+func (s *Sim) promptIn(n *node, watch string) time.Duration {
+	d := s.latency()
+	if last, ok := n.lastAns[watch]; ok && s.now+d < last+watchEvery {
+		d = last + watchEvery - s.now
+	}
+	return d
+}
+
 // watchEvery: a node asks a watch again no sooner than this after its
 // last answer (the executor's pacing of its blocking queries), so a burst
 // of changes reaches each watcher as a few answers, not one per change.
@@ -779,8 +838,12 @@ const watchEvery = 100 * time.Millisecond
 // answerIn is how long until a watch of n answers a change made now.
 func (s *Sim) answerIn(n *node, watch string) time.Duration {
 	d := s.latency()
-	if last, ok := n.lastAns[watch]; ok && s.now+d < last+watchEvery {
-		d = last + watchEvery - s.now
+	pace := watchEvery
+	if watch != "" && n.agent != nil && n.agent.Idle(watch, s.wall(), idlePace) {
+		pace = idlePace
+	}
+	if last, ok := n.lastAns[watch]; ok && s.now+d < last+pace {
+		d = last + pace - s.now
 	}
 	return d
 }
@@ -843,16 +906,17 @@ func (s *Sim) deliverNodes(n *node) {
 		// it answers). Only that answer moves when a node fails or comes
 		// back, and it carries the failing instances alone.
 		es, _, _ := s.store.HealthService("mariposa", false, true)
-		var names []string
+		var names, failingNames []string
 		failing := 0
 		for _, e := range es {
 			if e.Status == api.HealthPassing {
 				names = append(names, e.Instance.Node)
 			} else {
 				failing++
+				failingNames = append(failingNames, e.Instance.Node)
 			}
 		}
-		s.nodesCache = &agent.NodesView{Index: idx, Nodes: names}
+		s.nodesCache = &agent.NodesView{Index: idx, Nodes: names, Failing: failingNames}
 		// A health entry carries the node, the service and its checks:
 		// about 1.5 KB an instance.
 		s.nodesBytes = 2 + uint64(failing)*1500
@@ -1047,7 +1111,7 @@ func (s *Sim) faults() {
 			s.at(back, func() {
 				s.note("restart mariposa on %s", n.name)
 				n.up = true
-				n.watch, n.pending, n.nodesIdx, n.nodesPend, n.lastAns = map[string]uint64{}, map[string]bool{}, 0, false, map[string]time.Duration{}
+				n.watch, n.pending, n.pendTok, n.nodesIdx, n.nodesPend, n.lastAns = map[string]uint64{}, map[string]bool{}, map[string]uint64{}, 0, false, map[string]time.Duration{}
 				s.setCheck(n.name, aliveCheck(n.name), api.HealthPassing)
 				s.notify()
 				s.startAgent(n, nil)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"slices"
 	"sync"
@@ -28,6 +29,12 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	settle := flag.Duration("settle", 0, "how long after the loss the run goes on (default 60s)")
 	flag.Parse()
+	// The simulation allocates fast and keeps little: collecting at four
+	// times the live heap, not twice, saves a fifth of the CPU at 1,000
+	// nodes for about 2 GB more a seed. GOGC, when set, decides.
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(300)
+	}
 	u := *units
 	if u == 0 {
 		u = max(10, *nodes/10)
