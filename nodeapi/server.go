@@ -27,7 +27,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -447,23 +446,10 @@ type EventLine struct {
 
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	follow := false
-	if v := q.Get("follow"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("follow=%q: want 1 or 0", v))
-			return
-		}
-		follow = b
-	}
-	n := DefaultEventLines
-	if v := q.Get("n"); v != "" {
-		i, err := strconv.Atoi(v)
-		if err != nil || i < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("n=%q: want a number >= 0", v))
-			return
-		}
-		n = i
+	follow, n, err := control.ParseTail(q, DefaultEventLines)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	only := q.Get("service")
 	match := func(e supervisor.Event) bool { return only == "" || e.Service == only }

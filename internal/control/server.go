@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -375,29 +376,36 @@ type LogEntry struct {
 	Dropped int64     `json:"dropped,omitempty"`
 }
 
+// ParseTail reads the query parameters of a tail (logs, events): follow
+// (a boolean, default false) and n, the lines to give first (a number >= 0,
+// default def). The error names the parameter and what it wants.
+func ParseTail(q url.Values, def int) (follow bool, n int, err error) {
+	if v := q.Get("follow"); v != "" {
+		if follow, err = strconv.ParseBool(v); err != nil {
+			return false, 0, fmt.Errorf("follow=%q: want 1 or 0", v)
+		}
+	}
+	n = def
+	if v := q.Get("n"); v != "" {
+		i, err := strconv.Atoi(v)
+		if err != nil || i < 0 {
+			return false, 0, fmt.Errorf("n=%q: want a number >= 0", v)
+		}
+		n = i
+	}
+	return follow, n, nil
+}
+
 // DefaultLines is how many lines GET /v1/logs returns without n.
 const DefaultLines = 100
 
 func (s *Handlers) handleLogs(w http.ResponseWriter, r *http.Request) {
 	svc := r.PathValue("service")
 	q := r.URL.Query()
-	follow := false
-	if v := q.Get("follow"); v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("follow=%q: want 1 or 0", v))
-			return
-		}
-		follow = b
-	}
-	n := DefaultLines
-	if v := q.Get("n"); v != "" {
-		i, err := strconv.Atoi(v)
-		if err != nil || i < 0 {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("n=%q: want a number >= 0", v))
-			return
-		}
-		n = i
+	follow, n, err := ParseTail(q, DefaultLines)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	text := false
 	switch f := q.Get("format"); f {
