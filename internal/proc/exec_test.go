@@ -60,13 +60,11 @@ func afterExec(list string) int {
 	// The first child dies before its adoption; with the reaper, it is
 	// reaped (as an expected adoption) before Adopt is called.
 	_ = syscall.Kill(hs[0].Pid, syscall.SIGKILL)
-	if reaper {
-		for syscall.Kill(hs[0].Pid, 0) == nil {
-			time.Sleep(time.Millisecond)
-		}
-	} else {
-		for !zombie(hs[0].Pid) {
-			time.Sleep(time.Millisecond)
+	dead := func() bool { return !reaper && zombie(hs[0].Pid) || reaper && syscall.Kill(hs[0].Pid, 0) != nil }
+	for until := time.Now().Add(5 * time.Second); !dead(); time.Sleep(time.Millisecond) {
+		if time.Now().After(until) {
+			fmt.Printf("child %d: not dead 5s after SIGKILL\n", hs[0].Pid)
+			return 1
 		}
 	}
 	var mu sync.Mutex
