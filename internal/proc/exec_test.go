@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +25,9 @@ func init() { runtime.LockOSThread() }
 func TestMain(m *testing.M) {
 	if hs := os.Getenv("PROC_TEST_AFTER_EXEC"); hs != "" {
 		os.Exit(afterExec(hs))
+	}
+	if os.Getenv("PROC_TEST_EXEC_HELPER") != "" {
+		os.Exit(ServeForks(beforeExec))
 	}
 	os.Exit(ServeForks(m.Run))
 }
@@ -148,14 +152,15 @@ func zombie(pid int) bool {
 	return len(f) > 0 && f[0] == "Z"
 }
 
-// TestExecHelper is the process TestChildrenSurviveExec re-execs.
-func TestExecHelper(t *testing.T) {
-	if os.Getenv("PROC_TEST_EXEC_HELPER") == "" {
-		t.Skip("run by TestChildrenSurviveExec")
-	}
+// beforeExec is the process TestChildrenSurviveExec re-execs (dispatched
+// by TestMain, so no test of its own is skipped): it forks 12 children
+// from as many goroutines, freezes them and execs itself with their
+// handoffs, after which afterExec checks them.
+func beforeExec() int {
 	var mu sync.Mutex
 	procs := map[int]*Process{}
 	var wg sync.WaitGroup
+	var failed atomic.Bool
 	for i := 0; i < 12; i++ {
 		wg.Add(1)
 		go func() {
@@ -172,7 +177,8 @@ func TestExecHelper(t *testing.T) {
 			}
 			p, err := Start(spec)
 			if err != nil {
-				t.Error(err)
+				fmt.Println(err)
+				failed.Store(true)
 				return
 			}
 			mu.Lock()
@@ -181,22 +187,25 @@ func TestExecHelper(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if t.Failed() {
-		return
+	if failed.Load() {
+		return 1
 	}
 	stray, err := Start(Spec{Argv: []string{"sleep", "60"}})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Println(err)
+		return 1
 	}
 	if _, err := Freeze(); err != nil {
-		t.Fatal(err)
+		fmt.Println(err)
+		return 1
 	}
 	var hs []Handoff
 	var fds []int
 	for i := range 12 {
 		h, ok := procs[i].Handoff()
 		if !ok {
-			t.Fatalf("child %d: no handoff", i)
+			fmt.Printf("child %d: no handoff\n", i)
+			return 1
 		}
 		hs = append(hs, h)
 		fds = append(fds, h.Fds()...)
@@ -205,7 +214,8 @@ func TestExecHelper(t *testing.T) {
 	self, _ := os.Executable()
 	err = Exec(self, []string{self, "-test.run=^$"}, append(os.Environ(), "PROC_TEST_AFTER_EXEC="+string(b),
 		"PROC_TEST_STRAY="+strconv.Itoa(stray.Pid)), func() error { return KeepOpen(fds) })
-	t.Fatalf("exec: %v", err)
+	fmt.Printf("exec: %v\n", err)
+	return 1
 }
 
 // TestChildrenSurviveExec: children forked from any goroutine (with a
@@ -219,7 +229,7 @@ func TestExecHelper(t *testing.T) {
 func TestChildrenSurviveExec(t *testing.T) {
 	for _, reaper := range []bool{false, true} {
 		t.Run(map[bool]string{false: "pidfd", true: "reaper"}[reaper], func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run=^TestExecHelper$", "-test.v")
+			cmd := exec.Command(os.Args[0])
 			cmd.Env = append(os.Environ(), "PROC_TEST_EXEC_HELPER=1")
 			if reaper {
 				cmd.Env = append(cmd.Env, "PROC_TEST_REAPER=1")
