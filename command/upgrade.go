@@ -84,11 +84,11 @@ func (c *UpgradeCommand) Run(args []string) int {
 	for {
 		v, err := cl.Version(ctx)
 		switch {
-		case err == nil && v.PID == res.PID && v.Version == res.To && v.Version != res.From:
+		case err == nil && v.PID == res.PID && upgradeDone(res, v):
 			c.UI.Output(fmt.Sprintf("upgraded in place: %s -> %s (pid %d, %s)", res.From, res.To, res.PID,
 				time.Since(began).Round(time.Millisecond)))
 			return 0
-		case err == nil && v.UpgradeError != "" && v.Version == res.From:
+		case err == nil && v.UpgradeError != "" && (v.Image == res.Image || res.Image == "" && v.Version == res.From):
 			c.UI.Error("mariposa upgrade: failed, " + res.From + " goes on: " + v.UpgradeError)
 			return 1
 		case err == nil && v.PID != res.PID:
@@ -102,6 +102,17 @@ func (c *UpgradeCommand) Run(args []string) int {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// upgradeDone: another process image answers after an upgrade whose
+// answer was res. Builds that name their image are told apart by it, so
+// an upgrade to the same version ends too; with a build that does not
+// (an older one, on either side), by the version.
+func upgradeDone(res control.UpgradeResult, v control.VersionInfo) bool {
+	if res.Image != "" && v.Image != "" {
+		return v.Image != res.Image
+	}
+	return v.Version == res.To && v.Version != res.From
 }
 
 // The state an upgrade in place hands to the next image: a JSON document

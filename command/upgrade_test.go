@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
@@ -78,4 +79,36 @@ func FuzzDecodeUpgradeState(f *testing.F) {
 			t.Fatalf("decoded a state it should refuse: %+v", st)
 		}
 	})
+}
+
+// TestUpgradeDone: the command's end of an upgrade is another process
+// image answering, also when the version is the same (a re-exec, or a
+// rebuild not stamped anew: the command waited its whole timeout and
+// failed); with a build that does not name its image, the version.
+func TestUpgradeDone(t *testing.T) {
+	res := func(from, to, image string) control.UpgradeResult {
+		return control.UpgradeResult{From: from, To: to, Image: image, PID: 7}
+	}
+	ver := func(version, image string) control.VersionInfo {
+		return control.VersionInfo{Version: version, Image: image, PID: 7}
+	}
+	for _, tc := range []struct {
+		name string
+		res  control.UpgradeResult
+		v    control.VersionInfo
+		want bool
+	}{
+		{"same version, new image", res("1.0", "1.0", "a"), ver("1.0", "b"), true},
+		{"same version, old image still answering", res("1.0", "1.0", "a"), ver("1.0", "a"), false},
+		{"new version, new image", res("1.0", "1.1", "a"), ver("1.1", "b"), true},
+		{"new version, old image", res("1.0", "1.1", "a"), ver("1.0", "a"), false},
+		{"from a build without images", res("1.0", "1.1", ""), ver("1.1", "b"), true},
+		{"from a build without images, not yet", res("1.0", "1.1", ""), ver("1.0", ""), false},
+		{"to a build without images", res("1.1", "1.0", "a"), ver("1.0", ""), true},
+		{"to a build without images, not yet", res("1.1", "1.0", "a"), ver("1.1", "a"), false},
+	} {
+		if got := upgradeDone(tc.res, tc.v); got != tc.want {
+			t.Errorf("%s: upgradeDone = %v, want %v", tc.name, got, tc.want)
+		}
+	}
 }

@@ -129,6 +129,9 @@ type Runner struct {
 	// pending are the instances an upgrade handed over that no instance
 	// has adopted yet (those of count slots wait for the fleet); under mu.
 	pending map[string]*InstanceHandoff
+	// pendingSet: pending was filled (Run's start, after the sessions
+	// and holds handed over were confirmed); under mu.
+	pendingSet bool
 	// lastBeat is when the liveness check was last updated (unix ns);
 	// beatGap, after an upgrade in place, the time from the previous
 	// image's last update to this one's first (upgrade.go).
@@ -435,7 +438,7 @@ func (r *Runner) Run(ctx context.Context) error {
 		// The node's own services are adopted now; the instances of
 		// count slots once the fleet has taken their slots again.
 		r.mu.Lock()
-		r.pending = adopt
+		r.pending, r.pendingSet = adopt, true
 		r.mu.Unlock()
 		goBG(func() { r.dropUnadopted(bg) })
 		for key, a := range adopt {

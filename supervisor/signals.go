@@ -56,24 +56,52 @@ func (r *Runner) RunWithSignals(o SignalOptions) error {
 	}()
 
 	stopping := false
+	proceed := make(chan struct{})
+	begun := false
+	beginStop := func() {
+		if begun {
+			return
+		}
+		begun = true
+		if o.Stopping != nil {
+			o.Stopping()
+		}
+		cancel()
+	}
 	for {
 		select {
 		case err := <-done:
 			return err
+		case <-proceed:
+			beginStop()
 		case s := <-o.Signals:
 			switch s {
 			case syscall.SIGINT, syscall.SIGTERM:
 				if stopping {
 					r.log.Warn("second signal: killing every process now", "signal", s)
 					r.Kill()
+					beginStop()
 					continue
 				}
 				stopping = true
 				r.log.Info("stopping; send the signal again to kill at once", "signal", s)
-				if o.Stopping != nil {
-					o.Stopping()
+				if r.slotsAwaitingAdoption() {
+					// Just after an upgrade in place: the fleet has not
+					// taken back every slot handed over yet. Stopping now
+					// would release none of them (no handoff: their data
+					// would not follow); the stop begins once it has, or
+					// the handed-over processes were given up.
+					r.log.Info("stopping once the fleet has taken back the slots the upgrade handed over")
+					go func() {
+						r.awaitAdoption(ctx)
+						select {
+						case proceed <- struct{}{}:
+						case <-ctx.Done():
+						}
+					}()
+					continue
 				}
-				cancel()
+				beginStop()
 			case syscall.SIGHUP:
 				if stopping {
 					continue

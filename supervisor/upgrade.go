@@ -214,6 +214,12 @@ func (r *Runner) Handover(ctx context.Context) (h *Handover, thaw func(), err er
 		thaw()
 		return nil, nil, fmt.Errorf("instances are starting or stopping: %s; try again", strings.Join(busy, ", "))
 	}
+	// A fresh confirmation of every confirmed hold: the deadlines handed
+	// over (ConfirmBy) then leave the exec the whole lock_delay/2. Bounded:
+	// without an answer the deadlines stay those of the last round.
+	cctx, cancel := context.WithTimeout(ctx, confirmBeforeExec)
+	r.leases.ConfirmNow(cctx)
+	cancel()
 	t, err := proc.Freeze()
 	if err != nil {
 		thaw()
@@ -369,6 +375,10 @@ func (h *Handover) PIDs() []int {
 	return pids
 }
 
+// confirmBeforeExec bounds the fresh confirmation of the holds before the
+// exec (Handover).
+const confirmBeforeExec = 250 * time.Millisecond
+
 // adoptWait is how long a handed-over instance of a count slot waits for
 // the fleet to take its slot again before its process is stopped.
 var adoptWait = 30 * time.Second
@@ -442,6 +452,45 @@ func (r *Runner) Adopting() map[string]bool {
 		}
 	}
 	return out
+}
+
+// slotsAwaitingAdoption: processes of count slots handed over by an
+// upgrade in place still wait for the fleet to take their slots again.
+// From the start, when the upgrade handed any over: until Run's start has
+// confirmed them, they wait too.
+func (r *Runner) slotsAwaitingAdoption() bool {
+	handed := false
+	if h := r.opts.Adopt; h != nil {
+		for _, a := range h.Instances {
+			handed = handed || a.Slot != "" && a.Proc != nil
+		}
+	}
+	if !handed {
+		return false
+	}
+	r.mu.Lock()
+	set := r.pendingSet
+	r.mu.Unlock()
+	return !set || len(r.Adopting()) > 0
+}
+
+// awaitAdoption returns once no process of a count slot handed over waits
+// for the fleet any more (taken up, or given up by dropUnadopted or
+// confirmSlot, which bound the wait to adoptWait), or ctx ends.
+func (r *Runner) awaitAdoption(ctx context.Context) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	limit := time.NewTimer(adoptWait)
+	defer limit.Stop()
+	for r.slotsAwaitingAdoption() {
+		select {
+		case <-t.C:
+		case <-limit.C:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // monotonicNanos is t on CLOCK_MONOTONIC, which both images of an upgrade

@@ -2,6 +2,8 @@ package control
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -24,12 +26,20 @@ type UpgradeResult struct {
 	To   string `json:"to"`   // the version of the binary it execs
 	PID  int    `json:"pid"`  // the same before and after
 	Path string `json:"path"` // the binary
+	// Image names the process image that answered (GET /v1/version's
+	// image): the upgrade is done when another image answers, with the
+	// same PID, whatever the versions (an upgrade to the same version, a
+	// rebuild or a re-exec, is one too).
+	Image string `json:"image,omitempty"`
 }
 
 // VersionInfo is the answer of GET /v1/version: which build answers.
 type VersionInfo struct {
 	Version string `json:"version"`
 	PID     int    `json:"pid"`
+	// Image is random per process image: an exec in place changes it, the
+	// PID stays.
+	Image string `json:"image,omitempty"`
 	// UpgradeError says why the last upgrade in place failed after it was
 	// accepted (the exec itself): this build goes on.
 	UpgradeError string `json:"upgrade_error,omitempty"`
@@ -46,6 +56,13 @@ type Upgraded struct {
 }
 
 var upgraded atomic.Pointer[func() *Upgraded]
+
+// image names this process image (VersionInfo.Image).
+var image = func() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}()
 
 // SetUpgraded sets what GET /v1/version says of the upgrade that started
 // this build.
@@ -68,7 +85,7 @@ func SetUpgradeError(err error) {
 
 // Version is GET /v1/version.
 func (h *Handlers) Version(w http.ResponseWriter, r *http.Request) {
-	v := VersionInfo{Version: versionString(), PID: os.Getpid()}
+	v := VersionInfo{Version: versionString(), PID: os.Getpid(), Image: image}
 	if e := upgradeErr.Load(); e != nil {
 		v.UpgradeError = *e
 	}
@@ -93,6 +110,9 @@ func (h *Handlers) Upgrade(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log.Info("upgrading in place", "from", res.From, "to", res.To, "path", res.Path)
+	res.Image = image
+	// An error of an earlier attempt is not this one's.
+	upgradeErr.Store(nil)
 	writeJSON(w, http.StatusOK, res)
 	if f, ok := w.(http.Flusher); ok {
 		f.Flush()

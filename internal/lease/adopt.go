@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -82,4 +83,32 @@ func (l *Lease) Adopt(ctx context.Context, id string) error {
 	s.start()
 	l.log.Info("session adopted from the previous image", "session", id)
 	return nil
+}
+
+// ConfirmNow confirms every confirmed hold of the current sessions at
+// once, with one consistent read each, and returns when the reads have
+// answered or ctx ends. An upgrade in place calls it just before the
+// exec: each hold's strict deadline, which the next image must confirm by
+// (Term.StrictDeadline), then counts from a read sent a moment ago rather
+// than from the last periodic one, up to lockDelay/5 older, so the exec
+// gets the whole lockDelay/2 the rule allows.
+func (m *Manager) ConfirmNow(ctx context.Context) {
+	m.mu.Lock()
+	var ss []*session
+	for _, l := range m.leases {
+		l.mu.Lock()
+		if l.cur != nil {
+			ss = append(ss, l.cur)
+		}
+		l.mu.Unlock()
+	}
+	m.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, s := range ss {
+		if terms := s.confirmed(); len(terms) > 0 {
+			wg.Add(1)
+			go func() { defer wg.Done(); s.round(ctx, terms) }()
+		}
+	}
+	wg.Wait()
 }

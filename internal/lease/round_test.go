@@ -277,3 +277,30 @@ func TestReserve(t *testing.T) {
 		t.Fatal("a hold without a key was accepted")
 	}
 }
+
+// TestConfirmNowMovesTheStrictDeadline: Manager.ConfirmNow (an upgrade in
+// place, just before the exec) confirms every confirmed hold of the
+// current sessions with a read sent now, so the strict deadline handed to
+// the next image counts from now, not from the last periodic round; an
+// unconfirmed hold is not read.
+func TestConfirmNowMovesTheStrictDeadline(t *testing.T) {
+	clock := &fakeClock{}
+	l, s := newTestLease(clock)
+	f := &fakeStore{pairs: map[string]*api.KVPair{}}
+	l.read = f.read
+	terms := heldTerms(l, s, f, 2)
+	terms[1].unconfirmed = true
+	m := NewManager(Config{})
+	m.leases[[2]time.Duration{10 * time.Second, time.Second}] = l
+
+	clock.Jump(150 * time.Millisecond)
+	old := terms[0].StrictDeadline()
+	want := clock.Now().Add(500 * time.Millisecond)
+	m.ConfirmNow(context.Background())
+	if got := terms[0].StrictDeadline(); got.Before(want) || !want.After(old) {
+		t.Fatalf("strict deadline %v after ConfirmNow, want %v (was %v)", terms[0].StrictDeadline(), want, old)
+	}
+	if reads := f.readsSoFar(); len(reads) != 1 || !slices.Equal(reads[0], []string{terms[0].Key}) {
+		t.Fatalf("reads %v, want one of %s", reads, terms[0].Key)
+	}
+}
