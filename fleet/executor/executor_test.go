@@ -158,10 +158,42 @@ type cutProxy struct {
 	cut      bool
 	healed   chan struct{}
 	inflight map[*int]context.CancelFunc
+	requests map[string]int // by kind (requestKind)
+}
+
+// requestKind names what a request to the agent is for.
+func requestKind(r *http.Request) string {
+	p := r.URL.Path
+	switch {
+	case strings.HasPrefix(p, "/v1/kv/mariposa/held/"):
+		return "index"
+	case strings.HasPrefix(p, "/v1/kv/"+agent.VacancyPrefix):
+		return "vacancy"
+	case p == "/v1/txn" && r.URL.Query().Has("consistent"):
+		return "confirm"
+	case p == "/v1/txn":
+		return "txn"
+	case strings.HasPrefix(p, "/v1/session/"):
+		return "session"
+	case strings.HasPrefix(p, "/v1/health/"), strings.HasPrefix(p, "/v1/catalog/"):
+		return "health"
+	default:
+		return "other"
+	}
+}
+
+func (p *cutProxy) counts() map[string]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range p.requests {
+		out[k] = v
+	}
+	return out
 }
 
 func newCutProxy(t *testing.T, target string) *cutProxy {
-	p := &cutProxy{inflight: map[*int]context.CancelFunc{}}
+	p := &cutProxy{inflight: map[*int]context.CancelFunc{}, requests: map[string]int{}}
 	p.addr = consultest.AgentProxy(t, target, p.serve, func(rp *httputil.ReverseProxy) {
 		rp.ErrorHandler = func(w http.ResponseWriter, _ *http.Request, _ error) { w.WriteHeader(http.StatusBadGateway) }
 	})
@@ -170,6 +202,7 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 
 func (p *cutProxy) serve(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
 	p.mu.Lock()
+	p.requests[requestKind(r)]++
 	for p.cut {
 		ch := p.healed
 		p.mu.Unlock()
@@ -450,18 +483,49 @@ func stopOf(events []event, slot agent.SlotID, node string) (event, bool) {
 	return event{}, false
 }
 
-var web = agent.Unit{Name: "web", Count: 2, Exclusive: true, MaxPerNode: 1}
+var (
+	web  = agent.Unit{Name: "web", Count: 2, Exclusive: true, MaxPerNode: 1}
+	api3 = agent.Unit{Name: "api", Count: 3, MaxPerNode: 1}
+)
 
-// (a) Four executors, an exclusive unit of count 2: exactly two slots
-// held, each holder runs its instance with the slot key's ModifyIndex,
-// and the key is not written while held (the token stays valid: a fenced
-// write with it succeeds).
+// (a) Four executors, an exclusive unit of count 2 (and a non-exclusive
+// one of count 3): exactly count slots held, each holder runs its
+// instance with the slot key's ModifyIndex, and the key is not written
+// while held (the token stays valid: a fenced write with it succeeds).
+// At rest the watches are quiet: no unit's index or vacancy key is asked
+// again, only the confirmations and the renewals go on.
 func TestExecutorsHoldExactlyCount(t *testing.T) {
-	f := newFleet(t, fleetOptions{nodes: 4}, web)
+	f := newFleet(t, fleetOptions{nodes: 4}, web, api3)
 	f.waitSettled(30 * time.Second)
 	keys, err := f.slotKeys("web")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The watches catch up with the claims (an idle node hears a unit's
+	// fills a second later): wait until no request but the
+	// confirmations and renewals has been sent for 1.5 s.
+	counts := func() map[*node]map[string]int {
+		out := map[*node]map[string]int{}
+		for _, n := range f.nodes {
+			c := n.proxy.counts()
+			delete(c, "confirm")
+			delete(c, "session")
+			out[n] = c
+		}
+		return out
+	}
+	last, since := counts(), time.Now()
+	if !consultest.WaitFor(15*time.Second, func() bool {
+		if c := counts(); fmt.Sprint(c) != fmt.Sprint(last) {
+			last, since = c, time.Now()
+		}
+		return time.Since(since) > 1500*time.Millisecond
+	}) {
+		t.Fatalf("the watches never went quiet: %v", last)
+	}
+	before := map[*node]map[string]int{}
+	for _, n := range f.nodes {
+		before[n] = n.proxy.counts()
 	}
 	// Over a few confirmation rounds and a renewal's worth of time, the
 	// keys do not move and the instances stay.
@@ -476,10 +540,23 @@ func TestExecutorsHoldExactlyCount(t *testing.T) {
 				t.Fatalf("web/%d moved while held: index %d -> %d, session %s -> %s", k, keys[k].ModifyIndex, now[k].ModifyIndex, keys[k].Session, now[k].Session)
 			}
 		}
-		if err := f.settled(web); err != nil {
-			t.Fatal(err)
+		for _, u := range f.units {
+			if err := f.settled(u); err != nil {
+				t.Fatal(err)
+			}
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	for _, n := range f.nodes {
+		after := n.proxy.counts()
+		for _, kind := range []string{"index", "vacancy", "txn", "health", "other"} {
+			if d := after[kind] - before[n][kind]; d > 0 {
+				t.Errorf("%s at rest: %d more %s requests in 3 s", n.name, d, kind)
+			}
+		}
+		if d := after["confirm"] - before[n]["confirm"]; d > 20 {
+			t.Errorf("%s at rest: %d confirmations in 3 s (one per lock_delay/5 expected)", n.name, d)
+		}
 	}
 	// The child's fenced write with its token.
 	for k := range web.Count {
@@ -645,19 +722,19 @@ func TestGracefulStopReleasesAtOnce(t *testing.T) {
 // (d) The count lowered and raised: the slot above the count is stopped,
 // then released; raised, the new slots are claimed, one a node.
 func TestScaleDownAndUp(t *testing.T) {
-	f := newFleet(t, fleetOptions{nodes: 4}, web)
+	f := newFleet(t, fleetOptions{nodes: 4}, web, api3)
 	f.waitSettled(30 * time.Second)
-	down := web
-	down.Count = 1
-	f.setUnits(down)
+	down, apiDown := web, api3
+	down.Count, apiDown.Count = 1, 1
+	f.setUnits(down, apiDown)
 	f.waitSettled(30 * time.Second)
 	keys, _ := f.slotKeys("web")
 	if p := keys[1]; p == nil || p.Session != "" || !strings.Contains(string(p.Value), `"released"`) {
 		t.Errorf("web/1 after scaling down: %+v", p)
 	}
-	up := web
-	up.Count = 4
-	f.setUnits(up)
+	up, apiUp := web, api3
+	up.Count, apiUp.Count = 4, 4
+	f.setUnits(up, apiUp)
 	f.waitSettled(30 * time.Second)
 	f.checkNoOverlap()
 }

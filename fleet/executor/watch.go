@@ -92,7 +92,10 @@ func (e *Executor) watchIndex(ctx context.Context, unit string, p *paced) {
 		}
 		got := advance(idx, meta.LastIndex)
 		if got == idx && idx != 0 {
-			continue // the wait ran out, nothing changed
+			// The wait ran out, nothing changed (at once: a server that
+			// does not block; not in a loop).
+			sleep(ctx, watchEvery-meta.RequestTime)
+			continue
 		}
 		idx, last = got, time.Now()
 		// What the loop said before this answer is older than it.
@@ -185,6 +188,7 @@ func (e *Executor) watch(ctx context.Context, name string, query func(q *api.Que
 		}
 		got = advance(idx, got)
 		if got == idx && idx != 0 {
+			sleep(ctx, watchEvery-time.Since(start))
 			continue
 		}
 		idx = got
