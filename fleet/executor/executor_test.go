@@ -66,6 +66,22 @@ func (r *recorder) stop(node string, slot agent.SlotID, kill bool) {
 	r.events = append(r.events, event{at: time.Now(), node: node, slot: slot, kill: kill})
 }
 
+// killNode stops every instance of node at once (a crashed mariposa's
+// children die by the parent-death signal).
+func (r *recorder) killNode(node string) {
+	r.mu.Lock()
+	var slots []agent.SlotID
+	for id, ns := range r.running {
+		if _, ok := ns[node]; ok {
+			slots = append(slots, id)
+		}
+	}
+	r.mu.Unlock()
+	for _, id := range slots {
+		r.stop(node, id, true)
+	}
+}
+
 func (r *recorder) runningOf(slot agent.SlotID) map[string]uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -610,6 +626,35 @@ func TestSessionDestroyedSlotTakenOverAfterLockDelay(t *testing.T) {
 		t.Errorf("%s started again on %s %v after the session was destroyed, within the lock delay %v", id, start.node, d, lockDelay)
 	}
 	t.Logf("%s: %s killed its instance %v after the destroy; %s started it %v after", id, a.name, stop.at.Sub(at), start.node, start.at.Sub(at))
+	f.checkNoOverlap()
+}
+
+// (b) A holder's mariposa crashes (Kill: nothing released, its children
+// gone with it) and Consul invalidates its session (its liveness check
+// critical): the slot is taken over, only after the lock delay.
+func TestKilledExecutorSlotTakenOverAfterLockDelay(t *testing.T) {
+	const lockDelay = 2 * time.Second
+	f := newFleet(t, fleetOptions{nodes: 4, lockDelay: lockDelay}, web)
+	f.waitSettled(30 * time.Second)
+	id := agent.SlotID{Unit: "web", K: 0}
+	a := f.holderOf(id)
+	a.ex.Kill()
+	f.rec.killNode(a.name)
+	keys, _ := f.slotKeys("web")
+	if keys[0].Session == "" {
+		t.Fatal("the killed executor released its slot")
+	}
+	at := time.Now()
+	f.setCheck(a, api.HealthCritical)
+	f.waitSettled(30 * time.Second)
+	start, ok := startAfter(f.rec.log(), id, at)
+	if !ok || start.node == a.name {
+		t.Fatalf("%s not taken over (%+v)", id, start)
+	}
+	if d := start.at.Sub(at); d < lockDelay {
+		t.Errorf("%s started on %s %v after the invalidation, within the lock delay %v", id, start.node, d, lockDelay)
+	}
+	t.Logf("%s: started on %s %v after %s's session was invalidated", id, start.node, start.at.Sub(at), a.name)
 	f.checkNoOverlap()
 }
 
