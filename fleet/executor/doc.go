@@ -3,8 +3,9 @@
 // feeds their outcomes back to it as inputs (CLUSTER.md section 12; issue
 // 26, "one executor that performs them and feeds the outcomes back"). The
 // simulator (fleet/sim) performs the same actions over a model of Consul;
-// this package does what the simulator's act does, for real, and the two
-// send the same operations (claimOps, releaseOps, the confirmation read).
+// this package does what the simulator's act does, for real, with the
+// same operations (claimOps and releaseOps are fleet/sim's, kept in step
+// by hand until the KV layout has its one codec; the confirmation read).
 //
 // # One goroutine changes state
 //
