@@ -746,12 +746,6 @@ func TestGracefulStopReleasesAtOnce(t *testing.T) {
 	if !ok || stop.kill {
 		t.Fatalf("the stopped node's instance: stopped %v, killed %v", ok, stop.kill)
 	}
-	others := f.nodes[:0:0]
-	for _, n := range f.nodes {
-		if n != a {
-			others = append(others, n)
-		}
-	}
 	f.waitSettled(30 * time.Second)
 	start, ok := startAfter(f.rec.log(), id, at)
 	if !ok || start.node == a.name {
