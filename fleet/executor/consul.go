@@ -158,6 +158,7 @@ func (e *Executor) claim(a agent.Claim) {
 		if len(r.Errors) > 0 {
 			what = r.Errors[0].What
 		}
+		e.log.Debug("claim refused", "slot", a.Slot.String(), "what", what)
 		delay := strings.Contains(what, "lock delay")
 		done = agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: !delay}
 		if strings.Contains(what, "invalid session") {

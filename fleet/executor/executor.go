@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"sync"
@@ -358,7 +359,11 @@ func (e *Executor) nodesAnswer() {
 
 // step runs one input through the agent and performs its actions.
 func (e *Executor) step(in any) {
-	for _, a := range e.ag.Step(time.Now(), in) {
+	acts := e.ag.Step(time.Now(), in)
+	if e.log.IsTrace() {
+		e.log.Trace("step", "input", traceInput(in), "actions", fmt.Sprintf("%+v", acts))
+	}
+	for _, a := range acts {
 		e.act(a)
 	}
 }
@@ -421,4 +426,15 @@ func (b *inbox) take() []any {
 	q := b.q
 	b.q = nil
 	return q
+}
+
+// traceInput shows an input in the trace log.
+func traceInput(in any) string {
+	switch in := in.(type) {
+	case agent.SlotsAnswer:
+		return fmt.Sprintf("SlotsAnswer{%s index %d holders %v}", in.View.Unit, in.View.Index, in.View.Holders)
+	case agent.NodesAnswer:
+		return fmt.Sprintf("NodesAnswer{%d live %v failing %v}", in.View.Index, in.View.Nodes, in.View.Failing)
+	}
+	return fmt.Sprintf("%T%+v", in, in)
 }
