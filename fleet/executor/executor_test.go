@@ -290,6 +290,12 @@ type fleetOptions struct {
 // newFleet starts a dev agent and n executors, each its own node.
 func newFleet(t *testing.T, o fleetOptions, units ...agent.Unit) *fleet {
 	t.Helper()
+	if o.lockDelay == 0 {
+		// Not Consul's 1 s: on a loaded 2-core machine a confirmation
+		// can be later than lock_delay/2, and the watchdog rightly ends
+		// the hold; the tests here are about the executor.
+		o.lockDelay = 3 * time.Second
+	}
 	a := consultest.NewDev(t)
 	f := &fleet{t: t, c: a.Client(t), rec: newRecorder(), units: units, sessNode: map[string]string{}}
 	for i := range o.nodes {
@@ -570,8 +576,8 @@ func TestExecutorsHoldExactlyCount(t *testing.T) {
 				t.Errorf("%s at rest: %d more %s requests in 3 s", n.name, d, kind)
 			}
 		}
-		if d := after["confirm"] - before[n]["confirm"]; d > 20 {
-			t.Errorf("%s at rest: %d confirmations in 3 s (one per lock_delay/5 expected)", n.name, d)
+		if d := after["confirm"] - before[n]["confirm"]; d > 10 {
+			t.Errorf("%s at rest: %d confirmations in 3 s (one per lock_delay/5, 600 ms, expected)", n.name, d)
 		}
 	}
 	// The child's fenced write with its token.
