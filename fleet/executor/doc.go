@@ -69,5 +69,8 @@
 // is gone does; the exclusive holds are guarded by the watchdog anyway);
 // a confirmation read held by a server in an election is not probed with
 // stale reads as internal/lease does, so such a hold counts as unproven
-// (the strict rule); no clock-gap detection (a frozen process).
+// (the strict rule); no clock-gap detection (a frozen process). Each unit
+// costs two long-lived HTTP connections to the local agent (its index and
+// its vacancy key), and Consul allows 200 per client address by default
+// (limits.http_max_conns_per_client): about 95 units per node.
 package executor
