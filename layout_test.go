@@ -23,7 +23,8 @@ const modulePath = "github.com/mariposa-sh/mariposa"
 //	65 fleet/sim/cmd/sim (make sim)
 //	60 fleet/sim (the simulator drives the agent over the model)
 //	55 cluster/plan (what deploying a spec would change: mariposa plan)
-//	50 the fleet: cluster, fleet/agent, fleet/consulmodel
+//	50 the fleet: cluster, fleet/agent, fleet/consulmodel, fleet/executor (the
+//	   agent run against Consul; never imported by the supervisor)
 //	40 supervisor
 //	30 checks, render
 //	20 schema
@@ -121,7 +122,7 @@ func TestImportsPointDown(t *testing.T) {
 
 func TestLayerOfEveryRule(t *testing.T) {
 	for pkg, want := range map[string]int{
-		"internal/proc": 0, "schema": 20, "render": 30, "supervisor": 40, "cluster": 50, "cluster/plan": 55, "fleet/agent": 50,
+		"internal/proc": 0, "schema": 20, "render": 30, "supervisor": 40, "cluster": 50, "cluster/plan": 55, "fleet/agent": 50, "fleet/executor": 50,
 		"fleet/sim": 60, "fleet/sim/cmd/sim": 65, "nodeapi": 70, "command": 80, "": 90, "tools/mangen": 90, "somethingnew": -1,
 	} {
 		if got := layer(pkg); got != want {

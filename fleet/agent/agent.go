@@ -989,7 +989,11 @@ func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Pla
 		if c.slotsIdx == v.Index && c.nodesIdx == a.nodes.Index {
 			return c.mine
 		}
-		if !force && subset(free, c.free) {
+		// Not when this node had a place only in slots filled since:
+		// cluster.Assign gave it one slot in turn (max_per_node), another
+		// node took that one, and with no claim time coming it would
+		// never rank again (TestTakenClaimRanksAgain).
+		if !force && subset(free, c.free) && (len(c.mine) == 0 || placedIn(c.mine, free)) {
 			return c.mine
 		}
 	}
@@ -1002,6 +1006,16 @@ func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Pla
 	}
 	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, count: u.Count, free: free, mine: mine}
 	return mine
+}
+
+// placedIn: mine has a place in one of the free slots.
+func placedIn(mine map[int]Place, free []int) bool {
+	for _, k := range free {
+		if _, ok := mine[k]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // subset: every element of a (ascending) is in b (ascending).

@@ -1,0 +1,76 @@
+// Package executor runs one node's fleet step machine (fleet/agent) against
+// a real Consul agent: it performs the actions the machine returns and
+// feeds their outcomes back to it as inputs (CLUSTER.md section 12; issue
+// 26, "one executor that performs them and feeds the outcomes back"). The
+// simulator (fleet/sim) performs the same actions over a model of Consul;
+// this package does what the simulator's act does, for real, with the
+// same operations (claimOps and releaseOps are fleet/sim's, kept in step
+// by hand until the KV layout has its one codec; the confirmation read).
+//
+// # One goroutine changes state
+//
+// The loop (Executor.run) is the only caller of agent.Step and the only
+// reader of the agent. Every other goroutine performs one piece of I/O
+// (a transaction, a session call, a blocking query) and posts its outcome
+// to the loop's inbox, an unbounded queue, so posting never blocks and a
+// goroutine never waits for the loop. The instance runner (Instances) is
+// called from the loop and must return at once; it reports an instance's
+// start and exit with InstanceStarted and InstanceExited, which post too.
+//
+// # What each action does
+//
+//   - CreateSession: a session on Config.Node with the lock delay, TTL and
+//     node checks, behavior delete (the index entries go with the locks
+//     when it is invalidated). It is renewed every TTL/2 and watched (a
+//     blocking query on its info): Consul saying it is gone is
+//     agent.SessionLost.
+//   - Claim: one transaction, all or nothing: lock the slot key and its
+//     index entry, delete the released mark. Refused for the lock delay
+//     (LockDelay) or because another session holds the key (Taken); a
+//     transport error, a timeout or a server error is an answer lost
+//     (Lost): the claim may have been applied, and the agent releases the
+//     stray when a view shows it.
+//   - Release: one transaction: unlock the slot key (no lock delay),
+//     delete the index entry, set the released mark and the unit's vacancy
+//     key.
+//   - Confirm: one consistent read-only transaction (get-or-empty of each
+//     key, 128 per transaction) with its send time; a failure carries
+//     whether the server said it had no leader (internal/holdrule).
+//   - Start, Stop: Instances.Start and Instances.Stop.
+//   - Wake: one timer, reset to the latest Wake; it steps agent.Tick.
+//   - Refresh: the unit's index watch asks now instead of at its pace.
+//   - Record: logged.
+//
+// An answer for a session that is no longer the agent's (a claim sent
+// before the session was lost) is dropped: taken as the answer of a later
+// claim of the same slot, it would start an instance on a hold not proven.
+//
+// # Watches
+//
+// Per unit: its index (GET .../held/<unit>/?keys), paced by the loop after
+// each answer (no sooner than 100 ms after the last, 1 s where the agent
+// is Idle in the unit), and its vacancy key (a release sets it: the index
+// is asked at once). For the fleet: the catalog entries of the service
+// (its members) and the health of its instances filtered by Consul to the
+// ones not passing; their combination is agent.NodesAnswer. The units
+// come from the caller (SetUnits).
+//
+// # Stopping
+//
+// Stop is graceful: the agent is told there are no units, so it stops each
+// instance and releases its slot once the instance has exited (a released
+// key has no lock delay: another node takes it at once); then the session
+// is destroyed. Kill abandons everything as a crash would: no release, no
+// destroy, instances left to the caller (a crashed mariposa's children die
+// by the parent-death signal).
+//
+// Not here yet (see website/internals/fleet-agent.md): a renewal that has
+// failed for a whole TTL does not end the session (only Consul saying it
+// is gone does; the exclusive holds are guarded by the watchdog anyway);
+// a confirmation read held by a server in an election is not probed with
+// stale reads as internal/lease does, so such a hold counts as unproven
+// (the strict rule); no clock-gap detection (a frozen process). Each unit
+// costs two long-lived HTTP connections to the local agent (its index and
+// its vacancy key), and Consul allows 200 per client address by default
+// (limits.http_max_conns_per_client): about 95 units per node.
+package executor

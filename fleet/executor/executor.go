@@ -1,0 +1,440 @@
+package executor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/holdrule"
+)
+
+// Defaults for Config.
+const (
+	DefaultService   = "mariposa"
+	DefaultTTL       = 10 * time.Second
+	DefaultLockDelay = time.Second
+	DefaultRequest   = 5 * time.Second
+)
+
+// watchEvery: a watch asks again no sooner than this after its last answer,
+// so a burst of changes reaches the node as a few answers (fleet/sim's
+// watchEvery).
+const watchEvery = 100 * time.Millisecond
+
+// Instances runs the slots' instances. Its methods are called from the
+// executor's loop only and must return at once; the runner reports what
+// happens later with Executor.InstanceStarted and InstanceExited (an exit
+// after Stop, or a Kill: the process is gone).
+type Instances interface {
+	// Start the slot's instance with its fencing token (Index: the slot
+	// key's ModifyIndex, MARIPOSA_SLOT_INDEX) and the session holding it.
+	Start(s agent.Start)
+	// Stop the slot's instance; Kill: at once (SIGKILL), the hold is lost.
+	Stop(slot agent.SlotID, kill bool)
+}
+
+// Faults break the executor or its agent on purpose, for tests only.
+type Faults struct {
+	Agent agent.Faults
+	// LoseClaimAnswer: a claim Consul applied is reported as an answer
+	// lost (a transport error after the commit).
+	LoseClaimAnswer func(agent.SlotID) bool
+}
+
+// Config is one node's executor.
+type Config struct {
+	// Client talks to the node's Consul agent.
+	Client *api.Client
+	// Node is the node's Consul node name (the session's node and the
+	// agent's name in placement).
+	Node string
+	// Checks are the node checks the session is bound to (Consul
+	// invalidates it when one goes critical). Default: serfHealth.
+	// mariposa adds its liveness check ("mariposa-<node>:mariposa").
+	Checks []string
+	// Service is the fleet's service in the catalog (default "mariposa"):
+	// its members are the fleet's nodes, those not passing are failing.
+	Service string
+	// TTL of the session (default 10 s, renewed every TTL/2) and its lock
+	// delay (default 1 s), from which every safety bound derives.
+	TTL       time.Duration
+	LockDelay time.Duration
+	// Detect is the agent's failure-detection floor D (internal/holdrule);
+	// 0: holdrule.DefaultDetect, negative: the strict rule.
+	Detect time.Duration
+	// Step is the rank spacing (default cluster.DefaultStep).
+	Step time.Duration
+	// Seed of the agent's claim jitter (0: random).
+	Seed uint64
+	// Request bounds each non-blocking request (default 5 s); a
+	// confirmation is bounded by the lock delay.
+	Request   time.Duration
+	Instances Instances
+	Log       hclog.Logger
+	Faults    Faults
+}
+
+// Executor runs one node's agent.
+type Executor struct {
+	cfg Config
+	ag  *agent.Agent
+	log hclog.Logger
+
+	inbox inbox
+	ctx   context.Context // canceled when the loop ends
+	stop  context.CancelFunc
+	done  chan struct{}
+
+	killOnce sync.Once
+	killed   chan struct{}
+
+	// Owned by the loop.
+	timer    *time.Timer
+	units    map[string]*unitWatch
+	members  []string
+	failing  []string
+	haveMem  bool
+	haveFail bool
+	nodesGen uint64
+	sessions map[string]context.CancelFunc // sessions created, not known gone: their renewal and watch
+	stopping bool
+	stopDone []chan struct{}
+	stopped  bool
+}
+
+// Inputs of the loop that are not the agent's.
+type (
+	sessionGone struct{ id string }
+	sessionMade struct {
+		id  string
+		err error
+	}
+	// sessionAns: the answer of an action sent under session.
+	sessionAns struct {
+		session string
+		in      any
+	}
+	indexAns struct {
+		unit string
+		view *agent.SlotsView
+	}
+	vacancyMoved struct{ unit string }
+	membersAns   struct{ nodes []string }
+	failingAns   struct{ nodes []string }
+	setUnits     struct{ units []agent.Unit }
+	stopReq      struct{ done chan struct{} }
+	stopNow      struct{}
+)
+
+// New returns a node's executor; Start runs it.
+func New(cfg Config) *Executor {
+	if cfg.Service == "" {
+		cfg.Service = DefaultService
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.LockDelay <= 0 {
+		cfg.LockDelay = DefaultLockDelay
+	}
+	if cfg.Request <= 0 {
+		cfg.Request = DefaultRequest
+	}
+	switch {
+	case cfg.Detect == 0:
+		cfg.Detect = holdrule.DefaultDetect
+	case cfg.Detect < 0:
+		cfg.Detect = 0
+	}
+	if len(cfg.Checks) == 0 {
+		cfg.Checks = []string{"serfHealth"}
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = rand.Uint64()
+	}
+	if cfg.Log == nil {
+		cfg.Log = hclog.NewNullLogger()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &Executor{cfg: cfg, log: cfg.Log, ctx: ctx, stop: cancel, done: make(chan struct{}), killed: make(chan struct{}),
+		units: map[string]*unitWatch{}, sessions: map[string]context.CancelFunc{}}
+	e.inbox.ready = make(chan struct{}, 1)
+	e.ag = agent.New(agent.Config{Node: cfg.Node, Step: cfg.Step, LockDelay: cfg.LockDelay, Seed: cfg.Seed,
+		Detect: cfg.Detect, Faults: cfg.Faults.Agent})
+	return e
+}
+
+// Start runs the executor: its loop and the fleet's watches.
+func (e *Executor) Start() {
+	e.timer = time.NewTimer(time.Hour)
+	e.timer.Stop()
+	go e.watchMembers()
+	go e.watchFailing()
+	go e.run()
+}
+
+// SetUnits gives the agent the units this node runs its part of (each a
+// unit's whole count: the agent decides which slots are this node's).
+func (e *Executor) SetUnits(units []agent.Unit) { e.inbox.post(setUnits{units: units}) }
+
+// InstanceStarted reports that the slot's instance runs.
+func (e *Executor) InstanceStarted(slot agent.SlotID) {
+	e.inbox.post(agent.InstanceStarted{Slot: slot})
+}
+
+// InstanceExited reports that the slot's instance is gone.
+func (e *Executor) InstanceExited(slot agent.SlotID) { e.inbox.post(agent.InstanceExited{Slot: slot}) }
+
+// Done is closed when the executor has ended.
+func (e *Executor) Done() <-chan struct{} { return e.done }
+
+// Stop ends the executor gracefully: every instance stopped, its slot
+// released, the session destroyed. When ctx ends first, what is left is
+// killed and the session destroyed anyway (its keys then wait out the
+// lock delay). It returns once the executor has ended.
+func (e *Executor) Stop(ctx context.Context) error {
+	done := make(chan struct{})
+	e.inbox.post(stopReq{done: done})
+	select {
+	case <-done:
+		<-e.done
+		return nil
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		e.inbox.post(stopNow{})
+		<-e.done
+		return ctx.Err()
+	}
+}
+
+// Kill ends the executor as a crash would: nothing released, the session
+// left to Consul (its TTL, its checks), the instances left as they are.
+func (e *Executor) Kill() {
+	e.killOnce.Do(func() { close(e.killed) })
+	<-e.done
+}
+
+// run is the loop: the only goroutine that steps the agent.
+func (e *Executor) run() {
+	defer close(e.done)
+	defer e.stop()
+	e.step(agent.UnitsAnswer{})
+	for {
+		select {
+		case <-e.killed:
+			return
+		case <-e.inbox.ready:
+		case <-e.timer.C:
+			e.step(agent.Tick{})
+		}
+		for _, in := range e.inbox.take() {
+			e.handle(in)
+			if e.stopped {
+				return
+			}
+		}
+		if e.stopping && len(e.ag.Held()) == 0 {
+			e.finish()
+			return
+		}
+	}
+}
+
+// finish destroys the sessions and ends the loop (graceful).
+func (e *Executor) finish() {
+	ids := make([]string, 0, len(e.sessions))
+	for id := range e.sessions {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		e.sessions[id]()
+		ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Request)
+		if _, err := e.cfg.Client.Session().Destroy(id, (&api.WriteOptions{}).WithContext(ctx)); err != nil {
+			e.log.Warn("cannot destroy the session: Consul invalidates it at its TTL", "session", id, "error", err)
+		}
+		cancel()
+	}
+	for _, d := range e.stopDone {
+		close(d)
+	}
+	e.stopped = true
+}
+
+func (e *Executor) handle(in any) {
+	switch in := in.(type) {
+	case setUnits:
+		if e.stopping {
+			return
+		}
+		e.watchUnits(in.units)
+		e.step(agent.UnitsAnswer{Units: in.units})
+	case stopReq:
+		e.stopDone = append(e.stopDone, in.done)
+		if !e.stopping {
+			e.stopping = true
+			e.step(agent.UnitsAnswer{})
+		}
+	case stopNow:
+		for id := range e.ag.Held() {
+			e.cfg.Instances.Stop(id, true)
+		}
+		e.finish()
+	case sessionMade:
+		if in.err == nil {
+			e.startSession(in.id)
+		}
+		e.step(agent.SessionCreated{ID: in.id, Err: in.err})
+	case sessionGone:
+		if cancel, ok := e.sessions[in.id]; ok {
+			cancel()
+			delete(e.sessions, in.id)
+		}
+		if in.id == e.ag.Session() {
+			e.log.Warn("session lost", "session", in.id)
+			e.step(agent.SessionLost{})
+		}
+	case sessionAns:
+		if in.session != e.ag.Session() {
+			return // sent under a session the agent no longer has
+		}
+		e.step(in.in)
+	case indexAns:
+		w := e.units[in.unit]
+		if w == nil {
+			return
+		}
+		e.step(agent.SlotsAnswer{View: in.view})
+		now := time.Now()
+		pace := watchEvery
+		if e.ag.Idle(in.unit, now, agent.IdlePace) {
+			pace = agent.IdlePace
+		}
+		w.index.ask(now.Add(pace))
+	case vacancyMoved:
+		if w := e.units[in.unit]; w != nil {
+			w.index.ask(time.Now())
+		}
+	case membersAns:
+		e.members, e.haveMem = in.nodes, true
+		e.nodesAnswer()
+	case failingAns:
+		e.failing, e.haveFail = in.nodes, true
+		e.nodesAnswer()
+	case agent.InstanceStarted, agent.InstanceExited:
+		e.step(in)
+	default:
+		e.log.Error("executor: unknown input", "input", in)
+	}
+}
+
+// nodesAnswer combines the members and the failing into the agent's view
+// of the live nodes, once both watches have answered.
+func (e *Executor) nodesAnswer() {
+	if !e.haveMem || !e.haveFail {
+		return
+	}
+	failing := map[string]bool{}
+	for _, n := range e.failing {
+		failing[n] = true
+	}
+	var live []string
+	for _, n := range e.members {
+		if !failing[n] {
+			live = append(live, n)
+		}
+	}
+	e.nodesGen++
+	e.step(agent.NodesAnswer{View: &agent.NodesView{Index: e.nodesGen, Nodes: live, Failing: append([]string(nil), e.failing...)}})
+}
+
+// step runs one input through the agent and performs its actions.
+func (e *Executor) step(in any) {
+	acts := e.ag.Step(time.Now(), in)
+	if e.log.IsTrace() {
+		e.log.Trace("step", "input", traceInput(in), "actions", fmt.Sprintf("%+v", acts))
+	}
+	for _, a := range acts {
+		e.act(a)
+	}
+}
+
+func (e *Executor) act(a any) {
+	switch a := a.(type) {
+	case agent.CreateSession:
+		if e.stopping {
+			// No new session to stop with: answer as a failure, which
+			// the agent retries a second later (the loop ends first).
+			e.inbox.post(sessionMade{err: errors.New("stopping")})
+			return
+		}
+		go e.createSession()
+	case agent.Claim:
+		go e.claim(a)
+	case agent.Release:
+		go e.release(a)
+	case agent.Confirm:
+		go e.confirm(a, time.Now())
+	case agent.Start:
+		e.cfg.Instances.Start(a)
+	case agent.Stop:
+		e.cfg.Instances.Stop(a.Slot, a.Kill)
+	case agent.Wake:
+		e.timer.Reset(time.Until(a.At))
+	case agent.Refresh:
+		for _, u := range a.Units {
+			if w := e.units[u]; w != nil {
+				w.index.ask(time.Now())
+			}
+		}
+	case agent.Record:
+		e.log.Info("fleet: "+a.Action, "slot", a.Slot.String(), "reason", a.Reason)
+	default:
+		e.log.Error("executor: unknown action", "action", a)
+	}
+}
+
+// inbox is the loop's unbounded queue: post never blocks.
+type inbox struct {
+	mu    sync.Mutex
+	q     []any
+	ready chan struct{}
+}
+
+func (b *inbox) post(in any) {
+	b.mu.Lock()
+	b.q = append(b.q, in)
+	b.mu.Unlock()
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (b *inbox) take() []any {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q := b.q
+	b.q = nil
+	return q
+}
+
+// traceInput shows an input in the trace log.
+func traceInput(in any) string {
+	switch in := in.(type) {
+	case agent.SlotsAnswer:
+		return fmt.Sprintf("SlotsAnswer{%s index %d holders %v}", in.View.Unit, in.View.Index, in.View.Holders)
+	case agent.NodesAnswer:
+		return fmt.Sprintf("NodesAnswer{%d live %v failing %v}", in.View.Index, in.View.Nodes, in.View.Failing)
+	}
+	return fmt.Sprintf("%T%+v", in, in)
+}
