@@ -325,15 +325,15 @@ type holdDeploy struct {
 	// (zero: not yet); started: when it started at version, for
 	// healthy_deadline (zero: running from before this agent).
 	healthySince, started time.Time
-	failed               bool
-	token                int // -1: none
-	taking, returning    bool
-	takingT              int // the token being taken
-	refusedAt            uint64
-	tokenRetry           time.Time
-	pub                  string // the status last sent: version|kind
-	pubSent              bool
-	pubRetry             time.Time
+	failed                bool
+	token                 int // -1: none
+	taking, returning     bool
+	takingT               int // the token being taken
+	refusedAt             uint64
+	tokenRetry            time.Time
+	pub                   string // the status last sent: version|kind
+	pubSent               bool
+	pubRetry              time.Time
 }
 
 func (a *Agent) deps() *deployState {
