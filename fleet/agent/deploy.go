@@ -120,6 +120,7 @@ type Status struct {
 type Token struct {
 	Session string
 	K       int
+	Index   uint64 // the token key's ModifyIndex
 }
 
 // DeployView is one answer of the watch on DeployPrefix(unit),
@@ -167,7 +168,7 @@ func ParseDeployView(unit string, index uint64, kvs []KV) *DeployView {
 			t, err := strconv.Atoi(rest[len("tokens/"):])
 			k, kerr := strconv.Atoi(string(e.Value))
 			if err == nil && kerr == nil && e.Session != "" {
-				v.Tokens[t] = Token{Session: e.Session, K: k}
+				v.Tokens[t] = Token{Session: e.Session, K: k, Index: e.ModifyIndex}
 			}
 		}
 	}
@@ -233,19 +234,21 @@ type (
 	}
 	// TokenDone answers TakeToken; ReturnDone answers ReturnToken.
 	TokenDone struct {
-		Slot SlotID
-		T    int
-		OK   bool
+		Slot  SlotID
+		T     int
+		OK    bool
+		Index uint64 // the token key's ModifyIndex after the lock
 	}
 	ReturnDone struct {
 		Slot SlotID
 		T    int
 		OK   bool
 	}
-	// PublishDone answers Publish.
+	// PublishDone answers Publish (its Kind and Status.Version).
 	PublishDone struct {
-		Slot SlotID
-		OK   bool
+		Slot          SlotID
+		Kind, Version string
+		OK            bool
 	}
 	// MoveDone answers MoveDeployment (OK false: refused, the record had
 	// moved, or no answer).
@@ -264,11 +267,14 @@ type (
 		T       int
 		Session string
 	}
-	// ReturnToken: delete the token (check-session on it).
+	// ReturnToken: delete the token (check-session on it, and delete-cas
+	// on Index, the hold of the token it returns: a return that arrives
+	// late never deletes a newer take's).
 	ReturnToken struct {
 		Slot    SlotID
 		T       int
 		Session string
+		Index   uint64
 	}
 	// Update the slot's instance in place from one version to another:
 	// stop it and start the new one with the same fencing token (the
@@ -283,10 +289,16 @@ type (
 	// check-index (Index, the fencing token) on the slot's lock key, the
 	// status key locked by the session, the audit record, one
 	// transaction. The lock key itself is not written.
+	//
+	// Kind is what it says: "updating" (the slot moves to Status.Version:
+	// written before the instance changes, so that no deployment is
+	// judged on a health the slot had at another version), "healthy",
+	// "failed".
 	Publish struct {
 		Slot    SlotID
 		Index   uint64
 		Session string
+		Kind    string
 		Status  Status
 		Audit   Record
 	}
@@ -328,12 +340,18 @@ type holdDeploy struct {
 	failed                bool
 	token                 int // -1: none
 	taking, returning     bool
-	takingT               int // the token being taken
-	refusedAt             uint64
-	tokenRetry            time.Time
-	pub                   string // the status last sent: version|kind
-	pubSent               bool
-	pubRetry              time.Time
+	takingT               int    // the token being taken
+	tokenIdx              uint64 // the token key's ModifyIndex once taken
+	// strays: tokens this session holds for the slot unknown to it, and
+	// the view index at which their return was last sent.
+	strays     map[int]uint64
+	refusedAt  uint64
+	tokenRetry time.Time
+	pub        string // the status last sent: version|kind
+	// stamped: the version the slot's status says it moves to (written
+	// before the Update).
+	stamped  string
+	pubRetry time.Time
 }
 
 func (a *Agent) deps() *deployState {
@@ -385,20 +403,26 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 		}
 		hd.taking = false
 		if in.OK {
-			hd.token = in.T
+			hd.token, hd.tokenIdx = in.T, in.Index
 		} else if v := d.views[in.Slot.Unit]; v != nil {
 			hd.refusedAt, hd.tokenRetry = v.Index, now.Add(time.Second)
 		}
 	case ReturnDone:
 		if hd := d.holds[in.Slot]; hd != nil {
 			hd.returning = false
+			if !in.OK {
+			}
 		}
 	case PublishDone:
-		if hd := d.holds[in.Slot]; hd != nil {
-			hd.pubSent = false
-			if !in.OK {
-				hd.pub, hd.pubRetry = "", now.Add(time.Second)
-			}
+		hd := d.holds[in.Slot]
+		if hd == nil {
+			break
+		}
+		switch key := in.Version + "|" + in.Kind; {
+		case !in.OK && hd.pub == key:
+			hd.pub, hd.pubRetry = "", now.Add(time.Second)
+		case in.OK && in.Kind == "updating":
+			hd.stamped = in.Version
 		}
 	case MoveDone:
 		if m := d.moving[in.Unit]; m != nil {
@@ -432,7 +456,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			continue
 		}
 		if hd := d.holds[id]; hd.token >= 0 && a.session != "" {
-			out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session})
+			out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session, Index: hd.tokenIdx})
 		}
 		delete(d.holds, id)
 	}
@@ -458,17 +482,30 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			continue
 		}
 		rec, up := v.Record, v.Record.Update
-		if hd.token < 0 && !hd.taking && !hd.returning {
-			for t, tok := range v.Tokens {
-				if tok.Session == a.session && tok.K == id.K {
-					hd.token = t // taken, its answer lost
+		running := rec.Status == cluster.DeployRunning
+		if !hd.taking && !hd.returning {
+			// A token this session holds for the slot that it does not
+			// know it holds (a take applied whose answer was lost, a
+			// return refused): given back, once per view that shows it.
+			// Never adopted: a view from before a return still shows
+			// the token, and an update runs only on a take's answer.
+			for _, t := range sortedTokens(v.Tokens) {
+				tok := v.Tokens[t]
+				if tok.Session != a.session || tok.K != id.K || t == hd.token || hd.strays[t] >= v.Index {
+					continue
 				}
+				if hd.strays == nil {
+					hd.strays = map[int]uint64{}
+				}
+				hd.strays[t] = v.Index
+				out = append(out, ReturnToken{Slot: id, T: t, Session: a.session, Index: tok.Index})
+				hd.returning = true
+				break
 			}
 		}
-		running := rec.Status == cluster.DeployRunning
 		returnToken := func() {
 			if hd.token >= 0 && !hd.returning {
-				out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session})
+				out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session, Index: hd.tokenIdx})
 				hd.token, hd.returning = -1, true
 			}
 		}
@@ -482,7 +519,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		target := rec.Target(id.K)
 		if h.phase == Running && running && target != "" && hd.version != target {
 			if hd.token < 0 && !a.cfg.Faults.NoToken {
-				if hd.taking {
+				if hd.taking || hd.returning {
 					continue
 				}
 				if v.Index <= hd.refusedAt && now.Before(hd.tokenRetry) {
@@ -500,11 +537,17 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 				continue
 			}
 			from := hd.version
+			if hd.stamped != target {
+				// The status first says what the slot moves to, with the
+				// decision's record; the instance changes once it is
+				// written.
+				out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: target}}, "updating",
+					Record{Slot: id, Action: "update", Reason: fmt.Sprintf("deployment %d: %s -> %s", rec.N, from, target)}, out)
+				continue
+			}
 			h.phase = Updating
 			hd.version, hd.healthySince, hd.started, hd.failed = target, time.Time{}, now, false
 			out = append(out, Update{Slot: id, Index: h.index, Session: a.session, From: from, To: target})
-			out = a.publish(id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: target}}, "updating",
-				Record{Slot: id, Action: "update", Reason: fmt.Sprintf("deployment %d: %s -> %s", rec.N, from, target)}, out)
 			continue
 		}
 		if h.phase != Running {
@@ -518,16 +561,18 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		case healthy && running:
 			if s, ok := v.Status[id.K]; !ok || s.Version != hd.version || s.HealthyAt == nil || s.Index != h.index {
 				t := hd.healthySince.Add(up.MinHealthyTime)
-				out = a.publish(id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version, HealthyAt: &t}}, "healthy",
+				out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version, HealthyAt: &t}}, "healthy",
 					Record{Slot: id, Action: "healthy", Reason: fmt.Sprintf("deployment %d: %s healthy for min_healthy_time", rec.N, hd.version)}, out)
 			}
-		case !hd.healthySince.IsZero() || hd.started.IsZero() || up.HealthyDeadline <= 0 || hd.failed:
-		case now.Before(hd.started.Add(up.HealthyDeadline)):
+		case !hd.healthySince.IsZero() || hd.started.IsZero() || up.HealthyDeadline <= 0:
+		case !hd.failed && now.Before(hd.started.Add(up.HealthyDeadline)):
 			at(hd.started.Add(up.HealthyDeadline))
 		default:
+			// Said again until it is written (a refused write resets
+			// the status last sent).
 			hd.failed = true
 			why := fmt.Sprintf("not healthy within healthy_deadline (%s) at %s", up.HealthyDeadline, hd.version)
-			out = a.publish(id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version}, Failed: why}, "failed",
+			out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version}, Failed: why}, "failed",
 				Record{Slot: id, Action: "unhealthy", Reason: why}, out)
 		}
 		// The token goes back once the slot is healthy at its target, or
@@ -536,7 +581,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		if hd.token >= 0 && ((healthy && hd.version == target) || !running) {
 			returnToken()
 		}
-		if hd.pub == "" && !hd.pubRetry.IsZero() {
+		if hd.pub == "" && hd.pubRetry.After(now) {
 			at(hd.pubRetry)
 		}
 	}
@@ -580,13 +625,13 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 }
 
 // publish sends st unless the same was sent already.
-func (a *Agent) publish(id SlotID, h *held, hd *holdDeploy, st Status, kind string, rec Record, out []any) []any {
+func (a *Agent) publish(now time.Time, id SlotID, h *held, hd *holdDeploy, st Status, kind string, rec Record, out []any) []any {
 	key := st.Version + "|" + kind
-	if hd.pub == key {
+	if hd.pub == key || (hd.pub == "" && now.Before(hd.pubRetry)) {
 		return out
 	}
-	hd.pub, hd.pubSent, hd.pubRetry = key, true, time.Time{}
-	return append(out, Publish{Slot: id, Index: h.index, Session: a.session, Status: st, Audit: rec})
+	hd.pub, hd.pubRetry = key, time.Time{}
+	return append(out, Publish{Slot: id, Index: h.index, Session: a.session, Kind: kind, Status: st, Audit: rec})
 }
 
 // freeToken is a token below limit that the view shows free and this
@@ -622,5 +667,14 @@ func sortedViews(m map[string]*DeployView) []string {
 		out = append(out, u)
 	}
 	sort.Strings(out)
+	return out
+}
+
+func sortedTokens(m map[int]Token) []int {
+	out := make([]int, 0, len(m))
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Ints(out)
 	return out
 }

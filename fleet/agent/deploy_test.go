@@ -151,15 +151,26 @@ func TestRollingUpdateOfOneSlot(t *testing.T) {
 		t.Fatal("updated before it had a token")
 	}
 	acts = m.step(TokenDone{Slot: id, T: tk.T, OK: true})
+	p, ok := find[Publish](acts)
+	if !ok || p.Index != 41 || p.Kind != "updating" || p.Status.Version != "v2" || p.Status.HealthyAt != nil || p.Audit.Action != "update" {
+		t.Fatalf("the status before the change: %+v", p)
+	}
+	if _, ok := find[Update](acts); ok {
+		t.Fatal("the instance changed before its status said so")
+	}
+	// Refused (no leader): said again a second later, not at once.
+	if acts := m.step(PublishDone{Slot: id, Kind: p.Kind, Version: "v2"}); len(all[Publish](acts)) > 0 {
+		t.Fatalf("published again at once: %v", acts)
+	}
+	m.now = m.now.Add(time.Second)
+	if _, ok := find[Publish](m.step(Tick{})); !ok {
+		t.Fatal("not published again a second later")
+	}
+	acts = m.step(PublishDone{Slot: id, Kind: p.Kind, Version: "v2", OK: true})
 	u, ok := find[Update](acts)
 	if !ok || u.Index != 41 || u.From != "v1" || u.To != "v2" {
 		t.Fatalf("update: %+v %v", u, acts)
 	}
-	p, ok := find[Publish](acts)
-	if !ok || p.Index != 41 || p.Status.Version != "v2" || p.Status.HealthyAt != nil || p.Audit.Action != "update" {
-		t.Fatalf("the status before the change: %+v", p)
-	}
-	m.step(PublishDone{Slot: id, OK: true})
 	if m.a.Held()[id] != Updating {
 		t.Fatalf("phase %v", m.a.Held()[id])
 	}
@@ -191,11 +202,11 @@ func TestMaxParallelWaitsForToken(t *testing.T) {
 	m := holder(t, 3, 2)
 	d := running(2, "v1", "v2")
 	d.Update.MaxParallel = 2
-	acts := m.step(deployView(10, d, nil, map[int]Token{0: {"s-a", 0}, 1: {"s-b", 1}}))
+	acts := m.step(deployView(10, d, nil, map[int]Token{0: {"s-a", 0, 0}, 1: {"s-b", 1, 0}}))
 	if len(all[TakeToken](acts))+len(all[Update](acts)) > 0 {
 		t.Fatalf("took a token beyond max_parallel: %v", acts)
 	}
-	acts = m.step(deployView(11, d, nil, map[int]Token{0: {"s-a", 0}}))
+	acts = m.step(deployView(11, d, nil, map[int]Token{0: {"s-a", 0, 0}}))
 	if tk, ok := find[TakeToken](acts); !ok || tk.T != 1 {
 		t.Fatalf("no token asked for the free one: %v", acts)
 	}
@@ -204,7 +215,7 @@ func TestMaxParallelWaitsForToken(t *testing.T) {
 	if len(all[TakeToken](acts)) > 0 {
 		t.Fatalf("asked again on the same view: %v", acts)
 	}
-	if tk, ok := find[TakeToken](m.step(deployView(12, d, nil, map[int]Token{0: {"s-a", 0}}))); !ok || tk.T != 1 {
+	if tk, ok := find[TakeToken](m.step(deployView(12, d, nil, map[int]Token{0: {"s-a", 0, 0}}))); !ok || tk.T != 1 {
 		t.Fatal("not asked again on a newer view")
 	}
 }
@@ -214,7 +225,8 @@ func TestMaxParallelWaitsForToken(t *testing.T) {
 func TestNoTokenFaultUpdatesAtOnce(t *testing.T) {
 	m := holder(t, 3, 2)
 	m.a.cfg.Faults.NoToken = true
-	if _, ok := find[Update](m.step(deployView(10, running(2, "v1", "v2"), nil, map[int]Token{0: {"s-a", 0}}))); !ok {
+	m.step(deployView(10, running(2, "v1", "v2"), nil, map[int]Token{0: {"s-a", 0, 0}}))
+	if _, ok := find[Update](m.step(PublishDone{Slot: SlotID{"web", 2}, Kind: "updating", Version: "v2", OK: true})); !ok {
 		t.Fatal("the fault did not bypass the token")
 	}
 }
@@ -250,6 +262,7 @@ func TestUnhealthyFailsAndReverts(t *testing.T) {
 	d := running(2, "v1", "v2")
 	tk, _ := find[TakeToken](m.step(deployView(10, d, nil, nil)))
 	m.step(TokenDone{Slot: id, T: tk.T, OK: true})
+	m.step(PublishDone{Slot: id, Kind: "updating", Version: "v2", OK: true})
 	m.step(InstanceStarted{Slot: id})
 	start := m.now
 	m.now = start.Add(2 * time.Second)
@@ -265,7 +278,7 @@ func TestUnhealthyFailsAndReverts(t *testing.T) {
 	if len(all[ReturnToken](acts)) > 0 {
 		t.Fatal("a failed instance gave its token back while still down")
 	}
-	acts = m.step(deployView(11, d, map[int]Status{0: p.Status}, map[int]Token{0: {"s-me", 0}}))
+	acts = m.step(deployView(11, d, map[int]Status{0: p.Status}, map[int]Token{0: {"s-me", 0, 0}}))
 	mv, ok := find[MoveDeployment](acts)
 	if !ok || mv.CAS != 10 || mv.Next.RevertOf != 2 || mv.Next.Version != "v1" || mv.Audit.Action != "deploy-revert" {
 		t.Fatalf("judge: %+v %v", mv, acts)
@@ -276,7 +289,8 @@ func TestUnhealthyFailsAndReverts(t *testing.T) {
 	}
 	m.step(MoveDone{Unit: "web", OK: true})
 	next := mv.Next
-	acts = m.step(deployView(12, &next, map[int]Status{0: p.Status}, map[int]Token{0: {"s-me", 0}}))
+	m.step(deployView(12, &next, map[int]Status{0: p.Status}, map[int]Token{0: {"s-me", 0, 0}}))
+	acts = m.step(PublishDone{Slot: id, Kind: "updating", Version: "v1", OK: true})
 	u, ok := find[Update](acts)
 	if !ok || u.To != "v1" || u.Index != 40 {
 		t.Fatalf("no update back under the kept token: %v", acts)
@@ -343,7 +357,7 @@ func TestParseDeployView(t *testing.T) {
 		{Key: RecordKey("other")},
 	})
 	if v.Record == nil || v.Record.N != 2 || v.RecordIndex != 8 || v.Status[1].Index != 41 || v.Status[1].Failed != "x" ||
-		len(v.Tokens) != 1 || v.Tokens[0] != (Token{"s", 1}) {
+		len(v.Tokens) != 1 || v.Tokens[0] != (Token{"s", 1, 0}) {
 		t.Fatalf("%+v", v)
 	}
 }

@@ -133,3 +133,26 @@ func BenchmarkSim(b *testing.B) {
 		b.ReportMetric(float64(r.BytesServed)/1024/float64(max(1, r.SlotChanges)), "KB/slot-change")
 	}
 }
+
+func TestDeployQuick(t *testing.T) {
+	for seed := uint64(1); seed <= 100; seed++ {
+		c := config(seed)
+		c.Deploys = true
+		var lines []string
+		c.Trace = func(l string) {
+			if strings.Contains(l, "deployment") || strings.Contains(l, "operator") || strings.Contains(l, "VIOLATION") || strings.Contains(l, " move ") {
+				lines = append(lines, l)
+			}
+		}
+		r := Run(c)
+		t.Logf("seed %d: %d violations", seed, len(r.Violations))
+		for _, v := range r.Violations {
+			t.Errorf("%s", v)
+		}
+		if len(r.Violations) > 0 {
+			for _, l := range lines {
+				t.Log(l)
+			}
+		}
+	}
+}
