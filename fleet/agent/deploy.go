@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -319,8 +320,14 @@ const Updating Phase = Releasing + 1
 type deployState struct {
 	session string
 	views   map[string]*DeployView
-	holds   map[SlotID]*holdDeploy
-	moving  map[string]*move
+	units   []string      // views' keys, in order
+	list    []*DeployView // views, in that order
+	// active: views with a running deployment or a token held; busy: a
+	// hold has a token, or one on its way (as the last full look found).
+	active int
+	busy   bool
+	holds  map[SlotID]*holdDeploy
+	moving map[string]*move
 }
 
 type move struct {
@@ -383,7 +390,18 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 	d := a.deps()
 	switch in := in.(type) {
 	case DeployAnswer:
-		d.views[in.View.Unit] = in.View
+		i := sort.SearchStrings(d.units, in.View.Unit)
+		if _, ok := d.views[in.View.Unit]; !ok {
+			d.units = slices.Insert(d.units, i, in.View.Unit)
+			d.list = slices.Insert(d.list, i, in.View)
+		}
+		d.views[in.View.Unit], d.list[i] = in.View, in.View
+		d.active = 0
+		for _, v := range d.views {
+			if (v.Record != nil && v.Record.Status == cluster.DeployRunning) || len(v.Tokens) > 0 {
+				d.active++
+			}
+		}
 	case InstanceHealthy:
 		hd := d.holds[in.Slot]
 		if hd == nil {
@@ -442,6 +460,11 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 	if d == nil {
 		return out
 	}
+	if d.session == a.session && d.active == 0 && !d.busy {
+		// No deployment runs, no token is held or on its way: nothing
+		// moves (most steps of a fleet).
+		return out
+	}
 	if d.session != a.session {
 		// Tokens die with the session that locked them.
 		for _, hd := range d.holds {
@@ -451,10 +474,28 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 	}
 	// Holds that ended: their token goes back (a scale-down ends a hold
 	// with its session alive).
-	for _, id := range sortedHolds(d.holds) {
-		if _, ok := a.held[id]; ok {
+	var ended []SlotID
+	var taking map[string]map[int]bool
+	for id, hd := range d.holds {
+		if _, ok := a.held[id]; !ok {
+			ended = append(ended, id)
 			continue
 		}
+		t := hd.token
+		if hd.taking {
+			t = hd.takingT
+		}
+		if t >= 0 {
+			if taking == nil {
+				taking = map[string]map[int]bool{}
+			}
+			if taking[id.Unit] == nil {
+				taking[id.Unit] = map[int]bool{}
+			}
+			taking[id.Unit][t] = true
+		}
+	}
+	for _, id := range sortSlots(ended) {
 		if hd := d.holds[id]; hd.token >= 0 && a.session != "" {
 			out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session, Index: hd.tokenIdx})
 		}
@@ -463,26 +504,20 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 	if a.session == "" {
 		return out
 	}
-	taking := map[string]map[int]bool{}
-	for id, hd := range d.holds {
-		t := hd.token
-		if hd.taking {
-			t = hd.takingT
-		}
-		if t >= 0 {
-			if taking[id.Unit] == nil {
-				taking[id.Unit] = map[int]bool{}
-			}
-			taking[id.Unit][t] = true
-		}
-	}
+	busy := false
 	for _, id := range a.heldIDs() {
 		h, hd, v := a.held[id], d.holds[id], d.views[id.Unit]
+		if hd != nil && (hd.token >= 0 || hd.taking || hd.returning) {
+			busy = true
+		}
 		if hd == nil || v == nil || v.Record == nil || h.lost || h.orphan {
 			continue
 		}
 		rec, up := v.Record, v.Record.Update
 		running := rec.Status == cluster.DeployRunning
+		if !running && hd.token < 0 && !hd.returning && len(v.Tokens) == 0 {
+			continue // nothing moves, nothing to give back
+		}
 		if !hd.taking && !hd.returning {
 			// A token this session holds for the slot that it does not
 			// know it holds (a take applied whose answer was lost, a
@@ -528,6 +563,9 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 				}
 				if t := freeToken(v, up.MaxParallel, id.K, taking[id.Unit]); t >= 0 {
 					hd.taking, hd.takingT = true, t
+					if taking == nil {
+						taking = map[string]map[int]bool{}
+					}
 					if taking[id.Unit] == nil {
 						taking[id.Unit] = map[int]bool{}
 					}
@@ -585,11 +623,15 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			at(hd.pubRetry)
 		}
 	}
+	d.busy = busy
 	// The judge: the holder of the unit's slot 0.
-	for _, unit := range sortedViews(d.views) {
-		v := d.views[unit]
+	for i, unit := range d.units {
+		v := d.list[i]
+		if v.Record == nil || v.Record.Status != cluster.DeployRunning {
+			continue
+		}
 		h := a.held[SlotID{unit, 0}]
-		if v.Record == nil || h == nil || h.lost || h.orphan || (h.phase != Running && h.phase != Updating) {
+		if h == nil || v.Record == nil || h.lost || h.orphan || (h.phase != Running && h.phase != Updating) {
 			continue
 		}
 		m := d.moving[unit]
@@ -647,11 +689,7 @@ func freeToken(v *DeployView, limit, k int, mine map[int]bool) int {
 	return -1
 }
 
-func sortedHolds(m map[SlotID]*holdDeploy) []SlotID {
-	ids := make([]SlotID, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
+func sortSlots(ids []SlotID) []SlotID {
 	sort.Slice(ids, func(i, j int) bool {
 		if ids[i].Unit != ids[j].Unit {
 			return ids[i].Unit < ids[j].Unit
@@ -659,15 +697,6 @@ func sortedHolds(m map[SlotID]*holdDeploy) []SlotID {
 		return ids[i].K < ids[j].K
 	})
 	return ids
-}
-
-func sortedViews(m map[string]*DeployView) []string {
-	out := make([]string, 0, len(m))
-	for u := range m {
-		out = append(out, u)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func sortedTokens(m map[int]Token) []int {

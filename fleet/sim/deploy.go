@@ -207,8 +207,16 @@ func (s *Sim) scheduleDeploy(n *node, unit string) {
 	}
 	w.pending = true
 	d := s.latency()
-	if s.now+d < w.lastAns+watchEvery {
-		d = w.lastAns + watchEvery - s.now
+	// A node idle in the unit (agent.Idle: it holds none of its slots
+	// and claims none soon) hears its deployment at the idle pace: it
+	// needs the record only to start a slot it claims at its target,
+	// and a stale one costs an update, not a wrong decision.
+	pace := watchEvery
+	if n.agent != nil && n.agent.Idle(unit, s.wall(), idlePace) {
+		pace = idlePace
+	}
+	if s.now+d < w.lastAns+pace {
+		d = w.lastAns + pace - s.now
 	}
 	gen := n.gen
 	s.at(d, func() {
@@ -224,7 +232,7 @@ func (s *Sim) deployCommits(commits []consulmodel.Commit) {
 	if s.dep == nil {
 		return
 	}
-	changed := map[string]bool{}
+	changed, records := map[string]bool{}, map[string]bool{}
 	for _, c := range commits {
 		audited := false
 		for _, k := range c.Keys {
@@ -239,6 +247,7 @@ func (s *Sim) deployCommits(commits []consulmodel.Commit) {
 			}
 			unit, tail, _ := strings.Cut(rest, "/")
 			changed[unit] = true
+			records[unit] = records[unit] || tail == "record"
 			if tail != "record" && !strings.HasPrefix(tail, "status/") {
 				continue
 			}
@@ -249,7 +258,9 @@ func (s *Sim) deployCommits(commits []consulmodel.Commit) {
 	}
 	for _, u := range sortedKeys(changed) {
 		delete(s.dep.cache, u)
-		s.checkRecord(u)
+		if records[u] {
+			s.checkRecord(u)
+		}
 		for _, n := range s.nodes {
 			s.scheduleDeploy(n, u)
 		}
@@ -283,8 +294,9 @@ func (s *Sim) unitCount(unit string) int {
 // checkRecord follows the unit's record from one write to the next.
 func (s *Sim) checkRecord(unit string) {
 	t := s.dep.track[unit]
-	d := s.deployView(unit).Record
-	if t == nil || d == nil {
+	e, _, _ := s.store.Get(agent.RecordKey(unit), true)
+	var d agent.Deployment
+	if t == nil || e == nil || json.Unmarshal(e.Value, &d) != nil {
 		return
 	}
 	switch {
