@@ -82,9 +82,9 @@ type depTrack struct {
 	// lastPromoted: only to trace promotions.
 	lastPromoted bool
 	status       map[uint64]string
-	started    map[uint64]time.Duration
-	terminal   map[uint64]bool
-	flagged    map[uint64]bool
+	started      map[uint64]time.Duration
+	terminal     map[uint64]bool
+	flagged      map[uint64]bool
 	// failed: versions a deployment of the unit failed at with auto_revert
 	// asked; no instance may stay on them.
 	failed map[string]bool

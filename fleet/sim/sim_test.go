@@ -1,9 +1,9 @@
 package sim
 
 import (
-	"os"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -148,4 +148,3 @@ func BenchmarkSim(b *testing.B) {
 		b.ReportMetric(float64(r.BytesServed)/1024/float64(max(1, r.SlotChanges)), "KB/slot-change")
 	}
 }
-
