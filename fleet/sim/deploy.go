@@ -6,7 +6,7 @@ package sim
 // events happen:
 //
 //   - every deployment reaches a terminal state within deployBound, and
-//     every one is terminal at the end; a record never goes back to an
+//     at the end every one older than half of it; a record never goes back to an
 //     older deployment, nor moves once terminal, nor is replaced while it
 //     runs without saying how it ended;
 //   - auto_revert leaves no instance on the failed version (when the
@@ -54,8 +54,14 @@ type DeployStats struct {
 	Longest                    time.Duration
 }
 
-// deployBound: a deployment is terminal within this long of its start.
-const deployBound = 40 * time.Second
+// deployBound: a deployment of a unit of count slots is terminal within
+// this long of its start: 20 s (a lost node's detection, a slot 0 to
+// claim again) plus 4 s per batch of max_parallel (an update's start,
+// min_healthy_time, and as much again for a revert): 40 s for 10 slots.
+func deployBound(count int) time.Duration {
+	batches := (count + updateBlock.MaxParallel - 1) / updateBlock.MaxParallel
+	return 20*time.Second + time.Duration(batches)*4*time.Second
+}
 
 // healthyAfter: a good version's instance passes its checks this long
 // after it starts; a bad one ("-bad") never does.
@@ -583,9 +589,9 @@ func (s *Sim) deployTick() {
 	for _, u := range s.units {
 		t := s.dep.track[u.Name]
 		for _, n := range sortedN(t.started) {
-			if !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > deployBound {
+			if bound := deployBound(u.Count); !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > bound {
 				t.flagged[n] = true
-				s.violate("deployment %s/%d not terminal %v after it started", u.Name, n, deployBound)
+				s.violate("deployment %s/%d not terminal %v after it started", u.Name, n, bound)
 			}
 		}
 		idx := s.deployView(u.Name).Index
@@ -606,7 +612,7 @@ func (s *Sim) deployFinal() {
 	for _, u := range s.units {
 		t := s.dep.track[u.Name]
 		for _, n := range sortedN(t.started) {
-			if !t.terminal[n] && !t.flagged[n] {
+			if !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > deployBound(u.Count)/2 {
 				s.violate("deployment %s/%d not terminal at the end (started at %.1fs)", u.Name, n, t.started[n].Seconds())
 			}
 			if n > 1 {

@@ -3,7 +3,6 @@ package sim
 import (
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +13,13 @@ import (
 var (
 	seeds = flag.Int("sim.seeds", 100, "seeds TestSimulation runs")
 	nodes = flag.Int("sim.nodes", 50, "nodes in TestSimulation")
+	// -sim.deploys=false: the slot protocol alone (what the runs before
+	// deployments were in the step machine did).
+	deploys = flag.Bool("sim.deploys", true, "operator deploys in TestSimulation")
 )
 
 func config(seed uint64) Config {
-	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: os.Getenv("NODEP") == ""}
+	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: *deploys}
 }
 
 // TestSimulation runs the seeded simulations make test-race runs: 50
@@ -30,7 +32,7 @@ func TestSimulation(t *testing.T) {
 	for seed := uint64(1); seed <= uint64(*seeds); seed++ {
 		r := Run(config(seed))
 		for _, v := range r.Violations {
-			t.Errorf("%s (replay: make sim NODES=%d SEEDS=1 SEED=%d)", v, *nodes, seed)
+			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v)", v, *nodes, seed, *deploys)
 		}
 		if t.Failed() {
 			return
@@ -41,7 +43,7 @@ func TestSimulation(t *testing.T) {
 		// Every deploy happened and ended: the bad version failed and was
 		// reverted, the canary phase was promoted, the rest succeeded.
 		d := r.Deploys
-		if os.Getenv("NODEP") == "" && (d.Reverts != 1 || d.Promotes != 1 || d.Outcomes["failed"] != 1 || d.Outcomes["running"] != 0 || d.Outcomes["successful"] < 4 || d.Updates < 20) {
+		if *deploys && (d.Reverts != 1 || d.Promotes != 1 || d.Outcomes["failed"] != 1 || d.Outcomes["running"] != 0 || d.Outcomes["successful"] < 4 || d.Updates < 20) {
 			t.Fatalf("seed %d: the deployments did not all happen: %+v", seed, d)
 		}
 	}
