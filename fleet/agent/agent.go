@@ -264,11 +264,13 @@ type (
 		Slots   []SlotID
 		Session string
 	}
-	// Start the slot's instance with its fencing token.
+	// Start the slot's instance with its fencing token, at Version (the
+	// unit's deployment's target for the slot; "" the unit has none).
 	Start struct {
 		Slot    SlotID
 		Index   uint64
 		Session string
+		Version string
 	}
 	// Stop the slot's instance (Kill: at once).
 	Stop struct {
@@ -305,7 +307,7 @@ const (
 // maxInflight bounds the confirmations on their way at once.
 const maxInflight = 3
 
-var phaseNames = [...]string{"claiming", "starting", "running", "stopping", "releasing"}
+var phaseNames = [...]string{"claiming", "starting", "running", "stopping", "releasing", "updating"}
 
 func (p Phase) String() string { return phaseNames[p] }
 
@@ -324,6 +326,8 @@ type held struct {
 // checks only: each must make an invariant fail.
 type Faults struct {
 	NoWatchdog bool // an exclusive holder never kills an unconfirmed instance
+	NoToken    bool // a holder updates its instance without a rollout token
+	NoRevert   bool // the judge fails a deployment without its auto_revert
 }
 
 // Config is a node's agent.
@@ -402,6 +406,8 @@ type Agent struct {
 	// index of the view that showed them free: not claimed again until a
 	// newer view.
 	refused map[SlotID]uint64
+	// dep: the units' deployments (deploy.go); nil until one is heard of.
+	dep *deployState
 }
 
 type strayTry struct {
@@ -567,7 +573,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			break
 		}
 		h.index, h.confirmed, h.acked, h.phase = in.Index, h.sent, now, Starting
-		out = append(out, Start{Slot: in.Slot, Index: in.Index, Session: a.session},
+		out = append(out, Start{Slot: in.Slot, Index: in.Index, Session: a.session, Version: a.startVersion(in.Slot, now)},
 			Record{Slot: in.Slot, Action: "claim"})
 	case ReleaseDone:
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
@@ -606,8 +612,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 				out = a.lose(id, h, "slot key not held by this node's session", out)
 			}
 		}
+	case DeployAnswer, InstanceHealthy, TokenDone, ReturnDone, PublishDone, MoveDone:
+		out = a.stepDeploy(now, in, out)
 	case InstanceStarted:
-		if h := a.held[in.Slot]; h != nil && h.phase == Starting {
+		if h := a.held[in.Slot]; h != nil && (h.phase == Starting || h.phase == Updating) {
 			h.phase = Running
 		}
 	case InstanceExited:
@@ -965,6 +973,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		}
 		clear(a.dirty)
 	}
+	out = a.reconcileDeploy(now, out, at)
 	for _, t := range a.waitAt {
 		at(t)
 	}

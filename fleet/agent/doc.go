@@ -6,13 +6,15 @@
 // inputs; the simulator (fleet/sim) runs the same Step for every node over
 // a model of Consul (fleet/consulmodel), on simulated time.
 //
-// This first cut holds the slot protocol (CLUSTER.md section 3): the node's
-// session, rank-ordered claims (cluster.Assign, ClaimDelay,
-// SecondRoundDelay), the hold, the exclusive holder's confirmations and
-// watchdog, scale-down, strays (a claim Consul applied whose answer was
-// lost) and the loss of the session. Deployments, pause, drain, volumes,
-// the brake and the takeover budget are still decided by cluster.Fleet and
-// move here next.
+// It holds the slot protocol (CLUSTER.md section 3): the node's session,
+// rank-ordered claims (cluster.Assign, ClaimDelay, SecondRoundDelay), the
+// hold, the exclusive holder's confirmations and watchdog, scale-down,
+// strays (a claim Consul applied whose answer was lost) and the loss of
+// the session; and deployments (section 5, deploy.go): rolling updates
+// under rollout tokens, canaries and promotion, health judged over
+// min_healthy_time and healthy_deadline, auto_revert. Pause, drain,
+// volumes, the brake and the takeover budget are still decided by
+// cluster.Fleet.
 //
 // # A held slot
 //
@@ -26,9 +28,13 @@
 //	| starting |
 //	+----+-----+
 //	     | instance started
-//	+----v-----+
-//	| running  |
-//	+----+-----+
+//	+----v-----+  the slot's target version differs: a rollout
+//	| running  |  token, the status says the new version, Update
+//	+----+-----+--------------------------+
+//	     |     ^                     +----v-----+
+//	     |     +---------------------| updating | stop, start at the new
+//	     |       instance started    +----------+ version, same token
+//	     |
 //	     | scaled down / unit removed: Stop    | watchdog (exclusive: no
 //	+----v-----+                               | confirmation for
 //	| stopping |<------------------------------+ lock_delay/2), session
@@ -42,6 +48,43 @@
 //
 // A non-exclusive slot whose session is lost keeps its instance running
 // (an orphan) until another node holds the slot, then stops it.
+//
+// # Deployments
+//
+// A unit's deployment is one record (RecordKey: the version, where it
+// comes from, the stable version, the status, the canary phase), its
+// holders' statuses (StatusKey) and its rollout tokens (TokenKey), all
+// under DeployPrefix and read by one watch (DeployAnswer). Each has one
+// writer:
+//
+//   - the record: the operator writes a new deployment or a promotion;
+//     while it runs, only the judge moves it: the holder of the unit's
+//     slot 0 (Judge: promoted, successful, failed, or failed and reverted
+//     in the same record), by a check-index on the record's ModifyIndex,
+//     with its audit record in the same transaction (MoveDeployment). Two
+//     nodes that both think they hold slot 0, or the operator deploying
+//     at the same moment, are settled by that check: one write wins, the
+//     others are refused and look again on a newer view.
+//   - a slot's status: its holder only, about its own hold: the version
+//     it moves to (before the instance changes, so that no deployment is
+//     judged on a health the slot had at another version), healthy after
+//     min_healthy_time, or failed after healthy_deadline (Publish). It is
+//     fenced, check-session and check-index (the fencing token) on the
+//     slot's lock key, and the lock key itself is never written while
+//     held: MARIPOSA_SLOT_INDEX stays valid across every update.
+//   - a rollout token: the holder of the slot it names, locked by its
+//     session (TakeToken; ReturnToken with delete-cas, so that a late
+//     return never frees a newer take). Tokens 0 to max_parallel-1 exist,
+//     so at most max_parallel instances of a unit are down for an update
+//     at once, across deployments. A holder keeps its token until its
+//     slot is healthy at its target, or the deployment no longer runs: an
+//     instance that failed keeps it (it is still down) and moves back
+//     under it when the revert comes.
+//
+// A slot claimed while a deployment runs starts at its target (Start's
+// Version). A failure of one instance fails the deployment; with
+// auto_revert, the new record deploys the stable version with no canary
+// phase under the same update block.
 //
 // # Watches
 //

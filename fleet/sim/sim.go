@@ -82,6 +82,9 @@ type Config struct {
 	// break the executor.
 	Faults     agent.Faults
 	ExecFaults ExecFaults
+	// Deploys: an operator deploys from the seed (deploy.go), and the
+	// deployments' invariants are checked.
+	Deploys bool
 	// Trace, when set, receives every line of the trace.
 	Trace func(line string)
 }
@@ -94,6 +97,11 @@ type ExecFaults struct {
 	// ReleaseBeforeStop: a release unlocks the key before the instance
 	// has exited.
 	ReleaseBeforeStop bool
+	// NoDeployCAS: the judge's write of a deployment record does not
+	// check the record's index; NoAudit: deployment decisions are written
+	// without their audit record; PublishInHeldKey: a holder's status
+	// write also writes its held lock key (the fencing token moves).
+	NoDeployCAS, NoAudit, PublishInHeldKey bool
 }
 
 func (c *Config) defaults() {
@@ -164,6 +172,8 @@ type Result struct {
 	Kills uint64
 	Trace string // sha256 of the trace
 	End   time.Duration
+	// Deploys: how the deployments went (Config.Deploys).
+	Deploys DeployStats
 }
 
 // Percentile of the recovery times (p in [0, 1]).
@@ -209,6 +219,7 @@ type instance struct {
 	index   uint64
 	session string
 	running bool
+	version string
 }
 
 type node struct {
@@ -280,6 +291,8 @@ type Sim struct {
 	// Raft writes of the instances' own fenced writes, which are not the
 	// fleet's; the Raft writes of the placed start.
 	fencedRaft, raftFrom uint64
+	// dep: deployments (deploy.go), when Config.Deploys.
+	dep *simDeploy
 }
 
 type rankEntry struct {
@@ -322,6 +335,7 @@ func Run(cfg Config) Result {
 	}
 	s.now = end
 	s.finalCheck()
+	s.deployFinal()
 	s.res.End = s.now
 	s.res.Trace = fmt.Sprintf("%x", s.trace.Sum(nil))[:16]
 	return s.res
@@ -441,6 +455,7 @@ func (s *Sim) setup() {
 			s.running[id] = append(s.running[id], inst)
 		}
 	}
+	s.deploySetup()
 	s.store.TakeCommits()
 	s.counting = true
 	s.raftFrom = s.store.Stats().RaftWrites
@@ -497,6 +512,7 @@ func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 	for _, u := range s.units {
 		s.deliverSlots(n, u.Name)
 	}
+	s.deployStart(n, warm != nil)
 }
 
 // step runs one input through a node's agent and carries out its actions.
@@ -546,7 +562,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.Release:
 		release := func() {
 			s.rpc(n, func() any {
-				r, err := s.store.KVTxn(s.wall(), releaseOps(a.Slot, n.name, a.Session, s.wall()))
+				r, err := s.store.KVTxn(s.wall(), s.releaseOpsWith(releaseOps(a.Slot, n.name, a.Session, s.wall()), a.Slot))
 				s.countTxn(r, err)
 				return agent.ReleaseDone{Slot: a.Slot, OK: err == nil && r.OK}
 			}, func() any { return agent.ReleaseDone{Slot: a.Slot} })
@@ -580,6 +596,7 @@ func (s *Sim) act(n *node, a any) {
 			}
 			delete(n.starting, a.Slot)
 			s.startInstance(n, a)
+			s.afterStart(n, a.Slot, a.Version)
 			if s.cfg.ExecFaults.WriteHeldKey {
 				s.rpc(n, func() any {
 					r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session},
@@ -596,6 +613,7 @@ func (s *Sim) act(n *node, a any) {
 			s.res.Kills++
 		}
 		delete(n.starting, a.Slot)
+		s.deployStopped(n, a.Slot)
 		d := 100 * time.Millisecond
 		if a.Kill {
 			d = 0
@@ -655,7 +673,9 @@ func (s *Sim) act(n *node, a any) {
 	case agent.Record:
 		s.note("%s record %s %s %s", n.name, a.Slot, a.Action, a.Reason)
 	default:
-		panic(fmt.Sprintf("sim: unknown action %T", a))
+		if !s.actDeploy(n, a) {
+			panic(fmt.Sprintf("sim: unknown action %T", a))
+		}
 	}
 }
 
@@ -739,6 +759,7 @@ func (s *Sim) notify() {
 	if len(commits) == 0 {
 		return
 	}
+	s.deployCommits(commits)
 	units := map[string]bool{}
 	vacated := map[string]bool{}
 	nodesChanged := false
@@ -941,7 +962,7 @@ func (s *Sim) startInstance(n *node, a agent.Start) {
 			s.violate("exclusive slot %s: %s starts while %s still runs it", a.Slot, n.name, other.node.name)
 		}
 	}
-	inst := &instance{node: n, slot: a.Slot, index: a.Index, session: a.Session, running: true}
+	inst := &instance{node: n, slot: a.Slot, index: a.Index, session: a.Session, running: true, version: a.Version}
 	n.inst[a.Slot] = inst
 	s.running[a.Slot] = append(s.running[a.Slot], inst)
 	if t, ok := s.lostAt[a.Slot]; ok {
@@ -1062,6 +1083,7 @@ func (s *Sim) detection() time.Duration {
 
 func (s *Sim) faults() {
 	c := s.cfg
+	defer s.operator()
 	if c.Election > 0 {
 		s.election(c.LossAt, c.Election)
 		return
@@ -1147,7 +1169,11 @@ func (s *Sim) faults() {
 		s.at(at, func() {
 			s.note("minority %s", n.name)
 			n.minority = true
-			s.at(s.detection(), func() { s.setCheck(n.name, "serfHealth", api.HealthCritical) })
+			s.at(s.detection(), func() {
+				if n.minority { // healed first: the suspicion was refuted
+					s.setCheck(n.name, "serfHealth", api.HealthCritical)
+				}
+			})
 			s.at(dur, func() {
 				s.note("heal %s", n.name)
 				n.minority = false
@@ -1172,6 +1198,9 @@ func (s *Sim) faults() {
 			s.note("cut %s", n.name)
 			n.cut = true
 			s.at(s.detection(), func() {
+				if !n.cut { // healed first: the suspicion was refuted
+					return
+				}
 				s.setCheck(n.name, "serfHealth", api.HealthCritical)
 				s.notify()
 			})

@@ -13,27 +13,38 @@ import (
 var (
 	seeds = flag.Int("sim.seeds", 100, "seeds TestSimulation runs")
 	nodes = flag.Int("sim.nodes", 50, "nodes in TestSimulation")
+	// -sim.deploys=false: the slot protocol alone (what the runs before
+	// deployments were in the step machine did).
+	deploys = flag.Bool("sim.deploys", true, "operator deploys in TestSimulation")
 )
 
 func config(seed uint64) Config {
-	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true}
+	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: *deploys}
 }
 
 // TestSimulation runs the seeded simulations make test-race runs: 50
 // nodes, 10 units of 10 slots (every other exclusive), 10 % of the nodes
 // lost at once, mariposa killed and restarted on two more, one cut off and
-// healed, claim answers lost; every invariant checked at every step.
+// healed, claim answers lost; an operator's deploys (a rolling update, a
+// canary phase promoted by hand, a bad version reverted, a deploy racing
+// the judge); every invariant checked at every step.
 func TestSimulation(t *testing.T) {
 	for seed := uint64(1); seed <= uint64(*seeds); seed++ {
 		r := Run(config(seed))
 		for _, v := range r.Violations {
-			t.Errorf("%s (replay: make sim NODES=%d SEEDS=1 SEED=%d)", v, *nodes, seed)
+			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v)", v, *nodes, seed, *deploys)
 		}
 		if t.Failed() {
 			return
 		}
 		if r.Lost == 0 || len(r.Recovery) != r.Lost {
 			t.Fatalf("seed %d: nothing was lost or recovered: %+v", seed, r)
+		}
+		// Every deploy happened and ended: the bad version failed and was
+		// reverted, the canary phase was promoted, the rest succeeded.
+		d := r.Deploys
+		if *deploys && (d.Reverts != 1 || d.Promotes != 1 || d.Outcomes["failed"] != 1 || d.Outcomes["running"] != 0 || d.Outcomes["successful"] < 4 || d.Updates < 20) {
+			t.Fatalf("seed %d: the deployments did not all happen: %+v", seed, d)
 		}
 	}
 }
@@ -91,6 +102,12 @@ func TestSimulationCatchesMutations(t *testing.T) {
 		// A failure-detection floor above Consul's: the minority side's
 		// holder outlives its hold.
 		{"detection floor overstated", func(c *Config) { c.Detect = 15 * time.Second }, "exclusive slot"},
+		// Deployments.
+		{"updates without a rollout token", func(c *Config) { c.Faults.NoToken = true }, "down for an update at once"},
+		{"failed without its auto_revert", func(c *Config) { c.Faults.NoRevert = true }, "on the failed version"},
+		{"the judge's write without its CAS", func(c *Config) { c.ExecFaults.NoDeployCAS = true }, "deployment record of"},
+		{"decisions without their audit record", func(c *Config) { c.ExecFaults.NoAudit = true }, "without its audit record"},
+		{"a holder's status written into its lock key", func(c *Config) { c.ExecFaults.PublishInHeldKey = true }, "token moved"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var found []string

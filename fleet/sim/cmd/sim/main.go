@@ -27,6 +27,7 @@ func main() {
 	trace := flag.Bool("trace", false, "print the trace of each seed")
 	memprofile := flag.String("memprofile", "", "write a heap profile here at the end")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
+	deploys := flag.Bool("deploys", false, "an operator's deploys from the seed: rolling, canary + promote, a bad version auto-reverted, a deploy racing the judge")
 	settle := flag.Duration("settle", 0, "how long after the loss the run goes on (default 60s)")
 	flag.Parse()
 	// The simulation allocates fast and keeps little: collecting at four
@@ -59,7 +60,7 @@ func main() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle}
+			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys}
 			if *trace {
 				cfg.Trace = func(l string) { fmt.Println(l) }
 			}
@@ -78,9 +79,24 @@ func main() {
 	var violations int
 	var txns, vac, changes, bytes, raft, steps, ib, hb, ia, ha, rankings uint64
 	var stepTime time.Duration
+	var deps sim.DeployStats
 	for _, r := range results {
 		for _, v := range r.Violations {
+			if *deploys {
+				fmt.Fprintf(os.Stderr, "%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units %d -slots %d -seeds 1 -seed %d -deploys)\n", v, *nodes, u, sl, r.Seed)
+				continue
+			}
 			fmt.Fprintf(os.Stderr, "%s (replay: make sim NODES=%d SEEDS=1 SEED=%d)\n", v, *nodes, r.Seed)
+		}
+		deps.Reverts += r.Deploys.Reverts
+		deps.Promotes += r.Deploys.Promotes
+		deps.Updates += r.Deploys.Updates
+		deps.Longest = max(deps.Longest, r.Deploys.Longest)
+		for k, n := range r.Deploys.Outcomes {
+			if deps.Outcomes == nil {
+				deps.Outcomes = map[string]int{}
+			}
+			deps.Outcomes[k] += n
 		}
 		violations += len(r.Violations)
 		all = append(all, r.Recovery...)
@@ -108,6 +124,10 @@ func main() {
 	}
 	fmt.Printf("simulated: %d units x %d slots; %d agent steps, %.1f us each (wall, rankings shared); %d rankings; raft writes/vacancy %.2f; ran %.1f s\n",
 		u, sl, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), rankings, float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
+	if *deploys {
+		fmt.Printf("deployments: %d successful, %d failed (%d auto-reverted), %d cancelled, %d never ended; %d canary phases promoted; %d instances updated in place; longest %.1f s\n",
+			deps.Outcomes["successful"], deps.Outcomes["failed"], deps.Reverts, deps.Outcomes["cancelled"], deps.Outcomes["running"], deps.Promotes, deps.Updates, deps.Longest.Seconds())
+	}
 	perChange := func(b uint64) float64 { return float64(b) / 1024 / float64(max(1, changes)) }
 	fmt.Printf("watches: %d slot changes; units' indexes %.1f KB/slot change (%d answers, %.0f B each), failing instances' health %.1f KB/slot change (%d answers)\n",
 		changes, perChange(ib), ia, float64(ib)/float64(max(1, ia)), perChange(hb), ha)

@@ -1,0 +1,709 @@
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+)
+
+// Deployments in the step machine (CLUSTER.md section 5, with the one
+// owner per record of section 12). A unit's deployment is one record,
+// RecordKey, beside its holders' statuses (StatusKey) and its rollout
+// tokens (TokenKey), all under DeployPrefix: one watch per unit answers
+// them together (DeployAnswer).
+//
+// Who writes what:
+//   - the record: the operator (deploy, promote: check-index on the
+//     record) and the judge, the holder of the unit's slot 0, which alone
+//     moves a running deployment on (promote, successful, failed, the
+//     revert), by check-index on the record's ModifyIndex, with its audit
+//     record in the same transaction (MoveDeployment);
+//   - a slot's status: its holder alone, about its own hold (the version
+//     it runs, healthy or failed there), in a transaction guarded by
+//     check-session and check-index (the fencing token) on the slot's lock
+//     key, which is never written while held (Publish);
+//   - a token: the holder of the slot it names, locked by its session
+//     (TakeToken, ReturnToken); at most Update.MaxParallel of them exist
+//     (tokens 0 to MaxParallel-1), so at most that many instances are down
+//     for an update at once.
+
+// DeployPrefix is a unit's deployment: its record, its holders' statuses
+// and its rollout tokens.
+func DeployPrefix(unit string) string { return cluster.DeployPrefix + unit + "/" }
+
+// RecordKey is the unit's deployment record (Deployment).
+func RecordKey(unit string) string { return DeployPrefix(unit) + "record" }
+
+// StatusKey is what the holder of slot k says about its hold (Status):
+// locked by the holder's session (so that an invalidation deletes it),
+// deleted by the release.
+func (s SlotID) StatusKey() string { return DeployPrefix(s.Unit) + "status/" + strconv.Itoa(s.K) }
+
+// TokenKey is rollout token t of unit: locked by the session of the
+// holder updating the slot it names.
+func TokenKey(unit string, t int) string { return DeployPrefix(unit) + "tokens/" + strconv.Itoa(t) }
+
+// UpdateBlock is a unit's update block (schema.Update's rollout part).
+type UpdateBlock struct {
+	MaxParallel     int           `json:"max_parallel"`
+	AutoPromote     bool          `json:"auto_promote,omitempty"`
+	AutoRevert      bool          `json:"auto_revert,omitempty"`
+	MinHealthyTime  time.Duration `json:"min_healthy_time"`
+	HealthyDeadline time.Duration `json:"healthy_deadline"`
+}
+
+// Deployment is a unit's deployment record. Version is what the unit
+// moves to, From what it ran before (what slots held back by a canary
+// phase run), Stable the last version a deployment made successful
+// (auto_revert's target).
+type Deployment struct {
+	N        uint64      `json:"n"`
+	Version  string      `json:"version"`
+	From     string      `json:"from"`
+	Stable   string      `json:"stable"`
+	Status   string      `json:"status"` // cluster.Deploy*
+	Canaries int         `json:"canaries,omitempty"`
+	Promoted bool        `json:"promoted,omitempty"`
+	RevertOf uint64      `json:"revert_of,omitempty"`
+	Update   UpdateBlock `json:"update"`
+	Started  time.Time   `json:"started"`
+	Reason   string      `json:"reason,omitempty"`
+	// Ended: the deployment this record replaced while it ran (failed and
+	// reverted, or cancelled by a newer deploy), with its outcome.
+	Ended *Outcome `json:"ended,omitempty"`
+}
+
+// Outcome is how a deployment ended.
+type Outcome struct {
+	N       uint64 `json:"n"`
+	Version string `json:"version"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// Terminal says whether status ends a deployment.
+func Terminal(status string) bool {
+	return status == cluster.DeploySuccessful || status == cluster.DeployFailed || status == cluster.DeployCancelled
+}
+
+// Target is the version slot k runs under d: the new version while d
+// runs (for a canary phase not promoted, only slots below Canaries), the
+// old one for the others; after a success the new one. "" after a failure
+// (no revert): no slot moves, whatever it runs.
+func (d *Deployment) Target(k int) string {
+	switch d.Status {
+	case cluster.DeployRunning:
+		if d.Canaries > 0 && !d.Promoted && k >= d.Canaries {
+			return d.From
+		}
+		return d.Version
+	case cluster.DeploySuccessful:
+		return d.Version
+	}
+	return ""
+}
+
+// Status is what a holder says about its hold (cluster.HoldStatus: the
+// fencing token it was written under, the version, when healthy there)
+// and, when its instance was not healthy within healthy_deadline, why.
+type Status struct {
+	cluster.HoldStatus
+	Failed string `json:"failed,omitempty"`
+}
+
+// Token is who holds a rollout token.
+type Token struct {
+	Session string
+	K       int
+	Index   uint64 // the token key's ModifyIndex
+}
+
+// DeployView is one answer of the watch on DeployPrefix(unit),
+// immutable once built.
+type DeployView struct {
+	Unit        string
+	Index       uint64
+	Record      *Deployment // nil: the unit has never been deployed
+	RecordIndex uint64      // the record's ModifyIndex (the judge's CAS)
+	Status      map[int]Status
+	Tokens      map[int]Token
+}
+
+// KV is one entry of a watch's answer.
+type KV struct {
+	Key         string
+	Value       []byte
+	Session     string
+	ModifyIndex uint64
+}
+
+// ParseDeployView reads an answer of the watch on DeployPrefix(unit).
+// Entries it cannot read are skipped (a corrupt record: not judged).
+func ParseDeployView(unit string, index uint64, kvs []KV) *DeployView {
+	v := &DeployView{Unit: unit, Index: index, Status: map[int]Status{}, Tokens: map[int]Token{}}
+	prefix := DeployPrefix(unit)
+	for _, e := range kvs {
+		rest, ok := strings.CutPrefix(e.Key, prefix)
+		if !ok {
+			continue
+		}
+		switch {
+		case rest == "record":
+			var d Deployment
+			if json.Unmarshal(e.Value, &d) == nil {
+				v.Record, v.RecordIndex = &d, e.ModifyIndex
+			}
+		case strings.HasPrefix(rest, "status/"):
+			k, err := strconv.Atoi(rest[len("status/"):])
+			var st Status
+			if err == nil && json.Unmarshal(e.Value, &st) == nil {
+				v.Status[k] = st
+			}
+		case strings.HasPrefix(rest, "tokens/"):
+			t, err := strconv.Atoi(rest[len("tokens/"):])
+			k, kerr := strconv.Atoi(string(e.Value))
+			if err == nil && kerr == nil && e.Session != "" {
+				v.Tokens[t] = Token{Session: e.Session, K: k, Index: e.ModifyIndex}
+			}
+		}
+	}
+	return v
+}
+
+// Judge is the judge's decision on a running deployment d of a unit of
+// count slots, from its holders' statuses: the next record and the
+// decision's name, or nil. Failed when a slot's instance at d's version
+// was not healthy within healthy_deadline, with the revert to Stable in
+// the same record when auto_revert (and revert) says so; successful once
+// every slot is healthy at d's version; promoted when its canaries are
+// healthy and auto_promote says so.
+func Judge(d *Deployment, count int, status map[int]Status, now time.Time, revert bool) (*Deployment, string) {
+	if d == nil || d.Status != cluster.DeployRunning {
+		return nil, ""
+	}
+	healthy, canariesOK := 0, true
+	for k := range count {
+		s, ok := status[k]
+		if ok && s.Version == d.Version {
+			if s.Failed != "" {
+				reason := fmt.Sprintf("slot %d: %s", k, s.Failed)
+				if revert && d.Update.AutoRevert && d.Stable != "" && d.Stable != d.Version {
+					return &Deployment{N: d.N + 1, Version: d.Stable, From: d.Version, Stable: d.Stable, Status: cluster.DeployRunning,
+						Promoted: true, RevertOf: d.N, Update: d.Update, Started: now, Reason: "auto_revert: " + reason,
+						Ended: &Outcome{N: d.N, Version: d.Version, Status: cluster.DeployFailed, Reason: reason}}, "deploy-revert"
+				}
+				next := *d
+				next.Status, next.Reason = cluster.DeployFailed, reason
+				return &next, "deploy-failed"
+			}
+			if s.HealthyAt != nil {
+				healthy++
+				continue
+			}
+		}
+		if k < d.Canaries {
+			canariesOK = false
+		}
+	}
+	next := *d
+	switch {
+	case healthy == count:
+		next.Status, next.Stable, next.Reason = cluster.DeploySuccessful, d.Version, ""
+		return &next, "deploy-successful"
+	case d.Canaries > 0 && !d.Promoted && canariesOK && d.Update.AutoPromote:
+		next.Promoted = true
+		return &next, "deploy-promote"
+	}
+	return nil, ""
+}
+
+// Inputs of deployments.
+type (
+	// DeployAnswer: a new answer of the watch on a unit's deployment.
+	DeployAnswer struct{ View *DeployView }
+	// InstanceHealthy: the slot's instance, running Version, passes its
+	// checks (from the node's supervisor).
+	InstanceHealthy struct {
+		Slot    SlotID
+		Version string
+	}
+	// TokenDone answers TakeToken; ReturnDone answers ReturnToken.
+	TokenDone struct {
+		Slot  SlotID
+		T     int
+		OK    bool
+		Index uint64 // the token key's ModifyIndex after the lock
+	}
+	ReturnDone struct {
+		Slot SlotID
+		T    int
+		OK   bool
+	}
+	// PublishDone answers Publish (its Kind and Status.Version).
+	PublishDone struct {
+		Slot          SlotID
+		Kind, Version string
+		OK            bool
+	}
+	// MoveDone answers MoveDeployment (OK false: refused, the record had
+	// moved, or no answer).
+	MoveDone struct {
+		Unit string
+		OK   bool
+	}
+)
+
+// Actions of deployments.
+type (
+	// TakeToken: lock TokenKey(Slot.Unit, T) with the session, if the
+	// session still holds the slot (check-session on its key).
+	TakeToken struct {
+		Slot    SlotID
+		T       int
+		Session string
+	}
+	// ReturnToken: delete the token (check-session on it, and delete-cas
+	// on Index, the hold of the token it returns: a return that arrives
+	// late never deletes a newer take's).
+	ReturnToken struct {
+		Slot    SlotID
+		T       int
+		Session string
+		Index   uint64
+	}
+	// Update the slot's instance in place from one version to another:
+	// stop it and start the new one with the same fencing token (the
+	// hold does not change; answer: InstanceStarted).
+	Update struct {
+		Slot     SlotID
+		Index    uint64
+		Session  string
+		From, To string
+	}
+	// Publish writes the slot's Status, fenced: check-session and
+	// check-index (Index, the fencing token) on the slot's lock key, the
+	// status key locked by the session, the audit record, one
+	// transaction. The lock key itself is not written.
+	//
+	// Kind is what it says: "updating" (the slot moves to Status.Version:
+	// written before the instance changes, so that no deployment is
+	// judged on a health the slot had at another version), "healthy",
+	// "failed".
+	Publish struct {
+		Slot    SlotID
+		Index   uint64
+		Session string
+		Kind    string
+		Status  Status
+		Audit   Record
+	}
+	// MoveDeployment writes Next as the unit's record if the record's
+	// ModifyIndex is still CAS, with its audit record, one transaction.
+	MoveDeployment struct {
+		Unit  string
+		CAS   uint64
+		Next  Deployment
+		Audit Record
+	}
+)
+
+// Updating is a held slot whose instance is being replaced by another
+// version (Update sent, the new instance not started yet).
+const Updating Phase = Releasing + 1
+
+type deployState struct {
+	session string
+	views   map[string]*DeployView
+	units   []string      // views' keys, in order
+	list    []*DeployView // views, in that order
+	// active: views with a running deployment or a token held; busy: a
+	// hold has a token, or one on its way (as the last full look found).
+	active int
+	busy   bool
+	holds  map[SlotID]*holdDeploy
+	moving map[string]*move
+}
+
+type move struct {
+	sent   bool
+	at     uint64    // the view index it was sent on
+	failed bool      // its answer said no
+	retry  time.Time // then: again on the same view from this time
+}
+
+// holdDeploy is what the agent knows of a held slot's version and health.
+type holdDeploy struct {
+	version string
+	// healthySince: since when the instance at version passes its checks
+	// (zero: not yet); started: when it started at version, for
+	// healthy_deadline (zero: running from before this agent).
+	healthySince, started time.Time
+	failed                bool
+	token                 int // -1: none
+	taking, returning     bool
+	takingT               int    // the token being taken
+	tokenIdx              uint64 // the token key's ModifyIndex once taken
+	// strays: tokens this session holds for the slot unknown to it, and
+	// the view index at which their return was last sent.
+	strays     map[int]uint64
+	refusedAt  uint64
+	tokenRetry time.Time
+	pub        string // the status last sent: version|kind
+	// stamped: the version the slot's status says it moves to (written
+	// before the Update).
+	stamped  string
+	pubRetry time.Time
+}
+
+func (a *Agent) deps() *deployState {
+	if a.dep == nil {
+		a.dep = &deployState{views: map[string]*DeployView{}, holds: map[SlotID]*holdDeploy{}, moving: map[string]*move{}}
+	}
+	return a.dep
+}
+
+// startVersion is the version a newly claimed slot starts at: its
+// target under the unit's deployment, "" when the unit has none.
+func (a *Agent) startVersion(id SlotID, now time.Time) string {
+	if a.dep == nil {
+		return ""
+	}
+	v := a.dep.views[id.Unit]
+	if v == nil || v.Record == nil {
+		return ""
+	}
+	ver := v.Record.Target(id.K)
+	if ver == "" {
+		ver = v.Record.From
+	}
+	a.dep.holds[id] = &holdDeploy{version: ver, started: now, token: -1}
+	return ver
+}
+
+func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
+	d := a.deps()
+	switch in := in.(type) {
+	case DeployAnswer:
+		i := sort.SearchStrings(d.units, in.View.Unit)
+		if _, ok := d.views[in.View.Unit]; !ok {
+			d.units = slices.Insert(d.units, i, in.View.Unit)
+			d.list = slices.Insert(d.list, i, in.View)
+		}
+		d.views[in.View.Unit], d.list[i] = in.View, in.View
+		d.active = 0
+		for _, v := range d.views {
+			if (v.Record != nil && v.Record.Status == cluster.DeployRunning) || len(v.Tokens) > 0 {
+				d.active++
+			}
+		}
+	case InstanceHealthy:
+		hd := d.holds[in.Slot]
+		if hd == nil {
+			if _, ok := a.held[in.Slot]; !ok {
+				break
+			}
+			hd = &holdDeploy{version: in.Version, token: -1}
+			d.holds[in.Slot] = hd
+		}
+		if hd.version == in.Version && hd.healthySince.IsZero() {
+			hd.healthySince = now
+		}
+	case TokenDone:
+		hd := d.holds[in.Slot]
+		if hd == nil || !hd.taking {
+			break
+		}
+		hd.taking = false
+		if in.OK {
+			hd.token, hd.tokenIdx = in.T, in.Index
+		} else if v := d.views[in.Slot.Unit]; v != nil {
+			hd.refusedAt, hd.tokenRetry = v.Index, now.Add(time.Second)
+		}
+	case ReturnDone:
+		if hd := d.holds[in.Slot]; hd != nil {
+			hd.returning = false
+			if !in.OK {
+			}
+		}
+	case PublishDone:
+		hd := d.holds[in.Slot]
+		if hd == nil {
+			break
+		}
+		switch key := in.Version + "|" + in.Kind; {
+		case !in.OK && hd.pub == key:
+			hd.pub, hd.pubRetry = "", now.Add(time.Second)
+		case in.OK && in.Kind == "updating":
+			hd.stamped = in.Version
+		}
+	case MoveDone:
+		if m := d.moving[in.Unit]; m != nil {
+			m.sent = false
+			if !in.OK {
+				m.failed, m.retry = true, now.Add(time.Second)
+			}
+		}
+	}
+	return out
+}
+
+// reconcileDeploy is what follows from the deployments at now: the holds'
+// updates, tokens and statuses, and the judge's decisions.
+func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []any {
+	d := a.dep
+	if d == nil {
+		return out
+	}
+	if d.session == a.session && d.active == 0 && !d.busy {
+		// No deployment runs, no token is held or on its way: nothing
+		// moves (most steps of a fleet).
+		return out
+	}
+	if d.session != a.session {
+		// Tokens die with the session that locked them.
+		for _, hd := range d.holds {
+			hd.token, hd.taking, hd.returning = -1, false, false
+		}
+		d.session = a.session
+	}
+	// Holds that ended: their token goes back (a scale-down ends a hold
+	// with its session alive).
+	var ended []SlotID
+	var taking map[string]map[int]bool
+	for id, hd := range d.holds {
+		if _, ok := a.held[id]; !ok {
+			ended = append(ended, id)
+			continue
+		}
+		t := hd.token
+		if hd.taking {
+			t = hd.takingT
+		}
+		if t >= 0 {
+			if taking == nil {
+				taking = map[string]map[int]bool{}
+			}
+			if taking[id.Unit] == nil {
+				taking[id.Unit] = map[int]bool{}
+			}
+			taking[id.Unit][t] = true
+		}
+	}
+	for _, id := range sortSlots(ended) {
+		if hd := d.holds[id]; hd.token >= 0 && a.session != "" {
+			out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session, Index: hd.tokenIdx})
+		}
+		delete(d.holds, id)
+	}
+	if a.session == "" {
+		return out
+	}
+	busy := false
+	for _, id := range a.heldIDs() {
+		h, hd, v := a.held[id], d.holds[id], d.views[id.Unit]
+		if hd != nil && (hd.token >= 0 || hd.taking || hd.returning) {
+			busy = true
+		}
+		if hd == nil || v == nil || v.Record == nil || h.lost || h.orphan {
+			continue
+		}
+		rec, up := v.Record, v.Record.Update
+		running := rec.Status == cluster.DeployRunning
+		if !running && hd.token < 0 && !hd.returning && len(v.Tokens) == 0 {
+			continue // nothing moves, nothing to give back
+		}
+		if !hd.taking && !hd.returning {
+			// A token this session holds for the slot that it does not
+			// know it holds (a take applied whose answer was lost, a
+			// return refused): given back, once per view that shows it.
+			// Never adopted: a view from before a return still shows
+			// the token, and an update runs only on a take's answer.
+			for _, t := range sortedTokens(v.Tokens) {
+				tok := v.Tokens[t]
+				if tok.Session != a.session || tok.K != id.K || t == hd.token || hd.strays[t] >= v.Index {
+					continue
+				}
+				if hd.strays == nil {
+					hd.strays = map[int]uint64{}
+				}
+				hd.strays[t] = v.Index
+				out = append(out, ReturnToken{Slot: id, T: t, Session: a.session, Index: tok.Index})
+				hd.returning = true
+				break
+			}
+		}
+		returnToken := func() {
+			if hd.token >= 0 && !hd.returning {
+				out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session, Index: hd.tokenIdx})
+				hd.token, hd.returning = -1, true
+			}
+		}
+		if h.phase == Stopping || h.phase == Releasing {
+			returnToken()
+			continue
+		}
+		if h.phase != Running && h.phase != Updating {
+			continue
+		}
+		target := rec.Target(id.K)
+		if h.phase == Running && running && target != "" && hd.version != target {
+			if hd.token < 0 && !a.cfg.Faults.NoToken {
+				if hd.taking || hd.returning {
+					continue
+				}
+				if v.Index <= hd.refusedAt && now.Before(hd.tokenRetry) {
+					at(hd.tokenRetry)
+					continue
+				}
+				if t := freeToken(v, up.MaxParallel, id.K, taking[id.Unit]); t >= 0 {
+					hd.taking, hd.takingT = true, t
+					if taking == nil {
+						taking = map[string]map[int]bool{}
+					}
+					if taking[id.Unit] == nil {
+						taking[id.Unit] = map[int]bool{}
+					}
+					taking[id.Unit][t] = true
+					out = append(out, TakeToken{Slot: id, T: t, Session: a.session})
+				}
+				continue
+			}
+			from := hd.version
+			if hd.stamped != target {
+				// The status first says what the slot moves to, with the
+				// decision's record; the instance changes once it is
+				// written.
+				out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: target}}, "updating",
+					Record{Slot: id, Action: "update", Reason: fmt.Sprintf("deployment %d: %s -> %s", rec.N, from, target)}, out)
+				continue
+			}
+			h.phase = Updating
+			hd.version, hd.healthySince, hd.started, hd.failed = target, time.Time{}, now, false
+			out = append(out, Update{Slot: id, Index: h.index, Session: a.session, From: from, To: target})
+			continue
+		}
+		if h.phase != Running {
+			continue
+		}
+		healthy := !hd.healthySince.IsZero() && !now.Before(hd.healthySince.Add(up.MinHealthyTime))
+		if !hd.healthySince.IsZero() && !healthy {
+			at(hd.healthySince.Add(up.MinHealthyTime))
+		}
+		switch {
+		case healthy && running:
+			if s, ok := v.Status[id.K]; !ok || s.Version != hd.version || s.HealthyAt == nil || s.Index != h.index {
+				t := hd.healthySince.Add(up.MinHealthyTime)
+				out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version, HealthyAt: &t}}, "healthy",
+					Record{Slot: id, Action: "healthy", Reason: fmt.Sprintf("deployment %d: %s healthy for min_healthy_time", rec.N, hd.version)}, out)
+			}
+		case !hd.healthySince.IsZero() || hd.started.IsZero() || up.HealthyDeadline <= 0:
+		case !hd.failed && now.Before(hd.started.Add(up.HealthyDeadline)):
+			at(hd.started.Add(up.HealthyDeadline))
+		default:
+			// Said again until it is written (a refused write resets
+			// the status last sent).
+			hd.failed = true
+			why := fmt.Sprintf("not healthy within healthy_deadline (%s) at %s", up.HealthyDeadline, hd.version)
+			out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version}, Failed: why}, "failed",
+				Record{Slot: id, Action: "unhealthy", Reason: why}, out)
+		}
+		// The token goes back once the slot is healthy at its target, or
+		// when the deployment no longer runs. A failed instance keeps it
+		// (it is still down) until a revert moves it back.
+		if hd.token >= 0 && ((healthy && hd.version == target) || !running) {
+			returnToken()
+		}
+		if hd.pub == "" && hd.pubRetry.After(now) {
+			at(hd.pubRetry)
+		}
+	}
+	d.busy = busy
+	// The judge: the holder of the unit's slot 0.
+	for i, unit := range d.units {
+		v := d.list[i]
+		if v.Record == nil || v.Record.Status != cluster.DeployRunning {
+			continue
+		}
+		h := a.held[SlotID{unit, 0}]
+		if h == nil || v.Record == nil || h.lost || h.orphan || (h.phase != Running && h.phase != Updating) {
+			continue
+		}
+		m := d.moving[unit]
+		if m == nil {
+			m = &move{}
+			d.moving[unit] = m
+		}
+		if m.sent || (v.Index <= m.at && !(m.failed && !now.Before(m.retry))) {
+			if m.failed && v.Index <= m.at {
+				at(m.retry)
+			}
+			continue
+		}
+		u, ok := a.units[unit]
+		if !ok {
+			continue
+		}
+		next, what := Judge(v.Record, u.Count, v.Status, now, !a.cfg.Faults.NoRevert)
+		if next == nil {
+			continue
+		}
+		m.sent, m.at, m.failed = true, v.Index, false
+		reason := next.Reason
+		if what == "deploy-successful" {
+			reason = fmt.Sprintf("every instance healthy at %s", next.Version)
+		} else if what == "deploy-promote" {
+			reason = "auto_promote: every canary healthy"
+		}
+		out = append(out, MoveDeployment{Unit: unit, CAS: v.RecordIndex, Next: *next,
+			Audit: Record{Slot: SlotID{unit, -1}, Action: what, Reason: fmt.Sprintf("deployment %d: %s", v.Record.N, reason)}})
+	}
+	return out
+}
+
+// publish sends st unless the same was sent already.
+func (a *Agent) publish(now time.Time, id SlotID, h *held, hd *holdDeploy, st Status, kind string, rec Record, out []any) []any {
+	key := st.Version + "|" + kind
+	if hd.pub == key || (hd.pub == "" && now.Before(hd.pubRetry)) {
+		return out
+	}
+	hd.pub, hd.pubRetry = key, time.Time{}
+	return append(out, Publish{Slot: id, Index: h.index, Session: a.session, Kind: kind, Status: st, Audit: rec})
+}
+
+// freeToken is a token below limit that the view shows free and this
+// node is not taking, starting from slot k's own (so that holders spread
+// over them); -1 none.
+func freeToken(v *DeployView, limit, k int, mine map[int]bool) int {
+	for i := range limit {
+		t := (k + i) % limit
+		if _, held := v.Tokens[t]; !held && !mine[t] {
+			return t
+		}
+	}
+	return -1
+}
+
+func sortSlots(ids []SlotID) []SlotID {
+	sort.Slice(ids, func(i, j int) bool {
+		if ids[i].Unit != ids[j].Unit {
+			return ids[i].Unit < ids[j].Unit
+		}
+		return ids[i].K < ids[j].K
+	})
+	return ids
+}
+
+func sortedTokens(m map[int]Token) []int {
+	out := make([]int, 0, len(m))
+	for t := range m {
+		out = append(out, t)
+	}
+	sort.Ints(out)
+	return out
+}
