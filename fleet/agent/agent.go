@@ -223,6 +223,8 @@ type (
 		// Taken: refused because another session holds the key (the
 		// view that showed it free is stale).
 		Taken bool
+		// Budget: refused because the takeover budget's CAS was (ops.go).
+		Budget bool
 	}
 	// ReleaseDone answers Release.
 	ReleaseDone struct {
@@ -253,6 +255,9 @@ type (
 		Slot    SlotID
 		Session string
 		Node    string
+		// Takeover: the claim takes over a lost slot and spends the
+		// budget in its transaction (ops.go).
+		Takeover *TakeoverCAS
 	}
 	// Release: unlock the slot key (answer: ReleaseDone).
 	Release struct {
@@ -324,6 +329,9 @@ type held struct {
 // checks only: each must make an invariant fail.
 type Faults struct {
 	NoWatchdog bool // an exclusive holder never kills an unconfirmed instance
+	// The controls (ops.go): claims ignore pauses; takeovers ignore the
+	// storm brake; a drain says done as soon as it starts.
+	IgnorePause, IgnoreBrake, DrainDoneEarly bool
 }
 
 // Config is a node's agent.
@@ -342,6 +350,10 @@ type Config struct {
 	// result among the nodes that have the same views.
 	Rank   func(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking
 	Faults Faults
+	// Control: the executor watches control/ (ControlAnswer): pauses,
+	// drains, the storm brake and the takeover budget apply (ops.go), and
+	// nothing is claimed before the first answer.
+	Control bool
 	// Warm, when set, starts the agent holding these slots under
 	// Session, their instances running and confirmed at At (a simulation
 	// that starts from a placed fleet).
@@ -402,6 +414,8 @@ type Agent struct {
 	// index of the view that showed them free: not claimed again until a
 	// newer view.
 	refused map[SlotID]uint64
+	// ops: pause, drain, the storm brake and the takeover budget (ops.go).
+	ops opsState
 }
 
 type strayTry struct {
@@ -494,7 +508,10 @@ func (a *Agent) Held() map[SlotID]Phase {
 
 // Step takes one input at now and returns what to do.
 func (a *Agent) Step(now time.Time, in any) []any {
-	var out []any
+	out, done := a.stepOps(now, in)
+	if done {
+		return a.reconcile(now, out)
+	}
 	switch in := in.(type) {
 	case Tick:
 		for u, t := range a.waitAt {
@@ -782,6 +799,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		}
 	}
 
+	out = a.reconcileOps(now, out, at)
+
 	// The holds.
 	ids := a.heldIDs()
 	var confirm []SlotID
@@ -957,10 +976,14 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					}
 					continue
 				}
+				tk, may, out2 := a.gateClaim(now, u, v, k, d, out)
+				if out = out2; !may {
+					continue
+				}
 				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
 				a.heldSorted = nil
 				mine++
-				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node})
+				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk})
 			}
 		}
 		clear(a.dirty)
@@ -985,22 +1008,23 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 // 1,000 nodes at every answer of a unit with a vacancy was most of a
 // 1,000-node fleet's CPU after a loss.
 func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Place {
+	nodes := a.rankNodes()
 	if c, ok := a.assignments[u.Name]; ok && c.count == u.Count {
-		if c.slotsIdx == v.Index && c.nodesIdx == a.nodes.Index {
+		if c.slotsIdx == v.Index && c.nodesIdx == nodes.Index {
 			return c.mine
 		}
 		if !force && subset(free, c.free) {
 			return c.mine
 		}
 	}
-	asg := a.cfg.Rank(u, v, a.nodes, free)
+	asg := a.cfg.Rank(u, v, nodes, free)
 	mine := map[int]Place{}
 	for _, k := range free {
 		if p, ok := asg.Of(k, a.cfg.Node); ok {
 			mine[k] = p
 		}
 	}
-	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, count: u.Count, free: free, mine: mine}
+	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, free: free, mine: mine}
 	return mine
 }
 
