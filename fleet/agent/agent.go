@@ -256,8 +256,11 @@ type (
 		Session string
 		Node    string
 		// Takeover: the claim takes over a lost slot and spends the
-		// budget in its transaction (ops.go).
+		// budget in its transaction (ops.go). Released: the view showed
+		// the slot released by its holder, and the transaction checks
+		// that it still is (a slot lost since is a takeover).
 		Takeover *TakeoverCAS
+		Released bool
 	}
 	// Release: unlock the slot key (answer: ReleaseDone).
 	Release struct {
@@ -983,7 +986,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
 				a.heldSorted = nil
 				mine++
-				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk})
+				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
+					Released: a.cfg.Control && v.slot(k).Released})
 			}
 		}
 		clear(a.dirty)

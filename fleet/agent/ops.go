@@ -88,6 +88,10 @@ type (
 		Index uint64
 		Err   error
 	}
+	// WatchResumed: the executor's watches broke (cut off, no leader) and
+	// answer again: the next answer of each unit may have skipped states,
+	// so it says nothing of who held a slot it shows lost.
+	WatchResumed struct{}
 	// DrainPublished answers PublishDrain.
 	DrainPublished struct {
 		Status DrainStatus
@@ -156,6 +160,11 @@ type opsState struct {
 	// control/ index at which a takeover's budget CAS was refused.
 	held      map[SlotID]heldBack
 	lostFrom  map[SlotID]string
+	gap       map[string]bool // units whose next answer follows a break
+	// budgetAt: a takeover held back for the budget is claimed no sooner
+	// than the budget frees up plus its rank's delay (the ranks stay
+	// apart, rather than every node claiming as the window moves on).
+	budgetAt map[SlotID]time.Time
 	refused   map[SlotID]uint64
 	rankView  *NodesView
 	rankNodes uint64
@@ -165,6 +174,7 @@ type opsState struct {
 func (o *opsState) init() {
 	if o.handoffs == nil {
 		o.handoffs, o.maybe, o.held, o.lostFrom, o.refused = map[SlotID]*handoff{}, map[SlotID]uint64{}, map[SlotID]heldBack{}, map[SlotID]string{}, map[SlotID]uint64{}
+		o.gap, o.budgetAt = map[string]bool{}, map[SlotID]time.Time{}
 	}
 }
 
@@ -193,6 +203,12 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 	}
 	a.ops.init()
 	switch in := in.(type) {
+	case WatchResumed:
+		a.noteGap()
+		return nil, true
+	case SessionLost:
+		// Its watches may have been cut off as long.
+		a.noteGap()
 	case ControlAnswer:
 		old := a.ops.ctl
 		if old != nil && in.View.Index < old.Index {
@@ -296,6 +312,13 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 	return nil, false
 }
 
+// noteGap: every unit's next answer may follow skipped states.
+func (a *Agent) noteGap() {
+	for u := range a.slots {
+		a.ops.gap[u] = true
+	}
+}
+
 // noteLostFrom keeps the last holder of the slots a new answer shows freed
 // without a release: a takeover's "from".
 func (a *Agent) noteLostFrom(old, v *SlotsView) {
@@ -305,6 +328,17 @@ func (a *Agent) noteLostFrom(old, v *SlotsView) {
 				delete(a.ops.lostFrom, id)
 			}
 		}
+	}
+	if a.ops.gap[v.Unit] {
+		// The old answer may be long gone: its holders say nothing of
+		// who held a slot last.
+		delete(a.ops.gap, v.Unit)
+		for id := range a.ops.lostFrom {
+			if id.Unit == v.Unit {
+				delete(a.ops.lostFrom, id)
+			}
+		}
+		return
 	}
 	if old == nil {
 		return
@@ -402,24 +436,35 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 	if idx, ok := a.ops.refused[id]; ok && idx >= ctl.Index {
 		return nil, false, out // the budget's CAS was refused: a newer log first
 	}
+	wait := func(at time.Time) {
+		if t, w := a.waitAt[u.Name]; !w || at.Before(t) {
+			a.waitAt[u.Name] = at
+		}
+	}
+	if t, ok := a.ops.budgetAt[id]; ok && now.Before(t) {
+		wait(t)
+		return nil, false, out
+	}
 	budget := cluster.TakeoverBudget(max(a.ops.base, len(a.nodes.Nodes)))
 	ok, oldest := ctl.Takeovers.Allows(from, now, budget)
 	if !ok {
 		at := oldest.Add(cluster.TakeoverWindow + d)
-		if t, w := a.waitAt[u.Name]; !w || at.Before(t) {
-			a.waitAt[u.Name] = at
-		}
+		a.ops.budgetAt[id] = at
+		wait(at)
 		return nil, false, a.holdBack(id, holdBudget, fmt.Sprintf("the takeover budget is spent (%d lost nodes per %s)", budget, cluster.TakeoverWindow), out)
 	}
+	delete(a.ops.budgetAt, id)
 	delete(a.ops.held, id)
 	e := cluster.Takeover{Slot: id.String(), Node: a.cfg.Node, From: from, At: now}
 	out = append(out, Record{Slot: id, Action: "takeover", Reason: fmt.Sprintf("lost with %s; budget %d lost nodes per %s", from, budget, cluster.TakeoverWindow)})
 	return &TakeoverCAS{Index: ctl.TakeoversIndex, Log: ctl.Takeovers.With(e), Entry: e}, true, out
 }
 
-// UnknownHolder is a takeover's "from" when this node never saw the slot
-// held (it started after, or the slot is new): all such takeovers count
-// as one lost node.
+// UnknownHolder prefixes a takeover's "from" when this node never saw the
+// slot held (it started after the loss, or the slot is new): the index
+// cannot say who held it (the holder's keys went with its session), so
+// each such slot counts as a lost node of its own ("?<unit>/<k>"): the
+// budget may be spent faster than need be, never overspent.
 const UnknownHolder = "?"
 
 // takeoverFrom: claiming free slot k would take it over (it is not marked
@@ -431,7 +476,7 @@ func (a *Agent) takeoverFrom(v *SlotsView, k int) (string, bool) {
 	if n, ok := a.ops.lostFrom[SlotID{v.Unit, k}]; ok {
 		return n, true
 	}
-	return UnknownHolder, true
+	return UnknownHolder + SlotID{v.Unit, k}.String(), true
 }
 
 // reconcileOps is what follows from the controls at now: the brake's

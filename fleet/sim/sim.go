@@ -82,6 +82,9 @@ type Config struct {
 	// break the executor.
 	Faults     agent.Faults
 	ExecFaults ExecFaults
+	// Ops adds the operator's pause, resume and drain, and the takeover
+	// budget, to a run; Storm is the storm brake's scenario (ops.go).
+	Ops, Storm bool
 	// Trace, when set, receives every line of the trace.
 	Trace func(line string)
 }
@@ -94,9 +97,13 @@ type ExecFaults struct {
 	// ReleaseBeforeStop: a release unlocks the key before the instance
 	// has exited.
 	ReleaseBeforeStop bool
+	// NoBudgetCAS: a takeover's claim sets control/takeovers instead of
+	// compare-and-setting it.
+	NoBudgetCAS bool
 }
 
 func (c *Config) defaults() {
+	c.opsDefaults()
 	if c.Nodes <= 0 {
 		c.Nodes = 50
 	}
@@ -164,6 +171,8 @@ type Result struct {
 	Kills uint64
 	Trace string // sha256 of the trace
 	End   time.Duration
+	// Ops: what the operator's controls and the brakes did (ops.go).
+	Ops OpsResult
 }
 
 // Percentile of the recovery times (p in [0, 1]).
@@ -280,6 +289,7 @@ type Sim struct {
 	// Raft writes of the instances' own fenced writes, which are not the
 	// fleet's; the Raft writes of the placed start.
 	fencedRaft, raftFrom uint64
+	ops                  *simOps
 }
 
 type rankEntry struct {
@@ -300,7 +310,9 @@ func Run(cfg Config) Result {
 		slotsCache: map[string]cachedSlots{}, ranks: map[string][]rankEntry{}, running: map[agent.SlotID][]*instance{},
 		trace: sha256.New(), lostAt: map[agent.SlotID]time.Duration{}, byU: map[string]agent.Unit{}}
 	s.res.Seed = cfg.Seed
+	s.opsInit()
 	s.setup()
+	s.opsWarm()
 	s.faults()
 	end := cfg.LossAt + cfg.Settle
 	var same int
@@ -490,10 +502,11 @@ func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 		seed = seed*31 + uint64(ch)
 	}
 	n.agent = agent.New(agent.Config{Node: n.name, Step: s.cfg.Step, LockDelay: s.cfg.LockDelay, Seed: seed, Detect: s.cfg.Detect,
-		Rank: s.rank, Faults: s.cfg.Faults, Warm: warm})
+		Rank: s.rank, Faults: s.cfg.Faults, Warm: warm, Control: s.ops.on})
 	units := slices.Clone(s.units)
 	s.step(n, agent.UnitsAnswer{Units: units})
 	s.deliverNodes(n)
+	s.deliverControl(n)
 	for _, u := range s.units {
 		s.deliverSlots(n, u.Name)
 	}
@@ -508,6 +521,7 @@ func (s *Sim) step(n *node, in any) {
 	acts := n.agent.Step(s.wall(), in)
 	s.res.StepTime += time.Since(t0)
 	s.res.Steps++
+	s.checkDecisions(n, in, acts)
 	for _, a := range acts {
 		s.act(n, a)
 	}
@@ -530,12 +544,19 @@ func (s *Sim) act(n *node, a any) {
 		s.note("%s claim %s", n.name, a.Slot)
 		lose := s.cfg.Chaos && s.rng.IntN(50) == 0
 		s.rpc(n, func() any {
-			r, err := s.store.KVTxn(s.wall(), claimOps(a.Slot, n.name, a.Session, "starting"))
+			from, takeover := s.takeoverTruth(a.Slot)
+			ops := s.claimOpsFor(n, a)
+			r, err := s.store.KVTxn(s.wall(), ops)
 			s.countTxn(r, err)
+			if err == nil && !r.OK && budgetRefused(a, len(ops), r.Errors) {
+				s.res.Ops.BudgetRefused++
+				return agent.ClaimDone{Slot: a.Slot, Budget: true}
+			}
 			if err != nil || !r.OK {
 				delay := err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")
 				return agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: err == nil && !delay}
 			}
+			s.claimApplied(n, a.Slot, from, takeover)
 			s.checkMaxPerNode(a.Slot.Unit)
 			if lose {
 				s.note("%s claim %s applied, answer lost", n.name, a.Slot)
@@ -654,6 +675,10 @@ func (s *Sim) act(n *node, a any) {
 		}
 	case agent.Record:
 		s.note("%s record %s %s %s", n.name, a.Slot, a.Action, a.Reason)
+	case agent.WriteBrake:
+		s.writeBrake(n, a)
+	case agent.PublishDrain:
+		s.publishDrain(n, a)
 	default:
 		panic(fmt.Sprintf("sim: unknown action %T", a))
 	}
@@ -741,9 +766,10 @@ func (s *Sim) notify() {
 	}
 	units := map[string]bool{}
 	vacated := map[string]bool{}
-	nodesChanged := false
+	nodesChanged, ctlChanged := false, false
 	for _, c := range commits {
 		for _, k := range c.Keys {
+			ctlChanged = ctlChanged || touchesControl(k)
 			if rest, ok := strings.CutPrefix(k, agent.VacancyPrefix); ok {
 				vacated[rest] = true
 			}
@@ -780,6 +806,9 @@ func (s *Sim) notify() {
 				s.answerSlots(n, u, s.answerIn(n, u))
 			}
 		}
+	}
+	if ctlChanged && s.ops.on {
+		s.answerControl()
 	}
 	if nodesChanged {
 		for _, n := range s.nodes {
@@ -1088,10 +1117,11 @@ func (s *Sim) faults() {
 			})
 		}
 	})
+	others := order[lose:]
+	s.operatorFaults(others)
 	if !c.Chaos {
 		return
 	}
-	others := order[lose:]
 	// mariposa killed on two nodes, restarted 5-10 s later.
 	for j := 0; j < 2 && j < len(others); j++ {
 		n := s.nodes[others[j]]
@@ -1157,6 +1187,7 @@ func (s *Sim) faults() {
 				}
 				n.watch, n.nodesIdx = map[string]uint64{}, 0
 				s.deliverNodes(n)
+				s.resumeControl(n)
 				for _, u := range s.units {
 					s.deliverSlots(n, u.Name)
 				}
@@ -1186,6 +1217,7 @@ func (s *Sim) faults() {
 				}
 				n.watch, n.nodesIdx = map[string]uint64{}, 0
 				s.deliverNodes(n)
+				s.resumeControl(n)
 				for _, u := range s.units {
 					s.deliverSlots(n, u.Name)
 				}
