@@ -92,6 +92,11 @@ type (
 	// answer again: the next answer of each unit may have skipped states,
 	// so it says nothing of who held a slot it shows lost.
 	WatchResumed struct{}
+	// HeldChecked answers CheckHeld: which of the slots the session holds.
+	HeldChecked struct {
+		Held map[SlotID]bool
+		Err  error
+	}
 	// DrainPublished answers PublishDrain.
 	DrainPublished struct {
 		Status DrainStatus
@@ -107,6 +112,14 @@ type (
 	// PublishDrain writes Status to DrainStatusKey (answer:
 	// DrainPublished).
 	PublishDrain struct{ Status DrainStatus }
+	// CheckHeld: one consistent read of the slot keys (answer:
+	// HeldChecked), for a draining node's claims whose answer was lost:
+	// the index answers only when it moves, which a claim never applied
+	// does not make it do.
+	CheckHeld struct {
+		Slots   []SlotID
+		Session string
+	}
 )
 
 // TakeoverCAS is a takeover's spending of the budget, carried out in its
@@ -154,17 +167,19 @@ type opsState struct {
 	// maybe: claims whose answer was lost, with the index of their unit's
 	// view then: held, for the drain's status, until a newer view does not
 	// show them.
-	maybe map[SlotID]uint64
+	maybe    map[SlotID]uint64
+	checking bool
+	checkAt  time.Time
 	// Claims held back (recorded once each), the last holder of free
 	// slots freed by an invalidation (the takeover's "from"), and the
 	// control/ index at which a takeover's budget CAS was refused.
-	held      map[SlotID]heldBack
-	lostFrom  map[SlotID]string
-	gap       map[string]bool // units whose next answer follows a break
+	held     map[SlotID]heldBack
+	lostFrom map[SlotID]string
+	gap      map[string]bool // units whose next answer follows a break
 	// budgetAt: a takeover held back for the budget is claimed no sooner
 	// than the budget frees up plus its rank's delay (the ranks stay
 	// apart, rather than every node claiming as the window moves on).
-	budgetAt map[SlotID]time.Time
+	budgetAt  map[SlotID]time.Time
 	refused   map[SlotID]uint64
 	rankView  *NodesView
 	rankNodes uint64
@@ -207,8 +222,20 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 		a.noteGap()
 		return nil, true
 	case SessionLost:
-		// Its watches may have been cut off as long.
+		// Its watches may have been cut off as long; what it may have
+		// claimed went with the session.
 		a.noteGap()
+		clear(a.ops.maybe)
+	case HeldChecked:
+		a.ops.checking, a.ops.checkAt = false, now.Add(time.Second)
+		if in.Err == nil {
+			for id, held := range in.Held {
+				if !held {
+					delete(a.ops.maybe, id)
+				}
+			}
+		}
+		return nil, true
 	case ControlAnswer:
 		old := a.ops.ctl
 		if old != nil && in.View.Index < old.Index {
@@ -564,6 +591,20 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 			a.ops.handoffs[id] = &handoff{since: now, releasing: true}
 			out = append(out, Release{Slot: id, Session: a.session},
 				Record{Slot: id, Action: "drain", Reason: "drained from " + a.cfg.Node + ": released; its instance runs until another node holds the slot"})
+		}
+	}
+	// Claims whose answer was lost: read their keys (a second apart).
+	if len(a.ops.maybe) > 0 && !a.ops.checking {
+		if now.Before(a.ops.checkAt) {
+			at(a.ops.checkAt)
+		} else {
+			ids := make([]SlotID, 0, len(a.ops.maybe))
+			for id := range a.ops.maybe {
+				ids = append(ids, id)
+			}
+			sortSlots(ids)
+			a.ops.checking = true
+			out = append(out, CheckHeld{Slots: ids, Session: a.session})
 		}
 	}
 	// The status: done only when nothing is held, as far as this node

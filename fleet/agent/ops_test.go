@@ -451,3 +451,49 @@ func TestDrainingNodesRankedOut(t *testing.T) {
 		t.Fatal("the ranked view changed with a control/ answer that did not change the drains")
 	}
 }
+
+// A claim whose answer was lost and that was never applied moves no
+// index: the draining node reads the key itself, a second apart, and is
+// done once the read shows it not held.
+func TestDrainChecksLostClaim(t *testing.T) {
+	m := opsMachine(t, Faults{}, nil, []string{"me", "n2"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	m.step(ctlView(20, cluster.Control{}))
+	w, _ := find[Wake](m.step(slots("web", 6, Slot{K: 0, Released: true})))
+	m.now = w.At
+	c, _ := find[Claim](m.step(Tick{}))
+	if p, ok := find[PublishDrain](m.step(ctlView(21, cluster.Control{Drains: map[string]cluster.DrainRecord{"me": {Node: "me", Deadline: t0.Add(time.Hour)}}}))); ok {
+		m.step(DrainPublished{Status: p.Status, OK: true})
+	}
+	acts := m.step(ClaimDone{Slot: c.Slot, Lost: true})
+	ch, ok := find[CheckHeld](acts)
+	if p, ok := find[PublishDrain](acts); ok {
+		m.step(DrainPublished{Status: p.Status, OK: true})
+	}
+	if !ok || !slices.Equal(ch.Slots, []SlotID{c.Slot}) || ch.Session != "s-me" {
+		t.Fatalf("no read of the lost claim's key: %+v", ch)
+	}
+	// Held after all (applied, answer lost): still held, read again a
+	// second later, not at once.
+	if p, ok := find[PublishDrain](m.step(HeldChecked{Held: map[SlotID]bool{c.Slot: true}})); ok {
+		if p.Status.Done {
+			t.Fatal("done while the read shows the key held")
+		}
+		m.step(DrainPublished{Status: p.Status, OK: true})
+	}
+	if _, ok := find[CheckHeld](m.step(Tick{})); ok {
+		t.Fatal("read again at once")
+	}
+	m.now = m.now.Add(time.Second)
+	if _, ok := find[CheckHeld](m.step(Tick{})); !ok {
+		t.Fatal("not read again a second later")
+	}
+	var done bool
+	for _, a := range m.step(HeldChecked{Held: map[SlotID]bool{c.Slot: false}}) {
+		if p, ok := a.(PublishDrain); ok {
+			done = p.Status.Done
+		}
+	}
+	if !done {
+		t.Fatal("not done once the read shows the key free")
+	}
+}

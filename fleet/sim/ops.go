@@ -375,6 +375,25 @@ func (s *Sim) writeBrake(n *node, a agent.WriteBrake) {
 	}, func() any { return agent.BrakeDone{Err: fmt.Errorf("no answer")} })
 }
 
+// checkHeld carries out CheckHeld: one consistent read of the keys.
+func (s *Sim) checkHeld(n *node, a agent.CheckHeld) {
+	s.rpc(n, func() any {
+		var ops api.KVTxnOps
+		for _, id := range a.Slots {
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: id.Key()})
+		}
+		r, err := s.store.KVTxn(s.wall(), ops)
+		if err != nil {
+			return agent.HeldChecked{Err: err}
+		}
+		held := map[agent.SlotID]bool{}
+		for i, id := range a.Slots {
+			held[id] = r.Results[i].Session == a.Session
+		}
+		return agent.HeldChecked{Held: held}
+	}, func() any { return agent.HeldChecked{Err: fmt.Errorf("no answer")} })
+}
+
 // publishDrain carries out PublishDrain; a status that says done is held
 // against the model and the node's instances when it is applied.
 func (s *Sim) publishDrain(n *node, a agent.PublishDrain) {

@@ -679,6 +679,8 @@ func (s *Sim) act(n *node, a any) {
 		s.writeBrake(n, a)
 	case agent.PublishDrain:
 		s.publishDrain(n, a)
+	case agent.CheckHeld:
+		s.checkHeld(n, a)
 	default:
 		panic(fmt.Sprintf("sim: unknown action %T", a))
 	}
