@@ -10,9 +10,10 @@
 // session, rank-ordered claims (cluster.Assign, ClaimDelay,
 // SecondRoundDelay), the hold, the exclusive holder's confirmations and
 // watchdog, scale-down, strays (a claim Consul applied whose answer was
-// lost) and the loss of the session. Deployments, pause, drain, volumes,
-// the brake and the takeover budget are still decided by cluster.Fleet and
-// move here next.
+// lost) and the loss of the session. With Config.Control (ops.go) it also
+// decides pause, drain, the storm brake and the takeover budget from the
+// watch on control/. Deployments and volumes are still decided by
+// cluster.Fleet and move here next.
 //
 // # A held slot
 //

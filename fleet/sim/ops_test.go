@@ -8,7 +8,7 @@ import (
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 )
 
-var opsSeeds = flag.Int("sim.opsseeds", 30, "seeds TestSimulationOps runs")
+var opsSeeds = flag.Int("sim.opsseeds", 10, "seeds TestSimulationOps runs")
 
 func opsConfig(seed uint64) Config {
 	c := config(seed)
