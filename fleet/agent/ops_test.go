@@ -497,3 +497,54 @@ func TestDrainChecksLostClaim(t *testing.T) {
 		t.Fatal("not done once the read shows the key free")
 	}
 }
+
+// After a break in the watches (or the session lost), the old answer says
+// nothing of who held a slot the next one shows lost: the takeover counts
+// as a lost node of its own.
+func TestTakeoverAfterBreakChargesUnknownHolder(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		brk  any
+		from string
+	}{
+		{"no break", nil, "n9"},
+		{"watches resumed", WatchResumed{}, UnknownHolder + "web/0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := opsMachine(t, Faults{}, nil, []string{"me", "n2", "n3"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+			m.step(ctlView(20, cluster.Control{}))
+			m.step(slots("web", 5, Slot{K: 0, Node: "n9", ModifyIndex: 5}))
+			if tc.brk != nil {
+				m.step(tc.brk)
+			}
+			acts := m.step(slots("web", 6))
+			m.now = m.now.Add(5 * time.Second)
+			c, ok := find[Claim](append(acts, m.step(Tick{})...))
+			if !ok || c.Takeover == nil || c.Takeover.Entry.From != tc.from {
+				t.Fatalf("claim %+v, want a takeover from %q", c, tc.from)
+			}
+		})
+	}
+}
+
+// A drained slot that nobody takes holds the drain up for handoffTimeout,
+// then the next one goes.
+func TestDrainHandoffTimeout(t *testing.T) {
+	m := drainMachine(t, Faults{}, "n2", "n3")
+	acts := m.step(ctlView(21, drain(time.Hour, false)))
+	if p, ok := find[PublishDrain](acts); ok {
+		m.step(DrainPublished{Status: p.Status, OK: true})
+	}
+	s, _ := find[Stop](acts)
+	m.step(InstanceExited{Slot: s.Slot})
+	m.step(ReleaseDone{Slot: s.Slot, OK: true})
+	m.step(slots("db", 30, Slot{K: 0, Released: true})) // nobody took it
+	m.now = t0.Add(handoffTimeout - time.Millisecond)
+	if rs := releasesOf(m.step(Tick{}), "web"); len(rs) > 0 {
+		t.Fatal("the next slot before the handoff's timeout")
+	}
+	m.now = t0.Add(handoffTimeout)
+	if rs := releasesOf(m.step(Tick{}), "web"); len(rs) != 1 {
+		t.Fatal("the next slot not given at the handoff's timeout")
+	}
+}

@@ -201,7 +201,7 @@ func (s *Sim) answerControl() {
 	}
 }
 
-// commitsTouchControl: hook for notify.
+// touchesControl: a commit of key moves the watch on control/ (notify).
 func touchesControl(key string) bool { return strings.HasPrefix(key, cluster.ControlPrefix) }
 
 // paused: unit paused for placement in view.
