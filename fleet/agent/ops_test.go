@@ -548,3 +548,33 @@ func TestDrainHandoffTimeout(t *testing.T) {
 		t.Fatal("the next slot not given at the handoff's timeout")
 	}
 }
+
+// A takeover held back for the budget is claimed when the budget frees up
+// plus its rank's delay, not as soon as the window moves on (every node
+// would claim at once).
+func TestBudgetKeepsRanksApart(t *testing.T) {
+	m := opsMachine(t, Faults{}, nil, []string{"me", "n2", "n3"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	oldest := t0.Add(-time.Second)
+	log := cluster.TakeoverLog{Takeovers: []cluster.Takeover{{Slot: "x/0", Node: "n2", From: "n8", At: oldest}}}
+	m.step(ctlView(20, cluster.Control{Takeovers: log, TakeoversIndex: 20}))
+	m.step(slots("web", 5, Slot{K: 0, Node: "n9", ModifyIndex: 5}))
+	m.step(slots("web", 6))
+	m.now = m.now.Add(5 * time.Second)
+	acts := m.step(Tick{})
+	if _, ok := find[Claim](acts); ok {
+		t.Fatal("claimed with the budget spent")
+	}
+	free := oldest.Add(cluster.TakeoverWindow)
+	w, ok := find[Wake](acts)
+	if !ok || !w.At.After(free) {
+		t.Fatalf("no wake after the budget frees up: %v", acts)
+	}
+	m.now = free.Add(time.Nanosecond)
+	if _, ok := find[Claim](m.step(ctlView(21, cluster.Control{Takeovers: log, TakeoversIndex: 20}))); ok {
+		t.Fatal("claimed as the window moved on, before its rank's delay")
+	}
+	m.now = w.At
+	if c, ok := find[Claim](m.step(Tick{})); !ok || c.Takeover == nil {
+		t.Fatal("no takeover at its time")
+	}
+}
