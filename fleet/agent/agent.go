@@ -335,6 +335,9 @@ type Faults struct {
 	// The controls (ops.go): claims ignore pauses; takeovers ignore the
 	// storm brake; a drain says done as soon as it starts.
 	IgnorePause, IgnoreBrake, DrainDoneEarly bool
+	// LogEveryTakeover: every takeover writes the budget's log (as
+	// cluster.Fleet does), none rides on a fresh one of its lost node.
+	LogEveryTakeover bool
 }
 
 // Config is a node's agent.

@@ -167,14 +167,14 @@ func TestBudgetRefusedWaitsForNewerLog(t *testing.T) {
 		t.Fatal("claimed again on the log whose CAS was refused")
 	}
 	// Another node took over a slot of n9: the same lost node, free.
-	log := cluster.TakeoverLog{Takeovers: []cluster.Takeover{{Slot: "x/0", Node: "n2", From: "n9", At: m.now}}}
+	log := cluster.TakeoverLog{Takeovers: []cluster.Takeover{{Slot: "x/0", Node: "n2", From: "n9", At: m.now.Add(-2 * FreshTakeover)}}}
 	acts := m.step(ctlView(30, cluster.Control{Takeovers: log, TakeoversIndex: 30}))
 	if w, ok := find[Wake](acts); ok {
 		m.now = w.At
 		acts = append(acts, m.step(Tick{})...)
 	}
 	c, ok = find[Claim](acts)
-	if !ok || c.Takeover == nil || c.Takeover.Index != 30 || len(c.Takeover.Log.Takeovers) != 2 {
+	if !ok || c.Takeover == nil || !c.Takeover.Logged || c.Takeover.Index != 30 || len(c.Takeover.Log.Takeovers) != 2 {
 		t.Fatalf("claim on the newer log: %+v %v", c, acts)
 	}
 }
@@ -576,5 +576,35 @@ func TestBudgetKeepsRanksApart(t *testing.T) {
 	m.now = w.At
 	if c, ok := find[Claim](m.step(Tick{})); !ok || c.Takeover == nil {
 		t.Fatal("no takeover at its time")
+	}
+}
+
+// A takeover from a lost node whose last logged takeover is fresh writes
+// nothing: the slots of one lost node do not contend for the log.
+func TestFreshTakeoverNotLogged(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ago    time.Duration
+		faults Faults
+		logged bool
+	}{
+		{"logged just now", FreshTakeover / 2, Faults{}, false},
+		{"logged at the edge", FreshTakeover, Faults{}, false},
+		{"logged a while ago", FreshTakeover + time.Millisecond, Faults{}, true},
+		{"every takeover logged (cluster.Fleet's way)", 0, Faults{LogEveryTakeover: true}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := opsMachine(t, tc.faults, nil, []string{"me", "n2", "n3"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+			m.step(ctlView(20, cluster.Control{}))
+			m.step(slots("web", 5, Slot{K: 0, Node: "n9", ModifyIndex: 5}))
+			m.step(slots("web", 6))
+			m.now = m.now.Add(5 * time.Second)
+			log := cluster.TakeoverLog{Takeovers: []cluster.Takeover{{Slot: "web/1", Node: "n2", From: "n9", At: m.now.Add(-tc.ago)}}}
+			acts := m.step(ctlView(30, cluster.Control{Takeovers: log, TakeoversIndex: 30}))
+			c, ok := find[Claim](acts)
+			if !ok || c.Takeover == nil || c.Takeover.Logged != tc.logged || len(records(acts, "takeover")) != 1 {
+				t.Fatalf("claim %+v %+v, want logged %v", c, c.Takeover, tc.logged)
+			}
+		})
 	}
 }

@@ -35,7 +35,7 @@ import (
 //   - the takeover budget is never overspent: the takeovers Consul applied
 //     (claims of slots freed by an invalidation, known from the model, not
 //     from the agents) come from at most cluster.TakeoverBudget(nodes)
-//     lost nodes in any window;
+//     lost nodes in any window (two seconds shorter: see claimApplied);
 //   - the storm brake is obeyed: no agent claims a takeover of another
 //     node's slot while its answer of control/ shows the brake, or after
 //     its own write of it;
@@ -279,7 +279,7 @@ func (s *Sim) claimOpsFor(n *node, a agent.Claim) api.KVTxnOps {
 		// The mark must still be there (get fails on a missing key).
 		ops = append(ops[:2], append(api.KVTxnOps{{Verb: api.KVGet, Key: a.Slot.ReleasedKey()}}, ops[2:]...)...)
 	}
-	if t := a.Takeover; t != nil {
+	if t := a.Takeover; t != nil && t.Logged {
 		op := &api.KVTxnOp{Verb: api.KVCAS, Key: cluster.TakeoversKey, Index: t.Index, Value: t.Log.Encode()}
 		if s.cfg.ExecFaults.NoBudgetCAS {
 			op.Verb, op.Index = api.KVSet, 0
@@ -292,7 +292,7 @@ func (s *Sim) claimOpsFor(n *node, a agent.Claim) api.KVTxnOps {
 // budgetRefused: a claim's transaction (of n ops) failed on its budget
 // CAS (the last op) alone.
 func budgetRefused(a agent.Claim, n int, errs api.TxnErrors) bool {
-	if a.Takeover == nil || len(errs) == 0 {
+	if a.Takeover == nil || !a.Takeover.Logged || len(errs) == 0 {
 		return false
 	}
 	for _, e := range errs {
@@ -337,8 +337,10 @@ func (s *Sim) claimApplied(n *node, id agent.SlotID, from string, takeover bool)
 	s.res.Ops.Takeovers++
 	s.ops.takeovers = append(s.ops.takeovers, takeoverDone{at: s.now, from: from, slot: id})
 	// The agents decide with the window ending at their decision, a
-	// latency before this: the window counted here is a second shorter.
-	window := cluster.TakeoverWindow - time.Second
+	// latency (up to half a second) before this, and a takeover rides on
+	// its lost node's logged one up to agent.FreshTakeover older: the
+	// window counted here is two seconds shorter.
+	window := cluster.TakeoverWindow - 2*time.Second
 	from2 := map[string]bool{}
 	keep := s.ops.takeovers[:0]
 	for _, t := range s.ops.takeovers {
