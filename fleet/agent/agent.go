@@ -223,6 +223,8 @@ type (
 		// Taken: refused because another session holds the key (the
 		// view that showed it free is stale).
 		Taken bool
+		// Budget: refused because the takeover budget's CAS was (ops.go).
+		Budget bool
 	}
 	// ReleaseDone answers Release.
 	ReleaseDone struct {
@@ -253,6 +255,12 @@ type (
 		Slot    SlotID
 		Session string
 		Node    string
+		// Takeover: the claim takes over a lost slot and spends the
+		// budget in its transaction (ops.go). Released: the view showed
+		// the slot released by its holder, and the transaction checks
+		// that it still is (a slot lost since is a takeover).
+		Takeover *TakeoverCAS
+		Released bool
 	}
 	// Release: unlock the slot key (answer: ReleaseDone).
 	Release struct {
@@ -328,6 +336,12 @@ type Faults struct {
 	NoWatchdog bool // an exclusive holder never kills an unconfirmed instance
 	NoToken    bool // a holder updates its instance without a rollout token
 	NoRevert   bool // the judge fails a deployment without its auto_revert
+	// The controls (ops.go): claims ignore pauses; takeovers ignore the
+	// storm brake; a drain says done as soon as it starts.
+	IgnorePause, IgnoreBrake, DrainDoneEarly bool
+	// LogEveryTakeover: every takeover writes the budget's log (as
+	// cluster.Fleet does), none rides on a fresh one of its lost node.
+	LogEveryTakeover bool
 }
 
 // Config is a node's agent.
@@ -346,6 +360,10 @@ type Config struct {
 	// result among the nodes that have the same views.
 	Rank   func(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking
 	Faults Faults
+	// Control: the executor watches control/ (ControlAnswer): pauses,
+	// drains, the storm brake and the takeover budget apply (ops.go), and
+	// nothing is claimed before the first answer.
+	Control bool
 	// Warm, when set, starts the agent holding these slots under
 	// Session, their instances running and confirmed at At (a simulation
 	// that starts from a placed fleet).
@@ -408,6 +426,8 @@ type Agent struct {
 	refused map[SlotID]uint64
 	// dep: the units' deployments (deploy.go); nil until one is heard of.
 	dep *deployState
+	// ops: pause, drain, the storm brake and the takeover budget (ops.go).
+	ops opsState
 }
 
 type strayTry struct {
@@ -500,7 +520,10 @@ func (a *Agent) Held() map[SlotID]Phase {
 
 // Step takes one input at now and returns what to do.
 func (a *Agent) Step(now time.Time, in any) []any {
-	var out []any
+	out, done := a.stepOps(now, in)
+	if done {
+		return a.reconcile(now, out)
+	}
 	switch in := in.(type) {
 	case Tick:
 		for u, t := range a.waitAt {
@@ -561,7 +584,11 @@ func (a *Agent) Step(now time.Time, in any) []any {
 				}
 				out = append(out, Refresh{Units: []string{in.Slot.Unit}})
 			}
-			if in.LockDelay {
+			// Refused for the lock delay, or with no answer (no leader,
+			// cut off, lost: a minority-side node retried at once,
+			// hundreds of claims a second): not again for a tenth of the
+			// lock delay.
+			if in.LockDelay || !in.Taken && !in.Budget {
 				vs := a.vacantOf(in.Slot.Unit)
 				v := vs[in.Slot.K]
 				if v.since.IsZero() {
@@ -790,6 +817,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		}
 	}
 
+	out = a.reconcileOps(now, out, at)
+
 	// The holds.
 	ids := a.heldIDs()
 	var confirm []SlotID
@@ -965,10 +994,15 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					}
 					continue
 				}
+				tk, may, out2 := a.gateClaim(now, u, v, k, d, out)
+				if out = out2; !may {
+					continue
+				}
 				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
 				a.heldSorted = nil
 				mine++
-				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node})
+				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
+					Released: a.cfg.Control && v.slot(k).Released})
 			}
 		}
 		clear(a.dirty)
@@ -994,8 +1028,9 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 // 1,000 nodes at every answer of a unit with a vacancy was most of a
 // 1,000-node fleet's CPU after a loss.
 func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Place {
+	nodes := a.rankNodes()
 	if c, ok := a.assignments[u.Name]; ok && c.count == u.Count {
-		if c.slotsIdx == v.Index && c.nodesIdx == a.nodes.Index {
+		if c.slotsIdx == v.Index && c.nodesIdx == nodes.Index {
 			return c.mine
 		}
 		// Not when this node had a place only in slots filled since:
@@ -1006,14 +1041,14 @@ func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Pla
 			return c.mine
 		}
 	}
-	asg := a.cfg.Rank(u, v, a.nodes, free)
+	asg := a.cfg.Rank(u, v, nodes, free)
 	mine := map[int]Place{}
 	for _, k := range free {
 		if p, ok := asg.Of(k, a.cfg.Node); ok {
 			mine[k] = p
 		}
 	}
-	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, count: u.Count, free: free, mine: mine}
+	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, free: free, mine: mine}
 	return mine
 }
 

@@ -10,10 +10,11 @@
 // rank-ordered claims (cluster.Assign, ClaimDelay, SecondRoundDelay), the
 // hold, the exclusive holder's confirmations and watchdog, scale-down,
 // strays (a claim Consul applied whose answer was lost) and the loss of
-// the session; and deployments (section 5, deploy.go): rolling updates
+// the session; deployments (section 5, deploy.go): rolling updates
 // under rollout tokens, canaries and promotion, health judged over
-// min_healthy_time and healthy_deadline, auto_revert. Pause, drain,
-// volumes, the brake and the takeover budget are still decided by
+// min_healthy_time and healthy_deadline, auto_revert; and, with
+// Config.Control (ops.go), pause, drain, the storm brake and the takeover
+// budget from the watch on control/. Volumes are still decided by
 // cluster.Fleet.
 //
 // # A held slot

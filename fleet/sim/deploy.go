@@ -589,7 +589,7 @@ func (s *Sim) deployTick() {
 	for _, u := range s.units {
 		t := s.dep.track[u.Name]
 		for _, n := range sortedN(t.started) {
-			if bound := deployBound(u.Count); !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > bound {
+			if bound := deployBound(u.Count) + s.pausedWithin(u.Name, t.started[n]); !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > bound {
 				t.flagged[n] = true
 				s.violate("deployment %s/%d not terminal %v after it started", u.Name, n, bound)
 			}
@@ -612,7 +612,7 @@ func (s *Sim) deployFinal() {
 	for _, u := range s.units {
 		t := s.dep.track[u.Name]
 		for _, n := range sortedN(t.started) {
-			if !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > deployBound(u.Count)/2 {
+			if !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > deployBound(u.Count)/2+s.pausedWithin(u.Name, t.started[n]) {
 				s.violate("deployment %s/%d not terminal at the end (started at %.1fs)", u.Name, n, t.started[n].Seconds())
 			}
 			if n > 1 {

@@ -85,6 +85,9 @@ type Config struct {
 	// Deploys: an operator deploys from the seed (deploy.go), and the
 	// deployments' invariants are checked.
 	Deploys bool
+	// Ops adds the operator's pause, resume and drain, and the takeover
+	// budget, to a run; Storm is the storm brake's scenario (ops.go).
+	Ops, Storm bool
 	// Trace, when set, receives every line of the trace.
 	Trace func(line string)
 }
@@ -102,9 +105,13 @@ type ExecFaults struct {
 	// without their audit record; PublishInHeldKey: a holder's status
 	// write also writes its held lock key (the fencing token moves).
 	NoDeployCAS, NoAudit, PublishInHeldKey bool
+	// NoBudgetCAS: a takeover's claim sets control/takeovers instead of
+	// compare-and-setting it.
+	NoBudgetCAS bool
 }
 
 func (c *Config) defaults() {
+	c.opsDefaults()
 	if c.Nodes <= 0 {
 		c.Nodes = 50
 	}
@@ -174,6 +181,8 @@ type Result struct {
 	End   time.Duration
 	// Deploys: how the deployments went (Config.Deploys).
 	Deploys DeployStats
+	// Ops: what the operator's controls and the brakes did (ops.go).
+	Ops OpsResult
 }
 
 // Percentile of the recovery times (p in [0, 1]).
@@ -293,6 +302,7 @@ type Sim struct {
 	fencedRaft, raftFrom uint64
 	// dep: deployments (deploy.go), when Config.Deploys.
 	dep *simDeploy
+	ops *simOps
 }
 
 type rankEntry struct {
@@ -313,7 +323,9 @@ func Run(cfg Config) Result {
 		slotsCache: map[string]cachedSlots{}, ranks: map[string][]rankEntry{}, running: map[agent.SlotID][]*instance{},
 		trace: sha256.New(), lostAt: map[agent.SlotID]time.Duration{}, byU: map[string]agent.Unit{}}
 	s.res.Seed = cfg.Seed
+	s.opsInit()
 	s.setup()
+	s.opsWarm()
 	s.faults()
 	end := cfg.LossAt + cfg.Settle
 	var same int
@@ -505,10 +517,11 @@ func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 		seed = seed*31 + uint64(ch)
 	}
 	n.agent = agent.New(agent.Config{Node: n.name, Step: s.cfg.Step, LockDelay: s.cfg.LockDelay, Seed: seed, Detect: s.cfg.Detect,
-		Rank: s.rank, Faults: s.cfg.Faults, Warm: warm})
+		Rank: s.rank, Faults: s.cfg.Faults, Warm: warm, Control: s.ops.on})
 	units := slices.Clone(s.units)
 	s.step(n, agent.UnitsAnswer{Units: units})
 	s.deliverNodes(n)
+	s.deliverControl(n)
 	for _, u := range s.units {
 		s.deliverSlots(n, u.Name)
 	}
@@ -524,6 +537,7 @@ func (s *Sim) step(n *node, in any) {
 	acts := n.agent.Step(s.wall(), in)
 	s.res.StepTime += time.Since(t0)
 	s.res.Steps++
+	s.checkDecisions(n, in, acts)
 	for _, a := range acts {
 		s.act(n, a)
 	}
@@ -546,12 +560,19 @@ func (s *Sim) act(n *node, a any) {
 		s.note("%s claim %s", n.name, a.Slot)
 		lose := s.cfg.Chaos && s.rng.IntN(50) == 0
 		s.rpc(n, func() any {
-			r, err := s.store.KVTxn(s.wall(), claimOps(a.Slot, n.name, a.Session, "starting"))
+			from, takeover := s.takeoverTruth(a.Slot)
+			ops := s.claimOpsFor(n, a)
+			r, err := s.store.KVTxn(s.wall(), ops)
 			s.countTxn(r, err)
+			if err == nil && !r.OK && budgetRefused(a, len(ops), r.Errors) {
+				s.res.Ops.BudgetRefused++
+				return agent.ClaimDone{Slot: a.Slot, Budget: true}
+			}
 			if err != nil || !r.OK {
 				delay := err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")
 				return agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: err == nil && !delay}
 			}
+			s.claimApplied(n, a.Slot, from, takeover)
 			s.checkMaxPerNode(a.Slot.Unit)
 			if lose {
 				s.note("%s claim %s applied, answer lost", n.name, a.Slot)
@@ -672,6 +693,12 @@ func (s *Sim) act(n *node, a any) {
 		}
 	case agent.Record:
 		s.note("%s record %s %s %s", n.name, a.Slot, a.Action, a.Reason)
+	case agent.WriteBrake:
+		s.writeBrake(n, a)
+	case agent.PublishDrain:
+		s.publishDrain(n, a)
+	case agent.CheckHeld:
+		s.checkHeld(n, a)
 	default:
 		if !s.actDeploy(n, a) {
 			panic(fmt.Sprintf("sim: unknown action %T", a))
@@ -762,9 +789,10 @@ func (s *Sim) notify() {
 	s.deployCommits(commits)
 	units := map[string]bool{}
 	vacated := map[string]bool{}
-	nodesChanged := false
+	nodesChanged, ctlChanged := false, false
 	for _, c := range commits {
 		for _, k := range c.Keys {
+			ctlChanged = ctlChanged || touchesControl(k)
 			if rest, ok := strings.CutPrefix(k, agent.VacancyPrefix); ok {
 				vacated[rest] = true
 			}
@@ -801,6 +829,9 @@ func (s *Sim) notify() {
 				s.answerSlots(n, u, s.answerIn(n, u))
 			}
 		}
+	}
+	if ctlChanged && s.ops.on {
+		s.answerControl()
 	}
 	if nodesChanged {
 		for _, n := range s.nodes {
@@ -1110,10 +1141,11 @@ func (s *Sim) faults() {
 			})
 		}
 	})
+	others := order[lose:]
+	s.operatorFaults(others)
 	if !c.Chaos {
 		return
 	}
-	others := order[lose:]
 	// mariposa killed on two nodes, restarted 5-10 s later.
 	for j := 0; j < 2 && j < len(others); j++ {
 		n := s.nodes[others[j]]
@@ -1183,6 +1215,7 @@ func (s *Sim) faults() {
 				}
 				n.watch, n.nodesIdx = map[string]uint64{}, 0
 				s.deliverNodes(n)
+				s.resumeControl(n)
 				for _, u := range s.units {
 					s.deliverSlots(n, u.Name)
 				}
@@ -1215,6 +1248,7 @@ func (s *Sim) faults() {
 				}
 				n.watch, n.nodesIdx = map[string]uint64{}, 0
 				s.deliverNodes(n)
+				s.resumeControl(n)
 				for _, u := range s.units {
 					s.deliverSlots(n, u.Name)
 				}

@@ -29,6 +29,8 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	deploys := flag.Bool("deploys", false, "an operator's deploys from the seed: rolling, canary + promote, a bad version auto-reverted, a deploy racing the judge")
 	settle := flag.Duration("settle", 0, "how long after the loss the run goes on (default 60s)")
+	ops := flag.Bool("ops", false, "operator actions (pause, resume, drain) and the takeover budget; 30% of the nodes lost")
+	storm := flag.Bool("storm", false, "the storm brake's scenario: 60% of the nodes lost, resumed 20 s later")
 	flag.Parse()
 	// The simulation allocates fast and keeps little: collecting at four
 	// times the live heap, not twice, saves a fifth of the CPU at 1,000
@@ -60,7 +62,7 @@ func main() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys}
+			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys, Ops: *ops, Storm: *storm}
 			if *trace {
 				cfg.Trace = func(l string) { fmt.Println(l) }
 			}

@@ -1,0 +1,83 @@
+package cluster
+
+import (
+	"time"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// The pure parts of the storm brake, the takeover budget, pauses and
+// drains, exported for the fleet's step machine (fleet/agent), which
+// decides them as cluster.Fleet does: one layout, one codec, one rule.
+
+// VanishTracker follows which supervisors vanished (live -> not live) and
+// when, as cluster.Fleet does for the storm brake.
+type VanishTracker struct{ t vanishTracker }
+
+// Observe takes the supervisors as now read and returns those that
+// vanished within StormWindow (sorted) and how many were live at some
+// point in it.
+func (v *VanishTracker) Observe(nodes []NodeInfo, now time.Time) (vanished []string, base int) {
+	return v.t.observe(nodes, now)
+}
+
+// Forget drops the vanishings seen so far (the brake was lifted: only new
+// ones count towards the next storm).
+func (v *VanishTracker) Forget() { v.t.forget() }
+
+// Allows says whether a takeover of a slot lost with node from, at at,
+// fits budget; if not, oldest is the window's oldest takeover.
+func (l TakeoverLog) Allows(from string, at time.Time, budget int) (ok bool, oldest time.Time) {
+	return l.allows(from, at, budget)
+}
+
+// With is the log with e added and the entries out of the window dropped.
+func (l TakeoverLog) With(e Takeover) TakeoverLog { return l.with(e) }
+
+// Encode is control/takeovers' value.
+func (l TakeoverLog) Encode() []byte { return l.encode() }
+
+// Encode is control/storm's value.
+func (r StormRecord) Encode() []byte { return r.encode() }
+
+// Control is what the watch on control/ says: the pauses (by unit, ""
+// the whole fleet), the drains (by node), the storm brake and the
+// takeover log with the index of its key (0: absent), as cluster.Fleet
+// reads them (corrupt pauses pause everything, corrupt drains drain at
+// once).
+type Control struct {
+	Pauses         map[string]PauseRecord
+	Drains         map[string]DrainRecord
+	Storm          *StormRecord
+	Takeovers      TakeoverLog
+	TakeoversIndex uint64
+}
+
+// ParseControl reads an answer of the watch on control/.
+func ParseControl(pairs api.KVPairs, report func(key, msg string, err error)) Control {
+	if report == nil {
+		report = func(string, string, error) {}
+	}
+	var c Control
+	c.Storm, c.Takeovers = parseControl(pairs, report)
+	c.Pauses, _ = parsePauses(pairs, report)
+	c.Drains = parseDrains(pairs, report)
+	for _, p := range pairs {
+		if p.Key == TakeoversKey {
+			c.TakeoversIndex = p.ModifyIndex
+		}
+	}
+	return c
+}
+
+// Paused is the pause of unit for scope (PausePlacement, PauseDeploy), if
+// any: the whole fleet's, else the unit's.
+func (c Control) Paused(unit, scope string) (PauseRecord, bool) {
+	if r, ok := c.Pauses[""]; ok && r.covers(scope) {
+		return r, true
+	}
+	if r, ok := c.Pauses[unit]; ok && unit != "" && r.covers(scope) {
+		return r, true
+	}
+	return PauseRecord{}, false
+}

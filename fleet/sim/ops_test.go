@@ -1,0 +1,101 @@
+package sim
+
+import (
+	"flag"
+	"strings"
+	"testing"
+
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+)
+
+var opsSeeds = flag.Int("sim.opsseeds", 10, "seeds TestSimulationOps runs")
+
+func opsConfig(seed uint64) Config {
+	c := config(seed)
+	c.Ops = true
+	// Not with the operator's deploys yet: a deployment's bound does not
+	// count the time its unit is short of its count under the takeover
+	// budget's pacing (30 % of the nodes lost), so it would flag a
+	// deployment that waits, rightly, for its slots.
+	c.Deploys = false
+	return c
+}
+
+func stormConfig(seed uint64) Config {
+	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Storm: true}
+}
+
+// TestSimulationOps runs the chaos simulation with the operator's
+// controls: a pause and its resume around the loss of 30 % of the nodes,
+// whose takeovers the budget paces, and a drain; every invariant of
+// ops.go checked at every step.
+func TestSimulationOps(t *testing.T) {
+	var sum OpsResult
+	for seed := uint64(1); seed <= uint64(*opsSeeds); seed++ {
+		r := Run(opsConfig(seed))
+		for _, v := range r.Violations {
+			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -slots 10 -seeds 1 -seed %d -ops -trace)", v, *nodes, seed)
+		}
+		if t.Failed() {
+			return
+		}
+		if r.Ops.Pauses != 1 || r.Ops.Resumes != 1 || r.Ops.Drains != 1 || r.Ops.DrainTime == 0 {
+			t.Fatalf("seed %d: the operator's actions did not all happen: %+v", seed, r.Ops)
+		}
+		sum.Takeovers += r.Ops.Takeovers
+		sum.HeldBack += r.Ops.HeldBack
+		sum.BudgetRefused += r.Ops.BudgetRefused
+	}
+	if sum.Takeovers == 0 || sum.HeldBack == 0 || sum.BudgetRefused == 0 {
+		t.Fatalf("the controls were not exercised: %+v", sum)
+	}
+	t.Logf("%d seeds: %+v", *opsSeeds, sum)
+}
+
+// TestSimulationStorm: 60 % of the nodes lost at once engage the brake;
+// after the resume the budget paces the takeovers and the fleet is back
+// at full count.
+func TestSimulationStorm(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		r := Run(stormConfig(seed))
+		for _, v := range r.Violations {
+			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -slots 10 -seeds 1 -seed %d -storm -trace)", v, *nodes, seed)
+		}
+		if !r.Ops.BrakeEngaged || r.Ops.Takeovers == 0 {
+			t.Fatalf("seed %d: brake engaged %v, %d takeovers", seed, r.Ops.BrakeEngaged, r.Ops.Takeovers)
+		}
+	}
+}
+
+// Each mutation of the controls breaks one of them; the simulator must
+// notice within a few seeds.
+func TestSimulationCatchesOpsMutations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  func(uint64) Config
+		mut  func(*Config)
+		want string
+	}{
+		{"the budget's CAS dropped", opsConfig, func(c *Config) { c.ExecFaults.NoBudgetCAS = true }, "takeover budget overspent"},
+		{"drain done early", opsConfig, func(c *Config) { c.Faults = agent.Faults{DrainDoneEarly: true} }, "says done while"},
+		{"pause ignored in claims", opsConfig, func(c *Config) { c.Faults = agent.Faults{IgnorePause: true} }, "paused unit"},
+		{"brake ignored", stormConfig, func(c *Config) { c.Faults = agent.Faults{IgnoreBrake: true} }, "storm brake engaged"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var found []string
+			for seed := uint64(1); seed <= 10 && len(found) == 0; seed++ {
+				c := tc.cfg(seed)
+				tc.mut(&c)
+				for _, v := range Run(c).Violations {
+					if strings.Contains(v, tc.want) {
+						found = append(found, v)
+					}
+				}
+			}
+			if len(found) == 0 {
+				t.Fatalf("no violation %q in 10 seeds", tc.want)
+			}
+			t.Log(found[0])
+		})
+	}
+}
