@@ -607,6 +607,14 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			delete(a.held, in.Slot)
 			a.heldSorted = nil
 			a.dirty[in.Slot.Unit] = true
+			if v := a.slots[in.Slot.Unit]; v != nil && in.OK {
+				// The view from before the release still shows the
+				// slot held by this node: not a stray to release again
+				// (a second release Consul refuses, found by the
+				// executor on real Consul), unless a second passes with
+				// no newer view.
+				a.strays[in.Slot] = strayTry{index: v.Index, at: now}
+			}
 		}
 	case ConfirmDone:
 		a.inflight = max(0, a.inflight-1)

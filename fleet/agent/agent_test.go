@@ -450,3 +450,70 @@ func TestIdleAndRefresh(t *testing.T) {
 		t.Errorf("n05 failing: refresh %+v, want db", acts)
 	}
 }
+
+// A slot this node released is not a stray of the view from before the
+// release, which still shows it held by this node: no second release
+// (found by the executor on real Consul, where the release's answer often
+// comes before the index's next answer).
+func TestReleasedSlotNotAStray(t *testing.T) {
+	m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	w, ok := find[Wake](m.step(slots("web", 5)))
+	if !ok {
+		t.Fatal("no wake for the claim")
+	}
+	m.now = w.At
+	c, ok := find[Claim](m.step(Tick{}))
+	if !ok {
+		t.Fatal("no claim")
+	}
+	m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 6})
+	m.step(InstanceStarted{Slot: c.Slot})
+	m.step(slots("web", 6, Slot{K: 0, Node: "me", ModifyIndex: 6}))
+	if _, ok := find[Stop](m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 0, MaxPerNode: 1}}})); !ok {
+		t.Fatal("not stopped on scale-down")
+	}
+	if _, ok := find[Release](m.step(InstanceExited{Slot: c.Slot})); !ok {
+		t.Fatal("not released once stopped")
+	}
+	if acts := m.step(ReleaseDone{Slot: c.Slot, OK: true}); len(acts) > 0 {
+		if r, ok := find[Release](acts); ok {
+			t.Fatalf("released again on the view from before the release: %+v", r)
+		}
+	}
+	m.now = m.now.Add(500 * time.Millisecond)
+	if r, ok := find[Release](m.step(Tick{})); ok {
+		t.Fatalf("released again: %+v", r)
+	}
+	if r, ok := find[Release](m.step(slots("web", 7))); ok {
+		t.Fatalf("released again on the newer view: %+v", r)
+	}
+}
+
+// A claim that got no answer (no leader, cut off) is not sent again at
+// once: a node on the minority side of a partition sent hundreds a
+// second; it waits a tenth of the lock delay, as a lock-delay refusal.
+func TestClaimWithoutAnswerBacksOff(t *testing.T) {
+	m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	w, ok := find[Wake](m.step(slots("web", 5)))
+	if !ok {
+		t.Fatal("no wake for the claim")
+	}
+	m.now = w.At
+	c, ok := find[Claim](m.step(Tick{}))
+	if !ok {
+		t.Fatal("no claim")
+	}
+	m.now = m.now.Add(time.Millisecond)
+	acts := m.step(ClaimDone{Slot: c.Slot, Lost: true})
+	if _, ok := find[Claim](acts); ok {
+		t.Fatal("claimed again at once")
+	}
+	m.now = m.now.Add(50 * time.Millisecond)
+	if _, ok := find[Claim](m.step(Tick{})); ok {
+		t.Fatal("claimed again within lock_delay/10")
+	}
+	m.now = m.now.Add(60 * time.Millisecond)
+	if _, ok := find[Claim](m.step(Tick{})); !ok {
+		t.Fatal("not claimed again after lock_delay/10")
+	}
+}
