@@ -202,8 +202,15 @@ func New(cfg *schema.Config, o Options) *Runner {
 	if o.Events == nil {
 		o.Events = LogEvents(o.Logger)
 	}
-	return &Runner{cfg: cfg, opts: o, log: o.Logger, instances: map[string]*Instance{},
+	r := &Runner{cfg: cfg, opts: o, log: o.Logger, instances: map[string]*Instance{},
 		ready: make(chan struct{}), registered: make(chan struct{}), killc: make(chan struct{}), applyc: make(chan applyReq)}
+	if o.Adopt != nil {
+		// After an upgrade in place the node is known from the start (the
+		// node API answers at once, not "starting"); Run's agent lookup
+		// finds the same.
+		r.node = o.Adopt.Node
+	}
+	return r
 }
 
 // Leases is the node's lease manager: one session per (session TTL, lock
