@@ -683,4 +683,3 @@ func (a *Agent) movable(id SlotID, u Unit) bool {
 	}
 	return false
 }
-
