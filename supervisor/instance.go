@@ -695,6 +695,9 @@ func (l *loop) rearm() {
 		// Nothing of the last run may be left in the group (reap would
 		// kill it): else the loop's start empties it first.
 		ready = func() bool {
+			if empty, ok := g.Empty(); ok {
+				return empty
+			}
 			pids, err := g.Procs()
 			return err == nil && len(pids) == 0 && !g.Stale()
 		}

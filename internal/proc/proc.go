@@ -254,6 +254,10 @@ func start(spec Spec, here bool) (*Process, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
+	// stdin is /dev/null, opened once rather than at every start.
+	if null := devNull(); null != nil {
+		cmd.Stdin = null
+	}
 	p := &Process{done: make(chan struct{}), outDone: make(chan struct{}), pidfd: -1}
 	p.onExit = func(ws syscall.WaitStatus, err error) {
 		_ = cmd.Process.Release()
@@ -367,6 +371,18 @@ func start(spec Spec, here bool) (*Process, error) {
 		return nil, &StartError{Err: placeErr}
 	}
 	return p, nil
+}
+
+var (
+	nullOnce sync.Once
+	nullFile *os.File
+)
+
+// devNull is /dev/null open for reading, for every child's stdin (nil:
+// it cannot be opened; exec.Cmd opens it then).
+func devNull() *os.File {
+	nullOnce.Do(func() { nullFile, _ = os.Open(os.DevNull) })
+	return nullFile
 }
 
 // exited records how the process ended and closes Done.
