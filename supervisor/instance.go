@@ -673,10 +673,10 @@ func (l *loop) rearm() {
 			a.Release()
 			return
 		}
-		l.armed = nil
 		if a.Disarm() {
 			return // exited meanwhile with its successor: reap takes both
 		}
+		l.armed = nil
 	}
 	if !ok {
 		return
