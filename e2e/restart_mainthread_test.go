@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -89,4 +90,53 @@ func threadChildren(pid, tid, child int) bool {
 		}
 	}
 	return false
+}
+
+// TestRestartAtOnceKeepsEachRunsStderr: a process restarted at once (the
+// main thread forks the next at the exit, before the supervisor hears of
+// it) has its exit reported with its own last stderr line, not the line
+// its successor may already have written: each run writes its PID to
+// stderr, and each exited event must carry the PID it is about.
+func TestRestartAtOnceKeepsEachRunsStderr(t *testing.T) {
+	t.Parallel()
+	agent := consultest.NewDev(t)
+	m := startMariposa(t, agent, nil, "-log-level", "warn", writeHCL(t, `
+service "noisy" {
+  command = ["sh", "-c", "echo \"run $$\" >&2; sleep 0.2; exit 3"]
+  restart {
+    delay    = "0s"
+    attempts = 0
+  }
+}
+`))
+	// A run's exit is recorded after its start, whose reason names its PID.
+	type record struct {
+		Action string `json:"action"`
+		Reason string `json:"reason"`
+	}
+	waitFor(t, 2*time.Minute, "5 exits, each with its own stderr line", func() (bool, string) {
+		out, code := m.cli(t, "events", "-consul-addr", agent.HTTPAddr(), "-local", "-service", "noisy", "-json")
+		if code != 0 {
+			return false, out
+		}
+		exits, pid := 0, 0
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var r record
+			if json.Unmarshal([]byte(line), &r) != nil {
+				continue
+			}
+			switch r.Action {
+			case "started":
+				if _, err := fmt.Sscanf(r.Reason, "running (pid %d", &pid); err != nil {
+					t.Fatalf("started: reason %q", r.Reason)
+				}
+			case "exited":
+				if want := fmt.Sprintf(`exit 3; last stderr: "run %d"`, pid); pid != 0 && r.Reason != want {
+					t.Fatalf("exit of pid %d: reason %q, want %q", pid, r.Reason, want)
+				}
+				exits++
+			}
+		}
+		return exits >= 5, out
+	})
 }
