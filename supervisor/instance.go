@@ -307,6 +307,7 @@ type loop struct {
 	nextEnv     []string
 	nextStderr  *atomic.Pointer[string]
 	holding     bool
+	unarmable   *proc.Process // Arm refused it: not asked again
 }
 
 // reloadHold is a reload token asked for, and once granted, held.
@@ -667,7 +668,7 @@ func (l *loop) rearm() {
 		l.armed = nil // reaped
 	}
 	ok, failureOnly, env := restartAtOnce(&l.s)
-	ok = ok && p != nil && l.s.pid == p.Pid && !l.holding
+	ok = ok && p != nil && l.s.pid == p.Pid && !l.holding && p != l.unarmable
 	if a := l.armed; a != nil {
 		if ok && failureOnly == l.armedFO && slices.Equal(env, l.armedEnv) {
 			a.Release()
@@ -702,9 +703,13 @@ func (l *loop) rearm() {
 			return err == nil && len(pids) == 0 && !g.Stale()
 		}
 	}
-	if p.Arm(&proc.Successor{Spec: spec, FailureOnly: failureOnly, Ready: ready}) {
-		l.armed, l.armedEnv, l.armedFO, l.armedStderr = p, env, failureOnly, slot
+	if !p.Arm(&proc.Successor{Spec: spec, FailureOnly: failureOnly, Ready: ready}) {
+		// Forks are not served on the main thread (tests), the PID 1
+		// reaper waits for every child, or no pidfd: not for this process.
+		l.unarmable = p
+		return
 	}
+	l.armed, l.armedEnv, l.armedFO, l.armedStderr = p, env, failureOnly, slot
 }
 
 // dropNext kills a successor decide did not take and waits for its exit.
