@@ -422,9 +422,8 @@ func (st *stepper) tryStart() {
 	}
 	s.waitingSince = time.Time{}
 	st.disarm(timerDep)
-	env := append(leaderEnv(s.svc.Leader, s.term), slotEnv(s.slot, s.svc)...)
+	env := startEnv(s)
 	if s.hasData {
-		env = append(append(env, s.data.DepEnv...), s.data.TemplateEnv...)
 		s.depsAtStart = s.depsAtStart[:0]
 		for _, d := range s.data.Deps {
 			s.depsAtStart = append(s.depsAtStart, d.Satisfied)
@@ -434,6 +433,50 @@ func (st *stepper) tryStart() {
 	st.dropWaitingReload() // the new process reads every file anew
 	st.set(StateStarting, "starting")
 	st.do(action{kind: actStart, env: env})
+}
+
+// startEnv is what a start adds to the instance's base env.
+func startEnv(s *instState) []string {
+	env := append(leaderEnv(s.svc.Leader, s.term), slotEnv(s.slot, s.svc)...)
+	if s.hasData {
+		env = append(append(env, s.data.DepEnv...), s.data.TemplateEnv...)
+	}
+	return env
+}
+
+// restartAtOnce is decide's answer, given in advance, to the exit of the
+// running process: ok when that exit, whatever its status (failureOnly:
+// whatever status but a success), is answered by a start at once with env
+// and nothing else decided first; as long as no other input comes before
+// the exit, decide will say exactly that when it comes. The loop arms the
+// process with it (proc.Process.Arm): the main thread reaps the process
+// and forks the next at once, and the exit and the start come back as the
+// usual inputs (inExited, then inStarted), the start being actStart's. It
+// holds only under a restart block that answers any exit the same way
+// (delay 0, attempts unlimited: a window then changes nothing) and in a
+// state where nothing else is under way: no stop, drain, pause, reload or
+// held health restart, every permit to run.
+func restartAtOnce(s *instState) (ok, failureOnly bool, env []string) {
+	r := s.svc.Restart
+	switch {
+	case s.pid == 0 || s.stopping || s.draining || s.shutdown || s.done:
+		return false, false, nil
+	case s.paused.Why != "" || s.reload != nil || s.nextReload != nil || s.healthHeld != "":
+		return false, false, nil
+	case r.Delay > 0 || r.Attempts > 0:
+		return false, false, nil
+	}
+	switch r.Policy {
+	case schema.RestartAlways:
+	case schema.RestartOnFailure:
+		failureOnly = true
+	default:
+		return false, false, nil
+	}
+	if ok, _, _ := (&stepper{s: s}).permitted(); !ok {
+		return false, false, nil
+	}
+	return true, failureOnly, startEnv(s)
 }
 
 // adopted: the loop starts with the process the previous image of

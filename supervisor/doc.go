@@ -9,7 +9,12 @@
 // only place that acts. Nothing blocks the loop: stopping a process is an
 // action whose completion (the process's exit) comes back as an input, so a
 // second SIGINT, an expired leadership term or an operator's request is
-// served at any time. Whether to run is one function over a set of permits
+// served at any time. One answer is given in advance (restartAtOnce): the
+// running process's exit, when decide would answer any such exit by a start
+// at once; the loop arms the process with it (proc.Process.Arm), the main
+// thread forks the successor at the exit, and the exit and the start come
+// back as the usual inputs; any other input holds the arm first, so the
+// answer holds until the exit. Whether to run is one function over a set of permits
 // (permitted): not stopping, leading (standby mode), dependencies and
 // templates ready; the fleet's slot, version and pause will be more permits.
 //

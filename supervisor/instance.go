@@ -288,6 +288,26 @@ type loop struct {
 	// OOM count read), so the next start need not look again: nothing
 	// can enter an empty group but a process placed there from outside.
 	groupClear bool
+
+	// stderr holds the last stderr line of the process l.p (a slot of
+	// its own for a process started at its predecessor's exit).
+	stderr *atomic.Pointer[string]
+	// The restart decided in advance (restartAtOnce): armed is the process
+	// armed with it (proc.Process.Arm), with the env and condition it was
+	// armed with, and the stderr slot of its successor. next is the
+	// successor started at an exit and not yet taken by actStart (fired;
+	// nextErr: its start error). holding: no arm (an upgrade's handover).
+	armed       *proc.Process
+	armedEnv    []string
+	armedFO     bool
+	armedStderr *atomic.Pointer[string]
+	nextFired   bool
+	next        *proc.Process
+	nextErr     error
+	nextEnv     []string
+	nextStderr  *atomic.Pointer[string]
+	holding     bool
+	unarmable   *proc.Process // Arm refused it: not asked again
 }
 
 // reloadHold is a reload token asked for, and once granted, held.
@@ -316,7 +336,7 @@ type termMsg struct {
 // (9 KB) it stayed at 32 KB, the largest cost of an idle service.
 func (in *Instance) newLoop() *loop {
 	return &loop{in: in, s: newInstState(in.svc, in.id, in.now()), fired: make(chan timerFire, 64), back: make(chan inputKind, 4),
-		reloads: map[uint64]*reloadHold{}, granted: make(chan reloadGrant)}
+		reloads: map[uint64]*reloadHold{}, granted: make(chan reloadGrant), stderr: &in.lastStderr}
 }
 
 func (in *Instance) run() {
@@ -602,6 +622,14 @@ func (l *loop) drain() {
 // step decides on one input and carries out the actions.
 func (l *loop) step(i input) {
 	in := l.in
+	// An armed process's successor waits while anything else is decided:
+	// the restart decided in advance holds only until another input. If
+	// the process exited and its successor started first, that exit is
+	// the input before this one.
+	if l.armed != nil && l.armed == l.p && l.p.Hold() {
+		l.queue = append([]input{i}, l.queue...)
+		i = l.reap()
+	}
 	var acts []action
 	l.s, acts = decide(l.s, i, in.now(), rand.Float64())
 	// Fork first: a restart's events, logs and Consul updates are decided
@@ -621,7 +649,76 @@ func (l *loop) step(i input) {
 	}
 	// The start's outcome is the next input, before anything else.
 	l.queue = append(outcome, l.queue...)
+	if l.nextFired {
+		// decide did not take the successor it had said it would: not
+		// expected. It goes, as a start nobody asked for.
+		in.log.Warn("a process started at its predecessor's exit was not wanted; killing it")
+		l.dropNext()
+	}
+	l.rearm()
 	l.publish()
+}
+
+// rearm arms the running process with decide's restart in advance
+// (restartAtOnce), re-arms it when that changed, lets it go on (Release)
+// when it did not, or disarms it.
+func (l *loop) rearm() {
+	p := l.p
+	if l.armed != nil && l.armed != p {
+		l.armed = nil // reaped
+	}
+	ok, failureOnly, env := restartAtOnce(&l.s)
+	ok = ok && p != nil && l.s.pid == p.Pid && !l.holding && p != l.unarmable
+	if a := l.armed; a != nil {
+		if ok && failureOnly == l.armedFO && slices.Equal(env, l.armedEnv) {
+			a.Release()
+			return
+		}
+		if a.Disarm() {
+			return // exited meanwhile with its successor: reap takes both
+		}
+		l.armed = nil
+	}
+	if !ok {
+		return
+	}
+	in := l.in
+	if in.cgroups != nil && (in.group == nil || l.stopDone != nil) {
+		return // the group must be opened (emptied) by a start of the loop's
+	}
+	spec, slot, err := l.spec(env)
+	if err != nil {
+		return
+	}
+	var ready func() bool
+	if g := in.group; g != nil {
+		spec.Group = g
+		// Nothing of the last run may be left in the group (reap would
+		// kill it): else the loop's start empties it first.
+		ready = func() bool {
+			if empty, ok := g.Empty(); ok {
+				return empty
+			}
+			pids, err := g.Procs()
+			return err == nil && len(pids) == 0 && !g.Stale()
+		}
+	}
+	if !p.Arm(&proc.Successor{Spec: spec, FailureOnly: failureOnly, Ready: ready}) {
+		// Forks are not served on the main thread (tests), the PID 1
+		// reaper waits for every child, or no pidfd: not for this process.
+		l.unarmable = p
+		return
+	}
+	l.armed, l.armedEnv, l.armedFO, l.armedStderr = p, env, failureOnly, slot
+}
+
+// dropNext kills a successor decide did not take and waits for its exit.
+func (l *loop) dropNext() {
+	if l.next != nil {
+		_ = l.next.Signal(syscall.SIGKILL)
+		<-l.next.Done()
+	}
+	l.nextFired, l.next, l.nextErr, l.nextEnv, l.nextStderr = false, nil, nil, nil, nil
 }
 
 // publish writes the state where it is read: the snapshot, and the
@@ -777,19 +874,28 @@ func acquireRetrying(ctx context.Context, gate ReloadGate, req ReloadRequest, lo
 }
 
 // start forks the process and returns the outcome: the next input, to be
-// handled before anything else.
+// handled before anything else. A successor the main thread started at
+// its predecessor's exit (rearm) is this start, when decide asks for it as
+// it said it would.
 func (l *loop) start(extra []string) input {
 	in := l.in
-	env := in.env
-	if len(extra) > 0 {
-		env = dedupeEnv(append(append([]string{}, in.env...), extra...))
+	if l.nextFired {
+		if slices.Equal(extra, l.nextEnv) {
+			p, err, slot := l.next, l.nextErr, l.nextStderr
+			l.nextFired, l.next, l.nextErr, l.nextEnv, l.nextStderr = false, nil, nil, nil, nil
+			if err != nil {
+				return input{kind: inStartFailed, err: err}
+			}
+			return l.started(p, slot)
+		}
+		l.dropNext()
 	}
 	empty := ""
 	in.lastStderr.Store(&empty)
-	spec := proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name, Tap: in.tap}
-	in.asService(&spec, true)
-	if in.identErr != nil {
-		return input{kind: inStartFailed, err: &proc.StartError{Err: in.identErr, Permanent: true}}
+	spec, _, err := l.spec(extra)
+	spec.Tap = in.tap
+	if err != nil {
+		return input{kind: inStartFailed, err: err}
 	}
 	if err := l.openGroup(); err != nil {
 		return input{kind: inStartFailed, err: err}
@@ -801,7 +907,30 @@ func (l *loop) start(extra []string) input {
 	if err != nil {
 		return input{kind: inStartFailed, err: err}
 	}
-	l.p = p
+	return l.started(p, &in.lastStderr)
+}
+
+// spec is the service's main process with extra added to its env; its
+// output's last stderr line goes to slot.
+func (l *loop) spec(extra []string) (spec proc.Spec, slot *atomic.Pointer[string], err error) {
+	in := l.in
+	env := in.env
+	if len(extra) > 0 {
+		env = dedupeEnv(append(append([]string{}, in.env...), extra...))
+	}
+	slot = new(atomic.Pointer[string])
+	spec = proc.Spec{Argv: in.svc.Command, Dir: in.svc.Dir, Env: env, Output: in.sink, Name: in.svc.Name,
+		Tap: func(line proc.Line) { in.tapInto(slot, line) }}
+	in.asService(&spec, true)
+	if in.identErr != nil {
+		return spec, nil, &proc.StartError{Err: in.identErr, Permanent: true}
+	}
+	return spec, slot, nil
+}
+
+// started makes p the process and returns its start as the next input.
+func (l *loop) started(p *proc.Process, stderr *atomic.Pointer[string]) input {
+	l.p, l.stderr = p, stderr
 	// The args checks run now, about this process, rather than leave the
 	// previous one's status in Consul for up to an interval.
 	for _, k := range l.kicks {
@@ -814,10 +943,13 @@ func (l *loop) start(extra []string) input {
 }
 
 // tap sees each output line of the child as it is read.
-func (in *Instance) tap(line proc.Line) {
+func (in *Instance) tap(line proc.Line) { in.tapInto(&in.lastStderr, line) }
+
+// tapInto is tap with the last stderr line kept in slot.
+func (in *Instance) tapInto(slot *atomic.Pointer[string], line proc.Line) {
 	if line.Stream == "stderr" && line.Text != "" {
 		t := line.Text
-		in.lastStderr.Store(&t)
+		slot.Store(&t)
 	}
 	if in.onLine != nil {
 		if in.key != "" {
@@ -832,15 +964,24 @@ func (l *loop) reap() input {
 	p := l.p
 	l.p = nil
 	e := p.Exit()
+	if l.armed == p {
+		l.armed = nil
+		// The main thread reaped it and may have started its successor
+		// already (rearm): with the env decide gave in advance.
+		if next, fired, err := p.Next(); fired {
+			l.nextFired, l.next, l.nextErr, l.nextEnv, l.nextStderr = true, next, err, l.armedEnv, l.armedStderr
+		}
+	}
 	if g := l.in.group; g != nil {
 		if n := g.OOMKills(); n > l.in.oomBase {
 			e.OOMKilled, l.in.oomBase = true, n
 		}
 	}
 	// Whatever the child left in its group goes with it; during a stop,
-	// its control group gets the rest of the stop timeout (see stop).
+	// its control group gets the rest of the stop timeout (see stop). The
+	// successor started at the exit found the group empty (rearm's ready).
 	_ = p.Signal(syscall.SIGKILL)
-	if g := l.in.group; g != nil && l.stopDone == nil {
+	if g := l.in.group; g != nil && l.stopDone == nil && !l.nextFired {
 		pids, err := g.Procs()
 		if len(pids) > 0 {
 			_ = g.Kill()
@@ -853,7 +994,7 @@ func (l *loop) reap() input {
 	case <-time.After(20 * time.Millisecond):
 	}
 	stderr := ""
-	if s := l.in.lastStderr.Load(); s != nil {
+	if s := l.stderr.Load(); s != nil {
 		stderr = *s
 	}
 	return input{kind: inExited, pid: p.Pid, exit: e, stderr: stderr}

@@ -95,6 +95,21 @@ type handoverAns struct {
 // handover answers an upgrade's request and, unless busy, parks the loop
 // until the exec (for good) or the upgrade's failure (resume).
 func (l *loop) handover(req handoverReq) {
+	// No successor starts at an exit while the instance is parked: the
+	// freeze hands over the process as it is. One that started first is
+	// taken (its exit and start decided) before the answer.
+	l.holding = true
+	defer func() { l.holding = false; l.rearm() }()
+	for l.armed != nil && l.armed == l.p {
+		a := l.armed
+		l.armed = nil
+		if !a.Disarm() {
+			break
+		}
+		l.armed = a // reap takes its successor
+		l.queue = append([]input{l.reap()}, l.queue...)
+		l.drain()
+	}
 	s := &l.s
 	ans := handoverAns{h: InstanceHandoff{Key: l.in.key, ServiceID: l.in.id, Restarts: s.restarts, LastEnd: s.lastEnd,
 		Tracker: s.tracker.State()}}

@@ -157,3 +157,48 @@ func TestReadFile(t *testing.T) {
 		t.Errorf("missing file: %v, want an *os.PathError naming it", err)
 	}
 }
+
+// TestEmpty: Empty tells, in one read of cgroup.events, whether a process
+// is in the group: none before a start, one while it runs, none once it
+// exited and was reaped; without cgroup2 it cannot tell.
+func TestEmpty(t *testing.T) {
+	m := open(t)
+	if m.unified == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no cgroup2 hierarchy here (CI has one mounted)")
+		}
+		t.Skip("no cgroup2 hierarchy here")
+	}
+	g, err := m.Group("svc-empty", Resources{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = g.Remove() }()
+	want := func(empty bool) {
+		t.Helper()
+		if e, ok := g.Empty(); !ok || e != empty {
+			t.Fatalf("Empty = %v, %v; want %v, true", e, ok, empty)
+		}
+	}
+	want(true)
+	cmd := exec.Command("sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.FD()}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	want(false)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	want(true)
+	if v1 := m.v1["freezer"]; v1 != "" {
+		v1only := &Manager{v2ctl: map[string]bool{}, v1: m.v1}
+		g1, err := v1only.Group("svc-empty-v1", Resources{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = g1.Remove() }()
+		if _, ok := g1.Empty(); ok {
+			t.Fatal("Empty told without cgroup2")
+		}
+	}
+}

@@ -136,7 +136,8 @@ func Adopt(h Handoff, output *Sink, name string, tap func(Line)) (*Process, erro
 		rp.reapAll() // an exit during the exec sent its SIGCHLD to the old image
 		return p, nil
 	}
-	if h.PidFD < 0 || !followExit(h.Pid, h.PidFD, p.exited) {
+	p.onExit = p.exited
+	if h.PidFD < 0 || !followExit(h.Pid, h.PidFD, &p.arm, p.exited) {
 		return nil, fmt.Errorf("adopting pid %d: cannot follow its pidfd", h.Pid)
 	}
 	p.pidfd = h.PidFD

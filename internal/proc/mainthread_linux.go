@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -33,7 +35,20 @@ type execReq struct {
 	before     func() error // called on the main thread just before execve
 }
 
-var mainReqs atomic.Pointer[chan mainReq]
+// mainLoop is what the main thread serves: fork and exec requests, queued
+// and announced through an eventfd, and the exits of the armed children
+// (Arm), whose pidfds are in its epoll set. The main thread blocks in
+// epoll_wait, so an armed child's exit wakes it directly, as wait4 wakes a
+// C supervisor: it reaps the child and forks the successor at once.
+type mainLoop struct {
+	ep, kick int
+	mu       sync.Mutex
+	reqs     []mainReq
+	armed    map[int32]*Process // pidfd -> its armed process
+	result   atomic.Pointer[int]
+}
+
+var theMain atomic.Pointer[mainLoop]
 
 // mainBase is the main thread's umask outside a fork.
 var mainBase int
@@ -53,20 +68,93 @@ func ServeForks(run func() int) int {
 	if err := syscall.Unshare(syscall.CLONE_FS); err != nil {
 		return run()
 	}
+	m, err := newMainLoop()
+	if err != nil {
+		return run()
+	}
 	mainBase = syscall.Umask(0o022)
 	syscall.Umask(mainBase)
-	reqs := make(chan mainReq)
-	mainReqs.Store(&reqs)
-	result := make(chan int, 1)
-	go func() { result <- run() }()
+	theMain.Store(m)
+	go func() {
+		code := run()
+		m.result.Store(&code)
+		m.wake()
+	}()
+	return m.serve()
+}
+
+func newMainLoop() (*mainLoop, error) {
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	kick, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		syscall.Close(ep)
+		return nil, err
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(kick)}
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, kick, &ev); err != nil {
+		syscall.Close(ep)
+		syscall.Close(kick)
+		return nil, err
+	}
+	return &mainLoop{ep: ep, kick: kick, armed: map[int32]*Process{}}, nil
+}
+
+// serve is the main thread's loop: it blocks in epoll_wait (a system call
+// the runtime gives the thread's P away during, like any other), serves
+// the queued requests and the armed exits, until run's result is in.
+func (m *mainLoop) serve() int {
+	events := make([]syscall.EpollEvent, 16)
+	var one [8]byte
 	for {
-		select {
-		case q := <-reqs:
+		n, err := syscall.EpollWait(m.ep, events, -1)
+		if err != nil {
+			if err != syscall.EINTR {
+				time.Sleep(time.Millisecond) // not expected: do not spin
+			}
+			continue
+		}
+		for _, ev := range events[:n] {
+			if ev.Fd == int32(m.kick) {
+				_, _ = syscall.Read(m.kick, one[:])
+				continue
+			}
+			m.exited(ev.Fd)
+		}
+		for {
+			m.mu.Lock()
+			if len(m.reqs) == 0 {
+				m.mu.Unlock()
+				break
+			}
+			q := m.reqs[0]
+			m.reqs[0] = mainReq{}
+			m.reqs = m.reqs[1:]
+			m.mu.Unlock()
 			q.done <- serveMain(q)
-		case code := <-result:
-			return code
+		}
+		if code := m.result.Load(); code != nil {
+			return *code
 		}
 	}
+}
+
+// wake has the main thread look at its queue.
+func (m *mainLoop) wake() {
+	one := [8]byte{1}
+	_, _ = syscall.Write(m.kick, one[:])
+}
+
+// call queues q for the main thread and waits for its answer.
+func (m *mainLoop) call(q mainReq) error {
+	q.done = make(chan error, 1)
+	m.mu.Lock()
+	m.reqs = append(m.reqs, q)
+	m.mu.Unlock()
+	m.wake()
+	return <-q.done
 }
 
 func serveMain(q mainReq) error {
@@ -78,16 +166,21 @@ func serveMain(q mainReq) error {
 		}
 		return syscall.Exec(e.path, e.argv, e.envv)
 	}
-	if q.umask < 0 {
-		return startOne(q.r)
+	return forkMain(q.r, q.umask)
+}
+
+// forkMain forks r on the main thread with umask (-1: mariposa's).
+func forkMain(r *startReq, umask int) error {
+	if umask < 0 {
+		return startOne(r)
 	}
-	syscall.Umask(q.umask)
+	syscall.Umask(umask)
 	defer syscall.Umask(mainBase)
-	return startOne(q.r)
+	return startOne(r)
 }
 
 // onMain reports whether forks are served on the main thread.
-func onMain() bool { return mainReqs.Load() != nil && !forkHere }
+func onMain() bool { return theMain.Load() != nil && !forkHere }
 
 // forkHere forks on the caller's thread even when the main thread serves
 // forks: BenchmarkForkOnMainThread's baseline only.
@@ -95,10 +188,7 @@ var forkHere bool
 
 // startMain forks r on the main thread, with umask (-1: mariposa's).
 func startMain(r *startReq, umask int) error {
-	reqs := *mainReqs.Load()
-	done := make(chan error, 1)
-	reqs <- mainReq{r: r, umask: umask, done: done}
-	return <-done
+	return theMain.Load().call(mainReq{r: r, umask: umask})
 }
 
 // ErrNoMainThread: forks are not served on the main thread (ServeForks),
@@ -109,13 +199,11 @@ var ErrNoMainThread = errors.New("children are not forked on the main thread: an
 // before (which may clear close-on-exec flags). It returns only on failure:
 // the old image goes on.
 func Exec(path string, argv, envv []string, before func() error) error {
-	p := mainReqs.Load()
-	if p == nil {
+	m := theMain.Load()
+	if m == nil {
 		return ErrNoMainThread
 	}
-	done := make(chan error, 1)
-	*p <- mainReq{exec: &execReq{path: path, argv: argv, envv: envv, before: before}, done: done}
-	return <-done
+	return m.call(mainReq{exec: &execReq{path: path, argv: argv, envv: envv, before: before}})
 }
 
 // The no_new_privs trampoline. no_new_privs is per thread and cannot be

@@ -12,6 +12,7 @@ func ServeForks(run func() int) int { return run() }
 
 func onMain() bool                           { return false }
 func startMain(r *startReq, umask int) error { return startOne(r) }
+func forkMain(r *startReq, umask int) error  { return startOne(r) }
 
 // ErrNoMainThread: see the Linux version.
 var ErrNoMainThread = errors.New("an upgrade in place needs Linux")

@@ -136,6 +136,14 @@ func (p *poller) add(fds []int, hs []func()) bool {
 	return true
 }
 
+// detach unregisters fd without closing it.
+func (p *poller) detach(fd int) {
+	p.mu.Lock()
+	_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+	delete(p.fds, int32(fd))
+	p.mu.Unlock()
+}
+
 // remove unregisters fd and closes it.
 func (p *poller) remove(fd int) {
 	p.mu.Lock()
@@ -210,13 +218,18 @@ func (p *poller) readStream(fd int, s *stream, eof func()) {
 }
 
 // followExit reaps pid once its pidfd is readable and calls exited with the
-// status. False: the pidfd cannot be polled; nothing was registered.
-func followExit(pid, pidfd int, exited func(syscall.WaitStatus, error)) bool {
+// status. False: the pidfd cannot be polled; nothing was registered. claim
+// is the child's arm state (arm_linux.go): the poller reaps it only while
+// no one else follows it.
+func followExit(pid, pidfd int, claim *atomic.Int32, exited func(syscall.WaitStatus, error)) bool {
 	p := getPoller()
 	if p == nil {
 		return false
 	}
 	return p.add([]int{pidfd}, []func(){func() {
+		if !claim.CompareAndSwap(armNone, armPoller) {
+			return // the main thread follows it (a stale event)
+		}
 		var ws syscall.WaitStatus
 		for {
 			wpid, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
@@ -224,6 +237,7 @@ func followExit(pid, pidfd int, exited func(syscall.WaitStatus, error)) bool {
 			case err == syscall.EINTR:
 				continue
 			case err == nil && wpid == 0:
+				claim.Store(armNone)
 				return // still running (a stale event)
 			}
 			p.remove(pidfd)

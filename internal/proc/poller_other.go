@@ -14,7 +14,7 @@ func followOutput(s *Sink, name string, tap func(Line), out, err int, outAt, err
 }
 
 // followExit: no poller here; the caller waits from a goroutine.
-func followExit(pid, pidfd int, exited func(syscall.WaitStatus, error)) bool {
+func followExit(pid, pidfd int, claim *atomic.Int32, exited func(syscall.WaitStatus, error)) bool {
 	return false
 }
 

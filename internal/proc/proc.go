@@ -120,6 +120,16 @@ type Process struct {
 	// (-1 once at EOF, or when goroutines read them).
 	pidfd        int
 	outFD, errFD atomic.Int32
+
+	// onExit records the exit once reaped (and lets go of the os.Process).
+	onExit func(syscall.WaitStatus, error)
+	// The main thread's following of the exit (arm_linux.go): the state,
+	// the successor to start, and once done, what it started.
+	arm     atomic.Int32
+	succ    *Successor
+	next    *Process
+	nextErr error
+	fired   bool
 }
 
 // OutputDone is closed when both output streams reached EOF: every writer
@@ -203,7 +213,11 @@ func startOne(r *startReq) error {
 }
 
 // Start starts the process described by spec.
-func Start(spec Spec) (*Process, error) {
+func Start(spec Spec) (*Process, error) { return start(spec, false) }
+
+// start starts spec; here: on the calling thread, the main thread serving
+// an armed exit, which holds forkGate for reading already.
+func start(spec Spec, here bool) (*Process, error) {
 	if len(spec.Argv) == 0 || spec.Argv[0] == "" {
 		return nil, &StartError{Err: errors.New("empty command"), Permanent: true}
 	}
@@ -240,12 +254,22 @@ func Start(spec Spec) (*Process, error) {
 		return nil, err
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
+	// stdin is /dev/null, opened once rather than at every start.
+	if null := devNull(); null != nil {
+		cmd.Stdin = null
+	}
 	p := &Process{done: make(chan struct{}), outDone: make(chan struct{}), pidfd: -1}
+	p.onExit = func(ws syscall.WaitStatus, err error) {
+		_ = cmd.Process.Release()
+		p.exited(ws, err)
+	}
 	p.outFD.Store(-1)
 	p.errFD.Store(-1)
 	// An upgrade's freeze waits for a start under way to be registered.
-	forkGate.RLock()
-	defer forkGate.RUnlock()
+	if !here {
+		forkGate.RLock()
+		defer forkGate.RUnlock()
+	}
 	req := &startReq{cmd: cmd, exited: p.exited}
 	// no_new_privs: through the trampoline (mainthread_linux.go), which
 	// sets it in the child.
@@ -268,6 +292,8 @@ func Start(spec Spec) (*Process, error) {
 		umask = spec.Umask
 	}
 	switch {
+	case here:
+		err = forkMain(req, umask)
 	case onMain():
 		err = startMain(req, umask)
 	case spec.HasUmask:
@@ -331,10 +357,7 @@ func Start(spec Spec) (*Process, error) {
 		if pidfd >= 0 {
 			syscall.Close(pidfd)
 		}
-	case pidfd >= 0 && followExit(p.Pid, pidfd, func(ws syscall.WaitStatus, err error) {
-		_ = cmd.Process.Release()
-		p.exited(ws, err)
-	}):
+	case pidfd >= 0 && followExit(p.Pid, pidfd, &p.arm, p.onExit):
 		p.pidfd = pidfd
 	default:
 		go func() { p.exited(waitPid(cmd.Process, pidfd)) }()
@@ -348,6 +371,18 @@ func Start(spec Spec) (*Process, error) {
 		return nil, &StartError{Err: placeErr}
 	}
 	return p, nil
+}
+
+var (
+	nullOnce sync.Once
+	nullFile *os.File
+)
+
+// devNull is /dev/null open for reading, for every child's stdin (nil:
+// it cannot be opened; exec.Cmd opens it then).
+func devNull() *os.File {
+	nullOnce.Do(func() { nullFile, _ = os.Open(os.DevNull) })
+	return nullFile
 }
 
 // exited records how the process ended and closes Done.
