@@ -13,8 +13,8 @@ import (
 // blockWait is how long a blocking query waits at the server.
 const blockWait = 5 * time.Minute
 
-// unitWatch is a unit's two watches: its index (paced by the loop) and its
-// vacancy key.
+// unitWatch is a unit's three watches: its index (paced by the loop), its
+// vacancy key and its deployment (DeployPrefix: record, statuses, tokens).
 type unitWatch struct {
 	index  *paced
 	cancel context.CancelFunc
@@ -48,6 +48,7 @@ func (e *Executor) watchUnits(units []agent.Unit) {
 		e.units[u.Name] = w
 		go e.watchIndex(ctx, u.Name, w.index)
 		go e.watchVacancy(ctx, u.Name)
+		go e.watchDeploy(ctx, u.Name)
 	}
 	for name, w := range e.units {
 		if !want[name] {
