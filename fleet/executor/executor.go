@@ -136,6 +136,10 @@ type (
 		unit string
 		view *agent.SlotsView
 	}
+	deployAns struct {
+		unit string
+		view *agent.DeployView
+	}
 	vacancyMoved struct{ unit string }
 	membersAns   struct{ nodes []string }
 	failingAns   struct{ nodes []string }
@@ -327,9 +331,26 @@ func (e *Executor) handle(in any) {
 			return // sent under a session the agent no longer has
 		}
 		e.step(in.in)
+	case deployAns:
+		w := e.units[in.unit]
+		if w == nil {
+			return
+		}
+		e.step(agent.DeployAnswer{View: in.view})
+		if !w.deployed {
+			w.deployed = true
+			if early := w.early; early != nil {
+				w.early = nil
+				e.handle(*early)
+			}
+		}
 	case indexAns:
 		w := e.units[in.unit]
 		if w == nil {
+			return
+		}
+		if !w.deployed {
+			w.early = &in
 			return
 		}
 		e.step(agent.SlotsAnswer{View: in.view})
@@ -350,7 +371,7 @@ func (e *Executor) handle(in any) {
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
-		agent.DeployAnswer, agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished:
+		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished:
 		e.step(in)
 	default:
 		e.log.Error("executor: unknown input", "input", in)

@@ -237,7 +237,7 @@ func (e *Executor) watchDeploy(ctx context.Context, unit string) {
 			kvs[i] = agent.KV{Key: p.Key, Value: p.Value, Session: p.Session, ModifyIndex: p.ModifyIndex}
 		}
 		v := agent.ParseDeployView(unit, meta.LastIndex, kvs)
-		return meta.LastIndex, func() { e.inbox.post(agent.DeployAnswer{View: v}) }, nil
+		return meta.LastIndex, func() { e.inbox.post(deployAns{unit: unit, view: v}) }, nil
 	})
 }
 

@@ -18,6 +18,11 @@ const blockWait = 5 * time.Minute
 type unitWatch struct {
 	index  *paced
 	cancel context.CancelFunc
+	// deployed: the deployment watch has answered; until then the index's
+	// answer waits in early (a slot claimed before the record is known
+	// would start at no version, then update in place).
+	deployed bool
+	early    *indexAns
 }
 
 // paced carries the loop's word on when a watch may ask next: after each
