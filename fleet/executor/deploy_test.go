@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -46,6 +47,10 @@ func deploy(t *testing.T, c *api.Client, unit, version string) agent.Deployment 
 		Promoted: true, Update: rollingBlock, Started: time.Now().UTC()}
 	if cur.Status == cluster.DeploySuccessful {
 		next.From = cur.Version
+	}
+	if cur.Status == cluster.DeployRunning {
+		next.Ended = &agent.Outcome{N: cur.N, Version: cur.Version, Status: cluster.DeployCancelled,
+			Reason: fmt.Sprintf("superseded by deployment %d", next.N)}
 	}
 	b, _ := json.Marshal(next)
 	ok, r, _, err := c.Txn().Txn(api.TxnOps{
@@ -256,4 +261,68 @@ func TestCheckerCatchesNoToken(t *testing.T) {
 	if most <= rollingBlock.MaxParallel {
 		t.Errorf("updates without tokens: at most %d down at once, the checker saw nothing", most)
 	}
+}
+
+// The judge's move is a compare-and-set on the record it judged: a
+// success decided on deployment 2, sent after the operator deployed 3,
+// is refused, and the record never goes back to 2; deployment 3 rolls out
+// and succeeds.
+func TestJudgeMoveRefusedAfterNewDeploy(t *testing.T) {
+	testJudgeMove(t, false)
+}
+
+func testJudgeMove(t *testing.T, noCAS bool) {
+	u := agent.Unit{Name: "web", Count: 3, MaxPerNode: 1}
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f := newFleet(t, fleetOptions{nodes: 3, before: firstRecord(t, u.Name), faults: func(int) executor.Faults {
+		return executor.Faults{NoDeployCAS: noCAS, BeforeMove: func(m agent.MoveDeployment) {
+			if m.Next.N == 2 && m.Next.Status == cluster.DeploySuccessful {
+				first := false
+				once.Do(func() { first = true; close(held) })
+				if first {
+					<-release
+				}
+			}
+		}}
+	}}, u)
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	})
+	f.waitSettled(30 * time.Second)
+	deploy(t, f.c, u.Name, "v2")
+	select {
+	case <-held:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the judge never moved deployment 2 to successful")
+	}
+	d3 := deploy(t, f.c, u.Name, "v3")
+	close(release)
+	var last string
+	if !consultest.WaitFor(60*time.Second, func() bool {
+		r := record(t, f.c, u.Name)
+		if r.N < d3.N {
+			t.Fatalf("the record went back from %d to %d (%s %s): the judge's move overwrote a newer deploy", d3.N, r.N, r.Version, r.Status)
+		}
+		vs := f.rec.versionsOf(u.Name)
+		last = fmt.Sprintf("record %d %s, instances %v", r.N, r.Status, vs)
+		if r.Status != cluster.DeploySuccessful || len(vs) != u.Count {
+			return false
+		}
+		for _, ns := range vs {
+			for _, v := range ns {
+				if v != "v3" {
+					return false
+				}
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("deployment 3 not rolled out after 60 s: %s", last)
+	}
+	f.checkNoOverlap()
 }

@@ -53,6 +53,9 @@ type Faults struct {
 	LoseClaimAnswer func(agent.SlotID) bool
 	// NoDeployCAS: the judge's record move without its check-index.
 	NoDeployCAS bool
+	// BeforeMove runs before a record move is sent, in its goroutine (it
+	// may block: a slow request).
+	BeforeMove func(agent.MoveDeployment)
 }
 
 // Config is one node's executor.

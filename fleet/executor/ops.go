@@ -129,6 +129,9 @@ func (e *Executor) publish(a agent.Publish) {
 // moveDeployment performs agent.MoveDeployment: the record, check-index on
 // the one the judge read, with its audit record.
 func (e *Executor) moveDeployment(a agent.MoveDeployment) {
+	if f := e.cfg.Faults.BeforeMove; f != nil {
+		f(a)
+	}
 	b, _ := json.Marshal(a.Next)
 	var ops api.TxnOps
 	if !e.cfg.Faults.NoDeployCAS {
