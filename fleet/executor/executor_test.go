@@ -590,7 +590,7 @@ func startAfter(events []event, slot agent.SlotID, from time.Time) (event, bool)
 
 func stopOf(events []event, slot agent.SlotID, node string) (event, bool) {
 	for _, e := range events {
-		if !e.start && e.slot == slot && e.node == node {
+		if !e.start && !e.healthy && e.slot == slot && e.node == node {
 			return e, true
 		}
 	}
