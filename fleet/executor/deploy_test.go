@@ -202,9 +202,18 @@ func rolling(t *testing.T, faults agent.Faults) (most int, ok bool) {
 		if a.ModifyIndex != b.ModifyIndex || a.Session != b.Session {
 			t.Errorf("web/%d moved across the update: index %d -> %d, session %s -> %s", k, b.ModifyIndex, a.ModifyIndex, b.Session, a.Session)
 		}
-		for n, idx := range f.rec.runningOf(agent.SlotID{Unit: u.Name, K: k}) {
+		id := agent.SlotID{Unit: u.Name, K: k}
+		for n, idx := range f.rec.runningOf(id) {
 			if idx != a.ModifyIndex {
 				t.Errorf("web/%d on %s runs with token %d, the key's ModifyIndex is %d", k, n, idx, a.ModifyIndex)
+			}
+			// The child's fenced write with its token, after the update.
+			ok, r, _, err := f.c.Txn().Txn(api.TxnOps{
+				{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: id.Key(), Index: idx}},
+				{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "app/" + id.String(), Value: []byte("x")}},
+			}, nil)
+			if err != nil || !ok {
+				t.Errorf("fenced write of %s with index %d refused after the update: %v %+v", id, idx, err, r)
 			}
 		}
 	}

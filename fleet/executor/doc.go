@@ -91,8 +91,8 @@
 // a confirmation read held by a server in an election is not probed with
 // stale reads as internal/lease does, so such a hold counts as unproven
 // (the strict rule); no clock-gap detection (a frozen process). Each unit
-// costs three long-lived HTTP connections to the local agent (its index and
-// its vacancy key, its deployment), and Consul allows 200 per client
+// costs three long-lived HTTP connections to the local agent (its index,
+// its vacancy key and its deployment), and Consul allows 200 per client
 // address by default (limits.http_max_conns_per_client): about 65 units
 // per node. agent.WatchResumed is not sent yet (a watch that broke and
 // answers again).
