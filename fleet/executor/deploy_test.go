@@ -35,6 +35,11 @@ func firstRecord(t *testing.T, unit string) func(c *api.Client) {
 // check-index on the current one, with its audit record, one transaction.
 func deploy(t *testing.T, c *api.Client, unit, version string) agent.Deployment {
 	t.Helper()
+	return deployBlock(t, c, unit, version, rollingBlock)
+}
+
+func deployBlock(t *testing.T, c *api.Client, unit, version string, block agent.UpdateBlock) agent.Deployment {
+	t.Helper()
 	p, _, err := c.KV().Get(agent.RecordKey(unit), &api.QueryOptions{RequireConsistent: true})
 	if err != nil || p == nil {
 		t.Fatalf("record of %s: %v %v", unit, p, err)
@@ -44,7 +49,7 @@ func deploy(t *testing.T, c *api.Client, unit, version string) agent.Deployment 
 		t.Fatal(err)
 	}
 	next := agent.Deployment{N: cur.N + 1, Version: version, From: cur.Stable, Stable: cur.Stable, Status: cluster.DeployRunning,
-		Promoted: true, Update: rollingBlock, Started: time.Now().UTC()}
+		Promoted: true, Update: block, Started: time.Now().UTC()}
 	if cur.Status == cluster.DeploySuccessful {
 		next.From = cur.Version
 	}
@@ -332,6 +337,70 @@ func testJudgeMove(t *testing.T, noCAS bool) {
 		return true
 	}) {
 		t.Fatalf("deployment 3 not rolled out after 60 s: %s", last)
+	}
+	f.checkNoOverlap()
+}
+
+// A bad version (its instances never pass their checks) with auto_revert:
+// the first slot updated publishes its failure after healthy_deadline,
+// the judge writes the revert (the failed deployment's outcome in the
+// same record), the failed slot goes back to v1 in place, and the revert
+// succeeds; no instance is left on the bad version, and never more than
+// max_parallel down at once.
+func TestAutoRevert(t *testing.T) {
+	u := agent.Unit{Name: "web", Count: 3, MaxPerNode: 1}
+	f := newFleet(t, fleetOptions{nodes: 3, before: firstRecord(t, u.Name)}, u)
+	f.waitSettled(30 * time.Second)
+	before, err := f.slotKeys(u.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := rollingBlock
+	block.AutoRevert, block.HealthyDeadline = true, 2*time.Second
+	d := deployBlock(t, f.c, u.Name, "v2-bad", block)
+	var last string
+	if !consultest.WaitFor(60*time.Second, func() bool {
+		r := record(t, f.c, u.Name)
+		vs := f.rec.versionsOf(u.Name)
+		last = fmt.Sprintf("record %d %s %s, instances %v", r.N, r.Version, r.Status, vs)
+		if r.N != d.N+1 || r.Status != cluster.DeploySuccessful || len(vs) != u.Count {
+			return false
+		}
+		for _, ns := range vs {
+			for _, v := range ns {
+				if v != "v1" {
+					return false
+				}
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("not reverted after 60 s: %s", last)
+	}
+	r := record(t, f.c, u.Name)
+	if r.Version != "v1" || r.RevertOf != d.N || r.Ended == nil || r.Ended.N != d.N || r.Ended.Status != cluster.DeployFailed {
+		t.Errorf("the revert's record: %+v (ended %+v)", r, r.Ended)
+	}
+	bad := 0
+	for _, e := range f.rec.log() {
+		if e.update && e.start && e.version == "v2-bad" {
+			bad++
+		}
+	}
+	if bad != block.MaxParallel {
+		t.Errorf("%d instances went to the bad version, want %d (one batch of max_parallel before the failure)", bad, block.MaxParallel)
+	}
+	if most, why := updating(f.rec.log(), u.Name, block.MinHealthyTime); most > block.MaxParallel {
+		t.Errorf("%d instances down for an update at once, max_parallel %d: %v", most, block.MaxParallel, why)
+	}
+	after, err := f.slotKeys(u.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range u.Count {
+		if after[k].ModifyIndex != before[k].ModifyIndex || after[k].Session != before[k].Session {
+			t.Errorf("web/%d moved across the revert: index %d -> %d", k, before[k].ModifyIndex, after[k].ModifyIndex)
+		}
 	}
 	f.checkNoOverlap()
 }
