@@ -47,6 +47,9 @@ func releaseOps(id agent.SlotID, node, session string, at time.Time) api.TxnOps 
 		kv(&api.KVTxnOp{Verb: api.KVDelete, Key: id.IndexKey(node)}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: id.ReleasedKey()}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: agent.VacancyKey(id.Unit), Value: []byte(id.String() + " " + node + " " + at.UTC().Format(time.RFC3339Nano))}),
+		// What the holder said about its hold goes with it (fleet/sim's
+		// releaseOpsWith).
+		kv(&api.KVTxnOp{Verb: api.KVDelete, Key: id.StatusKey()}),
 	}
 }
 
@@ -147,12 +150,16 @@ func (e *Executor) checkSession(id string) {
 func (e *Executor) claim(a agent.Claim) {
 	ctx, cancel := e.request()
 	defer cancel()
-	ok, r, _, err := e.cfg.Client.Txn().Txn(claimOps(a.Slot, a.Node, a.Session, time.Now()), (&api.QueryOptions{}).WithContext(ctx))
+	ops := e.claimOpsFor(a, time.Now())
+	ok, r, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	var done agent.ClaimDone
 	switch {
 	case err != nil || r == nil:
 		e.log.Debug("claim: no answer (it may have been applied)", "slot", a.Slot.String(), "error", err)
 		done = agent.ClaimDone{Slot: a.Slot, Lost: true}
+	case !ok && budgetRefused(a, len(ops), r.Errors):
+		e.log.Debug("claim refused: the takeover budget moved", "slot", a.Slot.String())
+		done = agent.ClaimDone{Slot: a.Slot, Budget: true}
 	case !ok:
 		what := ""
 		if len(r.Errors) > 0 {

@@ -40,6 +40,24 @@
 //   - Wake: one timer, reset to the latest Wake; it steps agent.Tick.
 //   - Refresh: the unit's index watch asks now instead of at its pace.
 //   - Record: logged.
+//   - TakeToken: check-session on the slot key and lock the token key
+//     (its value the slot's number); ReturnToken: check-session on the
+//     token and delete-cas on the take's index (a late return never
+//     deletes a newer take).
+//   - Update: Instances.Update, the same fencing token and session.
+//   - Publish: check-session and check-index (the fencing token) on the
+//     slot key, which is not written; the status key locked by the
+//     session; the audit record; one transaction. The release deletes
+//     the status key with the rest.
+//   - MoveDeployment (the judge, slot 0's holder): check-index on the
+//     record it judged, the next record, the audit record, one
+//     transaction: a newer deploy written in between refuses it.
+//   - With Config.Control: the claim of a slot marked released gets the
+//     mark (it must still be there) and a takeover's claim the budget's
+//     compare-and-set of control/takeovers (refused on that op alone:
+//     ClaimDone.Budget); WriteBrake: check-not-exists and set
+//     control/storm; PublishDrain: the node's drain status; CheckHeld: a
+//     consistent read of the slot keys, as Confirm.
 //
 // An answer for a session that is no longer the agent's (a claim sent
 // before the session was lost) is dropped: taken as the answer of a later
@@ -49,8 +67,11 @@
 //
 // Per unit: its index (GET .../held/<unit>/?keys), paced by the loop after
 // each answer (no sooner than 100 ms after the last, 1 s where the agent
-// is Idle in the unit), and its vacancy key (a release sets it: the index
-// is asked at once). For the fleet: the catalog entries of the service
+// is Idle in the unit), its vacancy key (a release sets it: the index is
+// asked at once) and its deployment prefix (record, statuses, tokens:
+// agent.DeployAnswer; the index's first answer waits for its first, so
+// that a slot starts at its target version). With Config.Control,
+// control/ (agent.ControlAnswer). For the fleet: the catalog entries of the service
 // (its members) and the health of its instances filtered by Consul to the
 // ones not passing; their combination is agent.NodesAnswer. The units
 // come from the caller (SetUnits).
@@ -70,7 +91,9 @@
 // a confirmation read held by a server in an election is not probed with
 // stale reads as internal/lease does, so such a hold counts as unproven
 // (the strict rule); no clock-gap detection (a frozen process). Each unit
-// costs two long-lived HTTP connections to the local agent (its index and
-// its vacancy key), and Consul allows 200 per client address by default
-// (limits.http_max_conns_per_client): about 95 units per node.
+// costs three long-lived HTTP connections to the local agent (its index,
+// its vacancy key and its deployment), and Consul allows 200 per client
+// address by default (limits.http_max_conns_per_client): about 65 units
+// per node. agent.WatchResumed is not sent yet (a watch that broke and
+// answers again).
 package executor

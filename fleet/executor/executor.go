@@ -39,6 +39,10 @@ type Instances interface {
 	Start(s agent.Start)
 	// Stop the slot's instance; Kill: at once (SIGKILL), the hold is lost.
 	Stop(slot agent.SlotID, kill bool)
+	// Update the slot's instance in place (agent.Update): stop it and
+	// start u.To with the same fencing token and session; InstanceStarted
+	// once the new one runs, InstanceHealthy once it passes its checks.
+	Update(u agent.Update)
 }
 
 // Faults break the executor or its agent on purpose, for tests only.
@@ -47,6 +51,11 @@ type Faults struct {
 	// LoseClaimAnswer: a claim Consul applied is reported as an answer
 	// lost (a transport error after the commit).
 	LoseClaimAnswer func(agent.SlotID) bool
+	// NoDeployCAS: the judge's record move without its check-index.
+	NoDeployCAS bool
+	// BeforeMove runs before a record move is sent, in its goroutine (it
+	// may block: a slow request).
+	BeforeMove func(agent.MoveDeployment)
 }
 
 // Config is one node's executor.
@@ -76,7 +85,11 @@ type Config struct {
 	Seed uint64
 	// Request bounds each non-blocking request (default 5 s); a
 	// confirmation is bounded by the lock delay.
-	Request   time.Duration
+	Request time.Duration
+	// Control: the operator's controls are on (agent.Config.Control): the
+	// executor watches control/ and the agent claims nothing before its
+	// first answer.
+	Control   bool
 	Instances Instances
 	Log       hclog.Logger
 	Faults    Faults
@@ -126,6 +139,10 @@ type (
 		unit string
 		view *agent.SlotsView
 	}
+	deployAns struct {
+		unit string
+		view *agent.DeployView
+	}
 	vacancyMoved struct{ unit string }
 	membersAns   struct{ nodes []string }
 	failingAns   struct{ nodes []string }
@@ -168,7 +185,7 @@ func New(cfg Config) *Executor {
 		units: map[string]*unitWatch{}, sessions: map[string]context.CancelFunc{}}
 	e.inbox.ready = make(chan struct{}, 1)
 	e.ag = agent.New(agent.Config{Node: cfg.Node, Step: cfg.Step, LockDelay: cfg.LockDelay, Seed: cfg.Seed,
-		Detect: cfg.Detect, Faults: cfg.Faults.Agent})
+		Detect: cfg.Detect, Faults: cfg.Faults.Agent, Control: cfg.Control})
 	return e
 }
 
@@ -178,6 +195,9 @@ func (e *Executor) Start() {
 	e.timer.Stop()
 	go e.watchMembers()
 	go e.watchFailing()
+	if e.cfg.Control {
+		go e.watchControl()
+	}
 	go e.run()
 }
 
@@ -188,6 +208,12 @@ func (e *Executor) SetUnits(units []agent.Unit) { e.inbox.post(setUnits{units: u
 // InstanceStarted reports that the slot's instance runs.
 func (e *Executor) InstanceStarted(slot agent.SlotID) {
 	e.inbox.post(agent.InstanceStarted{Slot: slot})
+}
+
+// InstanceHealthy reports that the slot's instance, running version,
+// passes its checks.
+func (e *Executor) InstanceHealthy(slot agent.SlotID, version string) {
+	e.inbox.post(agent.InstanceHealthy{Slot: slot, Version: version})
 }
 
 // InstanceExited reports that the slot's instance is gone.
@@ -308,9 +334,26 @@ func (e *Executor) handle(in any) {
 			return // sent under a session the agent no longer has
 		}
 		e.step(in.in)
+	case deployAns:
+		w := e.units[in.unit]
+		if w == nil {
+			return
+		}
+		e.step(agent.DeployAnswer{View: in.view})
+		if !w.deployed {
+			w.deployed = true
+			if early := w.early; early != nil {
+				w.early = nil
+				e.handle(*early)
+			}
+		}
 	case indexAns:
 		w := e.units[in.unit]
 		if w == nil {
+			return
+		}
+		if !w.deployed {
+			w.early = &in
 			return
 		}
 		e.step(agent.SlotsAnswer{View: in.view})
@@ -330,7 +373,8 @@ func (e *Executor) handle(in any) {
 	case failingAns:
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()
-	case agent.InstanceStarted, agent.InstanceExited:
+	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
+		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished:
 		e.step(in)
 	default:
 		e.log.Error("executor: unknown input", "input", in)
@@ -398,6 +442,22 @@ func (e *Executor) act(a any) {
 		}
 	case agent.Record:
 		e.log.Info("fleet: "+a.Action, "slot", a.Slot.String(), "reason", a.Reason)
+	case agent.TakeToken:
+		go e.takeToken(a)
+	case agent.ReturnToken:
+		go e.returnToken(a)
+	case agent.Update:
+		e.cfg.Instances.Update(a)
+	case agent.Publish:
+		go e.publish(a)
+	case agent.MoveDeployment:
+		go e.moveDeployment(a)
+	case agent.WriteBrake:
+		go e.writeBrake(a)
+	case agent.PublishDrain:
+		go e.publishDrain(a)
+	case agent.CheckHeld:
+		go e.checkHeld(a)
 	default:
 		e.log.Error("executor: unknown action", "action", a)
 	}

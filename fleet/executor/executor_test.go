@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/fleet/executor"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
@@ -36,24 +37,85 @@ type event struct {
 	start bool
 	index uint64
 	kill  bool
+	// update: an update in place (start false: the old version stopped;
+	// start true: the new one started); healthy: the instance passes its
+	// checks; version: the instance's.
+	update, healthy bool
+	version         string
 }
 
 type recorder struct {
-	mu      sync.Mutex
-	events  []event
-	running map[agent.SlotID]map[string]uint64 // slot -> node -> fencing token
+	mu       sync.Mutex
+	events   []event
+	running  map[agent.SlotID]map[string]uint64 // slot -> node -> fencing token
+	versions map[agent.SlotID]map[string]string // slot -> node -> version
+	gen      map[agent.SlotID]map[string]int    // slot -> node -> instance number
 }
 
-func newRecorder() *recorder { return &recorder{running: map[agent.SlotID]map[string]uint64{}} }
+func newRecorder() *recorder {
+	return &recorder{running: map[agent.SlotID]map[string]uint64{}, versions: map[agent.SlotID]map[string]string{},
+		gen: map[agent.SlotID]map[string]int{}}
+}
 
-func (r *recorder) start(node string, s agent.Start) {
+// run notes node's new instance of slot (under r.mu): its number.
+func (r *recorder) run(node string, slot agent.SlotID, index uint64, version string) int {
+	if r.running[slot] == nil {
+		r.running[slot], r.versions[slot], r.gen[slot] = map[string]uint64{}, map[string]string{}, map[string]int{}
+	}
+	r.running[slot][node], r.versions[slot][node] = index, version
+	r.gen[slot][node]++
+	return r.gen[slot][node]
+}
+
+func (r *recorder) start(node string, s agent.Start) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.events = append(r.events, event{at: time.Now(), node: node, slot: s.Slot, start: true, index: s.Index})
-	if r.running[s.Slot] == nil {
-		r.running[s.Slot] = map[string]uint64{}
+	r.events = append(r.events, event{at: time.Now(), node: node, slot: s.Slot, start: true, index: s.Index, version: s.Version})
+	return r.run(node, s.Slot, s.Index, s.Version)
+}
+
+// update replaces node's instance of u.Slot by one at u.To, same token.
+func (r *recorder) update(node string, u agent.Update) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := time.Now()
+	r.events = append(r.events, event{at: now, node: node, slot: u.Slot, update: true, index: u.Index, version: u.From},
+		event{at: now, node: node, slot: u.Slot, start: true, update: true, index: u.Index, version: u.To})
+	return r.run(node, u.Slot, u.Index, u.To)
+}
+
+// healthy notes that instance gen of slot on node passes its checks,
+// unless it is gone: false then.
+func (r *recorder) healthy(node string, slot agent.SlotID, gen int) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.running[slot][node]; !ok || r.gen[slot][node] != gen {
+		return "", false
 	}
-	r.running[s.Slot][node] = s.Index
+	v := r.versions[slot][node]
+	r.events = append(r.events, event{at: time.Now(), node: node, slot: slot, healthy: true, version: v})
+	return v, true
+}
+
+func (r *recorder) versionsOf(unit string) map[agent.SlotID]map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[agent.SlotID]map[string]string{}
+	for id, ns := range r.versions {
+		if id.Unit != unit {
+			continue
+		}
+		for n, v := range ns {
+			if _, ok := r.running[id][n]; !ok {
+				continue
+			}
+			if out[id] == nil {
+				out[id] = map[string]string{}
+			}
+			out[id][n] = v
+		}
+	}
+	return out
 }
 
 func (r *recorder) stop(node string, slot agent.SlotID, kill bool) {
@@ -63,6 +125,7 @@ func (r *recorder) stop(node string, slot agent.SlotID, kill bool) {
 		return
 	}
 	delete(r.running[slot], node)
+	r.gen[slot][node]++
 	r.events = append(r.events, event{at: time.Now(), node: node, slot: slot, kill: kill})
 }
 
@@ -104,7 +167,7 @@ func overlaps(events []event, exclusive func(unit string) bool) []string {
 	running := map[agent.SlotID]map[string]time.Time{}
 	var out []string
 	for _, e := range events {
-		if !exclusive(e.slot.Unit) {
+		if !exclusive(e.slot.Unit) || e.healthy {
 			continue
 		}
 		if running[e.slot] == nil {
@@ -149,16 +212,36 @@ func TestOverlapsChecker(t *testing.T) {
 }
 
 // runner is one node's instances: the recorder's, started and stopped at
-// once.
+// once; each passes its checks healthyAfter after it starts (a version
+// ending in "-bad" never does).
 type runner struct {
-	rec  *recorder
-	node string
-	ex   *executor.Executor
+	rec          *recorder
+	node         string
+	ex           *executor.Executor
+	healthyAfter time.Duration
 }
 
 func (r *runner) Start(s agent.Start) {
-	r.rec.start(r.node, s)
+	gen := r.rec.start(r.node, s)
 	r.ex.InstanceStarted(s.Slot)
+	r.checks(s.Slot, s.Version, gen)
+}
+
+func (r *runner) Update(u agent.Update) {
+	gen := r.rec.update(r.node, u)
+	r.ex.InstanceStarted(u.Slot)
+	r.checks(u.Slot, u.To, gen)
+}
+
+func (r *runner) checks(slot agent.SlotID, version string, gen int) {
+	if strings.HasSuffix(version, "-bad") {
+		return
+	}
+	time.AfterFunc(r.healthyAfter, func() {
+		if v, ok := r.rec.healthy(r.node, slot, gen); ok {
+			r.ex.InstanceHealthy(slot, v)
+		}
+	})
 }
 
 func (r *runner) Stop(slot agent.SlotID, kill bool) {
@@ -185,6 +268,8 @@ func requestKind(r *http.Request) string {
 		return "index"
 	case strings.HasPrefix(p, "/v1/kv/"+agent.VacancyPrefix):
 		return "vacancy"
+	case strings.HasPrefix(p, "/v1/kv/"+cluster.ControlPrefix):
+		return "control"
 	case p == "/v1/txn" && r.URL.Query().Has("consistent"):
 		return "confirm"
 	case p == "/v1/txn":
@@ -285,6 +370,10 @@ type fleetOptions struct {
 	nodes     int
 	lockDelay time.Duration
 	faults    func(i int) executor.Faults
+	// control: the operator's controls on (executor.Config.Control);
+	// before: run on the agent before the executors start.
+	control bool
+	before  func(c *api.Client)
 }
 
 // newFleet starts a dev agent and n executors, each its own node.
@@ -298,6 +387,9 @@ func newFleet(t *testing.T, o fleetOptions, units ...agent.Unit) *fleet {
 	}
 	a := consultest.NewDev(t)
 	f := &fleet{t: t, c: a.Client(t), rec: newRecorder(), units: units, sessNode: map[string]string{}}
+	if o.before != nil {
+		o.before(f.c)
+	}
 	for i := range o.nodes {
 		name := fmt.Sprintf("node%d", i)
 		n := &node{name: name, check: "mariposa-" + name + ":mariposa", proxy: newCutProxy(t, a.HTTPAddr())}
@@ -308,13 +400,13 @@ func newFleet(t *testing.T, o fleetOptions, units ...agent.Unit) *fleet {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := &runner{rec: f.rec, node: name}
+		r := &runner{rec: f.rec, node: name, healthyAfter: 200 * time.Millisecond}
 		var faults executor.Faults
 		if o.faults != nil {
 			faults = o.faults(i)
 		}
 		n.ex = executor.New(executor.Config{Client: c, Node: name, Checks: []string{n.check}, LockDelay: o.lockDelay,
-			Seed: uint64(i + 1), Instances: r, Faults: faults, Log: consultest.Logger(t, name)})
+			Seed: uint64(i + 1), Instances: r, Faults: faults, Control: o.control, Log: consultest.Logger(t, name)})
 		r.ex = n.ex
 		f.nodes = append(f.nodes, n)
 	}
@@ -498,7 +590,7 @@ func startAfter(events []event, slot agent.SlotID, from time.Time) (event, bool)
 
 func stopOf(events []event, slot agent.SlotID, node string) (event, bool) {
 	for _, e := range events {
-		if !e.start && e.slot == slot && e.node == node {
+		if !e.start && !e.healthy && e.slot == slot && e.node == node {
 			return e, true
 		}
 	}
@@ -571,7 +663,7 @@ func TestExecutorsHoldExactlyCount(t *testing.T) {
 	}
 	for _, n := range f.nodes {
 		after := n.proxy.counts()
-		for _, kind := range []string{"index", "vacancy", "txn", "health", "other"} {
+		for _, kind := range []string{"index", "vacancy", "txn", "health", "control", "other"} {
 			if d := after[kind] - before[n][kind]; d > 0 {
 				t.Errorf("%s at rest: %d more %s requests in 3 s", n.name, d, kind)
 			}

@@ -13,11 +13,16 @@ import (
 // blockWait is how long a blocking query waits at the server.
 const blockWait = 5 * time.Minute
 
-// unitWatch is a unit's two watches: its index (paced by the loop) and its
-// vacancy key.
+// unitWatch is a unit's three watches: its index (paced by the loop), its
+// vacancy key and its deployment (DeployPrefix: record, statuses, tokens).
 type unitWatch struct {
 	index  *paced
 	cancel context.CancelFunc
+	// deployed: the deployment watch has answered; until then the index's
+	// answer waits in early (a slot claimed before the record is known
+	// would start at no version, then update in place).
+	deployed bool
+	early    *indexAns
 }
 
 // paced carries the loop's word on when a watch may ask next: after each
@@ -48,6 +53,7 @@ func (e *Executor) watchUnits(units []agent.Unit) {
 		e.units[u.Name] = w
 		go e.watchIndex(ctx, u.Name, w.index)
 		go e.watchVacancy(ctx, u.Name)
+		go e.watchDeploy(ctx, u.Name)
 	}
 	for name, w := range e.units {
 		if !want[name] {

@@ -1,0 +1,260 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+)
+
+// The deployments' and the controls' actions (fleet/agent/deploy.go and
+// ops.go decide them), with the operations of fleet/sim's actDeploy,
+// writeBrake, checkHeld and publishDrain.
+
+// auditOp is the decision's audit record, in the decision's transaction.
+func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
+	slot := ""
+	if r.Slot.K >= 0 {
+		slot = r.Slot.String()
+	}
+	return cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: r.Slot.Unit, Slot: slot,
+		Action: r.Action, Reason: r.Reason})
+}
+
+// claimOpsFor is a claim's transaction (fleet/sim's claimOpsFor): a slot
+// the view showed released keeps its mark until the claim (get fails on a
+// missing key: someone claimed it since); a takeover spends the budget by
+// compare-and-set of control/takeovers, the last op.
+func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
+	ops := claimOps(a.Slot, a.Node, a.Session, at)
+	if a.Released {
+		ops = append(ops[:2], append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVGet, Key: a.Slot.ReleasedKey()})}, ops[2:]...)...)
+	}
+	if t := a.Takeover; t != nil && t.Logged {
+		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCAS, Key: cluster.TakeoversKey, Index: t.Index, Value: t.Log.Encode()}))
+	}
+	return ops
+}
+
+// budgetRefused: a claim's transaction of n ops failed on its budget CAS
+// (the last op) alone.
+func budgetRefused(a agent.Claim, n int, errs api.TxnErrors) bool {
+	if a.Takeover == nil || !a.Takeover.Logged || len(errs) == 0 {
+		return false
+	}
+	for _, e := range errs {
+		if e.OpIndex != n-1 {
+			return false
+		}
+	}
+	return true
+}
+
+// txn runs ops (a write): ok, the results, or an error (no answer: it may
+// have been applied).
+func (e *Executor) txn(ops api.TxnOps) (bool, *api.TxnResponse, error) {
+	ctx, cancel := e.request()
+	defer cancel()
+	ok, r, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
+	if err == nil && r == nil {
+		err = errShortRead
+	}
+	return ok, r, err
+}
+
+// resultIndex is the ModifyIndex of key among a transaction's results (0:
+// none).
+func resultIndex(r *api.TxnResponse, key string) uint64 {
+	if r == nil {
+		return 0
+	}
+	for _, res := range r.Results {
+		if res.KV != nil && res.KV.Key == key {
+			return res.KV.ModifyIndex
+		}
+	}
+	return 0
+}
+
+// takeToken performs agent.TakeToken: lock the token if the session still
+// holds the slot.
+func (e *Executor) takeToken(a agent.TakeToken) {
+	key := agent.TokenKey(a.Slot.Unit, a.T)
+	ok, r, err := e.txn(api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session}),
+		kv(&api.KVTxnOp{Verb: api.KVLock, Key: key, Session: a.Session, Value: []byte(strconv.Itoa(a.Slot.K))}),
+	})
+	done := agent.TokenDone{Slot: a.Slot, T: a.T}
+	if err == nil && ok {
+		if idx := resultIndex(r, key); idx != 0 {
+			done.OK, done.Index = true, idx
+		}
+	}
+	e.inbox.post(sessionAns{session: a.Session, in: done})
+}
+
+// returnToken performs agent.ReturnToken: delete the token if the session
+// holds it and it is still the take it returns (delete-cas).
+func (e *Executor) returnToken(a agent.ReturnToken) {
+	key := agent.TokenKey(a.Slot.Unit, a.T)
+	ok, _, err := e.txn(api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: key, Session: a.Session}),
+		kv(&api.KVTxnOp{Verb: api.KVDeleteCAS, Key: key, Index: a.Index}),
+	})
+	e.inbox.post(sessionAns{session: a.Session, in: agent.ReturnDone{Slot: a.Slot, T: a.T, OK: err == nil && ok}})
+}
+
+// publish performs agent.Publish: the status, fenced by the session and
+// the fencing token on the slot's lock key (not written), with its audit
+// record.
+func (e *Executor) publish(a agent.Publish) {
+	b, _ := json.Marshal(a.Status)
+	ok, _, err := e.txn(api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session}),
+		kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: a.Slot.Key(), Index: a.Index}),
+		kv(&api.KVTxnOp{Verb: api.KVLock, Key: a.Slot.StatusKey(), Session: a.Session, Value: b}),
+		e.auditOp(a.Audit),
+	})
+	if err != nil || !ok {
+		e.log.Debug("publish refused or unanswered", "slot", a.Slot.String(), "kind", a.Kind, "error", err)
+	}
+	e.inbox.post(sessionAns{session: a.Session, in: agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version, OK: err == nil && ok}})
+}
+
+// moveDeployment performs agent.MoveDeployment: the record, check-index on
+// the one the judge read, with its audit record.
+func (e *Executor) moveDeployment(a agent.MoveDeployment) {
+	if f := e.cfg.Faults.BeforeMove; f != nil {
+		f(a)
+	}
+	b, _ := json.Marshal(a.Next)
+	var ops api.TxnOps
+	if !e.cfg.Faults.NoDeployCAS {
+		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: agent.RecordKey(a.Unit), Index: a.CAS}))
+	}
+	ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVSet, Key: agent.RecordKey(a.Unit), Value: b}), e.auditOp(a.Audit))
+	ok, _, err := e.txn(ops)
+	if err != nil || !ok {
+		e.log.Debug("deployment move refused or unanswered", "unit", a.Unit, "action", a.Audit.Action, "error", err)
+	}
+	e.inbox.post(agent.MoveDone{Unit: a.Unit, OK: err == nil && ok})
+}
+
+// writeBrake performs agent.WriteBrake: create control/storm unless it
+// exists.
+func (e *Executor) writeBrake(a agent.WriteBrake) {
+	ok, r, err := e.txn(api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.StormKey}),
+		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.StormKey, Value: a.Record.Encode()}),
+	})
+	switch {
+	case err != nil:
+		e.inbox.post(agent.BrakeDone{Err: err})
+	case !ok:
+		e.inbox.post(agent.BrakeDone{})
+	default:
+		e.inbox.post(agent.BrakeDone{OK: true, Index: resultIndex(r, cluster.StormKey)})
+	}
+}
+
+// publishDrain performs agent.PublishDrain.
+func (e *Executor) publishDrain(a agent.PublishDrain) {
+	b, _ := json.Marshal(a.Status)
+	ok, _, err := e.txn(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVSet, Key: agent.DrainStatusKey(e.cfg.Node), Value: b})})
+	e.inbox.post(agent.DrainPublished{Status: a.Status, OK: err == nil && ok})
+}
+
+// checkHeld performs agent.CheckHeld: consistent reads of the slot keys.
+func (e *Executor) checkHeld(a agent.CheckHeld) {
+	ctx, cancel := e.request()
+	defer cancel()
+	held, err := e.readHeld(ctx, a.Slots, a.Session)
+	e.inbox.post(sessionAns{session: a.Session, in: agent.HeldChecked{Held: held, Err: err}})
+}
+
+// readHeld reads the slot keys (get-or-empty, consistent, 128 per
+// transaction, all at once): which the session holds; any failure fails
+// the whole.
+func (e *Executor) readHeld(ctx context.Context, slots []agent.SlotID, session string) (map[agent.SlotID]bool, error) {
+	type part struct {
+		held map[agent.SlotID]bool
+		err  error
+	}
+	parts := make(chan part, len(slots)/maxTxnOps+1)
+	n := 0
+	for from := 0; from < len(slots); from += maxTxnOps {
+		chunk := slots[from:min(from+maxTxnOps, len(slots))]
+		n++
+		go func() {
+			ops := make(api.TxnOps, 0, len(chunk))
+			for _, id := range chunk {
+				ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: id.Key()}))
+			}
+			ok, r, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			if err == nil && (!ok || r == nil || len(r.Results) != len(chunk)) {
+				err = errShortRead
+			}
+			if err != nil {
+				parts <- part{err: err}
+				return
+			}
+			held := map[agent.SlotID]bool{}
+			for i, id := range chunk {
+				held[id] = r.Results[i].KV != nil && r.Results[i].KV.Session == session
+			}
+			parts <- part{held: held}
+		}()
+	}
+	out := map[agent.SlotID]bool{}
+	var err error
+	for range n {
+		p := <-parts
+		if p.err != nil && err == nil {
+			err = p.err
+		}
+		for id, h := range p.held {
+			out[id] = h
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// watchDeploy follows the unit's deployment prefix (record, statuses,
+// tokens): agent.DeployAnswer.
+func (e *Executor) watchDeploy(ctx context.Context, unit string) {
+	e.watch(ctx, "deploy "+unit, func(q *api.QueryOptions) (uint64, func(), error) {
+		pairs, meta, err := e.cfg.Client.KV().List(agent.DeployPrefix(unit), q)
+		if err != nil {
+			return 0, nil, err
+		}
+		kvs := make([]agent.KV, len(pairs))
+		for i, p := range pairs {
+			kvs[i] = agent.KV{Key: p.Key, Value: p.Value, Session: p.Session, ModifyIndex: p.ModifyIndex}
+		}
+		v := agent.ParseDeployView(unit, meta.LastIndex, kvs)
+		return meta.LastIndex, func() { e.inbox.post(deployAns{unit: unit, view: v}) }, nil
+	})
+}
+
+// watchControl follows control/ (pauses, drains, the storm brake, the
+// takeover log): agent.ControlAnswer.
+func (e *Executor) watchControl() {
+	e.watch(e.ctx, "control", func(q *api.QueryOptions) (uint64, func(), error) {
+		pairs, meta, err := e.cfg.Client.KV().List(cluster.ControlPrefix, q)
+		if err != nil {
+			return 0, nil, err
+		}
+		v := &agent.ControlView{Index: meta.LastIndex, Control: cluster.ParseControl(pairs, func(key, msg string, err error) {
+			e.log.Warn("control/: "+msg, "key", key, "error", err)
+		})}
+		return meta.LastIndex, func() { e.inbox.post(agent.ControlAnswer{View: v}) }, nil
+	})
+}

@@ -1,0 +1,155 @@
+package executor_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+)
+
+// waitControlSeen waits until every node's watch on control/ has answered
+// a change made after counts were taken: its next ask comes after the
+// loop got the answer (the inbox keeps the order, so what the test posts
+// next is stepped after it).
+func (f *fleet) waitControlSeen(before []map[string]int) {
+	f.t.Helper()
+	if !consultest.WaitFor(20*time.Second, func() bool {
+		for i, n := range f.nodes {
+			if n.proxy.counts()["control"] <= before[i]["control"] {
+				return false
+			}
+		}
+		return true
+	}) {
+		f.t.Fatal("a node's watch on control/ did not answer the change")
+	}
+}
+
+// releasedMarks marks slots 0..n-1 of unit released (as a release by
+// their last holder leaves them): claiming them is no takeover, so the
+// takeover budget does not pace the claims and the tests see the
+// controls alone. (A slot never held and not marked counts as a takeover
+// from an unknown holder: agent.UnknownHolder.)
+func releasedMarks(t *testing.T, unit string, n int) func(c *api.Client) {
+	return func(c *api.Client) {
+		for k := range n {
+			if _, err := c.KV().Put(&api.KVPair{Key: agent.SlotID{Unit: unit, K: k}.ReleasedKey()}, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+func (f *fleet) counts() []map[string]int {
+	out := make([]map[string]int, len(f.nodes))
+	for i, n := range f.nodes {
+		out[i] = n.proxy.counts()
+	}
+	return out
+}
+
+// A pause written to control/ stops new claims: a unit scaled up while
+// paused stays short (what runs keeps running), and fills once resumed.
+func TestPauseStopsNewClaims(t *testing.T) {
+	u := agent.Unit{Name: "web", Count: 2, MaxPerNode: 1}
+	f := newFleet(t, fleetOptions{nodes: 3, control: true, before: releasedMarks(t, u.Name, 3)}, u)
+	f.waitSettled(30 * time.Second)
+	before, err := f.slotKeys(u.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := f.counts()
+	if _, err := cluster.Pause(f.c, u.Name, cluster.PausePlacement, "test", "tester"); err != nil {
+		t.Fatal(err)
+	}
+	f.waitControlSeen(seen)
+	up := u
+	up.Count = 3
+	f.setUnits(up)
+	// Paused: web/2 is not claimed (three rank steps and a lock delay are
+	// far less than this), web/0 and web/1 keep their holds.
+	third := agent.SlotID{Unit: u.Name, K: 2}
+	deadline := time.Now().Add(6 * time.Second)
+	for time.Now().Before(deadline) {
+		keys, err := f.slotKeys(u.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := keys[2]; p != nil && p.Session != "" {
+			t.Fatalf("%s claimed while its unit is paused", third)
+		}
+		if run := f.rec.runningOf(third); len(run) > 0 {
+			t.Fatalf("%s runs while its unit is paused: %v", third, run)
+		}
+		for k := range u.Count {
+			if keys[k] == nil || keys[k].ModifyIndex != before[k].ModifyIndex || keys[k].Session != before[k].Session {
+				t.Fatalf("web/%d moved while paused: %+v", k, keys[k])
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	lifted, err := cluster.ResumeAll(f.c, u.Name, "tester")
+	if err != nil || len(lifted.Pauses) != 1 {
+		t.Fatalf("resume: %+v %v", lifted, err)
+	}
+	f.waitSettled(30 * time.Second)
+	f.checkNoOverlap()
+}
+
+// A drain: the draining node gives its slots away, claims nothing, and its
+// status says done only once Consul shows it holding nothing and no
+// instance of it runs.
+func TestDrainDoneOnlyWhenEmpty(t *testing.T) {
+	u := agent.Unit{Name: "web", Count: 2, MaxPerNode: 1}
+	f := newFleet(t, fleetOptions{nodes: 3, control: true, before: releasedMarks(t, u.Name, 2)}, u)
+	f.waitSettled(30 * time.Second)
+	d := f.holderOf(agent.SlotID{Unit: u.Name, K: 0})
+	if _, err := cluster.StartDrain(f.c, d.name, 5*time.Minute, false, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	// Every status the node publishes, as it is written: one that says
+	// done must find the node holding nothing.
+	var last agent.DrainStatus
+	var idx uint64
+	done := consultest.WaitFor(60*time.Second, func() bool {
+		p, meta, err := f.c.KV().Get(agent.DrainStatusKey(d.name), nil)
+		if err != nil || p == nil || meta.LastIndex == idx {
+			return false
+		}
+		idx = meta.LastIndex
+		if err := json.Unmarshal(p.Value, &last); err != nil {
+			t.Fatalf("drain status: %v", err)
+		}
+		if !last.Done {
+			return false
+		}
+		keys, err := f.slotKeys(u.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, p := range keys {
+			if p.Session == "" {
+				continue
+			}
+			if n, err := f.nodeOf(p.Session); err == nil && n == d.name {
+				t.Fatalf("drain of %s says done while it holds web/%d", d.name, k)
+			}
+		}
+		for k := range u.Count + 1 {
+			if _, ok := f.rec.runningOf(agent.SlotID{Unit: u.Name, K: k})[d.name]; ok {
+				t.Fatalf("drain of %s says done while web/%d runs there", d.name, k)
+			}
+		}
+		return true
+	})
+	if !done {
+		t.Fatalf("drain of %s not done after 60 s: last status %+v", d.name, last)
+	}
+	f.waitSettled(30 * time.Second)
+	f.checkNoOverlap()
+}
