@@ -64,6 +64,12 @@ func (s SlotID) IndexKey(node string) string {
 // it was freed by an invalidation and is under Consul's lock delay.
 func (s SlotID) ReleasedKey() string { return IndexPrefix(s.Unit) + strconv.Itoa(s.K) }
 
+// ClaimedKey says the slot was claimed at least once: set by every claim's
+// transaction, never locked (an invalidation deletes the slot key and the
+// index entry with the holder's session, not this). A Fresh claim checks
+// it does not exist: a slot never claimed is no takeover.
+func (s SlotID) ClaimedKey() string { return "mariposa/claimed/" + s.Unit + "/" + strconv.Itoa(s.K) }
+
 // IndexView reads an answer of the watch on a unit's index (key names
 // only, as ?keys gives them) into a view. Names it does not know are
 // skipped.
@@ -225,6 +231,9 @@ type (
 		Taken bool
 		// Budget: refused because the takeover budget's CAS was (ops.go).
 		Budget bool
+		// NotFresh: a Fresh claim refused because the slot was claimed
+		// before (its ClaimedKey exists).
+		NotFresh bool
 	}
 	// ReleaseDone answers Release.
 	ReleaseDone struct {
@@ -261,6 +270,13 @@ type (
 		// that it still is (a slot lost since is a takeover).
 		Takeover *TakeoverCAS
 		Released bool
+		// Fresh: with the controls, a slot this node never saw held and
+		// the index shows neither held nor released may never have been
+		// held at all (a new unit, a raised count): the transaction checks
+		// that its ClaimedKey does not exist (check-not-exists, its first
+		// op) and spends no budget. A key that exists refuses it
+		// (ClaimDone.NotFresh), and the slot is claimed as a takeover.
+		Fresh bool
 	}
 	// Release: unlock the slot key (answer: ReleaseDone).
 	Release struct {
@@ -588,7 +604,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			// cut off, lost: a minority-side node retried at once,
 			// hundreds of claims a second): not again for a tenth of the
 			// lock delay.
-			if in.LockDelay || !in.Taken && !in.Budget {
+			if in.LockDelay || !in.Taken && !in.Budget && !in.NotFresh {
 				vs := a.vacantOf(in.Slot.Unit)
 				v := vs[in.Slot.K]
 				if v.since.IsZero() {
@@ -1002,7 +1018,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					}
 					continue
 				}
-				tk, may, out2 := a.gateClaim(now, u, v, k, d, out)
+				tk, fresh, may, out2 := a.gateClaim(now, u, v, k, d, out)
 				if out = out2; !may {
 					continue
 				}
@@ -1010,7 +1026,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.heldSorted = nil
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
-					Released: a.cfg.Control && v.slot(k).Released})
+					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh})
 			}
 		}
 		clear(a.dirty)

@@ -191,8 +191,11 @@ type opsState struct {
 	// budgetAt: a takeover held back for the budget is claimed no sooner
 	// than the budget frees up plus its rank's delay (the ranks stay
 	// apart, rather than every node claiming as the window moves on).
-	budgetAt  map[SlotID]time.Time
-	refused   map[SlotID]uint64
+	budgetAt map[SlotID]time.Time
+	refused  map[SlotID]uint64
+	// existed: slots whose Fresh claim found the key existing (ClaimDone.
+	// NotFresh): claimed as takeovers from then on.
+	existed   map[SlotID]bool
 	rankView  *NodesView
 	rankNodes uint64
 	rankDrain uint64
@@ -201,7 +204,7 @@ type opsState struct {
 func (o *opsState) init() {
 	if o.handoffs == nil {
 		o.handoffs, o.maybe, o.held, o.lostFrom, o.refused = map[SlotID]*handoff{}, map[SlotID]uint64{}, map[SlotID]heldBack{}, map[SlotID]string{}, map[SlotID]uint64{}
-		o.gap, o.budgetAt = map[string]bool{}, map[SlotID]time.Time{}
+		o.gap, o.budgetAt, o.existed = map[string]bool{}, map[SlotID]time.Time{}, map[SlotID]bool{}
 	}
 }
 
@@ -320,6 +323,9 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 		a.observeVanish(now, in.View)
 	case ClaimDone:
 		if h := a.held[in.Slot]; h != nil && h.phase == Claiming {
+			if in.NotFresh {
+				a.ops.existed[in.Slot] = true
+			}
 			if in.Budget && a.ops.ctl != nil {
 				a.ops.refused[in.Slot] = a.ops.ctl.Index
 			}
@@ -446,34 +452,40 @@ func (a *Agent) holdBack(id SlotID, kind int, why string, out []any) []any {
 
 // gateClaim says whether this node may claim slot k of u now, as the
 // controls decide, and returns the budget's CAS when the claim is a
-// takeover. d is the slot's claim delay (a claim waiting for the budget
+// takeover, or fresh when it may be of a slot never held (Claim.Fresh). d is the slot's claim delay (a claim waiting for the budget
 // keeps its rank's distance).
-func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Duration, out []any) (*TakeoverCAS, bool, []any) {
+func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Duration, out []any) (tk *TakeoverCAS, fresh, may bool, _ []any) {
 	if !a.cfg.Control {
-		return nil, true, out
+		return nil, false, true, out
 	}
 	a.ops.init()
 	ctl := a.ops.ctl
 	if ctl == nil {
-		return nil, false, out // not before the first answer of control/
+		return nil, false, false, out // not before the first answer of control/
 	}
 	if _, ok := a.draining(a.cfg.Node); ok {
-		return nil, false, out
+		return nil, false, false, out
 	}
 	id := SlotID{u.Name, k}
 	if r, ok := ctl.Paused(u.Name, cluster.PausePlacement); ok && !a.cfg.Faults.IgnorePause {
-		return nil, false, a.holdBack(id, holdPause, "claims paused: "+r.Why(), out)
+		return nil, false, false, a.holdBack(id, holdPause, "claims paused: "+r.Why(), out)
 	}
 	from, takeover := a.takeoverFrom(v, k)
 	if !takeover || from == a.cfg.Node {
 		delete(a.ops.held, id)
-		return nil, true, out
+		return nil, false, true, out
+	}
+	if strings.HasPrefix(from, UnknownHolder) && !a.ops.existed[id] {
+		// Perhaps never held (a new unit, a raised count): no takeover
+		// if its key does not exist, which the claim checks.
+		delete(a.ops.held, id)
+		return nil, true, true, out
 	}
 	if a.stormOn() && !a.cfg.Faults.IgnoreBrake {
-		return nil, false, a.holdBack(id, holdBrake, "takeovers paused by the storm brake (mariposa resume)", out)
+		return nil, false, false, a.holdBack(id, holdBrake, "takeovers paused by the storm brake (mariposa resume)", out)
 	}
 	if idx, ok := a.ops.refused[id]; ok && idx >= ctl.Index {
-		return nil, false, out // the budget's CAS was refused: a newer log first
+		return nil, false, false, out // the budget's CAS was refused: a newer log first
 	}
 	wait := func(at time.Time) {
 		if t, w := a.waitAt[u.Name]; !w || at.Before(t) {
@@ -482,7 +494,7 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 	}
 	if t, ok := a.ops.budgetAt[id]; ok && now.Before(t) {
 		wait(t)
-		return nil, false, out
+		return nil, false, false, out
 	}
 	budget := cluster.TakeoverBudget(max(a.ops.base, len(a.nodes.Nodes)))
 	ok, oldest := ctl.Takeovers.Allows(from, now, budget)
@@ -490,7 +502,7 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 		at := oldest.Add(cluster.TakeoverWindow + d)
 		a.ops.budgetAt[id] = at
 		wait(at)
-		return nil, false, a.holdBack(id, holdBudget, fmt.Sprintf("the takeover budget is spent (%d lost nodes per %s)", budget, cluster.TakeoverWindow), out)
+		return nil, false, false, a.holdBack(id, holdBudget, fmt.Sprintf("the takeover budget is spent (%d lost nodes per %s)", budget, cluster.TakeoverWindow), out)
 	}
 	delete(a.ops.budgetAt, id)
 	delete(a.ops.held, id)
@@ -498,10 +510,10 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 	out = append(out, Record{Slot: id, Action: "takeover", Reason: fmt.Sprintf("lost with %s; budget %d lost nodes per %s", from, budget, cluster.TakeoverWindow)})
 	for _, x := range ctl.Takeovers.Takeovers {
 		if x.From == from && !x.At.Before(now.Add(-FreshTakeover)) && !a.cfg.Faults.LogEveryTakeover {
-			return &TakeoverCAS{Entry: e}, true, out
+			return &TakeoverCAS{Entry: e}, false, true, out
 		}
 	}
-	return &TakeoverCAS{Index: ctl.TakeoversIndex, Log: ctl.Takeovers.With(e), Entry: e, Logged: true}, true, out
+	return &TakeoverCAS{Index: ctl.TakeoversIndex, Log: ctl.Takeovers.With(e), Entry: e, Logged: true}, false, true, out
 }
 
 // UnknownHolder prefixes a takeover's "from" when this node never saw the

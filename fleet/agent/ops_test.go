@@ -520,7 +520,12 @@ func TestTakeoverAfterBreakChargesUnknownHolder(t *testing.T) {
 			acts := m.step(slots("web", 6))
 			m.now = m.now.Add(5 * time.Second)
 			c, ok := find[Claim](append(acts, m.step(Tick{})...))
-			if !ok || c.Takeover == nil || c.Takeover.Entry.From != tc.from {
+			if ok && c.Fresh && tc.brk != nil {
+				// Not known held: first claimed as a slot never claimed,
+				// which Consul refuses (its ClaimedKey exists).
+				c, ok = find[Claim](m.step(ClaimDone{Slot: c.Slot, NotFresh: true}))
+			}
+			if !ok || c.Fresh || c.Takeover == nil || c.Takeover.Entry.From != tc.from {
 				t.Fatalf("claim %+v, want a takeover from %q", c, tc.from)
 			}
 		})
@@ -606,5 +611,28 @@ func TestFreshTakeoverNotLogged(t *testing.T) {
 				t.Fatalf("claim %+v %+v, want logged %v", c, c.Takeover, tc.logged)
 			}
 		})
+	}
+}
+
+// A slot no node saw held (a new unit, a raised count) is claimed as one
+// never claimed: no budget, its ClaimedKey checked absent. Refused (it was
+// claimed before: a node that started after its holder was lost), it is
+// claimed again at once as a takeover, which spends the budget. Before,
+// every such claim spent it: a new unit filled one slot per window.
+func TestNeverClaimedSlotSpendsNoBudget(t *testing.T) {
+	m := opsMachine(t, Faults{}, nil, []string{"me", "n2", "n3"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	m.step(ctlView(20, cluster.Control{}))
+	acts := m.step(slots("web", 5))
+	m.now = m.now.Add(5 * time.Second)
+	c, ok := find[Claim](append(acts, m.step(Tick{})...))
+	if !ok || !c.Fresh || c.Takeover != nil {
+		t.Fatalf("claim %+v, want a fresh one without the budget", c)
+	}
+	if r, ok := find[Record](acts); ok && r.Action == "takeover" {
+		t.Fatalf("recorded as a takeover: %+v", r)
+	}
+	c, ok = find[Claim](m.step(ClaimDone{Slot: c.Slot, NotFresh: true}))
+	if !ok || c.Fresh || c.Takeover == nil || c.Takeover.Entry.From != UnknownHolder+"web/0" {
+		t.Fatalf("claim after NotFresh %+v, want a takeover from an unknown holder", c)
 	}
 }

@@ -35,6 +35,7 @@ func claimOps(id agent.SlotID, node, session string, at time.Time) api.TxnOps {
 		kv(&api.KVTxnOp{Verb: api.KVLock, Key: id.Key(), Session: session, Value: slotValue(node, cluster.SlotHeld, "", at)}),
 		kv(&api.KVTxnOp{Verb: api.KVLock, Key: id.IndexKey(node), Session: session}),
 		kv(&api.KVTxnOp{Verb: api.KVDelete, Key: id.ReleasedKey()}),
+		kv(&api.KVTxnOp{Verb: api.KVSet, Key: id.ClaimedKey()}),
 	}
 }
 
@@ -157,6 +158,9 @@ func (e *Executor) claim(a agent.Claim) {
 	case err != nil || r == nil:
 		e.log.Debug("claim: no answer (it may have been applied)", "slot", a.Slot.String(), "error", err)
 		done = agent.ClaimDone{Slot: a.Slot, Lost: true}
+	case !ok && notFresh(a, r.Errors):
+		e.log.Debug("claim refused: the slot was held before (a takeover then)", "slot", a.Slot.String())
+		done = agent.ClaimDone{Slot: a.Slot, NotFresh: true}
 	case !ok && budgetRefused(a, len(ops), r.Errors):
 		e.log.Debug("claim refused: the takeover budget moved", "slot", a.Slot.String())
 		done = agent.ClaimDone{Slot: a.Slot, Budget: true}

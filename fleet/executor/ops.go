@@ -35,10 +35,28 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
 	if a.Released {
 		ops = append(ops[:2], append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVGet, Key: a.Slot.ReleasedKey()})}, ops[2:]...)...)
 	}
+	if a.Fresh {
+		// A slot never claimed: its ClaimedKey must not exist (the first op).
+		ops = append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()})}, ops...)
+	}
 	if t := a.Takeover; t != nil && t.Logged {
 		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCAS, Key: cluster.TakeoversKey, Index: t.Index, Value: t.Log.Encode()}))
 	}
 	return ops
+}
+
+// notFresh: a Fresh claim's transaction failed on its first op, the slot
+// ClaimedKey's check-not-exists: the slot was claimed before.
+func notFresh(a agent.Claim, errs api.TxnErrors) bool {
+	if !a.Fresh {
+		return false
+	}
+	for _, e := range errs {
+		if e.OpIndex == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // budgetRefused: a claim's transaction of n ops failed on its budget CAS

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/consul/api"
-
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
@@ -30,21 +28,6 @@ func (f *fleet) waitControlSeen(before []map[string]int) {
 	}
 }
 
-// releasedMarks marks slots 0..n-1 of unit released (as a release by
-// their last holder leaves them): claiming them is no takeover, so the
-// takeover budget does not pace the claims and the tests see the
-// controls alone. (A slot never held and not marked counts as a takeover
-// from an unknown holder: agent.UnknownHolder.)
-func releasedMarks(t *testing.T, unit string, n int) func(c *api.Client) {
-	return func(c *api.Client) {
-		for k := range n {
-			if _, err := c.KV().Put(&api.KVPair{Key: agent.SlotID{Unit: unit, K: k}.ReleasedKey()}, nil); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
-
 func (f *fleet) counts() []map[string]int {
 	out := make([]map[string]int, len(f.nodes))
 	for i, n := range f.nodes {
@@ -57,7 +40,7 @@ func (f *fleet) counts() []map[string]int {
 // paused stays short (what runs keeps running), and fills once resumed.
 func TestPauseStopsNewClaims(t *testing.T) {
 	u := agent.Unit{Name: "web", Count: 2, MaxPerNode: 1}
-	f := newFleet(t, fleetOptions{nodes: 3, control: true, before: releasedMarks(t, u.Name, 3)}, u)
+	f := newFleet(t, fleetOptions{nodes: 3, control: true}, u)
 	f.waitSettled(30 * time.Second)
 	before, err := f.slotKeys(u.Name)
 	if err != nil {
@@ -99,6 +82,12 @@ func TestPauseStopsNewClaims(t *testing.T) {
 	}
 	f.waitSettled(30 * time.Second)
 	f.checkNoOverlap()
+	// A new unit's slots and the one the count added were never claimed:
+	// no takeover, nothing spent of the budget (each counted as a lost
+	// node of its own before: one slot filled per window).
+	if p, _, err := f.c.KV().Get(cluster.TakeoversKey, nil); err != nil || p != nil {
+		t.Fatalf("the takeover budget was spent by claims of slots never claimed: %v %v", p, err)
+	}
 }
 
 // A drain: the draining node gives its slots away, claims nothing, and its
@@ -106,7 +95,7 @@ func TestPauseStopsNewClaims(t *testing.T) {
 // instance of it runs.
 func TestDrainDoneOnlyWhenEmpty(t *testing.T) {
 	u := agent.Unit{Name: "web", Count: 2, MaxPerNode: 1}
-	f := newFleet(t, fleetOptions{nodes: 3, control: true, before: releasedMarks(t, u.Name, 2)}, u)
+	f := newFleet(t, fleetOptions{nodes: 3, control: true}, u)
 	f.waitSettled(30 * time.Second)
 	d := f.holderOf(agent.SlotID{Unit: u.Name, K: 0})
 	if _, err := cluster.StartDrain(f.c, d.name, 5*time.Minute, false, "tester"); err != nil {

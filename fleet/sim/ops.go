@@ -311,6 +311,10 @@ func (s *Sim) claimOpsFor(n *node, a agent.Claim) api.KVTxnOps {
 		// The mark must still be there (get fails on a missing key).
 		ops = append(ops[:2], append(api.KVTxnOps{{Verb: api.KVGet, Key: a.Slot.ReleasedKey()}}, ops[2:]...)...)
 	}
+	if a.Fresh {
+		// A slot never claimed: its ClaimedKey must not exist (the first op).
+		ops = append(api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()}}, ops...)
+	}
 	if t := a.Takeover; t != nil && t.Logged {
 		op := &api.KVTxnOp{Verb: api.KVCAS, Key: cluster.TakeoversKey, Index: t.Index, Value: t.Log.Encode()}
 		if s.cfg.ExecFaults.NoBudgetCAS {
@@ -319,6 +323,20 @@ func (s *Sim) claimOpsFor(n *node, a agent.Claim) api.KVTxnOps {
 		ops = append(ops, op)
 	}
 	return ops
+}
+
+// notFresh: a Fresh claim's transaction failed on its first op, the
+// ClaimedKey's check-not-exists: the slot was claimed before.
+func notFresh(a agent.Claim, errs api.TxnErrors) bool {
+	if !a.Fresh {
+		return false
+	}
+	for _, e := range errs {
+		if e.OpIndex == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // budgetRefused: a claim's transaction (of n ops) failed on its budget

@@ -407,6 +407,7 @@ func claimOps(id agent.SlotID, node, session, state string) api.KVTxnOps {
 		{Verb: api.KVLock, Key: id.Key(), Session: session, Value: slotValue(node, id, state)},
 		{Verb: api.KVLock, Key: id.IndexKey(node), Session: session},
 		{Verb: api.KVDelete, Key: id.ReleasedKey()},
+		{Verb: api.KVSet, Key: id.ClaimedKey()},
 	}
 }
 
@@ -564,6 +565,9 @@ func (s *Sim) act(n *node, a any) {
 			ops := s.claimOpsFor(n, a)
 			r, err := s.store.KVTxn(s.wall(), ops)
 			s.countTxn(r, err)
+			if err == nil && !r.OK && notFresh(a, r.Errors) {
+				return agent.ClaimDone{Slot: a.Slot, NotFresh: true}
+			}
 			if err == nil && !r.OK && budgetRefused(a, len(ops), r.Errors) {
 				s.res.Ops.BudgetRefused++
 				return agent.ClaimDone{Slot: a.Slot, Budget: true}
