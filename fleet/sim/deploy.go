@@ -91,6 +91,11 @@ type depTrack struct {
 	started      map[uint64]time.Duration
 	terminal     map[uint64]bool
 	flagged      map[uint64]bool
+	// short: per deployment, how long its unit ran short of its count
+	// since it started (a lost node's slots waiting for the takeover
+	// budget, a drain): it cannot be judged then, so its bound is that
+	// much longer.
+	short map[uint64]time.Duration
 	// failed: versions a deployment of the unit failed at with auto_revert
 	// asked; no instance may stay on them.
 	failed map[string]bool
@@ -120,7 +125,7 @@ func (s *Sim) deploySetup() {
 		_, err := s.store.Put(s.wall(), agent.RecordKey(u.Name), b, 0)
 		must(err)
 		s.dep.track[u.Name] = &depTrack{lastN: 1, lastStatus: d.Status, started: map[uint64]time.Duration{1: 0}, status: map[uint64]string{},
-			terminal: map[uint64]bool{1: true}, flagged: map[uint64]bool{}, failed: map[string]bool{}}
+			terminal: map[uint64]bool{1: true}, flagged: map[uint64]bool{}, failed: map[string]bool{}, short: map[uint64]time.Duration{}}
 	}
 	for _, n := range s.nodes {
 		for _, inst := range n.inst {
@@ -583,13 +588,34 @@ func (s *Sim) operatorWrite(unit string, cas uint64, next agent.Deployment, what
 	s.notify()
 }
 
+// runningSlots: how many slots of unit have an instance running on a live
+// node.
+func (s *Sim) runningSlots(unit string) int {
+	seen := map[int]bool{}
+	for _, n := range s.nodes {
+		if !n.alive || !n.up {
+			continue
+		}
+		for id, in := range n.inst {
+			if id.Unit == unit && in.running {
+				seen[id.K] = true
+			}
+		}
+	}
+	return len(seen)
+}
+
 // deployTick: every second, the bound on each deployment, and the
 // watches of nodes that missed an answer (cut off, a minority) catch up.
 func (s *Sim) deployTick() {
 	for _, u := range s.units {
 		t := s.dep.track[u.Name]
+		short := s.runningSlots(u.Name) < u.Count
 		for _, n := range sortedN(t.started) {
-			if bound := deployBound(u.Count) + s.pausedWithin(u.Name, t.started[n]); !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > bound {
+			if short && !t.terminal[n] {
+				t.short[n] += time.Second
+			}
+			if bound := deployBound(u.Count) + s.pausedWithin(u.Name, t.started[n]) + t.short[n]; !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > bound {
 				t.flagged[n] = true
 				s.violate("deployment %s/%d not terminal %v after it started", u.Name, n, bound)
 			}
@@ -612,7 +638,7 @@ func (s *Sim) deployFinal() {
 	for _, u := range s.units {
 		t := s.dep.track[u.Name]
 		for _, n := range sortedN(t.started) {
-			if !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > deployBound(u.Count)/2+s.pausedWithin(u.Name, t.started[n]) {
+			if !t.terminal[n] && !t.flagged[n] && s.now-t.started[n] > deployBound(u.Count)/2+s.pausedWithin(u.Name, t.started[n])+t.short[n] {
 				s.violate("deployment %s/%d not terminal at the end (started at %.1fs)", u.Name, n, t.started[n].Seconds())
 			}
 			if n > 1 {

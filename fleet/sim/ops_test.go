@@ -13,11 +13,6 @@ var opsSeeds = flag.Int("sim.opsseeds", 10, "seeds TestSimulationOps runs")
 func opsConfig(seed uint64) Config {
 	c := config(seed)
 	c.Ops = true
-	// Not with the operator's deploys yet: a deployment's bound does not
-	// count the time its unit is short of its count under the takeover
-	// budget's pacing (30 % of the nodes lost), so it would flag a
-	// deployment that waits, rightly, for its slots.
-	c.Deploys = false
 	return c
 }
 
