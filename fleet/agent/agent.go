@@ -437,7 +437,7 @@ type Ranking struct {
 
 // Place is one feasible node's standing for a slot: its first-round rank
 // and its rank by rendezvous hash alone (ClaimDelay, SecondRoundDelay).
-type Place struct{ Rank, HRWRank int }
+type Place = cluster.Place
 
 // Of returns node's place for slot; false: not feasible there.
 func (r Ranking) Of(slot int, node string) (Place, bool) {
@@ -1019,28 +1019,14 @@ func subset(a, b []int) bool {
 }
 
 // DefaultRank is cluster.Assign over a unit's slots view and the live
-// nodes.
+// nodes (cluster.AssignRanks: its ranks alone).
 func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
 	infos := make([]cluster.NodeInfo, len(nodes.Nodes))
 	for i, n := range nodes.Nodes {
 		infos[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
 	}
 	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
-	asg := cluster.Assign(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})
-	out := Ranking{pos: nodes.positions(), places: make(map[int][]Place, len(asg))}
-	for k, rs := range asg {
-		ps := make([]Place, len(nodes.Nodes))
-		for i := range ps {
-			ps[i].Rank = -1
-		}
-		for _, r := range rs {
-			if i, ok := out.pos[r.Node]; ok && r.Verdict.OK {
-				ps[i] = Place{Rank: r.Rank, HRWRank: r.HRWRank}
-			}
-		}
-		out.places[k] = ps
-	}
-	return out
+	return Ranking{pos: nodes.positions(), places: cluster.AssignRanks(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})}
 }
 
 func (a *Agent) heldIDs() []SlotID {
