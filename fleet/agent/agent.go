@@ -318,6 +318,11 @@ type held struct {
 	confirmed time.Time // send time of the last read that showed the hold
 	lost      bool      // the hold ended: stop without releasing
 	orphan    bool      // non-exclusive, session lost: keep running
+	rec       *unitRec  // its unit
+	// seen and seenIndex: the view and token the last look at the view
+	// found this hold not taken by another session with.
+	seen      *SlotsView
+	seenIndex uint64
 }
 
 // Faults break the mechanism on purpose, for the simulator's mutation
@@ -389,11 +394,18 @@ type Agent struct {
 	// step (their view changed); waiting: units with a claim timed for
 	// later; free: units with free slots at their last look.
 	dirty, free map[string]bool
-	dirtyBuf    []string // reused to sort dirty
+	dirtyList   []string // dirty's units, in the order marked (sorted when looked at)
 	// rerank: units whose claim time came: ranked again even if their
 	// free slots only shrank.
 	rerank map[string]bool
 	waitAt map[string]time.Time
+	// waitMin, when waitMinOK, is the earliest of waitAt (setWait and
+	// delWait keep it, or say it must be looked for again).
+	waitMin   time.Time
+	waitMinOK bool
+	// recs: per unit, what the holds' loop reads at every step (a.units
+	// and a.slots without a lookup).
+	recs map[string]*unitRec
 	// invalidated: free slots this node saw held and then free without a
 	// release (the index cannot say so: the holder's keys are deleted
 	// with its session), until a view shows them held or released.
@@ -402,6 +414,51 @@ type Agent struct {
 	// index of the view that showed them free: not claimed again until a
 	// newer view.
 	refused map[SlotID]uint64
+}
+
+// unitRec is a unit as a.units and a.slots have it.
+type unitRec struct {
+	unit Unit
+	ok   bool // in a.units
+	view *SlotsView
+}
+
+func (a *Agent) rec(name string) *unitRec {
+	r := a.recs[name]
+	if r == nil {
+		r = &unitRec{view: a.slots[name]}
+		r.unit, r.ok = a.units[name]
+		a.recs[name] = r
+	}
+	return r
+}
+
+// setWait sets unit's claim time.
+func (a *Agent) setWait(unit string, t time.Time) {
+	old, had := a.waitAt[unit]
+	a.waitAt[unit] = t
+	switch {
+	case !a.waitMinOK:
+	case len(a.waitAt) == 1:
+		a.waitMin = t
+	case t.Before(a.waitMin):
+		a.waitMin = t
+	case had && !old.After(a.waitMin) && t.After(old):
+		// The earliest moved later: which is earliest now is not known.
+		a.waitMinOK = false
+	}
+}
+
+// delWait clears unit's claim time.
+func (a *Agent) delWait(unit string) {
+	old, had := a.waitAt[unit]
+	if !had {
+		return
+	}
+	delete(a.waitAt, unit)
+	if a.waitMinOK && !old.After(a.waitMin) {
+		a.waitMinOK = false
+	}
 }
 
 type strayTry struct {
@@ -463,7 +520,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[string]map[int]vacancy{},
 		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
-		strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, invalidated: map[string]map[int]bool{}, rerank: map[string]bool{}}
+		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, invalidated: map[string]map[int]bool{}, rerank: map[string]bool{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -476,7 +533,15 @@ func New(cfg Config) *Agent {
 
 func (a *Agent) dirtyAll() {
 	for u := range a.units {
-		a.dirty[u] = true
+		a.markDirty(u)
+	}
+}
+
+// markDirty: unit's claims and strays are looked at again in this step.
+func (a *Agent) markDirty(unit string) {
+	if !a.dirty[unit] {
+		a.dirty[unit] = true
+		a.dirtyList = append(a.dirtyList, unit)
 	}
 }
 
@@ -499,7 +564,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case Tick:
 		for u, t := range a.waitAt {
 			if !now.Before(t) {
-				a.dirty[u] = true
+				a.markDirty(u)
 				a.rerank[u] = true
 			}
 		}
@@ -508,11 +573,15 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		for _, u := range in.Units {
 			a.units[u.Name] = u
 		}
+		for name, r := range a.recs {
+			r.unit, r.ok = a.units[name]
+		}
 		a.dirtyAll()
 	case SlotsAnswer:
 		a.noteInvalidated(a.slots[in.View.Unit], in.View)
 		a.slots[in.View.Unit] = in.View
-		a.dirty[in.View.Unit] = true
+		a.rec(in.View.Unit).view = in.View
+		a.markDirty(in.View.Unit)
 	case NodesAnswer:
 		// Not a reason to rank again at once: the units with free slots
 		// are ranked with it at their next answer or claim time (a node
@@ -545,7 +614,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			// stray in the next view and is released.
 			delete(a.held, in.Slot)
 			a.heldSorted = nil
-			a.dirty[in.Slot.Unit] = true
+			a.markDirty(in.Slot.Unit)
 			if in.Taken {
 				// Refused: another session holds it, so the view that
 				// showed it free is stale. Not again on that view (a
@@ -573,7 +642,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
 			delete(a.held, in.Slot)
 			a.heldSorted = nil
-			a.dirty[in.Slot.Unit] = true
+			a.markDirty(in.Slot.Unit)
 		}
 	case ConfirmDone:
 		a.inflight = max(0, a.inflight-1)
@@ -620,7 +689,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			a.heldSorted = nil
 			// If Consul still says this session holds it, the next look
 			// finds a stray and releases it.
-			a.dirty[in.Slot.Unit] = true
+			a.markDirty(in.Slot.Unit)
 			break
 		}
 		if h.phase == Stopping {
@@ -682,8 +751,9 @@ func (a *Agent) Idle(unit string, now time.Time, within time.Duration) bool {
 	if v := a.slots[unit]; v != nil && len(v.byNode[a.cfg.Node]) > 0 {
 		return false
 	}
-	for _, id := range a.heldIDs() {
-		if id.Unit == unit && a.held[id].phase == Claiming {
+	ids := a.heldIDs() // in slot order: the unit's are together
+	for i := sort.Search(len(ids), func(i int) bool { return ids[i].Unit >= unit }); i < len(ids) && ids[i].Unit == unit; i++ {
+		if a.held[ids[i]].phase == Claiming {
 			// Its answer may be lost: the view shows the stray.
 			return false
 		}
@@ -785,19 +855,12 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// The holds.
 	ids := a.heldIDs()
 	var confirm []SlotID
-	var (
-		unitOf string // the unit of u, ok and view, looked up once per unit
-		u      Unit
-		ok     bool
-		view   *SlotsView
-	)
-	for i, id := range ids {
+	for _, id := range ids {
 		h := a.held[id]
-		if i == 0 || id.Unit != unitOf {
-			unitOf = id.Unit
-			u, ok = a.units[id.Unit]
-			view = a.slots[id.Unit]
+		if h.rec == nil {
+			h.rec = a.rec(id.Unit)
 		}
+		u, ok, view := h.rec.unit, h.rec.ok, h.rec.view
 		switch {
 		case h.orphan:
 			// Stop once another node holds the slot.
@@ -818,12 +881,14 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			at(deadline)
 			confirm = append(confirm, id)
 		}
-		if view != nil && view.Index > 0 {
+		if view != nil && view.Index > 0 && (view != h.seen || h.index != h.seenIndex) {
 			s := view.slot(id.K)
 			if s.Node != "" && s.Node != a.cfg.Node && s.ModifyIndex > h.index {
 				out = a.lose(id, h, "slot held by another session", out)
 				continue
 			}
+			// Until the view or the token changes, the same again.
+			h.seen, h.seenIndex = view, h.index
 		}
 		if (!ok || id.K >= u.Count) && h.phase != Stopping {
 			h.phase = Stopping
@@ -850,14 +915,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// Strays and claims, for the units whose view changed or whose claim
 	// time came.
 	if a.session != "" && a.nodes != nil {
-		dirty := a.dirtyBuf[:0]
-		for u := range a.dirty {
-			dirty = append(dirty, u)
-		}
+		dirty := a.dirtyList
 		sort.Strings(dirty)
-		a.dirtyBuf = dirty
 		for _, name := range dirty {
-			delete(a.waitAt, name)
+			a.delWait(name)
 			delete(a.free, name)
 			v := a.slots[name]
 			if v == nil {
@@ -873,7 +934,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				}
 				if last, tried := a.strays[id]; tried && last.index >= v.Index && now.Before(last.at.Add(time.Second)) {
 					if t, ok := a.waitAt[name]; !ok || last.at.Add(time.Second).Before(t) {
-						a.waitAt[name] = last.at.Add(time.Second)
+						a.setWait(name, last.at.Add(time.Second))
 					}
 					continue
 				}
@@ -953,7 +1014,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				when = maxTime(when, vac.notBefore)
 				if now.Before(when) {
 					if t, ok := a.waitAt[name]; !ok || when.Before(t) {
-						a.waitAt[name] = when
+						a.setWait(name, when)
 					}
 					continue
 				}
@@ -963,10 +1024,27 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node})
 			}
 		}
-		clear(a.dirty)
+		for _, name := range dirty {
+			delete(a.dirty, name)
+		}
+		a.dirtyList = dirty[:0]
 	}
-	for _, t := range a.waitAt {
-		at(t)
+	if len(a.waitAt) > 0 {
+		if !a.waitMinOK {
+			a.waitMin, a.waitMinOK = time.Time{}, true
+			for _, t := range a.waitAt {
+				if a.waitMin.IsZero() || t.Before(a.waitMin) {
+					a.waitMin = t
+				}
+			}
+		}
+		if a.waitMin.After(now) {
+			at(a.waitMin)
+		} else {
+			for _, t := range a.waitAt {
+				at(t)
+			}
+		}
 	}
 	if !wake.IsZero() && (a.wakeAt.IsZero() || !a.wakeAt.Equal(wake) || !a.wakeAt.After(now)) {
 		a.wakeAt = wake
