@@ -373,7 +373,9 @@ type Agent struct {
 	slots        map[string]*SlotsView
 	nodes        *NodesView
 	held         map[SlotID]*held
-	heldSorted   []SlotID                   // held's IDs in order; nil when held changed
+	heldSorted   []SlotID // held's IDs in order; nil when held changed
+	holdsGen     uint64   // moved by every change of the holds (heldChanged)
+	holdsMemo    holdsMemo
 	vacant       map[string]map[int]vacancy // by unit, then slot
 	// inflight: confirmations sent and not answered. They are sent every
 	// lock_delay/5 whether or not the last one came back (each carries
@@ -525,7 +527,7 @@ func New(cfg Config) *Agent {
 		a.session = w.Session
 		for id, idx := range w.Held {
 			a.held[id] = &held{phase: Running, exclusive: w.Exclusive[id.Unit], index: idx, sent: w.At, acked: w.At, confirmed: w.At}
-			a.heldSorted = nil
+			a.heldChanged()
 		}
 	}
 	return a
@@ -560,6 +562,16 @@ func (a *Agent) Held() map[SlotID]Phase {
 // Step takes one input at now and returns what to do.
 func (a *Agent) Step(now time.Time, in any) []any {
 	var out []any
+	switch in := in.(type) {
+	case Tick, NodesAnswer:
+		// Neither touches a hold.
+	case SlotsAnswer:
+		if a.holdsUnit(in.View.Unit) {
+			a.holdsGen++ // the holds' loop reads the unit's view
+		}
+	default:
+		a.holdsGen++
+	}
 	switch in := in.(type) {
 	case Tick:
 		for u, t := range a.waitAt {
@@ -613,7 +625,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			// knows; a claim applied whose answer was lost shows up as a
 			// stray in the next view and is released.
 			delete(a.held, in.Slot)
-			a.heldSorted = nil
+			a.heldChanged()
 			a.markDirty(in.Slot.Unit)
 			if in.Taken {
 				// Refused: another session holds it, so the view that
@@ -641,7 +653,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case ReleaseDone:
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
 			delete(a.held, in.Slot)
-			a.heldSorted = nil
+			a.heldChanged()
 			a.markDirty(in.Slot.Unit)
 		}
 	case ConfirmDone:
@@ -686,7 +698,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 		if h.lost || h.orphan {
 			delete(a.held, in.Slot)
-			a.heldSorted = nil
+			a.heldChanged()
 			// If Consul still says this session holds it, the next look
 			// finds a stray and releases it.
 			a.markDirty(in.Slot.Unit)
@@ -730,6 +742,13 @@ func (a *Agent) refreshFor(old, v *NodesView) []string {
 	}
 	sort.Strings(units)
 	return units
+}
+
+// holdsUnit: this node holds a slot of unit (in any phase).
+func (a *Agent) holdsUnit(unit string) bool {
+	ids := a.heldIDs()
+	i := sort.Search(len(ids), func(i int) bool { return ids[i].Unit >= unit })
+	return i < len(ids) && ids[i].Unit == unit
 }
 
 // Idle says whether this node may hear unit's index at a slow pace (at
@@ -803,7 +822,7 @@ func (a *Agent) loseSession(out []any) []any {
 		switch {
 		case h.phase == Claiming || h.phase == Releasing:
 			delete(a.held, id)
-			a.heldSorted = nil
+			a.heldChanged()
 		case h.exclusive:
 			out = a.lose(id, h, "session lost", out)
 		default:
@@ -823,7 +842,7 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 	switch h.phase {
 	case Claiming, Releasing:
 		delete(a.held, id)
-		a.heldSorted = nil
+		a.heldChanged()
 		return out
 	}
 	h.phase = Stopping
@@ -855,6 +874,14 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// The holds.
 	ids := a.heldIDs()
 	var confirm []SlotID
+	if m := a.holdsMemo; m.ok && m.gen == a.holdsGen && (m.until.IsZero() || now.Before(m.until)) {
+		confirm = m.confirm
+		if !m.until.IsZero() {
+			at(m.until)
+		}
+		ids = nil
+	}
+	acted, until := len(out), time.Time{}
 	for _, id := range ids {
 		h := a.held[id]
 		if h.rec == nil {
@@ -879,6 +906,9 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				continue
 			}
 			at(deadline)
+			if until.IsZero() || deadline.Before(until) {
+				until = deadline
+			}
 			confirm = append(confirm, id)
 		}
 		if view != nil && view.Index > 0 && (view != h.seen || h.index != h.seenIndex) {
@@ -894,6 +924,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			h.phase = Stopping
 			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "release", Reason: "scaled down"})
 		}
+	}
+	if ids != nil || len(a.held) == 0 {
+		// Nothing done: the same until a hold changes or until comes.
+		a.holdsMemo = holdsMemo{ok: len(out) == acted, gen: a.holdsGen, confirm: confirm, until: until}
 	}
 	if len(confirm) > 0 && a.session != "" && a.inflight < maxInflight {
 		next := a.lastConfirm.Add(a.cfg.LockDelay / 5)
@@ -940,7 +974,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				}
 				a.strays[id] = strayTry{index: v.Index, at: now}
 				a.held[id] = &held{phase: Releasing}
-				a.heldSorted = nil
+				a.heldChanged()
 				out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
 			}
 			u, ok := a.units[name]
@@ -1019,7 +1053,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					continue
 				}
 				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
-				a.heldSorted = nil
+				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node})
 			}
@@ -1105,6 +1139,25 @@ func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
 	}
 	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
 	return Ranking{pos: nodes.positions(), places: cluster.AssignRanks(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})}
+}
+
+// heldChanged: a hold was added, removed or changed: the holds' loop
+// looks at them again (holdsMemo).
+func (a *Agent) heldChanged() {
+	a.heldSorted = nil
+	a.holdsGen++
+}
+
+// holdsMemo is what the holds' loop in reconcile found the last time it
+// changed nothing: while no input touched the holds (holdsGen) and no
+// deadline came (until), the loop would find the same again. A node hears
+// every unit's answers and holds slots of a few: most of its steps leave
+// its holds as they were.
+type holdsMemo struct {
+	ok      bool
+	gen     uint64
+	confirm []SlotID  // never changed once made (a Confirm may carry it)
+	until   time.Time // the earliest deadline (zero: none)
 }
 
 func (a *Agent) heldIDs() []SlotID {
