@@ -376,7 +376,6 @@ type Agent struct {
 	heldSorted   []SlotID // held's IDs in order; nil when held changed
 	holdsGen     uint64   // moved by every change of the holds (heldChanged)
 	holdsMemo    holdsMemo
-	vacant       map[string]map[int]vacancy // by unit, then slot
 	// inflight: confirmations sent and not answered. They are sent every
 	// lock_delay/5 whether or not the last one came back (each carries
 	// its send time, so a slow answer costs nothing), up to maxInflight.
@@ -389,40 +388,44 @@ type Agent struct {
 	// strays: when a stray's release was last tried and at which view; it
 	// is tried again once a newer view still shows it, or a second later
 	// (a release refused for want of a leader changes no view).
-	strays      map[SlotID]strayTry
-	wakeAt      time.Time
-	assignments map[string]assignment
+	strays map[SlotID]strayTry
+	wakeAt time.Time
 	// dirty: units whose claims and strays are looked at again in this
-	// step (their view changed); waiting: units with a claim timed for
-	// later; free: units with free slots at their last look.
-	dirty, free map[string]bool
-	dirtyList   []string // dirty's units, in the order marked (sorted when looked at)
-	// rerank: units whose claim time came: ranked again even if their
-	// free slots only shrank.
-	rerank map[string]bool
+	// step (their view changed or their claim time came).
+	dirty     map[string]bool
+	dirtyList []string // dirty's units, in the order marked (sorted when looked at)
+	// waitAt: units with a claim timed for later.
 	waitAt map[string]time.Time
 	// waitMin, when waitMinOK, is the earliest of waitAt (setWait and
 	// delWait keep it, or say it must be looked for again).
 	waitMin   time.Time
 	waitMinOK bool
-	// recs: per unit, what the holds' loop reads at every step (a.units
-	// and a.slots without a lookup).
+	// recs: what this node knows per unit (one lookup, not one per map).
 	recs map[string]*unitRec
-	// invalidated: free slots this node saw held and then free without a
-	// release (the index cannot say so: the holder's keys are deleted
-	// with its session), until a view shows them held or released.
-	invalidated map[string]map[int]bool
 	// refused: slots whose claim another session's hold refused, with the
 	// index of the view that showed them free: not claimed again until a
 	// newer view.
 	refused map[SlotID]uint64
 }
 
-// unitRec is a unit as a.units and a.slots have it.
+// unitRec is a unit as a.units and a.slots have it, and this node's
+// vacancies, ranking and invalidated slots of it.
 type unitRec struct {
 	unit Unit
 	ok   bool // in a.units
 	view *SlotsView
+	// vacant: by slot.
+	vacant map[int]vacancy
+	// asg: the last ranking's places of this node (hasAsg: there is one).
+	asg    assignment
+	hasAsg bool
+	// rerank: its claim time came: ranked again even if its free slots
+	// only shrank.
+	rerank bool
+	// invalidated: free slots this node saw held and then free without a
+	// release (the index cannot say so: the holder's keys are deleted
+	// with its session), until a view shows them held or released.
+	invalidated map[int]bool
 }
 
 func (a *Agent) rec(name string) *unitRec {
@@ -520,9 +523,9 @@ func New(cfg Config) *Agent {
 		cfg.Rank = DefaultRank
 	}
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
-		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[string]map[int]vacancy{},
-		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
-		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, invalidated: map[string]map[int]bool{}, rerank: map[string]bool{}}
+		slots: map[string]*SlotsView{}, held: map[SlotID]*held{},
+		dirty: map[string]bool{}, waitAt: map[string]time.Time{},
+		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -577,7 +580,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		for u, t := range a.waitAt {
 			if !now.Before(t) {
 				a.markDirty(u)
-				a.rerank[u] = true
+				a.rec(u).rerank = true
 			}
 		}
 	case UnitsAnswer:
@@ -590,9 +593,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 		a.dirtyAll()
 	case SlotsAnswer:
-		a.noteInvalidated(a.slots[in.View.Unit], in.View)
+		r := a.rec(in.View.Unit)
+		a.noteInvalidated(r, r.view, in.View)
 		a.slots[in.View.Unit] = in.View
-		a.rec(in.View.Unit).view = in.View
+		r.view = in.View
 		a.markDirty(in.View.Unit)
 	case NodesAnswer:
 		// Not a reason to rank again at once: the units with free slots
@@ -781,18 +785,17 @@ func (a *Agent) Idle(unit string, now time.Time, within time.Duration) bool {
 }
 
 func (a *Agent) vacantOf(unit string) map[int]vacancy {
-	vs := a.vacant[unit]
-	if vs == nil {
-		vs = map[int]vacancy{}
-		a.vacant[unit] = vs
+	r := a.rec(unit)
+	if r.vacant == nil {
+		r.vacant = map[int]vacancy{}
 	}
-	return vs
+	return r.vacant
 }
 
 // noteInvalidated keeps, across answers, which free slots were freed
 // without a release.
-func (a *Agent) noteInvalidated(old, v *SlotsView) {
-	inv := a.invalidated[v.Unit]
+func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) {
+	inv := r.invalidated
 	for k := range inv {
 		if s := v.slot(k); s.Node != "" || s.Released {
 			delete(inv, k)
@@ -808,7 +811,7 @@ func (a *Agent) noteInvalidated(old, v *SlotsView) {
 		if s := v.slot(k); !s.Released {
 			if inv == nil {
 				inv = map[int]bool{}
-				a.invalidated[v.Unit] = inv
+				r.invalidated = inv
 			}
 			inv[k] = true
 		}
@@ -953,8 +956,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		sort.Strings(dirty)
 		for _, name := range dirty {
 			a.delWait(name)
-			delete(a.free, name)
-			v := a.slots[name]
+			r := a.rec(name)
+			v := r.view
 			if v == nil {
 				continue
 			}
@@ -977,14 +980,14 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.heldChanged()
 				out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
 			}
-			u, ok := a.units[name]
+			u, ok := r.unit, r.ok
 			if !ok || u.Count == 0 {
 				continue
 			}
 			// Free as the view says: every node with this view ranks the
 			// same slots, so the ranking is the same everywhere.
 			var free []int
-			vs := a.vacant[name]
+			vs := r.vacant
 			for k := range vs {
 				if k < u.Count && v.holder(k) != "" {
 					delete(vs, k)
@@ -998,9 +1001,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			if len(free) == 0 {
 				continue
 			}
-			a.free[name] = true
-			asg := a.assign(u, v, free, a.rerank[name])
-			delete(a.rerank, name)
+			asg := a.assign(r, u, v, free, r.rerank)
+			r.rerank = false
 			// What this node holds of the unit, as it knows it: a view
 			// may not show its latest claims yet.
 			mine := 0
@@ -1038,7 +1040,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[name][k]) {
+				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
@@ -1096,8 +1098,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 // claimed, and it ranks again when its claim time comes. Ranking over
 // 1,000 nodes at every answer of a unit with a vacancy was most of a
 // 1,000-node fleet's CPU after a loss.
-func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Place {
-	if c, ok := a.assignments[u.Name]; ok && c.count == u.Count {
+func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool) map[int]Place {
+	if c, ok := r.asg, r.hasAsg; ok && c.count == u.Count {
 		if c.slotsIdx == v.Index && c.nodesIdx == a.nodes.Index {
 			return c.mine
 		}
@@ -1112,7 +1114,7 @@ func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Pla
 			mine[k] = p
 		}
 	}
-	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, count: u.Count, free: free, mine: mine}
+	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, count: u.Count, free: free, mine: mine}, true
 	return mine
 }
 
