@@ -376,6 +376,7 @@ type Agent struct {
 	heldSorted   []SlotID // held's IDs in order; nil when held changed
 	holdsGen     uint64   // moved by every change of the holds (heldChanged)
 	holdsMemo    holdsMemo
+	heldCounted  bool // the units' nHeld count held as it is
 	// inflight: confirmations sent and not answered. They are sent every
 	// lock_delay/5 whether or not the last one came back (each carries
 	// its send time, so a slow answer costs nothing), up to maxInflight.
@@ -426,6 +427,11 @@ type unitRec struct {
 	// release (the index cannot say so: the holder's keys are deleted
 	// with its session), until a view shows them held or released.
 	invalidated map[int]bool
+	// wait mirrors waitAt[unit] (hasWait: set); nHeld counts the holds of
+	// the unit (kept by heldIDs).
+	wait    time.Time
+	hasWait bool
+	nHeld   int
 }
 
 func (a *Agent) rec(name string) *unitRec {
@@ -440,8 +446,10 @@ func (a *Agent) rec(name string) *unitRec {
 
 // setWait sets unit's claim time.
 func (a *Agent) setWait(unit string, t time.Time) {
-	old, had := a.waitAt[unit]
+	r := a.rec(unit)
+	old, had := r.wait, r.hasWait
 	a.waitAt[unit] = t
+	r.wait, r.hasWait = t, true
 	switch {
 	case !a.waitMinOK:
 	case len(a.waitAt) == 1:
@@ -456,11 +464,13 @@ func (a *Agent) setWait(unit string, t time.Time) {
 
 // delWait clears unit's claim time.
 func (a *Agent) delWait(unit string) {
-	old, had := a.waitAt[unit]
+	r := a.rec(unit)
+	old, had := r.wait, r.hasWait
 	if !had {
 		return
 	}
 	delete(a.waitAt, unit)
+	r.wait, r.hasWait = time.Time{}, false
 	if a.waitMinOK && !old.After(a.waitMin) {
 		a.waitMinOK = false
 	}
@@ -750,9 +760,8 @@ func (a *Agent) refreshFor(old, v *NodesView) []string {
 
 // holdsUnit: this node holds a slot of unit (in any phase).
 func (a *Agent) holdsUnit(unit string) bool {
-	ids := a.heldIDs()
-	i := sort.Search(len(ids), func(i int) bool { return ids[i].Unit >= unit })
-	return i < len(ids) && ids[i].Unit == unit
+	a.heldIDs() // counts them
+	return a.rec(unit).nHeld > 0
 }
 
 // Idle says whether this node may hear unit's index at a slow pace (at
@@ -768,13 +777,17 @@ func (a *Agent) Idle(unit string, now time.Time, within time.Duration) bool {
 	if a.session == "" {
 		return false
 	}
-	if t, ok := a.waitAt[unit]; ok && t.Sub(now) <= within {
+	r := a.rec(unit)
+	if r.hasWait && r.wait.Sub(now) <= within {
 		return false
 	}
-	if v := a.slots[unit]; v != nil && len(v.byNode[a.cfg.Node]) > 0 {
+	if v := r.view; v != nil && len(v.byNode[a.cfg.Node]) > 0 {
 		return false
 	}
 	ids := a.heldIDs() // in slot order: the unit's are together
+	if r.nHeld == 0 {
+		return true
+	}
 	for i := sort.Search(len(ids), func(i int) bool { return ids[i].Unit >= unit }); i < len(ids) && ids[i].Unit == unit; i++ {
 		if a.held[ids[i]].phase == Claiming {
 			// Its answer may be lost: the view shows the stray.
@@ -1146,7 +1159,7 @@ func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
 // heldChanged: a hold was added, removed or changed: the holds' loop
 // looks at them again (holdsMemo).
 func (a *Agent) heldChanged() {
-	a.heldSorted = nil
+	a.heldSorted, a.heldCounted = nil, false
 	a.holdsGen++
 }
 
@@ -1163,12 +1176,20 @@ type holdsMemo struct {
 }
 
 func (a *Agent) heldIDs() []SlotID {
-	if a.heldSorted != nil || len(a.held) == 0 {
+	if a.heldSorted != nil || (len(a.held) == 0 && a.heldCounted) {
 		return a.heldSorted
+	}
+	for _, r := range a.recs {
+		r.nHeld = 0
+	}
+	a.heldCounted = true
+	if len(a.held) == 0 {
+		return nil
 	}
 	ids := make([]SlotID, 0, len(a.held))
 	for id := range a.held {
 		ids = append(ids, id)
+		a.rec(id.Unit).nHeld++
 	}
 	sort.Slice(ids, func(i, j int) bool {
 		if ids[i].Unit != ids[j].Unit {
