@@ -179,6 +179,19 @@ type NodesView struct {
 	// at once the units that node held (Refresh).
 	Failing []string
 	pos     map[string]int
+	info    []cluster.NodeInfo
+}
+
+// infos are Nodes as placement sees them: in the fleet, live, eligible
+// (built once).
+func (v *NodesView) infos() []cluster.NodeInfo {
+	if v.info == nil {
+		v.info = make([]cluster.NodeInfo, len(v.Nodes))
+		for i, n := range v.Nodes {
+			v.info[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
+		}
+	}
+	return v.info
 }
 
 // positions maps each node to its first place in Nodes (built once).
@@ -1122,9 +1135,11 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool)
 	}
 	asg := a.cfg.Rank(u, v, a.nodes, free)
 	mine := map[int]Place{}
-	for _, k := range free {
-		if p, ok := asg.Of(k, a.cfg.Node); ok {
-			mine[k] = p
+	if i, ok := asg.pos[a.cfg.Node]; ok { // Of, the node looked up once
+		for _, k := range free {
+			if ps := asg.places[k]; i < len(ps) && ps[i].Rank >= 0 {
+				mine[k] = ps[i]
+			}
 		}
 	}
 	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: a.nodes.Index, count: u.Count, free: free, mine: mine}, true
@@ -1148,12 +1163,8 @@ func subset(a, b []int) bool {
 // DefaultRank is cluster.Assign over a unit's slots view and the live
 // nodes (cluster.AssignRanks: its ranks alone).
 func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
-	infos := make([]cluster.NodeInfo, len(nodes.Nodes))
-	for i, n := range nodes.Nodes {
-		infos[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
-	}
 	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
-	return Ranking{pos: nodes.positions(), places: cluster.AssignRanks(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})}
+	return Ranking{pos: nodes.positions(), places: cluster.AssignRanks(cu, free, cluster.View{Nodes: nodes.infos(), Holders: v.Holders}, time.Time{})}
 }
 
 // heldChanged: a hold was added, removed or changed: the holds' loop
