@@ -458,8 +458,7 @@ func (a *Agent) rec(name string) *unitRec {
 }
 
 // setWait sets unit's claim time.
-func (a *Agent) setWait(unit string, t time.Time) {
-	r := a.rec(unit)
+func (a *Agent) setWait(r *unitRec, unit string, t time.Time) {
 	old, had := r.wait, r.hasWait
 	a.waitAt[unit] = t
 	r.wait, r.hasWait = t, true
@@ -476,8 +475,7 @@ func (a *Agent) setWait(unit string, t time.Time) {
 }
 
 // delWait clears unit's claim time.
-func (a *Agent) delWait(unit string) {
-	r := a.rec(unit)
+func (a *Agent) delWait(r *unitRec, unit string) {
 	old, had := r.wait, r.hasWait
 	if !had {
 		return
@@ -588,13 +586,11 @@ func (a *Agent) Held() map[SlotID]Phase {
 // Step takes one input at now and returns what to do.
 func (a *Agent) Step(now time.Time, in any) []any {
 	var out []any
-	switch in := in.(type) {
+	switch in.(type) {
 	case Tick, NodesAnswer:
 		// Neither touches a hold.
 	case SlotsAnswer:
-		if a.holdsUnit(in.View.Unit) {
-			a.holdsGen++ // the holds' loop reads the unit's view
-		}
+		// Below.
 	default:
 		a.holdsGen++
 	}
@@ -617,6 +613,9 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		a.dirtyAll()
 	case SlotsAnswer:
 		r := a.rec(in.View.Unit)
+		if a.heldIDs(); r.nHeld > 0 {
+			a.holdsGen++ // the holds' loop reads the unit's view
+		}
 		a.noteInvalidated(r, r.view, in.View)
 		a.slots[in.View.Unit] = in.View
 		r.view = in.View
@@ -771,10 +770,14 @@ func (a *Agent) refreshFor(old, v *NodesView) []string {
 	return units
 }
 
-// holdsUnit: this node holds a slot of unit (in any phase).
-func (a *Agent) holdsUnit(unit string) bool {
-	a.heldIDs() // counts them
-	return a.rec(unit).nHeld > 0
+// heldOf: the held slots of unit (r its record), in order.
+func (a *Agent) heldOf(r *unitRec, unit string) []SlotID {
+	ids := a.heldIDs()
+	if r.nHeld == 0 {
+		return nil
+	}
+	i := sort.Search(len(ids), func(i int) bool { return ids[i].Unit >= unit })
+	return ids[i : i+r.nHeld]
 }
 
 // Idle says whether this node may hear unit's index at a slow pace (at
@@ -797,12 +800,8 @@ func (a *Agent) Idle(unit string, now time.Time, within time.Duration) bool {
 	if v := r.view; v != nil && len(v.byNode[a.cfg.Node]) > 0 {
 		return false
 	}
-	ids := a.heldIDs() // in slot order: the unit's are together
-	if r.nHeld == 0 {
-		return true
-	}
-	for i := sort.Search(len(ids), func(i int) bool { return ids[i].Unit >= unit }); i < len(ids) && ids[i].Unit == unit; i++ {
-		if a.held[ids[i]].phase == Claiming {
+	for _, id := range a.heldOf(r, unit) {
+		if a.held[id].phase == Claiming {
 			// Its answer may be lost: the view shows the stray.
 			return false
 		}
@@ -822,10 +821,13 @@ func (a *Agent) vacantOf(unit string) map[int]vacancy {
 // without a release.
 func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) {
 	inv := r.invalidated
-	for k := range inv {
+	for k := range inv { // (nil, or not empty: see below)
 		if s := v.slot(k); s.Node != "" || s.Released {
 			delete(inv, k)
 		}
+	}
+	if inv != nil && len(inv) == 0 {
+		inv, r.invalidated = nil, nil // an empty map costs its range
 	}
 	if old == nil {
 		return
@@ -981,8 +983,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		dirty := a.dirtyList
 		sort.Strings(dirty)
 		for _, name := range dirty {
-			a.delWait(name)
 			r := a.rec(name)
+			a.delWait(r, name)
 			v := r.view
 			if v == nil {
 				continue
@@ -997,7 +999,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				}
 				if last, tried := a.strays[id]; tried && last.index >= v.Index && now.Before(last.at.Add(time.Second)) {
 					if t, ok := a.waitAt[name]; !ok || last.at.Add(time.Second).Before(t) {
-						a.setWait(name, last.at.Add(time.Second))
+						a.setWait(r, name, last.at.Add(time.Second))
 					}
 					continue
 				}
@@ -1032,8 +1034,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// What this node holds of the unit, as it knows it: a view
 			// may not show its latest claims yet.
 			mine := 0
-			for id, h := range a.held {
-				if id.Unit == name && !h.orphan {
+			for _, id := range a.heldOf(r, name) {
+				if !a.held[id].orphan {
 					mine++
 				}
 			}
@@ -1076,7 +1078,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				when = maxTime(when, vac.notBefore)
 				if now.Before(when) {
 					if t, ok := a.waitAt[name]; !ok || when.Before(t) {
-						a.setWait(name, when)
+						a.setWait(r, name, when)
 					}
 					continue
 				}
