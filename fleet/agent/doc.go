@@ -7,7 +7,7 @@
 // a model of Consul (fleet/consulmodel), on simulated time.
 //
 // This first cut holds the slot protocol (CLUSTER.md section 3): the node's
-// session, rank-ordered claims (cluster.Assign, ClaimDelay,
+// session, rank-ordered claims (cluster.Assign's ranks by AssignRanks, ClaimDelay,
 // SecondRoundDelay), the hold, the exclusive holder's confirmations and
 // watchdog, scale-down, strays (a claim Consul applied whose answer was
 // lost) and the loss of the session. Deployments, pause, drain, volumes,
