@@ -38,7 +38,9 @@
 //  4. Assign: several free slots at once, by a greedy matching every node
 //     repeats identically: slots ascending, each to its best node given the
 //     matches before it, so k vacancies go to k different nodes when
-//     max_per_node is 1.
+//     max_per_node is 1. AssignRanks gives the same ranks alone (what a
+//     claim needs), cheaply by node positions for a unit with no
+//     constraints, affinities, spreads, resources or penalties.
 //  5. ClaimDelay: rank r waits r × step (+ jitter), re-reads, claims if the
 //     slot is still free; only ranks below FirstRound take part. A slot
 //     still free after that opens to every feasible node in HRW order

@@ -2,12 +2,10 @@ package cluster
 
 import (
 	"cmp"
-	"hash/fnv"
 	"maps"
 	"math"
 	"slices"
 	"sort"
-	"strconv"
 	"time"
 )
 
@@ -16,19 +14,7 @@ import (
 // since FNV alone leaves the high bits of near-equal node names close. The
 // same on every process and architecture.
 func HRW(unit string, slot int, node string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(unit))
-	h.Write([]byte{0})
-	h.Write([]byte(strconv.Itoa(slot)))
-	h.Write([]byte{0})
-	h.Write([]byte(node))
-	x := h.Sum64()
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
+	return hrwNode(hrwPrefix(unit, slot), node)
 }
 
 // Ranked is one node's place for one slot.
@@ -59,8 +45,9 @@ func (r *ranker) rank(slot int) []Ranked {
 	// out and the keys are scratch, reused slot after slot (Assign ranks
 	// every free slot of a unit over every node).
 	out := r.scratch[:0]
+	prefix := hrwPrefix(r.unit, slot)
 	for _, n := range r.nodes {
-		x := Ranked{Node: n.Name, Rank: -1, HRWRank: -1, HRW: HRW(r.unit, slot, n.Name)}
+		x := Ranked{Node: n.Name, Rank: -1, HRWRank: -1, HRW: hrwNode(prefix, n.Name)}
 		x.Verdict = feasible(r.unit, &r.p, r.need, n, slot, r.v.Holders, r.heldSlots[n.Name], r.v.Reserved, r.v.Paused, r.m)
 		if x.Verdict.OK {
 			x.Score = r.score(n, slot)

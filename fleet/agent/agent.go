@@ -185,6 +185,19 @@ type NodesView struct {
 	// at once the units that node held (Refresh).
 	Failing []string
 	pos     map[string]int
+	info    []cluster.NodeInfo
+}
+
+// infos are Nodes as placement sees them: in the fleet, live, eligible
+// (built once).
+func (v *NodesView) infos() []cluster.NodeInfo {
+	if v.info == nil {
+		v.info = make([]cluster.NodeInfo, len(v.Nodes))
+		for i, n := range v.Nodes {
+			v.info[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
+		}
+	}
+	return v.info
 }
 
 // positions maps each node to its first place in Nodes (built once).
@@ -344,6 +357,11 @@ type held struct {
 	confirmed time.Time // send time of the last read that showed the hold
 	lost      bool      // the hold ended: stop without releasing
 	orphan    bool      // non-exclusive, session lost: keep running
+	rec       *unitRec  // its unit
+	// seen and seenIndex: the view and token the last look at the view
+	// found this hold not taken by another session with.
+	seen      *SlotsView
+	seenIndex uint64
 }
 
 // Faults break the mechanism on purpose, for the simulator's mutation
@@ -406,8 +424,10 @@ type Agent struct {
 	slots        map[string]*SlotsView
 	nodes        *NodesView
 	held         map[SlotID]*held
-	heldSorted   []SlotID                   // held's IDs in order; nil when held changed
-	vacant       map[string]map[int]vacancy // by unit, then slot
+	heldSorted   []SlotID // held's IDs in order; nil when held changed
+	holdsGen     uint64   // moved by every change of the holds (heldChanged)
+	holdsMemo    holdsMemo
+	heldCounted  bool // the units' nHeld count held as it is
 	// inflight: confirmations sent and not answered. They are sent every
 	// lock_delay/5 whether or not the last one came back (each carries
 	// its send time, so a slow answer costs nothing), up to maxInflight.
@@ -420,22 +440,20 @@ type Agent struct {
 	// strays: when a stray's release was last tried and at which view; it
 	// is tried again once a newer view still shows it, or a second later
 	// (a release refused for want of a leader changes no view).
-	strays      map[SlotID]strayTry
-	wakeAt      time.Time
-	assignments map[string]assignment
+	strays map[SlotID]strayTry
+	wakeAt time.Time
 	// dirty: units whose claims and strays are looked at again in this
-	// step (their view changed); waiting: units with a claim timed for
-	// later; free: units with free slots at their last look.
-	dirty, free map[string]bool
-	dirtyBuf    []string // reused to sort dirty
-	// rerank: units whose claim time came: ranked again even if their
-	// free slots only shrank.
-	rerank map[string]bool
+	// step (their view changed or their claim time came).
+	dirty     map[string]bool
+	dirtyList []string // dirty's units, in the order marked (sorted when looked at)
+	// waitAt: units with a claim timed for later.
 	waitAt map[string]time.Time
-	// invalidated: free slots this node saw held and then free without a
-	// release (the index cannot say so: the holder's keys are deleted
-	// with its session), until a view shows them held or released.
-	invalidated map[string]map[int]bool
+	// waitMin, when waitMinOK, is the earliest of waitAt (setWait and
+	// delWait keep it, or say it must be looked for again).
+	waitMin   time.Time
+	waitMinOK bool
+	// recs: what this node knows per unit (one lookup, not one per map).
+	recs map[string]*unitRec
 	// refused: slots whose claim another session's hold refused, with the
 	// index of the view that showed them free: not claimed again until a
 	// newer view.
@@ -444,6 +462,71 @@ type Agent struct {
 	dep *deployState
 	// ops: pause, drain, the storm brake and the takeover budget (ops.go).
 	ops opsState
+}
+
+// unitRec is a unit as a.units and a.slots have it, and this node's
+// vacancies, ranking and invalidated slots of it.
+type unitRec struct {
+	unit Unit
+	ok   bool // in a.units
+	view *SlotsView
+	// vacant: by slot.
+	vacant map[int]vacancy
+	// asg: the last ranking's places of this node (hasAsg: there is one).
+	asg    assignment
+	hasAsg bool
+	// rerank: its claim time came: ranked again even if its free slots
+	// only shrank.
+	rerank bool
+	// invalidated: free slots this node saw held and then free without a
+	// release (the index cannot say so: the holder's keys are deleted
+	// with its session), until a view shows them held or released.
+	invalidated map[int]bool
+	// wait mirrors waitAt[unit] (hasWait: set); nHeld counts the holds of
+	// the unit (kept by heldIDs).
+	wait    time.Time
+	hasWait bool
+	nHeld   int
+}
+
+func (a *Agent) rec(name string) *unitRec {
+	r := a.recs[name]
+	if r == nil {
+		r = &unitRec{view: a.slots[name]}
+		r.unit, r.ok = a.units[name]
+		a.recs[name] = r
+	}
+	return r
+}
+
+// setWait sets unit's claim time.
+func (a *Agent) setWait(r *unitRec, unit string, t time.Time) {
+	old, had := r.wait, r.hasWait
+	a.waitAt[unit] = t
+	r.wait, r.hasWait = t, true
+	switch {
+	case !a.waitMinOK:
+	case len(a.waitAt) == 1:
+		a.waitMin = t
+	case t.Before(a.waitMin):
+		a.waitMin = t
+	case had && !old.After(a.waitMin) && t.After(old):
+		// The earliest moved later: which is earliest now is not known.
+		a.waitMinOK = false
+	}
+}
+
+// delWait clears unit's claim time.
+func (a *Agent) delWait(r *unitRec, unit string) {
+	old, had := r.wait, r.hasWait
+	if !had {
+		return
+	}
+	delete(a.waitAt, unit)
+	r.wait, r.hasWait = time.Time{}, false
+	if a.waitMinOK && !old.After(a.waitMin) {
+		a.waitMinOK = false
+	}
 }
 
 type strayTry struct {
@@ -479,7 +562,7 @@ type Ranking struct {
 
 // Place is one feasible node's standing for a slot: its first-round rank
 // and its rank by rendezvous hash alone (ClaimDelay, SecondRoundDelay).
-type Place struct{ Rank, HRWRank int }
+type Place = cluster.Place
 
 // Of returns node's place for slot; false: not feasible there.
 func (r Ranking) Of(slot int, node string) (Place, bool) {
@@ -503,14 +586,14 @@ func New(cfg Config) *Agent {
 		cfg.Rank = DefaultRank
 	}
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
-		slots: map[string]*SlotsView{}, held: map[SlotID]*held{}, vacant: map[string]map[int]vacancy{},
-		assignments: map[string]assignment{}, dirty: map[string]bool{}, waitAt: map[string]time.Time{}, free: map[string]bool{},
-		strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, invalidated: map[string]map[int]bool{}, rerank: map[string]bool{}}
+		slots: map[string]*SlotsView{}, held: map[SlotID]*held{},
+		dirty: map[string]bool{}, waitAt: map[string]time.Time{},
+		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
 			a.held[id] = &held{phase: Running, exclusive: w.Exclusive[id.Unit], index: idx, sent: w.At, acked: w.At, confirmed: w.At}
-			a.heldSorted = nil
+			a.heldChanged()
 		}
 	}
 	return a
@@ -518,7 +601,15 @@ func New(cfg Config) *Agent {
 
 func (a *Agent) dirtyAll() {
 	for u := range a.units {
-		a.dirty[u] = true
+		a.markDirty(u)
+	}
+}
+
+// markDirty: unit's claims and strays are looked at again in this step.
+func (a *Agent) markDirty(unit string) {
+	if !a.dirty[unit] {
+		a.dirty[unit] = true
+		a.dirtyList = append(a.dirtyList, unit)
 	}
 }
 
@@ -536,6 +627,14 @@ func (a *Agent) Held() map[SlotID]Phase {
 
 // Step takes one input at now and returns what to do.
 func (a *Agent) Step(now time.Time, in any) []any {
+	switch in.(type) {
+	case Tick, NodesAnswer:
+		// Neither touches a hold.
+	case SlotsAnswer:
+		// Below.
+	default:
+		a.holdsGen++
+	}
 	out, done := a.stepOps(now, in)
 	if done {
 		return a.reconcile(now, out)
@@ -544,8 +643,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case Tick:
 		for u, t := range a.waitAt {
 			if !now.Before(t) {
-				a.dirty[u] = true
-				a.rerank[u] = true
+				a.markDirty(u)
+				a.rec(u).rerank = true
 			}
 		}
 	case UnitsAnswer:
@@ -553,11 +652,19 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		for _, u := range in.Units {
 			a.units[u.Name] = u
 		}
+		for name, r := range a.recs {
+			r.unit, r.ok = a.units[name]
+		}
 		a.dirtyAll()
 	case SlotsAnswer:
-		a.noteInvalidated(a.slots[in.View.Unit], in.View)
+		r := a.rec(in.View.Unit)
+		if a.heldIDs(); r.nHeld > 0 {
+			a.holdsGen++ // the holds' loop reads the unit's view
+		}
+		a.noteInvalidated(r, r.view, in.View)
 		a.slots[in.View.Unit] = in.View
-		a.dirty[in.View.Unit] = true
+		r.view = in.View
+		a.markDirty(in.View.Unit)
 	case NodesAnswer:
 		// Not a reason to rank again at once: the units with free slots
 		// are ranked with it at their next answer or claim time (a node
@@ -589,8 +696,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			// knows; a claim applied whose answer was lost shows up as a
 			// stray in the next view and is released.
 			delete(a.held, in.Slot)
-			a.heldSorted = nil
-			a.dirty[in.Slot.Unit] = true
+			a.heldChanged()
+			a.markDirty(in.Slot.Unit)
 			if in.Taken {
 				// Refused: another session holds it, so the view that
 				// showed it free is stale. Not again on that view (a
@@ -621,8 +728,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case ReleaseDone:
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
 			delete(a.held, in.Slot)
-			a.heldSorted = nil
-			a.dirty[in.Slot.Unit] = true
+			a.heldChanged()
+			a.markDirty(in.Slot.Unit)
 			if v := a.slots[in.Slot.Unit]; v != nil && in.OK {
 				// The view from before the release still shows the
 				// slot held by this node: not a stray to release again
@@ -676,10 +783,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 		if h.lost || h.orphan {
 			delete(a.held, in.Slot)
-			a.heldSorted = nil
+			a.heldChanged()
 			// If Consul still says this session holds it, the next look
 			// finds a stray and releases it.
-			a.dirty[in.Slot.Unit] = true
+			a.markDirty(in.Slot.Unit)
 			break
 		}
 		if h.phase == Stopping {
@@ -722,6 +829,16 @@ func (a *Agent) refreshFor(old, v *NodesView) []string {
 	return units
 }
 
+// heldOf: the held slots of unit (r its record), in order.
+func (a *Agent) heldOf(r *unitRec, unit string) []SlotID {
+	ids := a.heldIDs()
+	if r.nHeld == 0 {
+		return nil
+	}
+	i := sort.Search(len(ids), func(i int) bool { return ids[i].Unit >= unit })
+	return ids[i : i+r.nHeld]
+}
+
 // Idle says whether this node may hear unit's index at a slow pace (at
 // most once per within) rather than at once: it has no claim of the unit
 // on its way or due within within, and its view shows no stray of it. A
@@ -735,14 +852,15 @@ func (a *Agent) Idle(unit string, now time.Time, within time.Duration) bool {
 	if a.session == "" {
 		return false
 	}
-	if t, ok := a.waitAt[unit]; ok && t.Sub(now) <= within {
+	r := a.rec(unit)
+	if r.hasWait && r.wait.Sub(now) <= within {
 		return false
 	}
-	if v := a.slots[unit]; v != nil && len(v.byNode[a.cfg.Node]) > 0 {
+	if v := r.view; v != nil && len(v.byNode[a.cfg.Node]) > 0 {
 		return false
 	}
-	for _, id := range a.heldIDs() {
-		if id.Unit == unit && a.held[id].phase == Claiming {
+	for _, id := range a.heldOf(r, unit) {
+		if a.held[id].phase == Claiming {
 			// Its answer may be lost: the view shows the stray.
 			return false
 		}
@@ -751,22 +869,24 @@ func (a *Agent) Idle(unit string, now time.Time, within time.Duration) bool {
 }
 
 func (a *Agent) vacantOf(unit string) map[int]vacancy {
-	vs := a.vacant[unit]
-	if vs == nil {
-		vs = map[int]vacancy{}
-		a.vacant[unit] = vs
+	r := a.rec(unit)
+	if r.vacant == nil {
+		r.vacant = map[int]vacancy{}
 	}
-	return vs
+	return r.vacant
 }
 
 // noteInvalidated keeps, across answers, which free slots were freed
 // without a release.
-func (a *Agent) noteInvalidated(old, v *SlotsView) {
-	inv := a.invalidated[v.Unit]
-	for k := range inv {
+func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) {
+	inv := r.invalidated
+	for k := range inv { // (nil, or not empty: see below)
 		if s := v.slot(k); s.Node != "" || s.Released {
 			delete(inv, k)
 		}
+	}
+	if inv != nil && len(inv) == 0 {
+		inv, r.invalidated = nil, nil // an empty map costs its range
 	}
 	if old == nil {
 		return
@@ -778,7 +898,7 @@ func (a *Agent) noteInvalidated(old, v *SlotsView) {
 		if s := v.slot(k); !s.Released {
 			if inv == nil {
 				inv = map[int]bool{}
-				a.invalidated[v.Unit] = inv
+				r.invalidated = inv
 			}
 			inv[k] = true
 		}
@@ -792,7 +912,7 @@ func (a *Agent) loseSession(out []any) []any {
 		switch {
 		case h.phase == Claiming || h.phase == Releasing:
 			delete(a.held, id)
-			a.heldSorted = nil
+			a.heldChanged()
 		case h.exclusive:
 			out = a.lose(id, h, "session lost", out)
 		default:
@@ -812,7 +932,7 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 	switch h.phase {
 	case Claiming, Releasing:
 		delete(a.held, id)
-		a.heldSorted = nil
+		a.heldChanged()
 		return out
 	}
 	h.phase = Stopping
@@ -846,19 +966,20 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// The holds.
 	ids := a.heldIDs()
 	var confirm []SlotID
-	var (
-		unitOf string // the unit of u, ok and view, looked up once per unit
-		u      Unit
-		ok     bool
-		view   *SlotsView
-	)
-	for i, id := range ids {
-		h := a.held[id]
-		if i == 0 || id.Unit != unitOf {
-			unitOf = id.Unit
-			u, ok = a.units[id.Unit]
-			view = a.slots[id.Unit]
+	if m := a.holdsMemo; m.ok && m.gen == a.holdsGen && (m.until.IsZero() || now.Before(m.until)) {
+		confirm = m.confirm
+		if !m.until.IsZero() {
+			at(m.until)
 		}
+		ids = nil
+	}
+	acted, until := len(out), time.Time{}
+	for _, id := range ids {
+		h := a.held[id]
+		if h.rec == nil {
+			h.rec = a.rec(id.Unit)
+		}
+		u, ok, view := h.rec.unit, h.rec.ok, h.rec.view
 		switch {
 		case h.orphan:
 			// Stop once another node holds the slot.
@@ -877,19 +998,28 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				continue
 			}
 			at(deadline)
+			if until.IsZero() || deadline.Before(until) {
+				until = deadline
+			}
 			confirm = append(confirm, id)
 		}
-		if view != nil && view.Index > 0 {
+		if view != nil && view.Index > 0 && (view != h.seen || h.index != h.seenIndex) {
 			s := view.slot(id.K)
 			if s.Node != "" && s.Node != a.cfg.Node && s.ModifyIndex > h.index {
 				out = a.lose(id, h, "slot held by another session", out)
 				continue
 			}
+			// Until the view or the token changes, the same again.
+			h.seen, h.seenIndex = view, h.index
 		}
 		if (!ok || id.K >= u.Count) && h.phase != Stopping {
 			h.phase = Stopping
 			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "release", Reason: "scaled down"})
 		}
+	}
+	if ids != nil || len(a.held) == 0 {
+		// Nothing done: the same until a hold changes or until comes.
+		a.holdsMemo = holdsMemo{ok: len(out) == acted, gen: a.holdsGen, confirm: confirm, until: until}
 	}
 	if len(confirm) > 0 && a.session != "" && a.inflight < maxInflight {
 		next := a.lastConfirm.Add(a.cfg.LockDelay / 5)
@@ -911,16 +1041,12 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	// Strays and claims, for the units whose view changed or whose claim
 	// time came.
 	if a.session != "" && a.nodes != nil {
-		dirty := a.dirtyBuf[:0]
-		for u := range a.dirty {
-			dirty = append(dirty, u)
-		}
+		dirty := a.dirtyList
 		sort.Strings(dirty)
-		a.dirtyBuf = dirty
 		for _, name := range dirty {
-			delete(a.waitAt, name)
-			delete(a.free, name)
-			v := a.slots[name]
+			r := a.rec(name)
+			a.delWait(r, name)
+			v := r.view
 			if v == nil {
 				continue
 			}
@@ -934,23 +1060,23 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				}
 				if last, tried := a.strays[id]; tried && last.index >= v.Index && now.Before(last.at.Add(time.Second)) {
 					if t, ok := a.waitAt[name]; !ok || last.at.Add(time.Second).Before(t) {
-						a.waitAt[name] = last.at.Add(time.Second)
+						a.setWait(r, name, last.at.Add(time.Second))
 					}
 					continue
 				}
 				a.strays[id] = strayTry{index: v.Index, at: now}
 				a.held[id] = &held{phase: Releasing}
-				a.heldSorted = nil
+				a.heldChanged()
 				out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
 			}
-			u, ok := a.units[name]
+			u, ok := r.unit, r.ok
 			if !ok || u.Count == 0 {
 				continue
 			}
 			// Free as the view says: every node with this view ranks the
 			// same slots, so the ranking is the same everywhere.
 			var free []int
-			vs := a.vacant[name]
+			vs := r.vacant
 			for k := range vs {
 				if k < u.Count && v.holder(k) != "" {
 					delete(vs, k)
@@ -964,14 +1090,13 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			if len(free) == 0 {
 				continue
 			}
-			a.free[name] = true
-			asg := a.assign(u, v, free, a.rerank[name])
-			delete(a.rerank, name)
+			asg := a.assign(r, u, v, free, r.rerank)
+			r.rerank = false
 			// What this node holds of the unit, as it knows it: a view
 			// may not show its latest claims yet.
 			mine := 0
-			for id, h := range a.held {
-				if id.Unit == name && !h.orphan {
+			for _, id := range a.heldOf(r, name) {
+				if !a.held[id].orphan {
 					mine++
 				}
 			}
@@ -1004,7 +1129,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || a.invalidated[name][k]) {
+				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
@@ -1014,7 +1139,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				when = maxTime(when, vac.notBefore)
 				if now.Before(when) {
 					if t, ok := a.waitAt[name]; !ok || when.Before(t) {
-						a.waitAt[name] = when
+						a.setWait(r, name, when)
 					}
 					continue
 				}
@@ -1023,17 +1148,34 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					continue
 				}
 				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
-				a.heldSorted = nil
+				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
 					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh})
 			}
 		}
-		clear(a.dirty)
+		for _, name := range dirty {
+			delete(a.dirty, name)
+		}
+		a.dirtyList = dirty[:0]
 	}
 	out = a.reconcileDeploy(now, out, at)
-	for _, t := range a.waitAt {
-		at(t)
+	if len(a.waitAt) > 0 {
+		if !a.waitMinOK {
+			a.waitMin, a.waitMinOK = time.Time{}, true
+			for _, t := range a.waitAt {
+				if a.waitMin.IsZero() || t.Before(a.waitMin) {
+					a.waitMin = t
+				}
+			}
+		}
+		if a.waitMin.After(now) {
+			at(a.waitMin)
+		} else {
+			for _, t := range a.waitAt {
+				at(t)
+			}
+		}
 	}
 	if !wake.IsZero() && (a.wakeAt.IsZero() || !a.wakeAt.Equal(wake) || !a.wakeAt.After(now)) {
 		a.wakeAt = wake
@@ -1051,9 +1193,9 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 // claimed, and it ranks again when its claim time comes. Ranking over
 // 1,000 nodes at every answer of a unit with a vacancy was most of a
 // 1,000-node fleet's CPU after a loss.
-func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Place {
+func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool) map[int]Place {
 	nodes := a.rankNodes()
-	if c, ok := a.assignments[u.Name]; ok && c.count == u.Count {
+	if c, ok := r.asg, r.hasAsg; ok && c.count == u.Count {
 		if c.slotsIdx == v.Index && c.nodesIdx == nodes.Index {
 			return c.mine
 		}
@@ -1067,12 +1209,14 @@ func (a *Agent) assign(u Unit, v *SlotsView, free []int, force bool) map[int]Pla
 	}
 	asg := a.cfg.Rank(u, v, nodes, free)
 	mine := map[int]Place{}
-	for _, k := range free {
-		if p, ok := asg.Of(k, a.cfg.Node); ok {
-			mine[k] = p
+	if i, ok := asg.pos[a.cfg.Node]; ok { // Of, the node looked up once
+		for _, k := range free {
+			if ps := asg.places[k]; i < len(ps) && ps[i].Rank >= 0 {
+				mine[k] = ps[i]
+			}
 		}
 	}
-	a.assignments[u.Name] = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, free: free, mine: mine}
+	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, free: free, mine: mine}, true
 	return mine
 }
 
@@ -1101,37 +1245,46 @@ func subset(a, b []int) bool {
 }
 
 // DefaultRank is cluster.Assign over a unit's slots view and the live
-// nodes.
+// nodes (cluster.AssignRanks: its ranks alone).
 func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
-	infos := make([]cluster.NodeInfo, len(nodes.Nodes))
-	for i, n := range nodes.Nodes {
-		infos[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
-	}
 	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
-	asg := cluster.Assign(cu, free, cluster.View{Nodes: infos, Holders: v.Holders}, time.Time{})
-	out := Ranking{pos: nodes.positions(), places: make(map[int][]Place, len(asg))}
-	for k, rs := range asg {
-		ps := make([]Place, len(nodes.Nodes))
-		for i := range ps {
-			ps[i].Rank = -1
-		}
-		for _, r := range rs {
-			if i, ok := out.pos[r.Node]; ok && r.Verdict.OK {
-				ps[i] = Place{Rank: r.Rank, HRWRank: r.HRWRank}
-			}
-		}
-		out.places[k] = ps
-	}
-	return out
+	return Ranking{pos: nodes.positions(), places: cluster.AssignRanks(cu, free, cluster.View{Nodes: nodes.infos(), Holders: v.Holders}, time.Time{})}
+}
+
+// heldChanged: a hold was added, removed or changed: the holds' loop
+// looks at them again (holdsMemo).
+func (a *Agent) heldChanged() {
+	a.heldSorted, a.heldCounted = nil, false
+	a.holdsGen++
+}
+
+// holdsMemo is what the holds' loop in reconcile found the last time it
+// changed nothing: while no input touched the holds (holdsGen) and no
+// deadline came (until), the loop would find the same again. A node hears
+// every unit's answers and holds slots of a few: most of its steps leave
+// its holds as they were.
+type holdsMemo struct {
+	ok      bool
+	gen     uint64
+	confirm []SlotID  // never changed once made (a Confirm may carry it)
+	until   time.Time // the earliest deadline (zero: none)
 }
 
 func (a *Agent) heldIDs() []SlotID {
-	if a.heldSorted != nil || len(a.held) == 0 {
+	if a.heldSorted != nil || (len(a.held) == 0 && a.heldCounted) {
 		return a.heldSorted
+	}
+	for _, r := range a.recs {
+		r.nHeld = 0
+	}
+	a.heldCounted = true
+	if len(a.held) == 0 {
+		return nil
 	}
 	ids := make([]SlotID, 0, len(a.held))
 	for id := range a.held {
 		ids = append(ids, id)
+		a.rec(id.Unit).nHeld++
 	}
 	sort.Slice(ids, func(i, j int) bool {
 		if ids[i].Unit != ids[j].Unit {

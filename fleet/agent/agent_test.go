@@ -517,3 +517,39 @@ func TestClaimWithoutAnswerBacksOff(t *testing.T) {
 		t.Fatal("not claimed again after lock_delay/10")
 	}
 }
+
+// A holder whose steps left its holds alone (answers of units it holds
+// nothing of) still sees the next answer of its own unit and the next
+// units: what reconcile found for the holds is kept only while nothing
+// they read changes.
+func TestHoldLookedAtAgainWhenItsUnitChanges(t *testing.T) {
+	db := SlotID{"db", 1}
+	for _, tc := range []struct {
+		name string
+		in   any
+		stop bool // a Stop of db/1
+		kill bool
+	}{
+		{"taken by another session", slots("db", 50, Slot{K: 0, Node: "x", ModifyIndex: 50}, Slot{K: 1, Node: "other", ModifyIndex: 50}), true, true},
+		{"an older hold of another node", slots("db", 50, Slot{K: 0, Node: "x", ModifyIndex: 50}, Slot{K: 1, Node: "other", ModifyIndex: 30}), false, false},
+		{"still ours", slots("db", 50, Slot{K: 0, Node: "x", ModifyIndex: 50}, Slot{K: 1, Node: "me", ModifyIndex: 50}), false, false},
+		{"scaled down", UnitsAnswer{Units: []Unit{{Name: "db", Count: 1, MaxPerNode: 1}, {Name: "web", Count: 2, MaxPerNode: 1}}}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := New(Config{Node: "me", Seed: 1, Warm: &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{db: 40}}})
+			a.Step(t0, UnitsAnswer{Units: []Unit{{Name: "db", Count: 2, MaxPerNode: 1}, {Name: "web", Count: 2, MaxPerNode: 1}}})
+			a.Step(t0, NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me", "other", "x", "y"}}})
+			a.Step(t0, slots("db", 41, Slot{K: 0, Node: "x", ModifyIndex: 41}, Slot{K: 1, Node: "me", ModifyIndex: 41}))
+			for i := range 3 {
+				acts := a.Step(t0, slots("web", uint64(42+i), Slot{K: 0, Node: "x", ModifyIndex: 42}, Slot{K: 1, Node: "y", ModifyIndex: 42}))
+				if _, ok := find[Stop](acts); ok {
+					t.Fatalf("an answer of web stopped a hold: %v", acts)
+				}
+			}
+			s, ok := find[Stop](a.Step(t0, tc.in))
+			if ok != tc.stop || (ok && (s.Slot != db || s.Kill != tc.kill)) {
+				t.Fatalf("stop %+v %v, want stop %v kill %v", s, ok, tc.stop, tc.kill)
+			}
+		})
+	}
+}

@@ -281,7 +281,7 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 			}
 			if lifted {
 				delete(a.ops.held, id)
-				delete(a.vacant[id.Unit], id.K)
+				delete(a.rec(id.Unit).vacant, id.K)
 			}
 		}
 		for id, idx := range a.ops.refused {
@@ -489,7 +489,7 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 	}
 	wait := func(at time.Time) {
 		if t, w := a.waitAt[u.Name]; !w || at.Before(t) {
-			a.waitAt[u.Name] = at
+			a.setWait(a.rec(u.Name), u.Name, at)
 		}
 	}
 	if t, ok := a.ops.budgetAt[id]; ok && now.Before(t) {

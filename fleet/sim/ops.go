@@ -72,6 +72,10 @@ type nodeOps struct {
 	ctl      *agent.ControlView
 	pending  bool
 	brakeIdx uint64 // its own brake write, applied at
+	// last: when its watch on control/ last answered (lastOK: it has):
+	// asked again no sooner than watchEvery later.
+	last   time.Duration
+	lastOK bool
 }
 
 type takeoverDone struct {
@@ -191,7 +195,7 @@ func (s *Sim) deliverControl(n *node) {
 		return
 	}
 	no.ctl = v
-	n.lastAns["ctl"] = s.now
+	no.last, no.lastOK = s.now, true
 	if s.counting {
 		s.res.BytesServed += s.ops.ctlBytes
 		s.res.Ops.ControlBytes += s.ops.ctlBytes
@@ -223,7 +227,11 @@ func (s *Sim) answerControl() {
 		}
 		no.pending = true
 		gen, ag := n.gen, n.agent
-		s.at(s.promptIn(n, "ctl"), func() {
+		d := s.latency()
+		if no.lastOK && s.now+d < no.last+watchEvery {
+			d = no.last + watchEvery - s.now
+		}
+		s.at(d, func() {
 			if n.gen != gen || n.agent != ag {
 				return
 			}

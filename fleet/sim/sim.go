@@ -30,7 +30,6 @@
 package sim
 
 import (
-	"container/heap"
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
@@ -204,23 +203,63 @@ type event struct {
 	fn  func()
 }
 
-type queue []*event
+// queue is a 4-ary min-heap of events by (at, seq), held by value: a
+// 1,000-node run pushes and pops millions of them.
+type queue []event
 
-func (q queue) Len() int { return len(q) }
-func (q queue) Less(i, j int) bool {
-	if q[i].at != q[j].at {
-		return q[i].at < q[j].at
+func (e *event) before(o *event) bool {
+	if e.at != o.at {
+		return e.at < o.at
 	}
-	return q[i].seq < q[j].seq
+	return e.seq < o.seq
 }
-func (q queue) Swap(i, j int)  { q[i], q[j] = q[j], q[i] }
-func (q *queue) Push(x any)    { *q = append(*q, x.(*event)) }
-func (q *queue) Pop() any      { o := *q; x := o[len(o)-1]; *q = o[:len(o)-1]; return x }
-func (q queue) peek() *event   { return q[0] }
-func (q queue) empty() bool    { return len(q) == 0 }
-func newQueue() *queue         { q := &queue{}; heap.Init(q); return q }
-func (q *queue) push(e *event) { heap.Push(q, e) }
-func (q *queue) pop() *event   { return heap.Pop(q).(*event) }
+
+func (q queue) peek() *event { return &q[0] }
+func (q queue) empty() bool  { return len(q) == 0 }
+func newQueue() *queue       { return &queue{} }
+
+func (q *queue) push(e event) {
+	h := append(*q, e)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 4
+		if !h[i].before(&h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+	*q = h
+}
+
+func (q *queue) pop() event {
+	h := *q
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h[n] = event{}
+	h = h[:n]
+	i := 0
+	for {
+		c := 4*i + 1
+		if c >= n {
+			break
+		}
+		m := c
+		for j := c + 1; j < c+4 && j < n; j++ {
+			if h[j].before(&h[m]) {
+				m = j
+			}
+		}
+		if !h[m].before(&h[i]) {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	*q = h
+	return top
+}
 
 type instance struct {
 	node    *node
@@ -246,19 +285,29 @@ type node struct {
 	// starting: starts on their way, by slot; a stop cancels one.
 	starting map[agent.SlotID]uint64
 	startSeq uint64
-	// watches: per unit, the index last answered and whether an answer
-	// is on its way; the same for the nodes.
-	watch   map[string]uint64
-	pending map[string]bool
-	// pendTok: the answer on its way per unit; a Refresh sends a new
-	// one sooner and the older is dropped.
-	pendTok   map[string]uint64
+	// w: the watch of each unit's index, by the unit's place in
+	// Sim.units.
+	w         []watch
 	nodesIdx  uint64
 	nodesPend bool
-	// lastAns: when each watch (a unit's index; "" the nodes) last
-	// answered: it is asked again no sooner than watchEvery later.
-	lastAns map[string]time.Duration
-	wakeAt  time.Duration
+	// lastNodes: when the nodes' watch last answered (lastNodesOK: it
+	// has).
+	lastNodes   time.Duration
+	lastNodesOK bool
+	wakeAt      time.Duration
+}
+
+// watch is a node's watch of one unit's index.
+type watch struct {
+	index   uint64 // the index last answered
+	pending bool   // an answer is on its way
+	// pendTok: the answer on its way; a Refresh sends a new one sooner
+	// and the older is dropped.
+	pendTok uint64
+	// last: when it last answered (lastOK: it has): it is asked again no
+	// sooner than watchEvery later.
+	last   time.Duration
+	lastOK bool
 }
 
 func (n *node) reachable() bool { return n.alive && n.up && !n.cut }
@@ -283,8 +332,9 @@ type Sim struct {
 	nodes []*node
 	units []agent.Unit
 	byU   map[string]agent.Unit
+	unitI map[string]int // a unit's place in units
 
-	slotsCache map[string]cachedSlots
+	slotsCache []*cachedSlots // by unit's place; nil: to be read
 	nodesCache *agent.NodesView
 	nodesBytes uint64
 	ranks      map[string][]rankEntry
@@ -320,7 +370,7 @@ type rankKey struct {
 func Run(cfg Config) Result {
 	cfg.defaults()
 	s := &Sim{cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x73696d)), q: newQueue(), store: consulmodel.New(),
-		slotsCache: map[string]cachedSlots{}, ranks: map[string][]rankEntry{}, running: map[agent.SlotID][]*instance{},
+		unitI: map[string]int{}, ranks: map[string][]rankEntry{}, running: map[agent.SlotID][]*instance{},
 		trace: sha256.New(), lostAt: map[agent.SlotID]time.Duration{}, byU: map[string]agent.Unit{}}
 	s.res.Seed = cfg.Seed
 	s.opsInit()
@@ -357,7 +407,7 @@ func (s *Sim) wall() time.Time { return epoch.Add(s.now) }
 
 func (s *Sim) at(d time.Duration, fn func()) {
 	s.seq++
-	s.q.push(&event{at: s.now + d, seq: s.seq, fn: fn})
+	s.q.push(event{at: s.now + d, seq: s.seq, fn: fn})
 }
 
 // chaosWindow: the faults of a chaos run happen from the start until this
@@ -431,14 +481,16 @@ func (s *Sim) setup() {
 			Exclusive: c.ExclusiveEvery > 0 && i%c.ExclusiveEvery == 0}
 		s.units = append(s.units, u)
 		s.byU[u.Name] = u
+		s.unitI[u.Name] = i
 	}
+	s.slotsCache = make([]*cachedSlots, len(s.units))
 	excl := map[string]bool{}
 	for _, u := range s.units {
 		excl[u.Name] = u.Exclusive
 	}
 	for i := range c.Nodes {
 		n := &node{name: fmt.Sprintf("n%04d", i), alive: true, up: true, inst: map[agent.SlotID]*instance{}, starting: map[agent.SlotID]uint64{},
-			watch: map[string]uint64{}, pending: map[string]bool{}, pendTok: map[string]uint64{}, lastAns: map[string]time.Duration{}}
+			w: make([]watch, len(s.units))}
 		s.nodes = append(s.nodes, n)
 		must(s.store.RegisterNode(n.name, "10.0.0.1"))
 		must(s.store.RegisterService(consulmodel.ServiceInstance{Node: n.name, ID: "mariposa-" + n.name, Service: "mariposa"},
@@ -523,8 +575,8 @@ func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 	s.step(n, agent.UnitsAnswer{Units: units})
 	s.deliverNodes(n)
 	s.deliverControl(n)
-	for _, u := range s.units {
-		s.deliverSlots(n, u.Name)
+	for i := range s.units {
+		s.deliverSlots(n, i)
 	}
 	s.deployStart(n, warm != nil)
 }
@@ -691,8 +743,8 @@ func (s *Sim) act(n *node, a any) {
 		// The answers on their way at an idle pace come now (paced as
 		// any other answer).
 		for _, u := range a.Units {
-			if n.pending[u] && n.watched() {
-				s.answerSlots(n, u, s.promptIn(n, u))
+			if i, ok := s.unitI[u]; ok && n.w[i].pending && n.watched() {
+				s.answerSlots(n, i, s.promptIn(n, i))
 			}
 		}
 	case agent.Record:
@@ -803,7 +855,9 @@ func (s *Sim) notify() {
 			if rest, ok := strings.CutPrefix(k, "mariposa/held/"); ok {
 				u, _, _ := strings.Cut(rest, "/")
 				units[u] = true
-				delete(s.slotsCache, u)
+				if i, ok := s.unitI[u]; ok {
+					s.slotsCache[i] = nil
+				}
 			}
 			if strings.HasPrefix(k, "mariposa/slots/") && s.counting {
 				s.res.SlotChanges++
@@ -814,6 +868,10 @@ func (s *Sim) notify() {
 		}
 	}
 	for _, u := range sortedKeys(units) {
+		ui, known := s.unitI[u]
+		if !known {
+			continue
+		}
 		for _, n := range s.nodes {
 			if !n.watched() {
 				continue
@@ -826,11 +884,11 @@ func (s *Sim) notify() {
 					s.res.BytesServed += vacancyBytes
 					s.res.IndexBytes += vacancyBytes
 				}
-				n.pending[u] = true
-				s.answerSlots(n, u, s.promptIn(n, u))
-			case !n.pending[u]:
-				n.pending[u] = true
-				s.answerSlots(n, u, s.answerIn(n, u))
+				n.w[ui].pending = true
+				s.answerSlots(n, ui, s.promptIn(n, ui))
+			case !n.w[ui].pending:
+				n.w[ui].pending = true
+				s.answerSlots(n, ui, s.answerIn(n, ui))
 			}
 		}
 	}
@@ -842,7 +900,7 @@ func (s *Sim) notify() {
 			if n.watched() && !n.nodesPend {
 				n.nodesPend = true
 				gen := n.gen
-				s.at(s.answerIn(n, ""), func() {
+				s.at(s.answerIn(n, -1), func() {
 					if n.gen != gen {
 						return
 					}
@@ -856,14 +914,14 @@ func (s *Sim) notify() {
 
 // answerSlots sends n the answer of its watch on unit's index in d; an
 // answer sent later (a Refresh) replaces it.
-func (s *Sim) answerSlots(n *node, u string, d time.Duration) {
-	n.pendTok[u]++
-	tok, gen := n.pendTok[u], n.gen
+func (s *Sim) answerSlots(n *node, u int, d time.Duration) {
+	n.w[u].pendTok++
+	tok, gen := n.w[u].pendTok, n.gen
 	s.at(d, func() {
-		if n.gen != gen || n.pendTok[u] != tok {
+		if n.gen != gen || n.w[u].pendTok != tok {
 			return
 		}
-		n.pending[u] = false
+		n.w[u].pending = false
 		s.deliverSlots(n, u)
 	})
 }
@@ -878,9 +936,9 @@ const idlePace = agent.IdlePace
 const vacancyBytes = 200
 
 // promptIn is answerIn at the prompt pace, idle or not.
-func (s *Sim) promptIn(n *node, watch string) time.Duration {
+func (s *Sim) promptIn(n *node, u int) time.Duration {
 	d := s.latency()
-	if last, ok := n.lastAns[watch]; ok && s.now+d < last+watchEvery {
+	if last, ok := n.lastAns(u); ok && s.now+d < last+watchEvery {
 		d = last + watchEvery - s.now
 	}
 	return d
@@ -892,16 +950,25 @@ func (s *Sim) promptIn(n *node, watch string) time.Duration {
 const watchEvery = 100 * time.Millisecond
 
 // answerIn is how long until a watch of n answers a change made now.
-func (s *Sim) answerIn(n *node, watch string) time.Duration {
+// u is the unit's place in s.units, -1 the nodes' watch.
+func (s *Sim) answerIn(n *node, u int) time.Duration {
 	d := s.latency()
 	pace := watchEvery
-	if watch != "" && n.agent != nil && n.agent.Idle(watch, s.wall(), idlePace) {
+	if u >= 0 && n.agent != nil && n.agent.Idle(s.units[u].Name, s.wall(), idlePace) {
 		pace = idlePace
 	}
-	if last, ok := n.lastAns[watch]; ok && s.now+d < last+pace {
+	if last, ok := n.lastAns(u); ok && s.now+d < last+pace {
 		d = last + pace - s.now
 	}
 	return d
+}
+
+// lastAns is when the watch of unit u (-1: the nodes) last answered.
+func (n *node) lastAns(u int) (time.Duration, bool) {
+	if u < 0 {
+		return n.lastNodes, n.lastNodesOK
+	}
+	return n.w[u].last, n.w[u].lastOK
 }
 
 func sortedKeys(m map[string]bool) []string {
@@ -915,31 +982,33 @@ func sortedKeys(m map[string]bool) []string {
 
 // slotsView is the answer of a watch on the unit's index (?keys): the
 // names of its entries. It is kept until a commit touches the index.
-func (s *Sim) slotsView(unit string) cachedSlots {
-	if c, ok := s.slotsCache[unit]; ok {
+func (s *Sim) slotsView(u int) *cachedSlots {
+	if c := s.slotsCache[u]; c != nil {
 		return c
 	}
+	unit := s.units[u].Name
 	keys, idx, _ := s.store.Keys(agent.IndexPrefix(unit), true)
 	// Consul's JSON: a list of quoted names.
 	bytes := uint64(2)
 	for _, k := range keys {
 		bytes += uint64(len(k)) + 3
 	}
-	c := cachedSlots{idx: idx, view: agent.IndexView(unit, idx, keys), bytes: bytes}
-	s.slotsCache[unit] = c
+	c := &cachedSlots{idx: idx, view: agent.IndexView(unit, idx, keys), bytes: bytes}
+	s.slotsCache[u] = c
 	return c
 }
 
-func (s *Sim) deliverSlots(n *node, unit string) {
+func (s *Sim) deliverSlots(n *node, u int) {
 	if !n.watched() {
 		return
 	}
-	c := s.slotsView(unit)
-	if c.idx <= n.watch[unit] {
+	c := s.slotsView(u)
+	w := &n.w[u]
+	if c.idx <= w.index {
 		return
 	}
-	n.watch[unit] = c.idx
-	n.lastAns[unit] = s.now
+	w.index = c.idx
+	w.last, w.lastOK = s.now, true
 	if s.counting {
 		s.res.BytesServed += c.bytes
 		s.res.IndexBytes += c.bytes
@@ -981,7 +1050,7 @@ func (s *Sim) deliverNodes(n *node) {
 		return
 	}
 	n.nodesIdx = idx
-	n.lastAns[""] = s.now
+	n.lastNodes, n.lastNodesOK = s.now, true
 	if s.counting {
 		s.res.BytesServed += s.nodesBytes
 		s.res.HealthBytes += s.nodesBytes
@@ -1169,7 +1238,7 @@ func (s *Sim) faults() {
 			s.at(back, func() {
 				s.note("restart mariposa on %s", n.name)
 				n.up = true
-				n.watch, n.pending, n.pendTok, n.nodesIdx, n.nodesPend, n.lastAns = map[string]uint64{}, map[string]bool{}, map[string]uint64{}, 0, false, map[string]time.Duration{}
+				n.w, n.nodesIdx, n.nodesPend, n.lastNodes, n.lastNodesOK = make([]watch, len(s.units)), 0, false, 0, false
 				s.setCheck(n.name, aliveCheck(n.name), api.HealthPassing)
 				s.notify()
 				s.startAgent(n, nil)
@@ -1217,11 +1286,14 @@ func (s *Sim) faults() {
 				if se, _ := s.store.SessionInfo(n.sess, true); se == nil {
 					s.step(n, agent.SessionLost{})
 				}
-				n.watch, n.nodesIdx = map[string]uint64{}, 0
+				for i := range n.w {
+					n.w[i].index = 0
+				}
+				n.nodesIdx = 0
 				s.deliverNodes(n)
 				s.resumeControl(n)
-				for _, u := range s.units {
-					s.deliverSlots(n, u.Name)
+				for i := range s.units {
+					s.deliverSlots(n, i)
 				}
 			})
 		})
@@ -1250,11 +1322,14 @@ func (s *Sim) faults() {
 				if se, _ := s.store.SessionInfo(n.sess, true); se == nil {
 					s.step(n, agent.SessionLost{})
 				}
-				n.watch, n.nodesIdx = map[string]uint64{}, 0
+				for i := range n.w {
+					n.w[i].index = 0
+				}
+				n.nodesIdx = 0
 				s.deliverNodes(n)
 				s.resumeControl(n)
-				for _, u := range s.units {
-					s.deliverSlots(n, u.Name)
+				for i := range s.units {
+					s.deliverSlots(n, i)
 				}
 			})
 		})
