@@ -30,6 +30,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Resources are an instance's limits; zero fields are unset.
@@ -550,14 +552,14 @@ func (g *Group) Empty() (empty, ok bool) {
 		return false, false
 	}
 	if g.events < 0 {
-		fd, err := syscall.Openat(g.fd, "cgroup.events", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		fd, err := unix.Openat(g.fd, "cgroup.events", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return false, false
 		}
 		g.events = fd
 	}
 	var buf [128]byte
-	n, err := syscall.Pread(g.events, buf[:], 0)
+	n, err := unix.Pread(g.events, buf[:], 0)
 	if err != nil {
 		return false, false
 	}
