@@ -69,6 +69,27 @@ func passingOn(t *testing.T, c *api.Client, unit string, not ...string) string {
 	return h
 }
 
+// notesLine writes and reads the file "line" in the volume "data" of slot
+// notes/0 on a node (volumes under root/<node>, as volumeFleet keeps
+// them); read gives the error's text when there is no such file.
+func notesLine(t *testing.T, root string) (write func(node, text string), read func(node string) string) {
+	line := func(node string) string { return filepath.Join(root, node, "notes", "0", "data", "line") }
+	write = func(node, text string) {
+		t.Helper()
+		if err := os.WriteFile(line(node), []byte(text+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read = func(node string) string {
+		b, err := os.ReadFile(line(node))
+		if err != nil {
+			return err.Error()
+		}
+		return strings.TrimSpace(string(b))
+	}
+	return write, read
+}
+
 // auditOf is every audit record of a unit, oldest first.
 func auditOf(t *testing.T, c *api.Client, unit string) []cluster.AuditEvent {
 	t.Helper()
@@ -123,20 +144,7 @@ service "notes" {
 }
 `)
 	deploy(t, cl.Servers[0], "-name", "notes", hcl)
-	line := func(node string) string { return filepath.Join(root, node, "notes", "0", "data", "line") }
-	write := func(node, text string) {
-		t.Helper()
-		if err := os.WriteFile(line(node), []byte(text+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read := func(node string) string {
-		b, err := os.ReadFile(line(node))
-		if err != nil {
-			return err.Error()
-		}
-		return strings.TrimSpace(string(b))
-	}
+	write, read := notesLine(t, root)
 
 	// The main case: SIGINT to the holder's mariposa.
 	first := passingOn(t, c, "notes")

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -57,20 +56,7 @@ service "notes" {
   }
 }
 `))
-	line := func(node string) string { return filepath.Join(root, node, "notes", "0", "data", "line") }
-	write := func(node, text string) {
-		t.Helper()
-		if err := os.WriteFile(line(node), []byte(text+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	read := func(node string) string {
-		b, err := os.ReadFile(line(node))
-		if err != nil {
-			return err.Error()
-		}
-		return strings.TrimSpace(string(b))
-	}
+	write, read := notesLine(t, root)
 	slotKey := func() *api.KVPair {
 		t.Helper()
 		p, _, err := c.KV().Get(cluster.SlotKey("notes", 0), &api.QueryOptions{RequireConsistent: true})

@@ -695,3 +695,26 @@ func (a *Agent) movable(id SlotID, u Unit) bool {
 	}
 	return false
 }
+
+// Refusal reads why a claim's transaction of n ops was refused, from the
+// indexes of the ops that failed: notFresh, a Fresh claim's first op (its
+// ClaimedKey's check-not-exists: the slot was claimed before); budget, a
+// takeover's budget CAS (the last op) alone. The executor and the
+// simulator build the same transaction and read its refusal here.
+func (c Claim) Refusal(n int, failed []int) (notFresh, budget bool) {
+	if len(failed) == 0 {
+		return false, false
+	}
+	if c.Fresh && slices.Contains(failed, 0) {
+		return true, false
+	}
+	if c.Takeover == nil || !c.Takeover.Logged {
+		return false, false
+	}
+	for _, i := range failed {
+		if i != n-1 {
+			return false, false
+		}
+	}
+	return false, true
+}

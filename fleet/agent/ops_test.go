@@ -636,3 +636,28 @@ func TestNeverClaimedSlotSpendsNoBudget(t *testing.T) {
 		t.Fatalf("claim after NotFresh %+v, want a takeover from an unknown holder", c)
 	}
 }
+
+// TestClaimRefusal: why a claim's transaction was refused, from the ops
+// that failed, as the executor and the simulator both read it.
+func TestClaimRefusal(t *testing.T) {
+	logged := &TakeoverCAS{Logged: true}
+	for _, tc := range []struct {
+		name             string
+		c                Claim
+		failed           []int
+		notFresh, budget bool
+	}{
+		{"fresh, claimed before", Claim{Fresh: true}, []int{0}, true, false},
+		{"fresh, taken", Claim{Fresh: true}, []int{1}, false, false},
+		{"takeover, budget CAS alone", Claim{Takeover: logged}, []int{4}, false, true},
+		{"takeover, the lock and the CAS", Claim{Takeover: logged}, []int{0, 4}, false, false},
+		{"takeover riding a fresh log entry", Claim{Takeover: &TakeoverCAS{}}, []int{4}, false, false},
+		{"plain claim", Claim{}, []int{0}, false, false},
+		{"nothing failed", Claim{Fresh: true, Takeover: logged}, nil, false, false},
+	} {
+		nf, b := tc.c.Refusal(5, tc.failed)
+		if nf != tc.notFresh || b != tc.budget {
+			t.Errorf("%s: notFresh %v budget %v, want %v %v", tc.name, nf, b, tc.notFresh, tc.budget)
+		}
+	}
+}

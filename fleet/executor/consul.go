@@ -154,14 +154,18 @@ func (e *Executor) claim(a agent.Claim) {
 	ops := e.claimOpsFor(a, time.Now())
 	ok, r, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	var done agent.ClaimDone
+	var notFresh, budget bool
+	if err == nil && r != nil && !ok {
+		notFresh, budget = a.Refusal(len(ops), failedOps(r.Errors))
+	}
 	switch {
 	case err != nil || r == nil:
 		e.log.Debug("claim: no answer (it may have been applied)", "slot", a.Slot.String(), "error", err)
 		done = agent.ClaimDone{Slot: a.Slot, Lost: true}
-	case !ok && notFresh(a, r.Errors):
+	case notFresh:
 		e.log.Debug("claim refused: the slot was held before (a takeover then)", "slot", a.Slot.String())
 		done = agent.ClaimDone{Slot: a.Slot, NotFresh: true}
-	case !ok && budgetRefused(a, len(ops), r.Errors):
+	case budget:
 		e.log.Debug("claim refused: the takeover budget moved", "slot", a.Slot.String())
 		done = agent.ClaimDone{Slot: a.Slot, Budget: true}
 	case !ok:

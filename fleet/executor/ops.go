@@ -45,34 +45,6 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
 	return ops
 }
 
-// notFresh: a Fresh claim's transaction failed on its first op, the slot
-// ClaimedKey's check-not-exists: the slot was claimed before.
-func notFresh(a agent.Claim, errs api.TxnErrors) bool {
-	if !a.Fresh {
-		return false
-	}
-	for _, e := range errs {
-		if e.OpIndex == 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// budgetRefused: a claim's transaction of n ops failed on its budget CAS
-// (the last op) alone.
-func budgetRefused(a agent.Claim, n int, errs api.TxnErrors) bool {
-	if a.Takeover == nil || !a.Takeover.Logged || len(errs) == 0 {
-		return false
-	}
-	for _, e := range errs {
-		if e.OpIndex != n-1 {
-			return false
-		}
-	}
-	return true
-}
-
 // txn runs ops (a write): ok, the results, or an error (no answer: it may
 // have been applied).
 func (e *Executor) txn(ops api.TxnOps) (bool, *api.TxnResponse, error) {
@@ -275,4 +247,13 @@ func (e *Executor) watchControl() {
 		})}
 		return meta.LastIndex, func() { e.inbox.post(agent.ControlAnswer{View: v}) }, nil
 	})
+}
+
+// failedOps are the indexes of a transaction's failed ops.
+func failedOps(errs api.TxnErrors) []int {
+	out := make([]int, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, e.OpIndex)
+	}
+	return out
 }

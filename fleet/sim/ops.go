@@ -333,34 +333,6 @@ func (s *Sim) claimOpsFor(n *node, a agent.Claim) api.KVTxnOps {
 	return ops
 }
 
-// notFresh: a Fresh claim's transaction failed on its first op, the
-// ClaimedKey's check-not-exists: the slot was claimed before.
-func notFresh(a agent.Claim, errs api.TxnErrors) bool {
-	if !a.Fresh {
-		return false
-	}
-	for _, e := range errs {
-		if e.OpIndex == 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// budgetRefused: a claim's transaction (of n ops) failed on its budget
-// CAS (the last op) alone.
-func budgetRefused(a agent.Claim, n int, errs api.TxnErrors) bool {
-	if a.Takeover == nil || !a.Takeover.Logged || len(errs) == 0 {
-		return false
-	}
-	for _, e := range errs {
-		if e.OpIndex != n-1 {
-			return false
-		}
-	}
-	return true
-}
-
 // takeoverTruth, before a claim's transaction: the slot was held and freed
 // without a release (an invalidation), and by whom, as the model knows.
 func (s *Sim) takeoverTruth(id agent.SlotID) (string, bool) {
@@ -606,4 +578,13 @@ func (s *Sim) opsWarm() {
 		s.ops.everHeld[id] = true
 		s.ops.lastHolder[id] = parts[2]
 	}
+}
+
+// failedOps are the indexes of a transaction's failed ops.
+func failedOps(errs api.TxnErrors) []int {
+	out := make([]int, 0, len(errs))
+	for _, e := range errs {
+		out = append(out, e.OpIndex)
+	}
+	return out
 }

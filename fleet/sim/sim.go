@@ -617,10 +617,14 @@ func (s *Sim) act(n *node, a any) {
 			ops := s.claimOpsFor(n, a)
 			r, err := s.store.KVTxn(s.wall(), ops)
 			s.countTxn(r, err)
-			if err == nil && !r.OK && notFresh(a, r.Errors) {
+			var notFresh, budget bool
+			if err == nil && !r.OK {
+				notFresh, budget = a.Refusal(len(ops), failedOps(r.Errors))
+			}
+			if notFresh {
 				return agent.ClaimDone{Slot: a.Slot, NotFresh: true}
 			}
-			if err == nil && !r.OK && budgetRefused(a, len(ops), r.Errors) {
+			if budget {
 				s.res.Ops.BudgetRefused++
 				return agent.ClaimDone{Slot: a.Slot, Budget: true}
 			}
