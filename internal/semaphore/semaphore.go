@@ -120,10 +120,20 @@ const LockKey = api.DefaultSemaphoreKey
 // ErrConflict: the prefix's .lock is not a semaphore's, or says another limit.
 var ErrConflict = errors.New("semaphore: the prefix's .lock key does not match")
 
-// Lock is what .lock holds (api.Semaphore's format).
+// Lock is what .lock holds (api.Semaphore's format, which ignores By).
+//
+// By names the acquisition that wrote it (its contender key and the index
+// it read .lock at), so that no two acquisitions write the same value:
+// Consul leaves a key's ModifyIndex alone when a write changes nothing
+// (same value, flags and session), so a CAS whose value equals the one
+// there "succeeds" without moving the index, and a second CAS from the
+// same read succeeds too: two tokens from one free one. (The holders of
+// two acquisitions can be the same set: a session listed by a released
+// token takes one again.)
 type Lock struct {
 	Limit   int
 	Holders map[string]bool
+	By      string `json:",omitempty"`
 }
 
 // Decision is what one contender does after a read of the prefix.
@@ -412,6 +422,7 @@ func (s *Semaphore) tryAcquire(ctx context.Context, d Decision) bool {
 		l.Holders[h] = true
 	}
 	l.Holders[s.o.Session] = true
+	l.By = fmt.Sprintf("%s@%d", s.key(), d.LockIdx)
 	b, _ := json.Marshal(l)
 	ops := api.TxnOps{
 		{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: path.Join(s.o.Prefix, LockKey), Value: b, Flags: api.SemaphoreFlagValue, Index: d.LockIdx}},

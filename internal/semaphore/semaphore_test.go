@@ -2,6 +2,7 @@ package semaphore
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -515,5 +516,50 @@ func TestOlderNodeStandsAside(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the older node did not take the free token")
+	}
+}
+
+// TestIdenticalLockWriteStillFences: Consul leaves a key's ModifyIndex
+// alone when a write changes nothing, so an acquisition whose .lock would
+// read exactly as before (a session listed by a token it released takes
+// one again) must still move it, or a second acquisition from the same
+// read passes its CAS too: two tokens from one. Found by
+// TestNeverMoreThanLimitSlots (4 held, limit 3, about once in 50 runs
+// under load); here made certain: limit 1, both CASes from one read.
+func TestIdenticalLockWriteStillFences(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	const prefix = "sem/same"
+	f, g := newSession(t, c), newSession(t, c)
+	first := newSlot(t, c, prefix, 1, f, f+"/a")
+	if _, err := first.Acquire(nil); err != nil {
+		t.Fatal(err)
+	}
+	// Released: the key goes, .lock still lists f.
+	if err := first.Release(); err != nil {
+		t.Fatal(err)
+	}
+	again, other := newSlot(t, c, prefix, 1, f, f+"/b"), newSlot(t, c, prefix, 1, g, g+"/c")
+	for _, s := range []*Semaphore{again, other} {
+		if ok, _, err := c.KV().Acquire(&api.KVPair{Key: s.key(), Flags: FlagWaiting, Session: s.o.Session}, nil); err != nil || !ok {
+			t.Fatalf("contender key %s: %v %v", s.key(), ok, err)
+		}
+	}
+	pairs, _, err := c.KV().List(prefix, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := 0
+	for _, s := range []*Semaphore{again, other} {
+		d, err := Decide(pairs, prefix, s.o.Name, s.o.Session, 1, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.tryAcquire(context.Background(), d) {
+			took++
+		}
+	}
+	if took != 1 {
+		t.Fatalf("%d acquisitions from one read of one free token, want 1", took)
 	}
 }
