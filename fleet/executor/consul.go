@@ -206,48 +206,10 @@ func (e *Executor) release(a agent.Release) {
 func (e *Executor) confirm(a agent.Confirm, sent time.Time) {
 	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.LockDelay)
 	defer cancel()
-	type part struct {
-		held map[agent.SlotID]bool
-		err  error
-	}
-	parts := make(chan part, len(a.Slots)/maxTxnOps+1)
-	n := 0
-	for from := 0; from < len(a.Slots); from += maxTxnOps {
-		chunk := a.Slots[from:min(from+maxTxnOps, len(a.Slots))]
-		n++
-		go func() {
-			ops := make(api.TxnOps, 0, len(chunk))
-			for _, id := range chunk {
-				ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVGetOrEmpty, Key: id.Key()}))
-			}
-			ok, r, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-			if err == nil && (!ok || r == nil || len(r.Results) != len(chunk)) {
-				err = errShortRead
-			}
-			if err != nil {
-				parts <- part{err: err}
-				return
-			}
-			held := map[agent.SlotID]bool{}
-			for i, id := range chunk {
-				held[id] = r.Results[i].KV != nil && r.Results[i].KV.Session == a.Session
-			}
-			parts <- part{held: held}
-		}()
-	}
-	done := agent.ConfirmDone{Sent: sent, Held: map[agent.SlotID]bool{}}
-	for range n {
-		p := <-parts
-		if p.err != nil && done.Err == nil {
-			done.Err = p.err
-			done.NoLeader = lease.NoLeaderAnswer(p.err) == holdrule.NoLeader
-		}
-		for id, h := range p.held {
-			done.Held[id] = h
-		}
-	}
+	done := agent.ConfirmDone{Sent: sent}
+	done.Held, done.Err = e.readHeld(ctx, a.Slots, a.Session)
 	if done.Err != nil {
-		done.Held = nil
+		done.NoLeader = lease.NoLeaderAnswer(done.Err) == holdrule.NoLeader
 	}
 	e.inbox.post(sessionAns{session: a.Session, in: done})
 }
