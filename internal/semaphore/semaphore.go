@@ -167,8 +167,8 @@ type Decision struct {
 // -limit (Several), which older nodes take for another limit and do not
 // acquire under (they try again later); the CAS of an acquisition after
 // which no session holds several writes limit again (releases do not
-// write .lock: until then older nodes wait). Every acquisition
-// CASes .lock, so an older node's CAS computed from a read before the
+// write .lock, except one that leaves no session with several, which
+// writes limit back: restoreLimit). Every acquisition CASes .lock, so an older node's CAS computed from a read before the
 // change fails.
 func Decide(pairs api.KVPairs, prefix, name, session string, limit int, stale map[string]uint64) (Decision, error) {
 	lockKey := path.Join(prefix, LockKey)
@@ -513,5 +513,37 @@ func (s *Semaphore) Release() error {
 		s.giveUp()
 		return err
 	}
+	s.restoreLimit()
 	return nil
+}
+
+// restoreLimit writes .lock's Limit back to limit when it reads -limit
+// and, this token given back, no session holds several: otherwise an
+// older node, which takes -limit for another limit, would stand aside
+// until some new node's next acquisition, and for good when none comes
+// (the last release of a batch left it negative). Best effort: a failed
+// CAS means another write moved .lock, and the acquisition that wrote it
+// set the limit as it should be. It is safe as an acquisition's CAS is:
+// the holders written are those of the read, pruned of the dead, and a
+// CAS computed from an older read fails.
+func (s *Semaphore) restoreLimit() {
+	lockKey := path.Join(s.o.Prefix, LockKey)
+	for range 3 {
+		pairs, _, err := s.c.KV().List(s.o.Prefix, nil)
+		if err != nil {
+			return
+		}
+		d, err := Decide(pairs, s.o.Prefix, s.o.Name, s.o.Session, s.o.Limit, nil)
+		if err != nil || !d.Negative || d.Any || d.LockIdx == 0 {
+			return
+		}
+		l := d.Lock
+		l.Limit = s.o.Limit
+		l.By = fmt.Sprintf("release:%s@%d", s.key(), d.LockIdx)
+		b, _ := json.Marshal(l)
+		ok, _, err := s.c.KV().CAS(&api.KVPair{Key: lockKey, Value: b, Flags: api.SemaphoreFlagValue, ModifyIndex: d.LockIdx}, nil)
+		if err != nil || ok {
+			return
+		}
+	}
 }

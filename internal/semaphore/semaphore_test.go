@@ -519,6 +519,54 @@ func TestOlderNodeStandsAside(t *testing.T) {
 	}
 }
 
+// TestOlderNodeNotLeftAsideAfterLastRelease: a session held two tokens
+// (.lock's Limit -3) and gave both back, and no other new node acquires:
+// the release that left no session with several writes the limit back, so
+// an older node, the only one left, takes a token. (Before, .lock stayed
+// at -3 and the older node stood aside for good: TestNeverMoreThanLimitSlots
+// failed now and then with the older contender's "conflict".)
+func TestOlderNodeNotLeftAsideAfterLastRelease(t *testing.T) {
+	consultest.RequireBinary(t)
+	c := consultest.NewDev(t).Client(t)
+	const prefix = "sem/lastrelease"
+	a := newSession(t, c)
+	one, two := newSlot(t, c, prefix, 3, a, a+"/1"), newSlot(t, c, prefix, 3, a, a+"/2")
+	for _, s := range []*Semaphore{one, two} {
+		if _, err := s.Acquire(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range []*Semaphore{one, two} {
+		if err := s.Release(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, _, err := c.KV().Get(prefix+"/.lock", nil)
+	if err != nil || p == nil {
+		t.Fatalf(".lock: %v %v", p, err)
+	}
+	var l Lock
+	if err := json.Unmarshal(p.Value, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.Limit != 3 {
+		t.Fatalf("no token held: .lock's Limit %d, want 3", l.Limit)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := newOld(t, c, prefix, 3, newSession(t, c)).Acquire(nil)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the older node, alone, did not take a free token: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the older node did not take the free token")
+	}
+}
+
 // TestIdenticalLockWriteStillFences: Consul leaves a key's ModifyIndex
 // alone when a write changes nothing, so an acquisition whose .lock would
 // read exactly as before (a session listed by a token it released takes
