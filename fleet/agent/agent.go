@@ -473,6 +473,7 @@ type Agent struct {
 	// volBackoff: slots whose restore failed here, not claimed again
 	// before (volumes.go).
 	volBackoff map[SlotID]time.Time
+	volRetry   map[SlotID]volRetry // handoffs to send again
 }
 
 // unitRec is a unit as a.units and a.slots have it, and this node's
@@ -766,8 +767,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		// made the same seed give different traces across runs).
 		for _, id := range a.heldIDs() {
 			h := a.held[id]
-			if !h.exclusive || h.lost || h.phase == Claiming || h.phase == Releasing {
-				continue
+			if !h.exclusive || h.lost || h.phase == Claiming || h.phase == Releasing || h.phase == HandingOff {
+				continue // (not among those confirmed)
 			}
 			if in.Held[id] {
 				if in.Sent.After(h.confirmed) {
@@ -943,6 +944,12 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 	if h.phase.noInstance() {
 		delete(a.held, id)
 		a.heldChanged()
+		if h.phase == Restoring || h.phase == HandingOff {
+			// Still this session's in Consul, maybe: the next look
+			// finds the stray and releases it (volumes.go).
+			a.markDirty(id.Unit)
+			out = append(out, Record{Slot: id, Action: "lost", Reason: why})
+		}
 		return out
 	}
 	h.phase = Stopping
@@ -1181,6 +1188,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		a.dirtyList = dirty[:0]
 	}
 	out = a.reconcileDeploy(now, out, at)
+	out = a.reconcileVolumes(now, out, at)
 	if len(a.waitAt) > 0 {
 		if !a.waitMinOK {
 			a.waitMin, a.waitMinOK = time.Time{}, true

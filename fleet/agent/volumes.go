@@ -45,6 +45,10 @@ import (
 // again for this long.
 const RestoreBackoff = 10 * time.Second
 
+// HandoffRetry: a handoff that got no answer is sent again this long
+// after.
+const HandoffRetry = 500 * time.Millisecond
+
 // The phases of volumes (doc.go's diagram).
 const (
 	// Restoring: claimed, the slot's data being readied (Restore sent);
@@ -85,13 +89,17 @@ type (
 		Session string
 		Ready   bool
 	}
-	// HandoffDone answers PushHandoff; the slot is released either way (a
-	// failed handoff leaves the next holder to on_missing, as
-	// cluster.Fleet does).
+	// HandoffDone answers PushHandoff. Not OK: with GiveUp (Consul
+	// refused it: the hold is not this session's; or the snapshot
+	// failed), the slot is released without it and the next holder
+	// applies on_missing, as cluster.Fleet does; without (no answer, no
+	// leader), the handoff is sent again HandoffRetry later: the release
+	// waits for it, the data is still only here.
 	HandoffDone struct {
-		Slot SlotID
-		OK   bool
-		Note string
+		Slot   SlotID
+		OK     bool
+		GiveUp bool
+		Note   string
 	}
 )
 
@@ -158,11 +166,53 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 		if h == nil || h.phase != HandingOff {
 			return out
 		}
+		if !in.OK && !in.GiveUp {
+			if a.volRetry == nil {
+				a.volRetry = map[SlotID]volRetry{}
+			}
+			a.volRetry[in.Slot] = volRetry{at: now.Add(HandoffRetry), h: h}
+			return out
+		}
 		if !in.OK {
 			out = append(out, Record{Slot: in.Slot, Action: "handoff-failed", Reason: in.Note})
 		}
 		h.phase = Releasing
 		return append(out, Release{Slot: in.Slot, Session: a.session})
+	}
+	return out
+}
+
+// volRetry is a handoff to send again at at, for the hold h (dropped if
+// the slot is no longer held so).
+type volRetry struct {
+	at time.Time
+	h  *held
+}
+
+// reconcileVolumes sends again the handoffs whose time came (a node has
+// none but while Consul does not answer).
+func (a *Agent) reconcileVolumes(now time.Time, out []any, at func(time.Time)) []any {
+	if len(a.volRetry) == 0 {
+		return out
+	}
+	ids := make([]SlotID, 0, len(a.volRetry))
+	for id := range a.volRetry {
+		ids = append(ids, id)
+	}
+	ids = sortSlots(ids)
+	for _, id := range ids {
+		r := a.volRetry[id]
+		h := a.held[id]
+		if h != r.h || h.phase != HandingOff || a.session == "" {
+			delete(a.volRetry, id)
+			continue
+		}
+		if now.Before(r.at) {
+			at(r.at)
+			continue
+		}
+		delete(a.volRetry, id)
+		out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session, Ready: h.volReady})
 	}
 	return out
 }

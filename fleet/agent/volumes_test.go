@@ -88,8 +88,12 @@ func TestVolumesHandoffBeforeRelease(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		volume bool
-		ok     bool
-	}{{"handed off", true, true}, {"handoff failed", true, false}, {"no volumes", false, false}} {
+		answer HandoffDone
+	}{
+		{"handed off", true, HandoffDone{OK: true}},
+		{"handoff refused", true, HandoffDone{GiveUp: true}},
+		{"no volumes", false, HandoffDone{}},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := SlotID{"db", 1}
 			m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Warm: &Warm{Session: "s-me", At: t0,
@@ -118,7 +122,8 @@ func TestVolumesHandoffBeforeRelease(t *testing.T) {
 			if ph := m.a.Held()[id]; ph != HandingOff {
 				t.Fatalf("phase %v", ph)
 			}
-			if r, ok := find[Release](m.step(HandoffDone{Slot: id, OK: tc.ok})); !ok || r.Session != "s-me" {
+			tc.answer.Slot = id
+			if r, ok := find[Release](m.step(tc.answer)); !ok || r.Session != "s-me" {
 				t.Fatalf("no release after the handoff: %+v %v", r, ok)
 			}
 		})
@@ -207,4 +212,75 @@ func TestVolumesGivenUpWhileRestoring(t *testing.T) {
 			t.Fatal("started after the session was lost")
 		}
 	})
+}
+
+// A handoff with no answer (no leader, cut off) is sent again, and the
+// release waits for it: released without, the data would be lost though
+// its holder is up.
+func TestVolumesHandoffRetried(t *testing.T) {
+	id := SlotID{"db", 0}
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Warm: &Warm{Session: "s-me", At: t0,
+		Held: map[SlotID]uint64{id: 9}}})}
+	m.step(UnitsAnswer{Units: []Unit{{Name: "db", Count: 0, MaxPerNode: 1, Volumes: true}}})
+	if _, ok := find[PushHandoff](m.step(InstanceExited{Slot: id})); !ok {
+		t.Fatal("no handoff")
+	}
+	acts := m.step(HandoffDone{Slot: id, Note: "no answer"})
+	if _, ok := find[Release](acts); ok {
+		t.Fatal("released without its handoff")
+	}
+	w, ok := find[Wake](acts)
+	if !ok || w.At.Sub(m.now) != HandoffRetry {
+		t.Fatalf("wake %+v %v, want in %v", w, ok, HandoffRetry)
+	}
+	m.now = w.At.Add(-time.Millisecond)
+	if _, ok := find[PushHandoff](m.step(Tick{})); ok {
+		t.Fatal("sent again too soon")
+	}
+	m.now = w.At
+	p, ok := find[PushHandoff](m.step(Tick{}))
+	if !ok || p.Index != 9 || !p.Ready {
+		t.Fatalf("handoff again: %+v %v", p, ok)
+	}
+	if _, ok := find[Release](m.step(HandoffDone{Slot: id, OK: true})); !ok {
+		t.Fatal("no release after the handoff")
+	}
+}
+
+// An exclusive hold handing off is not among the slots a confirmation
+// reads: the confirmation's answer does not end it (it did: the handoff
+// was dropped, and the slot stayed held by a node that had forgotten it).
+func TestVolumesConfirmationSparesHandoff(t *testing.T) {
+	id := SlotID{"db", 0}
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Warm: &Warm{Session: "s-me", At: t0,
+		Held: map[SlotID]uint64{id: 9}, Exclusive: map[string]bool{"db": true}}})}
+	m.step(UnitsAnswer{Units: []Unit{{Name: "db", Count: 0, Exclusive: true, MaxPerNode: 1, Volumes: true}}})
+	m.now = m.now.Add(10 * time.Millisecond)
+	m.step(InstanceExited{Slot: id})
+	m.now = m.now.Add(10 * time.Millisecond)
+	m.step(ConfirmDone{Sent: m.now, Held: map[SlotID]bool{}})
+	if p, ok := m.a.Held()[id]; !ok || p != HandingOff {
+		t.Fatalf("phase %v held %v, want handing-off", p, ok)
+	}
+	if _, ok := find[Release](m.step(HandoffDone{Slot: id, OK: true})); !ok {
+		t.Fatal("no release")
+	}
+}
+
+// A restoring hold the watchdog ends is looked at again at once: Consul
+// may still show it held by this session, a stray to release (it was not:
+// the slot stayed held, by nobody's instance, until the unit's next view).
+func TestVolumesLostWhileRestoringReleasesStray(t *testing.T) {
+	m := newMachine(t, dbVol)
+	claimed(t, m)
+	id := SlotID{"db", 0}
+	m.step(slots("db", 6, Slot{K: 0, Node: "me", ModifyIndex: 42}))
+	m.now = m.now.Add(2 * time.Second) // no confirmation: past the watchdog's deadline
+	acts := m.step(Tick{})
+	if p := m.a.Held()[id]; p != Releasing {
+		t.Fatalf("phase %v after the watchdog, want releasing (the stray)", p)
+	}
+	if r, ok := find[Release](acts); !ok || r.Slot != id {
+		t.Fatalf("no stray release: %v", acts)
+	}
 }
