@@ -367,6 +367,7 @@ type held struct {
 	seen      *SlotsView
 	seenIndex uint64
 	volReady  bool // its volumes were readied for this term (volumes.go)
+	volumes   bool // its unit had volumes when it was claimed
 }
 
 // Faults break the mechanism on purpose, for the simulator's mutation

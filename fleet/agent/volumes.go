@@ -113,6 +113,7 @@ func (p Phase) noInstance() bool {
 // the instance starts, after its restore when the unit has volumes.
 func (a *Agent) claimed(now time.Time, id SlotID, h *held, out []any) []any {
 	if a.rec(id.Unit).unit.Volumes {
+		h.volumes = true
 		h.phase = Restoring
 		out = append(out, Restore{Slot: id, Index: h.index, Session: a.session})
 		if !a.cfg.Faults.StartBeforeRestore {
@@ -125,7 +126,9 @@ func (a *Agent) claimed(now time.Time, id SlotID, h *held, out []any) []any {
 // exited: the instance of a hold being stopped has exited: the slot is
 // released, after its handoff when the unit has volumes.
 func (a *Agent) exited(id SlotID, h *held, out []any) []any {
-	if a.rec(id.Unit).unit.Volumes && !a.cfg.Faults.ReleaseBeforeHandoff {
+	// The unit may be gone (removed, or the node stopping: no units):
+	// what it was when claimed decides.
+	if (h.volumes || a.rec(id.Unit).unit.Volumes) && !a.cfg.Faults.ReleaseBeforeHandoff {
 		h.phase = HandingOff
 		return append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session, Ready: h.volReady})
 	}

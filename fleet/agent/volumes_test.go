@@ -284,3 +284,24 @@ func TestVolumesLostWhileRestoringReleasesStray(t *testing.T) {
 		t.Fatalf("no stray release: %v", acts)
 	}
 }
+
+// A node stopping (told there are no units) or a unit removed: the hold
+// hands off still, as its unit was when claimed (it did not: a graceful
+// stop of the executor released without a handoff, found on real Consul).
+func TestVolumesHandoffWhenUnitGone(t *testing.T) {
+	m := newMachine(t, dbVol)
+	claimed(t, m)
+	id := SlotID{"db", 0}
+	m.step(RestoreDone{Slot: id, Index: 42, OK: true})
+	m.step(InstanceStarted{Slot: id})
+	if _, ok := find[Stop](m.step(UnitsAnswer{})); !ok {
+		t.Fatal("no stop")
+	}
+	acts := m.step(InstanceExited{Slot: id})
+	if _, ok := find[Release](acts); ok {
+		t.Fatal("released without a handoff")
+	}
+	if p, ok := find[PushHandoff](acts); !ok || !p.Ready || p.Index != 42 {
+		t.Fatalf("handoff %+v %v", p, ok)
+	}
+}

@@ -93,6 +93,9 @@ type Config struct {
 	Instances Instances
 	Log       hclog.Logger
 	Faults    Faults
+	// Volumes performs the volumes' actions (volumes.go): needed when a
+	// unit has Volumes.
+	Volumes *Volumes
 }
 
 // Executor runs one node's agent.
@@ -121,6 +124,7 @@ type Executor struct {
 	stopping bool
 	stopDone []chan struct{}
 	stopped  bool
+	restores map[agent.SlotID]*restoreRun // volumes.go
 }
 
 // Inputs of the loop that are not the agent's.
@@ -459,7 +463,9 @@ func (e *Executor) act(a any) {
 	case agent.CheckHeld:
 		go e.checkHeld(a)
 	default:
-		e.log.Error("executor: unknown action", "action", a)
+		if !e.actVolumes(a) {
+			e.log.Error("executor: unknown action", "action", a)
+		}
 	}
 }
 
