@@ -211,9 +211,14 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, a
 		}
 	}
 	// Who held the slot before is not known here; that someone did is,
-	// when there is a handoff or a copy of its data on this node.
+	// when there is a handoff, a copy of its data on this node, or its
+	// ClaimedKey was created by an earlier claim than this term's.
 	prev := ""
 	if ho != nil || local != 0 {
+		prev = "(an earlier holder)"
+	} else if p, _, err := e.cfg.Client.KV().Get(a.Slot.ClaimedKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)); err != nil {
+		return "", nil, fmt.Errorf("read whether the slot was held before: %w", err)
+	} else if p != nil && p.CreateIndex < a.Index {
 		prev = "(an earlier holder)"
 	}
 	choice, why := cluster.ChooseData(cluster.DataCandidates{Self: e.cfg.Node, LockIndex: key.LockIndex, PrevNode: prev, Handoff: ho, Local: local})

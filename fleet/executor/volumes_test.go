@@ -75,20 +75,17 @@ func TestVolumeFollowsTheSlotMutation(t *testing.T) {
 	testVolumeFollows(t, agent.Faults{ReleaseBeforeHandoff: true}, false)
 }
 
-func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
+// volumeFleet starts two executors (node0, node1) on a dev agent, each
+// with its own volume store served by its own node API, running unit db
+// (count 1, exclusive) with the volume spec.
+func volumeFleet(t *testing.T, faults agent.Faults, spec []*schema.Volume) (*api.Client, []*dataRunner) {
 	a := consultest.NewDev(t)
 	c := a.Client(t)
 	unit := agent.Unit{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1, Volumes: true}
-	spec := []*schema.Volume{{Name: "data", Path: "data", Handoff: schema.HandoffSnapshot, OnMissing: schema.OnMissingLatest, RestoreTimeout: time.Minute}}
 	var runners []*dataRunner
 	for i := range 2 {
 		name := fmt.Sprintf("node%d", i)
-		check := "mariposa-" + name + ":mariposa"
-		if _, err := c.Catalog().Register(&api.CatalogRegistration{Node: name, Address: "127.0.0.1",
-			Service: &api.AgentService{ID: "mariposa-" + name, Service: "mariposa"},
-			Check:   &api.AgentCheck{Node: name, CheckID: check, Name: "mariposa supervisor", ServiceID: "mariposa-" + name, Status: api.HealthPassing}}, nil); err != nil {
-			t.Fatal(err)
-		}
+		registerNode(t, c, name, api.HealthPassing)
 		store, err := volume.Open(t.TempDir(), consultest.Logger(t, name+"-volumes"))
 		if err != nil {
 			t.Fatal(err)
@@ -96,7 +93,7 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 		srv := httptest.NewServer(store.Handler(cluster.AuthorizeVolume(c)))
 		t.Cleanup(srv.Close)
 		r := &dataRunner{node: name, store: store, found: map[uint64]string{}}
-		r.ex = executor.New(executor.Config{Client: c, Node: name, Checks: []string{check}, LockDelay: 3 * time.Second,
+		r.ex = executor.New(executor.Config{Client: c, Node: name, Checks: []string{"mariposa-" + name + ":mariposa"}, LockDelay: 3 * time.Second,
 			Seed: uint64(i + 1), Instances: r, Log: consultest.Logger(t, name), Faults: executor.Faults{Agent: faults},
 			Volumes: &executor.Volumes{Store: store, APIURL: srv.URL, Specs: func(string) []*schema.Volume { return spec }}})
 		runners = append(runners, r)
@@ -110,9 +107,25 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 			r.ex.Stop(ctx)
 		})
 	}
-	// One node runs the slot.
-	var first, next *dataRunner
-	var token uint64
+	return c, runners
+}
+
+// registerNode registers a fleet node with its liveness check (critical:
+// Consul invalidates the sessions bound to it).
+func registerNode(t *testing.T, c *api.Client, name, status string) {
+	t.Helper()
+	check := "mariposa-" + name + ":mariposa"
+	if _, err := c.Catalog().Register(&api.CatalogRegistration{Node: name, Address: "127.0.0.1",
+		Service: &api.AgentService{ID: "mariposa-" + name, Service: "mariposa"},
+		Check:   &api.AgentCheck{Node: name, CheckID: check, Name: "mariposa supervisor", ServiceID: "mariposa-" + name, Status: status}}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// running waits for a node to run db/0 and returns it, the other and the
+// fencing token.
+func running(t *testing.T, runners []*dataRunner) (first, next *dataRunner, token uint64) {
+	t.Helper()
 	if !consultest.WaitFor(30*time.Second, func() bool {
 		for i, r := range runners {
 			for tok := range r.started() {
@@ -124,6 +137,13 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 	}) {
 		t.Fatal("no node started the slot")
 	}
+	return first, next, token
+}
+
+func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
+	spec := []*schema.Volume{{Name: "data", Path: "data", Handoff: schema.HandoffSnapshot, OnMissing: schema.OnMissingLatest, RestoreTimeout: time.Minute}}
+	c, runners := volumeFleet(t, faults, spec)
+	first, next, token := running(t, runners)
 	// It stops gracefully: its data goes with the slot.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -162,5 +182,48 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 	}
 	if ho.Node != first.node || ho.TermIndex != token || ho.Restored.Node != next.node {
 		t.Fatalf("handoff %+v (restored %+v), want from %s at generation %d, restored by %s", ho, ho.Restored, first.node, token, next.node)
+	}
+}
+
+// A holder lost without a handoff (its mariposa killed, its session
+// invalidated): the next holder applies on_missing: with "fail" its
+// instance does not start, the slot is released; with "empty" it starts
+// with nothing. (Before the executor read the slot's ClaimedKey, such a
+// slot counted as never held and started empty whatever on_missing said.)
+func TestVolumeLostWithoutHandoff(t *testing.T) {
+	for _, onMissing := range []string{schema.OnMissingFail, schema.OnMissingEmpty} {
+		t.Run(onMissing, func(t *testing.T) {
+			spec := []*schema.Volume{{Name: "data", Path: "data", Handoff: schema.HandoffSnapshot, OnMissing: onMissing, RestoreTimeout: time.Minute}}
+			c, runners := volumeFleet(t, agent.Faults{}, spec)
+			first, next, _ := running(t, runners)
+			first.ex.Kill()
+			registerNode(t, c, first.node, api.HealthCritical)
+			id := agent.SlotID{Unit: "db", K: 0}
+			switch onMissing {
+			case schema.OnMissingFail:
+				// The next holder claims, fails its restore and releases.
+				if !consultest.WaitFor(60*time.Second, func() bool {
+					if len(next.started()) > 0 {
+						return true // (fails below)
+					}
+					p, _, err := c.KV().Get(id.ReleasedKey(), &api.QueryOptions{RequireConsistent: true})
+					return err == nil && p != nil
+				}) {
+					t.Fatal("the slot was never released by the next holder")
+				}
+				if got := next.started(); len(got) != 0 {
+					t.Fatalf("%s started with on_missing = \"fail\": %v", next.node, got)
+				}
+			default:
+				if !consultest.WaitFor(60*time.Second, func() bool { return len(next.started()) > 0 }) {
+					t.Fatalf("%s never started the slot", next.node)
+				}
+				for _, found := range next.started() {
+					if found != "" {
+						t.Fatalf("%s started with %q, want empty", next.node, found)
+					}
+				}
+			}
+		})
 	}
 }

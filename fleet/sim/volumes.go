@@ -156,7 +156,7 @@ func (s *Sim) restore(n *node, a agent.Restore) {
 		ho := s.readHandoff(a.Slot)
 		local := s.vol.data[k]
 		prev := ""
-		if ho != nil || local != 0 {
+		if c, _, _ := s.store.Get(a.Slot.ClaimedKey(), false); ho != nil || local != 0 || c != nil && c.CreateIndex < a.Index {
 			prev = "?" // held before, by whom the sim's agent does not say (the executor's rule)
 		}
 		choice, _ := cluster.ChooseData(cluster.DataCandidates{Self: n.name, LockIndex: e.LockIndex, PrevNode: prev, Handoff: ho, Local: local})
