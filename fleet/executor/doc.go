@@ -65,7 +65,8 @@
 //     of the slot cancels and waits for the one on its way); PushHandoff
 //     snapshots the stopped volumes and sets the handoff in a transaction
 //     guarded by check-session and check-index (the fencing token) on the
-//     slot key, before the Release.
+//     slot key, before the Release. A stopping executor ends once the
+//     handoffs it published while stopping are acknowledged (bounded).
 //
 // An answer for a session that is no longer the agent's (a claim sent
 // before the session was lost) is dropped: taken as the answer of a later

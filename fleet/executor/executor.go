@@ -125,6 +125,8 @@ type Executor struct {
 	stopDone []chan struct{}
 	stopped  bool
 	restores map[agent.SlotID]*restoreRun // volumes.go
+	handed   map[agent.SlotID]uint64      // handoffs published: their generation (volumes.go)
+	serving  int                          // 0 not yet, 1 waiting for the acknowledgements, 2 done
 }
 
 // Inputs of the loop that are not the agent's.
@@ -272,7 +274,7 @@ func (e *Executor) run() {
 				return
 			}
 		}
-		if e.stopping && len(e.ag.Held()) == 0 {
+		if e.stopping && len(e.ag.Held()) == 0 && e.servedHandoffs() {
 			e.finish()
 			return
 		}
@@ -377,6 +379,8 @@ func (e *Executor) handle(in any) {
 	case failingAns:
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()
+	case handedOff, handoffsServed:
+		e.handleVolumes(in)
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
 		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished:
 		e.step(in)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -44,9 +45,14 @@ import (
 //     were never ready here) the handoff it was to restore is passed on
 //     (ForwardedBy), if it is the one planned for this term.
 //
-// Not here yet (cluster.Fleet does them): the wait of a stopping node
-// until the next holder has acknowledged its handoff (awaitRestores: the
-// caller's node API must go on serving the snapshots), the periodic copies
+// A stopping executor (Stop) that published handoffs of its own data ends
+// only once each has been acknowledged by its next holder (Restored) or
+// replaced, no other fleet node is live to take it, or the bounds of
+// cluster.HandoffClaimWindow pass (cluster.Fleet's awaitRestores): the
+// caller's node API must serve the snapshots until Stop returns. A Stop
+// whose context ends first ends at once.
+//
+// Not here yet (cluster.Fleet does them): the periodic copies
 // (replicas) and their use by on_missing = "latest", the volumes' owner
 // (a service's user: hooks run as mariposa's), and adoption after an
 // upgrade in place.
@@ -367,6 +373,9 @@ func (e *Executor) pushHandoff(a agent.PushHandoff) (done agent.HandoffDone) {
 	default:
 		done.OK, done.Note = true, note
 		e.log.Info("handed the slot's data off", "slot", a.Slot.String(), "how", note)
+		if a.Ready {
+			e.inbox.post(handedOff{slot: a.Slot, gen: a.Index})
+		}
 	}
 	return done
 }
@@ -417,4 +426,116 @@ func (e *Executor) handoffValue(ctx context.Context, a agent.PushHandoff, lockIn
 	}
 	ho.At = time.Now()
 	return ho, note, nil
+}
+
+// Inputs of the loop about handoffs.
+type (
+	// handedOff: this node published a handoff of its own data (kept
+	// only while stopping, as cluster.Fleet's Release awaits only its
+	// own).
+	handedOff struct {
+		slot agent.SlotID
+		gen  uint64
+	}
+	// handoffsServed: the wait for the acknowledgements has ended.
+	handoffsServed struct{}
+)
+
+func (e *Executor) handleVolumes(in any) {
+	switch in := in.(type) {
+	case handedOff:
+		if !e.stopping {
+			return // (a scale-down's: its next holder may never come)
+		}
+		if e.handed == nil {
+			e.handed = map[agent.SlotID]uint64{}
+		}
+		e.handed[in.slot] = in.gen
+	case handoffsServed:
+		e.serving = 2
+	}
+}
+
+// servedHandoffs says whether a stopping executor may end: the handoffs
+// it published have been taken (or the wait for them ended). The first
+// call starts the wait.
+func (e *Executor) servedHandoffs() bool {
+	switch {
+	case e.serving == 2:
+		return true
+	case e.serving == 1:
+		return false
+	}
+	others := 0
+	failing := map[string]bool{}
+	for _, n := range e.failing {
+		failing[n] = true
+	}
+	for _, n := range e.members {
+		if n != e.cfg.Node && !failing[n] {
+			others++
+		}
+	}
+	if len(e.handed) == 0 || others == 0 {
+		e.serving = 2
+		return true
+	}
+	e.serving = 1
+	handed := e.handed
+	limit := cluster.HandoffClaimWindow
+	for id := range handed {
+		_, moving := e.volumeSpecs(id.Unit)
+		for _, v := range moving {
+			limit = max(limit, cluster.HandoffClaimWindow+v.RestoreTimeout)
+		}
+	}
+	go func() {
+		defer e.inbox.post(handoffsServed{})
+		ctx, cancel := context.WithTimeout(e.ctx, limit)
+		defer cancel()
+		var wg sync.WaitGroup
+		for id, gen := range handed {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if why := e.awaitRestore(ctx, id, gen); why != "" {
+					e.log.Warn("no longer serving the slot's handoff: the data stays on this node", "slot", id.String(), "reason", why)
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	return false
+}
+
+// awaitRestore waits until the handoff of id at generation gen is
+// acknowledged or replaced; it returns why it stopped waiting without
+// ("" when it was).
+func (e *Executor) awaitRestore(ctx context.Context, id agent.SlotID, gen uint64) string {
+	start := time.Now()
+	var index uint64
+	for {
+		p, meta, err := e.cfg.Client.KV().Get(cluster.HandoffKey(id.Unit, id.K), (&api.QueryOptions{WaitIndex: index, WaitTime: time.Second}).WithContext(ctx))
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Sprintf("no holder said it has the data within %s", time.Since(start).Round(time.Second))
+		case err != nil:
+			sleep(ctx, 500*time.Millisecond)
+			continue
+		}
+		index = advance(index, meta.LastIndex)
+		if p == nil {
+			return ""
+		}
+		ho, err := cluster.DecodeHandoff(p.Value)
+		if err != nil || ho.Node != e.cfg.Node || ho.TermIndex != gen || ho.Restored != nil {
+			return "" // acknowledged, or another generation's
+		}
+		if time.Since(start) > cluster.HandoffClaimWindow {
+			s, _, err := e.cfg.Client.KV().Get(id.Key(), (&api.QueryOptions{}).WithContext(ctx))
+			if err == nil && (s == nil || s.Session == "") {
+				return fmt.Sprintf("no node claimed the slot within %s", cluster.HandoffClaimWindow)
+			}
+		}
+	}
 }

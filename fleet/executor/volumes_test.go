@@ -144,12 +144,28 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 	spec := []*schema.Volume{{Name: "data", Path: "data", Handoff: schema.HandoffSnapshot, OnMissing: schema.OnMissingLatest, RestoreTimeout: time.Minute}}
 	c, runners := volumeFleet(t, faults, spec)
 	first, next, token := running(t, runners)
-	// It stops gracefully: its data goes with the slot.
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// It stops gracefully: its data goes with the slot, and its Stop
+	// returns once the next holder has it (the caller's node API serves
+	// it until then).
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if err := first.ex.Stop(ctx); err != nil {
 		t.Fatalf("stop %s: %v", first.node, err)
 	}
+	p, _, err := c.KV().Get(cluster.HandoffKey("db", 0), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ho cluster.Handoff
+	if p != nil {
+		if ho, err = cluster.DecodeHandoff(p.Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if acked := ho.Restored != nil; acked != follows {
+		t.Fatalf("%s stopped with its handoff acknowledged: %v, want %v (%+v)", first.node, acked, follows, ho)
+	}
+	registerNode(t, c, first.node, api.HealthCritical) // its mariposa is gone
 	var found string
 	if !consultest.WaitFor(30*time.Second, func() bool {
 		for _, f := range next.started() {
@@ -169,17 +185,6 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 	}
 	// The handoff, as cluster.Fleet reads it: from the first holder, its
 	// term's generation, acknowledged by the next.
-	var ho cluster.Handoff
-	if !consultest.WaitFor(10*time.Second, func() bool {
-		p, _, err := c.KV().Get(cluster.HandoffKey("db", 0), nil)
-		if err != nil || p == nil {
-			return false
-		}
-		ho, err = cluster.DecodeHandoff(p.Value)
-		return err == nil && ho.Restored != nil
-	}) {
-		t.Fatalf("no acknowledged handoff: %+v", ho)
-	}
 	if ho.Node != first.node || ho.TermIndex != token || ho.Restored.Node != next.node {
 		t.Fatalf("handoff %+v (restored %+v), want from %s at generation %d, restored by %s", ho, ho.Restored, first.node, token, next.node)
 	}
