@@ -30,8 +30,10 @@ func config(seed uint64) Config {
 // canary phase promoted by hand, a bad version reverted, a deploy racing
 // the judge); every invariant checked at every step.
 func TestSimulation(t *testing.T) {
+	var vols VolumeStats
 	for seed := uint64(1); seed <= uint64(*seeds); seed++ {
 		r := Run(config(seed))
+		vols.Add(r.Volumes)
 		for _, v := range r.Violations {
 			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v -volumes=%v)", v, *nodes, seed, *deploys, *volumes)
 		}
@@ -48,6 +50,12 @@ func TestSimulation(t *testing.T) {
 			t.Fatalf("seed %d: the deployments did not all happen: %+v", seed, d)
 		}
 	}
+	// The volumes' invariants were exercised: graceful handoffs restored
+	// by the next holders, and holders lost without one.
+	if *volumes && (vols.Handoffs == 0 || vols.FromHandoff == 0 || vols.Unplanned == 0) {
+		t.Fatalf("the volumes were not exercised: %s", vols)
+	}
+	t.Logf("volumes: %s", vols)
 }
 
 // The same seed gives the same trace.

@@ -3,7 +3,6 @@ package sim
 import (
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -293,8 +292,19 @@ func (s *Sim) volWaiting(id agent.SlotID) bool {
 	return ok && !serves(g.node)
 }
 
-// volSummary is the volumes' line of a trace.
+// Add adds o's figures to v's.
+func (v *VolumeStats) Add(o VolumeStats) {
+	v.Handoffs += o.Handoffs
+	v.Forwards += o.Forwards
+	v.Restores += o.Restores
+	v.RestoreFailed += o.RestoreFailed
+	v.FromHandoff += o.FromHandoff
+	v.Kept += o.Kept
+	v.Unplanned += o.Unplanned
+}
+
+// String is the volumes' figures in a line.
 func (v VolumeStats) String() string {
-	return strings.TrimSpace(fmt.Sprintf("handoffs %d forwards %d restores %d (failed %d, from a handoff %d, kept %d, unplanned %d)",
-		v.Handoffs, v.Forwards, v.Restores, v.RestoreFailed, v.FromHandoff, v.Kept, v.Unplanned))
+	return fmt.Sprintf("handoffs %d forwards %d restores %d (failed %d, from a handoff %d, kept %d, unplanned %d)",
+		v.Handoffs, v.Forwards, v.Restores, v.RestoreFailed, v.FromHandoff, v.Kept, v.Unplanned)
 }
