@@ -20,6 +20,10 @@ type Unit struct {
 	Count      int
 	Exclusive  bool
 	MaxPerNode int
+	// Volumes: the unit has volumes that move with its slots (handoff =
+	// "snapshot"): a claim restores before Start, a release hands off
+	// first (volumes.go).
+	Volumes bool
 }
 
 // SlotID names a slot: the key slots/<Unit>/<K>.
@@ -344,7 +348,7 @@ const (
 // maxInflight bounds the confirmations on their way at once.
 const maxInflight = 3
 
-var phaseNames = [...]string{"claiming", "starting", "running", "stopping", "releasing", "updating"}
+var phaseNames = [...]string{"claiming", "starting", "running", "stopping", "releasing", "updating", "restoring", "handing-off"}
 
 func (p Phase) String() string { return phaseNames[p] }
 
@@ -362,6 +366,8 @@ type held struct {
 	// found this hold not taken by another session with.
 	seen      *SlotsView
 	seenIndex uint64
+	volReady  bool // its volumes were readied for this term (volumes.go)
+	volumes   bool // its unit had volumes when it was claimed
 }
 
 // Faults break the mechanism on purpose, for the simulator's mutation
@@ -376,6 +382,9 @@ type Faults struct {
 	// LogEveryTakeover: every takeover writes the budget's log (as
 	// cluster.Fleet does), none rides on a fresh one of its lost node.
 	LogEveryTakeover bool
+	// Volumes (volumes.go): the instance starts with its restore, not
+	// after it; the release goes without waiting for the handoff.
+	StartBeforeRestore, ReleaseBeforeHandoff bool
 }
 
 // Config is a node's agent.
@@ -462,6 +471,10 @@ type Agent struct {
 	dep *deployState
 	// ops: pause, drain, the storm brake and the takeover budget (ops.go).
 	ops opsState
+	// volBackoff: slots whose restore failed here, not claimed again
+	// before (volumes.go).
+	volBackoff map[SlotID]time.Time
+	volRetry   map[SlotID]volRetry // handoffs to send again
 }
 
 // unitRec is a unit as a.units and a.slots have it, and this node's
@@ -592,7 +605,7 @@ func New(cfg Config) *Agent {
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
-			a.held[id] = &held{phase: Running, exclusive: w.Exclusive[id.Unit], index: idx, sent: w.At, acked: w.At, confirmed: w.At}
+			a.held[id] = &held{phase: Running, exclusive: w.Exclusive[id.Unit], index: idx, sent: w.At, acked: w.At, confirmed: w.At, volReady: true}
 			a.heldChanged()
 		}
 	}
@@ -723,8 +736,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			break
 		}
 		h.index, h.confirmed, h.acked, h.phase = in.Index, h.sent, now, Starting
-		out = append(out, Start{Slot: in.Slot, Index: in.Index, Session: a.session, Version: a.startVersion(in.Slot, now)},
-			Record{Slot: in.Slot, Action: "claim"})
+		out = append(a.claimed(now, in.Slot, h, out), Record{Slot: in.Slot, Action: "claim"})
 	case ReleaseDone:
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
 			delete(a.held, in.Slot)
@@ -756,8 +768,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		// made the same seed give different traces across runs).
 		for _, id := range a.heldIDs() {
 			h := a.held[id]
-			if !h.exclusive || h.lost || h.phase == Claiming || h.phase == Releasing {
-				continue
+			if !h.exclusive || h.lost || h.phase == Claiming || h.phase == Releasing || h.phase == HandingOff {
+				continue // (not among those confirmed)
 			}
 			if in.Held[id] {
 				if in.Sent.After(h.confirmed) {
@@ -772,6 +784,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 	case DeployAnswer, InstanceHealthy, TokenDone, ReturnDone, PublishDone, MoveDone:
 		out = a.stepDeploy(now, in, out)
+	case RestoreDone, HandoffDone:
+		out = a.stepVolumes(now, in, out)
 	case InstanceStarted:
 		if h := a.held[in.Slot]; h != nil && (h.phase == Starting || h.phase == Updating) {
 			h.phase = Running
@@ -790,8 +804,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			break
 		}
 		if h.phase == Stopping {
-			h.phase = Releasing
-			out = append(out, Release{Slot: in.Slot, Session: a.session})
+			out = a.exited(in.Slot, h, out)
 		}
 	default:
 		panic(fmt.Sprintf("agent: unknown input %T", in))
@@ -910,7 +923,7 @@ func (a *Agent) loseSession(out []any) []any {
 	for _, id := range a.heldIDs() { // in slot order, as the trace needs
 		h := a.held[id]
 		switch {
-		case h.phase == Claiming || h.phase == Releasing:
+		case h.phase.noInstance():
 			delete(a.held, id)
 			a.heldChanged()
 		case h.exclusive:
@@ -929,10 +942,15 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 		return out
 	}
 	h.lost = true
-	switch h.phase {
-	case Claiming, Releasing:
+	if h.phase.noInstance() {
 		delete(a.held, id)
 		a.heldChanged()
+		if h.phase == Restoring || h.phase == HandingOff {
+			// Still this session's in Consul, maybe: the next look
+			// finds the stray and releases it (volumes.go).
+			a.markDirty(id.Unit)
+			out = append(out, Record{Slot: id, Action: "lost", Reason: why})
+		}
 		return out
 	}
 	h.phase = Stopping
@@ -988,7 +1006,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				out = append(out, Stop{Slot: id})
 			}
 			continue
-		case h.lost || h.phase == Claiming || h.phase == Releasing:
+		case h.lost || h.phase == Claiming || h.phase == Releasing || h.phase == HandingOff:
 			continue
 		}
 		if h.exclusive && !a.cfg.Faults.NoWatchdog {
@@ -1012,7 +1030,12 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// Until the view or the token changes, the same again.
 			h.seen, h.seenIndex = view, h.index
 		}
-		if (!ok || id.K >= u.Count) && h.phase != Stopping {
+		if (!ok || id.K >= u.Count) && h.phase == Restoring {
+			// No instance yet: its handoff passes on what it was to
+			// restore (volumes.go).
+			h.phase = HandingOff
+			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, Record{Slot: id, Action: "release", Reason: "scaled down"})
+		} else if (!ok || id.K >= u.Count) && h.phase != Stopping {
 			h.phase = Stopping
 			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "release", Reason: "scaled down"})
 		}
@@ -1108,6 +1131,12 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				if mine >= max(1, u.MaxPerNode) {
 					break
 				}
+				if t, off := a.volHeldOff(id, now); off {
+					if w, ok := a.waitAt[name]; !ok || t.Before(w) {
+						a.setWait(r, name, t)
+					}
+					continue
+				}
 				me, ok := asg[k]
 				if !ok {
 					continue
@@ -1160,6 +1189,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		a.dirtyList = dirty[:0]
 	}
 	out = a.reconcileDeploy(now, out, at)
+	out = a.reconcileVolumes(now, out, at)
 	if len(a.waitAt) > 0 {
 		if !a.waitMinOK {
 			a.waitMin, a.waitMinOK = time.Time{}, true

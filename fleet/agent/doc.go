@@ -15,8 +15,11 @@
 // under rollout tokens, canaries and promotion, health judged over
 // min_healthy_time and healthy_deadline, auto_revert; and, with
 // Config.Control (ops.go), pause, drain, the storm brake and the takeover
-// budget from the watch on control/. Volumes are still decided by
-// cluster.Fleet.
+// budget from the watch on control/; and volumes (volumes.go): a claimed
+// slot whose unit has volumes restores its data before its instance
+// starts, and a slot given up gracefully publishes its handoff before its
+// release, on cluster's keys and codec (which copy a new holder starts
+// from is cluster.ChooseData's, applied where the data is).
 //
 // # A held slot
 //
@@ -26,8 +29,13 @@
 //	| claiming |-------------------------> released when seen)
 //	+----+-----+
 //	     | claimed (term index = the key's ModifyIndex)
-//	+----v-----+  Start
-//	| starting |
+//	     |                     +-----------+  restore failed, or scaled
+//	     |-------------------->| restoring |  down: to handing-off, no
+//	     | unit with volumes:  +-----+-----+  Stop (no instance); it
+//	     | Restore                   |        passes on the handoff it
+//	     |     restore done: Start   |        was to restore
+//	+----v-----+<--------------------+
+//	| starting |  Start
 //	+----+-----+
 //	     | instance started
 //	+----v-----+  the slot's target version differs: a rollout
@@ -42,14 +50,23 @@
 //	| stopping |<------------------------------+ lock_delay/2), session
 //	+----+-----+                                 lost, key not ours:
 //	     | instance exited                       Stop{Kill}, no release
-//	+----v------+  (only when the hold is still ours)
+//	     |                        +-------------+
+//	     |----------------------->| handing-off |  no answer: sent again,
+//	     | unit with volumes:     +------+------+  the release waits
+//	     | PushHandoff                   |
+//	     |   handed off, or refused:     |
+//	     |   Release                     |
+//	+----v------+<-----------------------+
 //	| releasing | Release: unlock the key (no lock delay)
-//	+----+------+
+//	+----+------+ (only when the hold is still ours)
 //	     | released
 //	    gone
 //
 // A non-exclusive slot whose session is lost keeps its instance running
-// (an orphan) until another node holds the slot, then stops it.
+// (an orphan) until another node holds the slot, then stops it. A hold
+// restoring or handing off has no instance: lost, it is dropped (and the
+// unit looked at again: Consul may still show it this session's, a stray
+// to release).
 //
 // # Deployments
 //

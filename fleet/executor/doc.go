@@ -58,6 +58,15 @@
 //     ClaimDone.Budget); WriteBrake: check-not-exists and set
 //     control/storm; PublishDrain: the node's drain status; CheckHeld: a
 //     consistent read of the slot keys, as Confirm.
+//   - With Config.Volumes (volumes.go): Restore readies a claimed slot's
+//     volumes with internal/volume before its Start (cluster.ChooseData
+//     on the handoff at cluster.HandoffKey and this node's copy; a
+//     restored handoff acknowledged with the audit record; a new Restore
+//     of the slot cancels and waits for the one on its way); PushHandoff
+//     snapshots the stopped volumes and sets the handoff in a transaction
+//     guarded by check-session and check-index (the fencing token) on the
+//     slot key, before the Release. A stopping executor ends once the
+//     handoffs it published while stopping are acknowledged (bounded).
 //
 // An answer for a session that is no longer the agent's (a claim sent
 // before the session was lost) is dropped: taken as the answer of a later

@@ -93,6 +93,9 @@ type Config struct {
 	Instances Instances
 	Log       hclog.Logger
 	Faults    Faults
+	// Volumes performs the volumes' actions (volumes.go): needed when a
+	// unit has Volumes.
+	Volumes *Volumes
 }
 
 // Executor runs one node's agent.
@@ -121,6 +124,9 @@ type Executor struct {
 	stopping bool
 	stopDone []chan struct{}
 	stopped  bool
+	restores map[agent.SlotID]*restoreRun // volumes.go
+	handed   map[agent.SlotID]uint64      // handoffs published: their generation (volumes.go)
+	serving  int                          // 0 not yet, 1 waiting for the acknowledgements, 2 done
 }
 
 // Inputs of the loop that are not the agent's.
@@ -268,7 +274,7 @@ func (e *Executor) run() {
 				return
 			}
 		}
-		if e.stopping && len(e.ag.Held()) == 0 {
+		if e.stopping && len(e.ag.Held()) == 0 && e.servedHandoffs() {
 			e.finish()
 			return
 		}
@@ -373,6 +379,8 @@ func (e *Executor) handle(in any) {
 	case failingAns:
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()
+	case handedOff, handoffsServed:
+		e.handleVolumes(in)
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
 		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished:
 		e.step(in)
@@ -459,7 +467,9 @@ func (e *Executor) act(a any) {
 	case agent.CheckHeld:
 		go e.checkHeld(a)
 	default:
-		e.log.Error("executor: unknown action", "action", a)
+		if !e.actVolumes(a) {
+			e.log.Error("executor: unknown action", "action", a)
+		}
 	}
 }
 

@@ -87,6 +87,9 @@ type Config struct {
 	// Ops adds the operator's pause, resume and drain, and the takeover
 	// budget, to a run; Storm is the storm brake's scenario (ops.go).
 	Ops, Storm bool
+	// Volumes: every exclusive unit has a volume that moves with its
+	// slots, and the volumes' invariants are checked (volumes.go).
+	Volumes bool
 	// Trace, when set, receives every line of the trace.
 	Trace func(line string)
 }
@@ -182,6 +185,8 @@ type Result struct {
 	Deploys DeployStats
 	// Ops: what the operator's controls and the brakes did (ops.go).
 	Ops OpsResult
+	// Volumes: handoffs and restores (volumes.go).
+	Volumes VolumeStats
 }
 
 // Percentile of the recovery times (p in [0, 1]).
@@ -353,6 +358,7 @@ type Sim struct {
 	// dep: deployments (deploy.go), when Config.Deploys.
 	dep *simDeploy
 	ops *simOps
+	vol *simVolumes // nil: no volumes
 }
 
 type rankEntry struct {
@@ -479,6 +485,7 @@ func (s *Sim) setup() {
 	for i := range c.Units {
 		u := agent.Unit{Name: fmt.Sprintf("u%03d", i), Count: c.SlotsPerUnit, MaxPerNode: 1,
 			Exclusive: c.ExclusiveEvery > 0 && i%c.ExclusiveEvery == 0}
+		u.Volumes = c.Volumes && u.Exclusive
 		s.units = append(s.units, u)
 		s.byU[u.Name] = u
 		s.unitI[u.Name] = i
@@ -519,6 +526,9 @@ func (s *Sim) setup() {
 			n.inst[id] = inst
 			s.running[id] = append(s.running[id], inst)
 		}
+	}
+	if c.Volumes {
+		s.volumesInit()
 	}
 	s.deploySetup()
 	s.store.TakeCommits()
@@ -643,8 +653,12 @@ func (s *Sim) act(n *node, a any) {
 	case agent.Release:
 		release := func() {
 			s.rpc(n, func() any {
+				token := s.volReleasing(a.Slot)
 				r, err := s.store.KVTxn(s.wall(), s.releaseOpsWith(releaseOps(a.Slot, n.name, a.Session, s.wall()), a.Slot))
 				s.countTxn(r, err)
+				if err == nil && r.OK {
+					s.volReleased(n, a.Slot, token)
+				}
 				return agent.ReleaseDone{Slot: a.Slot, OK: err == nil && r.OK}
 			}, func() any { return agent.ReleaseDone{Slot: a.Slot} })
 		}
@@ -695,6 +709,7 @@ func (s *Sim) act(n *node, a any) {
 		}
 		delete(n.starting, a.Slot)
 		s.deployStopped(n, a.Slot)
+		s.volStopped(n, a)
 		d := 100 * time.Millisecond
 		if a.Kill {
 			d = 0
@@ -760,7 +775,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.CheckHeld:
 		s.checkHeld(n, a)
 	default:
-		if !s.actDeploy(n, a) {
+		if !s.actDeploy(n, a) && !s.actVolumes(n, a) {
 			panic(fmt.Sprintf("sim: unknown action %T", a))
 		}
 	}
@@ -1070,6 +1085,7 @@ func (s *Sim) startInstance(n *node, a agent.Start) {
 			s.violate("exclusive slot %s: %s starts while %s still runs it", a.Slot, n.name, other.node.name)
 		}
 	}
+	s.volStart(n, a)
 	inst := &instance{node: n, slot: a.Slot, index: a.Index, session: a.Session, running: true, version: a.Version}
 	n.inst[a.Slot] = inst
 	s.running[a.Slot] = append(s.running[a.Slot], inst)
@@ -1383,6 +1399,8 @@ func (s *Sim) finalCheck() {
 				}
 			}
 			switch {
+			case len(live) == 0 && s.volWaiting(id):
+				s.note("slot %s waits for its data on a holder that does not serve it", id)
 			case len(live) == 0:
 				s.violate("slot %s has no running instance %v after the last fault", id, s.cfg.Settle)
 			case u.Exclusive && len(live) > 1:

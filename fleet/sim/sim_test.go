@@ -16,10 +16,11 @@ var (
 	// -sim.deploys=false: the slot protocol alone (what the runs before
 	// deployments were in the step machine did).
 	deploys = flag.Bool("sim.deploys", true, "operator deploys in TestSimulation")
+	volumes = flag.Bool("sim.volumes", true, "volumes on the exclusive units in TestSimulation")
 )
 
 func config(seed uint64) Config {
-	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: *deploys}
+	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: *deploys, Volumes: *volumes}
 }
 
 // TestSimulation runs the seeded simulations make test-race runs: 50
@@ -29,10 +30,12 @@ func config(seed uint64) Config {
 // canary phase promoted by hand, a bad version reverted, a deploy racing
 // the judge); every invariant checked at every step.
 func TestSimulation(t *testing.T) {
+	var vols VolumeStats
 	for seed := uint64(1); seed <= uint64(*seeds); seed++ {
 		r := Run(config(seed))
+		vols.Add(r.Volumes)
 		for _, v := range r.Violations {
-			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v)", v, *nodes, seed, *deploys)
+			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v -volumes=%v)", v, *nodes, seed, *deploys, *volumes)
 		}
 		if t.Failed() {
 			return
@@ -47,6 +50,12 @@ func TestSimulation(t *testing.T) {
 			t.Fatalf("seed %d: the deployments did not all happen: %+v", seed, d)
 		}
 	}
+	// The volumes' invariants were exercised: graceful handoffs restored
+	// by the next holders, and holders lost without one.
+	if *volumes && (vols.Handoffs == 0 || vols.FromHandoff == 0 || vols.Unplanned == 0) {
+		t.Fatalf("the volumes were not exercised: %s", vols)
+	}
+	t.Logf("volumes: %s", vols)
 }
 
 // The same seed gives the same trace.
@@ -108,6 +117,9 @@ func TestSimulationCatchesMutations(t *testing.T) {
 		{"the judge's write without its CAS", func(c *Config) { c.ExecFaults.NoDeployCAS = true }, "deployment record of"},
 		{"decisions without their audit record", func(c *Config) { c.ExecFaults.NoAudit = true }, "without its audit record"},
 		{"a holder's status written into its lock key", func(c *Config) { c.ExecFaults.PublishInHeldKey = true }, "token moved"},
+		// Volumes.
+		{"an instance started with its restore, not after it", func(c *Config) { c.Faults.StartBeforeRestore = true }, "before its restore is done"},
+		{"a release without waiting for its handoff", func(c *Config) { c.Faults.ReleaseBeforeHandoff = true }, "is lost"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var found []string

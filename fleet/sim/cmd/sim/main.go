@@ -31,6 +31,7 @@ func main() {
 	settle := flag.Duration("settle", 0, "how long after the loss the run goes on (default 60s)")
 	ops := flag.Bool("ops", false, "operator actions (pause, resume, drain) and the takeover budget; 30% of the nodes lost")
 	storm := flag.Bool("storm", false, "the storm brake's scenario: 60% of the nodes lost, resumed 20 s later")
+	volumes := flag.Bool("volumes", false, "a volume that moves with the slots on every exclusive unit: handoffs and restores, and their invariants")
 	flag.Parse()
 	// The simulation allocates fast and keeps little: collecting at four
 	// times the live heap, not twice, saves a fifth of the CPU at 1,000
@@ -62,7 +63,7 @@ func main() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys, Ops: *ops, Storm: *storm}
+			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys, Ops: *ops, Storm: *storm, Volumes: *volumes}
 			if *trace {
 				cfg.Trace = func(l string) { fmt.Println(l) }
 			}
@@ -82,14 +83,24 @@ func main() {
 	var txns, vac, changes, bytes, raft, steps, ib, hb, ia, ha, rankings uint64
 	var stepTime time.Duration
 	var deps sim.DeployStats
+	var vols sim.VolumeStats
+	replayFlags := ""
+	if *volumes {
+		replayFlags = " -volumes"
+	}
 	for _, r := range results {
 		for _, v := range r.Violations {
 			if *deploys {
-				fmt.Fprintf(os.Stderr, "%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units %d -slots %d -seeds 1 -seed %d -deploys)\n", v, *nodes, u, sl, r.Seed)
+				fmt.Fprintf(os.Stderr, "%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units %d -slots %d -seeds 1 -seed %d -deploys%s)\n", v, *nodes, u, sl, r.Seed, replayFlags)
+				continue
+			}
+			if *volumes {
+				fmt.Fprintf(os.Stderr, "%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units %d -slots %d -seeds 1 -seed %d -volumes)\n", v, *nodes, u, sl, r.Seed)
 				continue
 			}
 			fmt.Fprintf(os.Stderr, "%s (replay: make sim NODES=%d SEEDS=1 SEED=%d)\n", v, *nodes, r.Seed)
 		}
+		vols.Add(r.Volumes)
 		deps.Reverts += r.Deploys.Reverts
 		deps.Promotes += r.Deploys.Promotes
 		deps.Updates += r.Deploys.Updates
@@ -129,6 +140,9 @@ func main() {
 	if *deploys {
 		fmt.Printf("deployments: %d successful, %d failed (%d auto-reverted), %d cancelled, %d never ended; %d canary phases promoted; %d instances updated in place; longest %.1f s\n",
 			deps.Outcomes["successful"], deps.Outcomes["failed"], deps.Reverts, deps.Outcomes["cancelled"], deps.Outcomes["running"], deps.Promotes, deps.Updates, deps.Longest.Seconds())
+	}
+	if *volumes {
+		fmt.Printf("volumes: %s\n", vols)
 	}
 	perChange := func(b uint64) float64 { return float64(b) / 1024 / float64(max(1, changes)) }
 	fmt.Printf("watches: %d slot changes; units' indexes %.1f KB/slot change (%d answers, %.0f B each), failing instances' health %.1f KB/slot change (%d answers)\n",

@@ -1,0 +1,235 @@
+package agent
+
+import (
+	"time"
+)
+
+// Volumes in the step machine (website/stateful.md, CLUSTER.md section 8):
+// the data of a slot whose unit has volumes that move with it (Unit.Volumes,
+// handoff = "snapshot") follows the slot from holder to holder.
+//
+//	old holder                               new holder
+//	instance exited (slot still held)
+//	PushHandoff: snapshot, then one
+//	transaction fenced by the hold
+//	(check-session, check-index on the
+//	slot key) sets handoffs/<unit>/<k>
+//	HandoffDone
+//	Release ─────────────────────────────>  Claim ... ClaimDone
+//	                                         Restore: read handoffs/<unit>/<k>,
+//	serve the snapshot               <────   fetch it (or keep, or on_missing)
+//	                                         RestoreDone
+//	                                         Start
+//
+// What the agent decides is when: a claimed slot's instance starts only
+// once its Restore has answered OK for this term (phase Restoring between
+// the claim and the Start), and a slot given up gracefully is released only
+// once its handoff has been published or has failed (phase HandingOff
+// between the instance's exit and the Release). Which copy of the data a
+// new holder starts from is decided where the data is, by the executor
+// (and the simulator) with cluster.ChooseData, the rule cluster.Fleet
+// applies: by generation (the fencing index of the term that wrote it),
+// never by who handed off last; a handoff whose lock_index is one less
+// than the new term's is the newest data there is; without one,
+// on_missing decides. The keys and the codec are cluster's (HandoffKey,
+// Handoff), so both engines read each other's handoffs.
+//
+// A holder whose restore failed never ran its instance: its handoff
+// (Ready false) forwards the one it was to restore instead of publishing
+// its own older or empty data, and the node does not claim the slot again
+// for RestoreBackoff (cluster.Fleet's reschedule penalty, in short: another
+// node may reach the data's source). A hold lost (watchdog, session, taken)
+// publishes nothing: it cannot, the transaction is fenced by the hold.
+
+// RestoreBackoff: after its restore failed, a node does not claim the slot
+// again for this long.
+const RestoreBackoff = 10 * time.Second
+
+// HandoffRetry: a handoff that got no answer is sent again this long
+// after.
+const HandoffRetry = 500 * time.Millisecond
+
+// The phases of volumes (doc.go's diagram).
+const (
+	// Restoring: claimed, the slot's data being readied (Restore sent);
+	// no instance yet.
+	Restoring Phase = Updating + 1
+	// HandingOff: the instance has exited, the handoff is being published
+	// (PushHandoff sent); the slot is still held.
+	HandingOff Phase = Updating + 2
+)
+
+// Inputs and actions of volumes.
+type (
+	// Restore: ready the slot's volumes for the term whose fencing token
+	// is Index, held by Session, before its instance starts (answer:
+	// RestoreDone).
+	Restore struct {
+		Slot    SlotID
+		Index   uint64
+		Session string
+	}
+	// RestoreDone answers Restore. Missing: the data could not be handed
+	// off and on_missing = "fail" (the slot is not claimed again by this
+	// node for RestoreBackoff, as any failure); Note says what was done.
+	RestoreDone struct {
+		Slot    SlotID
+		Index   uint64
+		OK      bool
+		Missing bool
+		Note    string
+	}
+	// PushHandoff: publish the slot's handoff before its release, its
+	// instance stopped: a snapshot of the volumes at generation Index
+	// (Ready), or, when they were never ready here (its restore failed),
+	// the handoff it was to restore passed on (answer: HandoffDone).
+	PushHandoff struct {
+		Slot    SlotID
+		Index   uint64
+		Session string
+		Ready   bool
+	}
+	// HandoffDone answers PushHandoff. Not OK: with GiveUp (Consul
+	// refused it: the hold is not this session's; or the snapshot
+	// failed), the slot is released without it and the next holder
+	// applies on_missing, as cluster.Fleet does; without (no answer, no
+	// leader), the handoff is sent again HandoffRetry later: the release
+	// waits for it, the data is still only here.
+	HandoffDone struct {
+		Slot   SlotID
+		OK     bool
+		GiveUp bool
+		Note   string
+	}
+)
+
+// noInstance: a hold in this phase has no instance to stop (lose and
+// loseSession drop it).
+func (p Phase) noInstance() bool {
+	return p == Claiming || p == Releasing || p == Restoring || p == HandingOff
+}
+
+// claimed: the claim of id came back (its token set, phase Starting):
+// the instance starts, after its restore when the unit has volumes.
+func (a *Agent) claimed(now time.Time, id SlotID, h *held, out []any) []any {
+	if a.rec(id.Unit).unit.Volumes {
+		h.volumes = true
+		h.phase = Restoring
+		out = append(out, Restore{Slot: id, Index: h.index, Session: a.session})
+		if !a.cfg.Faults.StartBeforeRestore {
+			return out
+		}
+	}
+	return append(out, Start{Slot: id, Index: h.index, Session: a.session, Version: a.startVersion(id, now)})
+}
+
+// exited: the instance of a hold being stopped has exited: the slot is
+// released, after its handoff when the unit has volumes.
+func (a *Agent) exited(id SlotID, h *held, out []any) []any {
+	// The unit may be gone (removed, or the node stopping: no units):
+	// what it was when claimed decides.
+	if (h.volumes || a.rec(id.Unit).unit.Volumes) && !a.cfg.Faults.ReleaseBeforeHandoff {
+		h.phase = HandingOff
+		return append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session, Ready: h.volReady})
+	}
+	h.phase = Releasing
+	return append(out, Release{Slot: id, Session: a.session})
+}
+
+// stepVolumes takes RestoreDone and HandoffDone.
+func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
+	switch in := in.(type) {
+	case RestoreDone:
+		h := a.held[in.Slot]
+		if h == nil || h.phase != Restoring || h.index != in.Index || h.lost {
+			// A restore of an earlier term, or of a hold given up since.
+			return out
+		}
+		if in.OK {
+			h.volReady = true
+			h.phase = Starting
+			out = append(out, Record{Slot: in.Slot, Action: "restore", Reason: in.Note})
+			return append(out, Start{Slot: in.Slot, Index: h.index, Session: a.session, Version: a.startVersion(in.Slot, now)})
+		}
+		// Never ran here: pass the handoff on, release, and leave the
+		// slot to another node for a while.
+		why := "volumes not ready: " + in.Note
+		if in.Missing {
+			why = "volume data missing: " + in.Note
+		}
+		if a.volBackoff == nil {
+			a.volBackoff = map[SlotID]time.Time{}
+		}
+		a.volBackoff[in.Slot] = now.Add(RestoreBackoff)
+		h.phase = HandingOff
+		return append(out, Record{Slot: in.Slot, Action: "reschedule", Reason: why},
+			PushHandoff{Slot: in.Slot, Index: h.index, Session: a.session, Ready: false})
+	case HandoffDone:
+		h := a.held[in.Slot]
+		if h == nil || h.phase != HandingOff {
+			return out
+		}
+		if !in.OK && !in.GiveUp {
+			if a.volRetry == nil {
+				a.volRetry = map[SlotID]volRetry{}
+			}
+			a.volRetry[in.Slot] = volRetry{at: now.Add(HandoffRetry), h: h}
+			return out
+		}
+		if !in.OK {
+			out = append(out, Record{Slot: in.Slot, Action: "handoff-failed", Reason: in.Note})
+		}
+		h.phase = Releasing
+		return append(out, Release{Slot: in.Slot, Session: a.session})
+	}
+	return out
+}
+
+// volRetry is a handoff to send again at at, for the hold h (dropped if
+// the slot is no longer held so).
+type volRetry struct {
+	at time.Time
+	h  *held
+}
+
+// reconcileVolumes sends again the handoffs whose time came (a node has
+// none but while Consul does not answer).
+func (a *Agent) reconcileVolumes(now time.Time, out []any, at func(time.Time)) []any {
+	if len(a.volRetry) == 0 {
+		return out
+	}
+	ids := make([]SlotID, 0, len(a.volRetry))
+	for id := range a.volRetry {
+		ids = append(ids, id)
+	}
+	ids = sortSlots(ids)
+	for _, id := range ids {
+		r := a.volRetry[id]
+		h := a.held[id]
+		if h != r.h || h.phase != HandingOff || a.session == "" {
+			delete(a.volRetry, id)
+			continue
+		}
+		if now.Before(r.at) {
+			at(r.at)
+			continue
+		}
+		delete(a.volRetry, id)
+		out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session, Ready: h.volReady})
+	}
+	return out
+}
+
+// volHeldOff: this node does not claim id before the time returned (its
+// restore failed there); ok false: it may.
+func (a *Agent) volHeldOff(id SlotID, now time.Time) (time.Time, bool) {
+	t, ok := a.volBackoff[id]
+	if !ok {
+		return time.Time{}, false
+	}
+	if !now.Before(t) {
+		delete(a.volBackoff, id)
+		return time.Time{}, false
+	}
+	return t, true
+}

@@ -1,0 +1,541 @@
+package executor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/volume"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// Volumes (agent.Restore, agent.PushHandoff) are performed with
+// internal/volume's store, as cluster.Fleet's volumes.go does, on the same
+// keys and values (cluster.HandoffKey, cluster.Handoff), so a handoff one
+// engine writes the other restores:
+//
+//   - Restore: the volumes' directories ensured; for the volumes that
+//     move (handoff = "snapshot"), a consistent read of the slot key (its
+//     LockIndex; still this session's) and of the handoff, the
+//     generation of this node's copy, and cluster.ChooseData: keep this
+//     node's copy, restore the planned handoff from the node that serves
+//     it (its node API, with the session in the request), start empty, or
+//     on_missing ("fail": RestoreDone.Missing; "empty"; "latest": the
+//     newer of this node's copy and the last handoff's snapshot where its
+//     node still serves it). Then the generation is this term's fencing
+//     index, and a restored handoff is acknowledged (its Restored, CAS on
+//     the handoff) with the restore's audit record. A new Restore of a
+//     slot cancels the one on its way and waits for it to end: two never
+//     write one directory.
+//   - PushHandoff: a snapshot of each moving volume (a failed snapshot
+//     hook: the stopped directory as it is, HookFailed), then one
+//     transaction: check-session and check-index (the fencing token) on
+//     the slot key, set the handoff, the audit record. Refused: GiveUp
+//     (the hold is not this session's). With Ready false (the volumes
+//     were never ready here) the handoff it was to restore is passed on
+//     (ForwardedBy), if it is the one planned for this term.
+//
+// A stopping executor (Stop) that published handoffs of its own data ends
+// only once each has been acknowledged by its next holder (Restored) or
+// replaced, no other fleet node is live to take it, or the bounds of
+// cluster.HandoffClaimWindow pass (cluster.Fleet's awaitRestores): the
+// caller's node API must serve the snapshots until Stop returns. A Stop
+// whose context ends first ends at once.
+//
+// Not here yet (cluster.Fleet does them): the periodic copies
+// (replicas) and their use by on_missing = "latest", the volumes' owner
+// (a service's user: hooks run as mariposa's), and adoption after an
+// upgrade in place.
+
+// Volumes is what the executor needs to perform the volumes' actions.
+type Volumes struct {
+	Store *volume.Store
+	// APIURL is this node's API, which serves its snapshots
+	// (Store.Handler with cluster.AuthorizeVolume): the handoff's URL.
+	APIURL string
+	// Specs are a unit's volume blocks (nil: none).
+	Specs func(unit string) []*schema.Volume
+}
+
+// restoreRun is a restore on its way: cancel ends it, done is closed when
+// it has.
+type restoreRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// actVolumes performs the volumes' actions (from the loop); false: not
+// one of them.
+func (e *Executor) actVolumes(a any) bool {
+	switch a := a.(type) {
+	case agent.Restore:
+		if e.restores == nil {
+			e.restores = map[agent.SlotID]*restoreRun{}
+		}
+		prev := e.restores[a.Slot]
+		ctx, cancel := context.WithCancel(e.ctx)
+		run := &restoreRun{cancel: cancel, done: make(chan struct{})}
+		e.restores[a.Slot] = run
+		if prev != nil {
+			prev.cancel()
+		}
+		go func() {
+			defer close(run.done)
+			defer cancel()
+			if prev != nil {
+				<-prev.done
+			}
+			e.inbox.post(sessionAns{session: a.Session, in: e.restore(ctx, a)})
+		}()
+	case agent.PushHandoff:
+		go func() { e.inbox.post(sessionAns{session: a.Session, in: e.pushHandoff(a)}) }()
+	default:
+		return false
+	}
+	return true
+}
+
+func (e *Executor) volumeSpecs(unit string) (vols []*schema.Volume, moving []*schema.Volume) {
+	if v := e.cfg.Volumes; v != nil && v.Specs != nil {
+		vols = v.Specs(unit)
+	}
+	for _, v := range vols {
+		if v.Handoff == schema.HandoffSnapshot {
+			moving = append(moving, v)
+		}
+	}
+	return vols, moving
+}
+
+// readHandoff reads the slot's handoff, consistently: nil when there is
+// none or it cannot be read (logged, and taken as none).
+func (e *Executor) readHandoff(ctx context.Context, id agent.SlotID) (*cluster.Handoff, uint64, error) {
+	p, _, err := e.cfg.Client.KV().Get(cluster.HandoffKey(id.Unit, id.K), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil || p == nil {
+		return nil, 0, err
+	}
+	ho, err := cluster.DecodeHandoff(p.Value)
+	if err != nil {
+		e.log.Warn("ignoring a handoff that cannot be read", "slot", id.String(), "error", err)
+		return nil, 0, nil
+	}
+	return &ho, p.ModifyIndex, nil
+}
+
+// heldKey reads the slot key, consistently, and checks that session holds
+// it.
+func (e *Executor) heldKey(ctx context.Context, id agent.SlotID, session string) (*api.KVPair, error) {
+	p, _, err := e.cfg.Client.KV().Get(id.Key(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if p == nil || p.Session != session {
+		return nil, errNotHeld
+	}
+	return p, nil
+}
+
+var errNotHeld = errors.New("the slot is not held by this session")
+
+// restore performs agent.Restore.
+func (e *Executor) restore(ctx context.Context, a agent.Restore) agent.RestoreDone {
+	done := agent.RestoreDone{Slot: a.Slot, Index: a.Index}
+	note, ack, err := e.readyVolumes(ctx, a)
+	if err != nil {
+		done.Note = err.Error()
+		done.Missing = errors.Is(err, errVolumeMissing)
+		e.log.Warn("the slot's volumes could not be prepared", "slot", a.Slot.String(), "error", err)
+		return done
+	}
+	done.OK, done.Note = true, note
+	if note == "" {
+		return done
+	}
+	e.log.Info("volumes ready", "slot", a.Slot.String(), "how", note)
+	rec := cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: a.Slot.Unit, Slot: a.Slot.String(),
+		Action: "restore", To: e.cfg.Node, Reason: note, TermIndex: a.Index})
+	rctx, cancel := e.request()
+	defer cancel()
+	// The record and the acknowledgement the old holder waits for, in one
+	// transaction; the record alone when the handoff changed meanwhile.
+	ok, _, _, err := e.cfg.Client.Txn().Txn(append(api.TxnOps{rec}, ack...), (&api.QueryOptions{}).WithContext(rctx))
+	if err == nil && !ok && len(ack) > 0 {
+		_, _, _, err = e.cfg.Client.Txn().Txn(api.TxnOps{rec}, (&api.QueryOptions{}).WithContext(rctx))
+	}
+	if err != nil {
+		e.log.Warn("could not record the restore", "slot", a.Slot.String(), "error", err)
+	}
+	return done
+}
+
+var errVolumeMissing = errors.New("volume data missing")
+
+// readyVolumes readies the slot's volumes for the term a.Index (see the
+// top of this file); it returns what it did and the acknowledgement of a
+// restored handoff.
+func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, api.TxnOps, error) {
+	vc := e.cfg.Volumes
+	vols, moving := e.volumeSpecs(a.Slot.Unit)
+	if len(vols) > 0 && (vc == nil || vc.Store == nil) {
+		return "", nil, errors.New("no volume store on this node")
+	}
+	u, k := a.Slot.Unit, a.Slot.K
+	for _, v := range vols {
+		if _, err := vc.Store.Ensure(u, k, v.Path); err != nil {
+			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
+		}
+	}
+	if len(moving) == 0 {
+		return "", nil, nil
+	}
+	key, err := e.heldKey(ctx, a.Slot, a.Session)
+	if err != nil {
+		return "", nil, err
+	}
+	ho, hoIndex, err := e.readHandoff(ctx, a.Slot)
+	if err != nil {
+		return "", nil, fmt.Errorf("read the handoff: %w", err)
+	}
+	var local uint64
+	for i, v := range moving {
+		g, err := vc.Store.Generation(u, k, v.Path)
+		if err != nil {
+			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
+		}
+		if i == 0 || g < local {
+			local = g
+		}
+	}
+	// Who held the slot before is not known here; that someone did is,
+	// when there is a handoff, a copy of its data on this node, or its
+	// ClaimedKey was created by an earlier claim than this term's.
+	prev := ""
+	if ho != nil || local != 0 {
+		prev = "(an earlier holder)"
+	} else if p, _, err := e.cfg.Client.KV().Get(a.Slot.ClaimedKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)); err != nil {
+		return "", nil, fmt.Errorf("read whether the slot was held before: %w", err)
+	} else if p != nil && p.CreateIndex < a.Index {
+		prev = "(an earlier holder)"
+	}
+	choice, why := cluster.ChooseData(cluster.DataCandidates{Self: e.cfg.Node, LockIndex: key.LockIndex, PrevNode: prev, Handoff: ho, Local: local})
+	var note string
+	var ack api.TxnOps
+	switch choice {
+	case cluster.DataEmpty:
+	case cluster.DataKeep:
+		note = why
+	case cluster.DataRestore:
+		var done []string
+		for _, v := range moving {
+			d, err := e.fetch(ctx, a, v, ho)
+			if err != nil {
+				return "", nil, err
+			}
+			done = append(done, d)
+		}
+		acked := *ho
+		acked.Restored = &cluster.HandoffAck{Node: e.cfg.Node, TermIndex: a.Index, At: time.Now()}
+		b, err := json.Marshal(acked)
+		if err != nil {
+			return "", nil, err
+		}
+		ack = api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: cluster.HandoffKey(u, k), Value: b, Index: hoIndex}}}
+		note = fmt.Sprintf("restored the handoff of %s (generation %d): %v", ho.At.Format(time.RFC3339), ho.TermIndex, done)
+	default:
+		var notes []string
+		for _, v := range moving {
+			n, err := e.onMissing(ctx, a, v, ho, local)
+			if err != nil {
+				return "", nil, err
+			}
+			notes = append(notes, n)
+		}
+		note = fmt.Sprintf("the last holder was lost without a handoff: %v", notes)
+	}
+	// The volumes hold this term's data from now on.
+	for _, v := range moving {
+		if err := vc.Store.SetGeneration(u, k, v.Path, a.Index); err != nil {
+			return "", nil, fmt.Errorf("volume %s: recording its generation: %w", v.Name, err)
+		}
+	}
+	return note, ack, nil
+}
+
+// fetch restores v from the handoff ho's snapshot.
+func (e *Executor) fetch(ctx context.Context, a agent.Restore, v *schema.Volume, ho *cluster.Handoff) (string, error) {
+	m, ok := ho.Volumes[v.Name]
+	if !ok {
+		return "", fmt.Errorf("volume %s: the handoff from %s has no snapshot of it", v.Name, ho.Node)
+	}
+	src := volume.Source{URL: volume.SnapshotURL(ho.URL, a.Slot.Unit, a.Slot.K, v.Path, m.SHA256), SHA256: m.SHA256, Size: m.Size,
+		Header: http.Header{cluster.SessionHeader: {a.Session}}}
+	hook := v.Restore
+	if ho.HookFailed[v.Name] != "" {
+		hook = nil // the stopped directory as it is
+	}
+	t0 := time.Now()
+	got, err := e.cfg.Volumes.Store.Restore(ctx, a.Slot.Unit, a.Slot.K, v.Path, src, hook, os.Environ(), v.RestoreTimeout)
+	if err != nil {
+		return "", fmt.Errorf("volume %s: restore from %s: %w", v.Name, ho.Node, err)
+	}
+	return fmt.Sprintf("%s (%d bytes from %s in %s)", v.Name, got.Size, ho.Node, time.Since(t0).Round(time.Millisecond)), nil
+}
+
+// onMissing readies v when the newest data was lost with a node.
+func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Volume, ho *cluster.Handoff, local uint64) (string, error) {
+	store := e.cfg.Volumes.Store
+	switch v.OnMissing {
+	case schema.OnMissingFail:
+		return "", fmt.Errorf("%w: volume %s: the last holder gave no handoff, and on_missing is \"fail\"", errVolumeMissing, v.Name)
+	case schema.OnMissingEmpty:
+		return v.Name + " started empty (on_missing = \"empty\")", emptyDir(store.Dir(a.Slot.Unit, a.Slot.K, v.Path))
+	}
+	// latest: the last handoff's snapshot if it is newer than this node's
+	// copy and its node serves it; else this node's copy.
+	if ho != nil && ho.Node != e.cfg.Node && ho.TermIndex > local {
+		if d, err := e.fetch(ctx, a, v, ho); err == nil {
+			return d + fmt.Sprintf(", an older handoff's (generation %d): the writes after it are lost", ho.TermIndex), nil
+		} else {
+			e.log.Warn("an older handoff could not be restored", "slot", a.Slot.String(), "volume", v.Name, "error", err)
+		}
+	}
+	if local != 0 {
+		return fmt.Sprintf("%s kept this node's copy (generation %d), the newest there is", v.Name, local), nil
+	}
+	if err := emptyDir(store.Dir(a.Slot.Unit, a.Slot.K, v.Path)); err != nil {
+		return "", err
+	}
+	return v.Name + " started empty: no copy of its data could be reached (on_missing = \"latest\")", nil
+}
+
+// emptyDir empties a volume's directory (cluster's emptyVolume).
+func emptyDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pushHandoff performs agent.PushHandoff.
+func (e *Executor) pushHandoff(a agent.PushHandoff) (done agent.HandoffDone) {
+	done = agent.HandoffDone{Slot: a.Slot}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*e.cfg.Request)
+	defer cancel()
+	key, err := e.heldKey(ctx, a.Slot, a.Session)
+	if err != nil {
+		done.Note, done.GiveUp = err.Error(), errors.Is(err, errNotHeld)
+		return done
+	}
+	ho, note, err := e.handoffValue(ctx, a, key.LockIndex)
+	switch {
+	case err != nil:
+		e.log.Warn("no handoff of the slot's data: the next holder applies on_missing", "slot", a.Slot.String(), "error", err)
+		done.Note, done.GiveUp = err.Error(), true
+		return done
+	case ho == nil:
+		done.OK, done.Note = true, note
+		return done
+	}
+	b, err := json.Marshal(ho)
+	if err != nil {
+		done.Note, done.GiveUp = err.Error(), true
+		return done
+	}
+	rec := cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: a.Slot.Unit, Slot: a.Slot.String(),
+		Action: "handoff", From: e.cfg.Node, Reason: note, TermIndex: a.Index})
+	ok, r, _, err := e.cfg.Client.Txn().Txn(api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session}),
+		kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: a.Slot.Key(), Index: a.Index}),
+		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.HandoffKey(a.Slot.Unit, a.Slot.K), Value: b}),
+		rec,
+	}, (&api.QueryOptions{}).WithContext(ctx))
+	switch {
+	case err != nil:
+		done.Note = err.Error() // no answer: the agent sends it again
+	case !ok:
+		done.Note, done.GiveUp = fmt.Sprint("refused: ", r.Errors), true
+	default:
+		done.OK, done.Note = true, note
+		e.log.Info("handed the slot's data off", "slot", a.Slot.String(), "how", note)
+		if a.Ready {
+			e.inbox.post(handedOff{slot: a.Slot, gen: a.Index})
+		}
+	}
+	return done
+}
+
+// handoffValue is the handoff to publish (nil: none, with why).
+func (e *Executor) handoffValue(ctx context.Context, a agent.PushHandoff, lockIndex uint64) (*cluster.Handoff, string, error) {
+	_, moving := e.volumeSpecs(a.Slot.Unit)
+	vc := e.cfg.Volumes
+	if len(moving) == 0 {
+		return nil, "no volume moves with the slot", nil
+	}
+	if vc == nil || vc.Store == nil {
+		return nil, "", errors.New("no volume store on this node")
+	}
+	if !a.Ready {
+		ho, _, err := e.readHandoff(ctx, a.Slot)
+		if err != nil {
+			return nil, "", err
+		}
+		if ho == nil || ho.LockIndex+1 != lockIndex {
+			return nil, "its volumes were never ready here, and there is no handoff of its data to pass on", nil
+		}
+		fw := *ho
+		fw.LockIndex, fw.ForwardedBy, fw.Restored = lockIndex, e.cfg.Node, nil
+		return &fw, fmt.Sprintf("its volumes were never ready here: passed on the handoff of generation %d from %s", ho.TermIndex, ho.Node), nil
+	}
+	if vc.APIURL == "" {
+		return nil, "", errors.New("this node's HTTP API is off: nothing could serve the snapshot")
+	}
+	ho := &cluster.Handoff{Node: e.cfg.Node, URL: vc.APIURL, LockIndex: lockIndex, TermIndex: a.Index, Volumes: map[string]volume.Meta{}}
+	note := "data handed off"
+	for _, v := range moving {
+		m, err := vc.Store.Snapshot(ctx, a.Slot.Unit, a.Slot.K, v.Path, v.Snapshot, os.Environ())
+		if err != nil && len(v.Snapshot) > 0 {
+			// The instance has stopped: its directory is consistent as
+			// it is (cluster.Fleet's rule).
+			if ho.HookFailed == nil {
+				ho.HookFailed = map[string]string{}
+			}
+			ho.HookFailed[v.Name] = err.Error()
+			note += fmt.Sprintf("; the snapshot hook of %s failed (%v): its stopped directory was handed off as it is", v.Name, err)
+			m, err = vc.Store.Snapshot(ctx, a.Slot.Unit, a.Slot.K, v.Path, nil, os.Environ())
+		}
+		if err != nil {
+			return nil, "", fmt.Errorf("volume %s: snapshot: %w", v.Name, err)
+		}
+		ho.Volumes[v.Name] = m
+	}
+	ho.At = time.Now()
+	return ho, note, nil
+}
+
+// Inputs of the loop about handoffs.
+type (
+	// handedOff: this node published a handoff of its own data (kept
+	// only while stopping, as cluster.Fleet's Release awaits only its
+	// own).
+	handedOff struct {
+		slot agent.SlotID
+		gen  uint64
+	}
+	// handoffsServed: the wait for the acknowledgements has ended.
+	handoffsServed struct{}
+)
+
+func (e *Executor) handleVolumes(in any) {
+	switch in := in.(type) {
+	case handedOff:
+		if !e.stopping {
+			return // (a scale-down's: its next holder may never come)
+		}
+		if e.handed == nil {
+			e.handed = map[agent.SlotID]uint64{}
+		}
+		e.handed[in.slot] = in.gen
+	case handoffsServed:
+		e.serving = 2
+	}
+}
+
+// servedHandoffs says whether a stopping executor may end: the handoffs
+// it published have been taken (or the wait for them ended). The first
+// call starts the wait.
+func (e *Executor) servedHandoffs() bool {
+	switch {
+	case e.serving == 2:
+		return true
+	case e.serving == 1:
+		return false
+	}
+	others := 0
+	failing := map[string]bool{}
+	for _, n := range e.failing {
+		failing[n] = true
+	}
+	for _, n := range e.members {
+		if n != e.cfg.Node && !failing[n] {
+			others++
+		}
+	}
+	if len(e.handed) == 0 || others == 0 {
+		e.serving = 2
+		return true
+	}
+	e.serving = 1
+	handed := e.handed
+	limit := cluster.HandoffClaimWindow
+	for id := range handed {
+		_, moving := e.volumeSpecs(id.Unit)
+		for _, v := range moving {
+			limit = max(limit, cluster.HandoffClaimWindow+v.RestoreTimeout)
+		}
+	}
+	go func() {
+		defer e.inbox.post(handoffsServed{})
+		ctx, cancel := context.WithTimeout(e.ctx, limit)
+		defer cancel()
+		var wg sync.WaitGroup
+		for id, gen := range handed {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if why := e.awaitRestore(ctx, id, gen); why != "" {
+					e.log.Warn("no longer serving the slot's handoff: the data stays on this node", "slot", id.String(), "reason", why)
+				}
+			}()
+		}
+		wg.Wait()
+	}()
+	return false
+}
+
+// awaitRestore waits until the handoff of id at generation gen is
+// acknowledged or replaced; it returns why it stopped waiting without
+// ("" when it was).
+func (e *Executor) awaitRestore(ctx context.Context, id agent.SlotID, gen uint64) string {
+	start := time.Now()
+	var index uint64
+	for {
+		p, meta, err := e.cfg.Client.KV().Get(cluster.HandoffKey(id.Unit, id.K), (&api.QueryOptions{WaitIndex: index, WaitTime: time.Second}).WithContext(ctx))
+		switch {
+		case ctx.Err() != nil:
+			return fmt.Sprintf("no holder said it has the data within %s", time.Since(start).Round(time.Second))
+		case err != nil:
+			sleep(ctx, 500*time.Millisecond)
+			continue
+		}
+		index = advance(index, meta.LastIndex)
+		if p == nil {
+			return ""
+		}
+		ho, err := cluster.DecodeHandoff(p.Value)
+		if err != nil || ho.Node != e.cfg.Node || ho.TermIndex != gen || ho.Restored != nil {
+			return "" // acknowledged, or another generation's
+		}
+		if time.Since(start) > cluster.HandoffClaimWindow {
+			s, _, err := e.cfg.Client.KV().Get(id.Key(), (&api.QueryOptions{}).WithContext(ctx))
+			if err == nil && (s == nil || s.Session == "") {
+				return fmt.Sprintf("no node claimed the slot within %s", cluster.HandoffClaimWindow)
+			}
+		}
+	}
+}

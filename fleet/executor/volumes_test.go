@@ -1,0 +1,234 @@
+package executor_test
+
+import (
+	"context"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/executor"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/volume"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// dataRunner is a node's instances of a unit with a volume: each appends
+// its fencing token to a file in the volume as it starts, and notes what
+// it found there.
+type dataRunner struct {
+	node  string
+	store *volume.Store
+	ex    *executor.Executor
+
+	mu    sync.Mutex
+	found map[uint64]string // by fencing token: the file as the instance found it
+}
+
+func (r *dataRunner) file(s agent.SlotID) string {
+	return filepath.Join(r.store.Dir(s.Unit, s.K, "data"), "log")
+}
+
+func (r *dataRunner) Start(s agent.Start) {
+	b, _ := os.ReadFile(r.file(s.Slot))
+	line := fmt.Sprintf("%s %d\n", r.node, s.Index)
+	if err := os.WriteFile(r.file(s.Slot), append(b, line...), 0o644); err != nil {
+		panic(err)
+	}
+	r.mu.Lock()
+	r.found[s.Index] = string(b)
+	r.mu.Unlock()
+	r.ex.InstanceStarted(s.Slot)
+}
+
+func (r *dataRunner) Stop(slot agent.SlotID, kill bool) { r.ex.InstanceExited(slot) }
+func (r *dataRunner) Update(u agent.Update)             { r.ex.InstanceStarted(u.Slot) }
+
+func (r *dataRunner) started() map[uint64]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[uint64]string{}
+	for k, v := range r.found {
+		out[k] = v
+	}
+	return out
+}
+
+// A holder that stops gracefully hands its data off; the next holder
+// restores it before its instance starts, from the old node's API, and
+// acknowledges it in the handoff (cluster.Handoff.Restored), at the key
+// cluster.Fleet uses.
+func TestVolumeFollowsTheSlot(t *testing.T) {
+	testVolumeFollows(t, agent.Faults{}, true)
+}
+
+// The check of the test above: released before its handoff, the data
+// does not follow.
+func TestVolumeFollowsTheSlotMutation(t *testing.T) {
+	testVolumeFollows(t, agent.Faults{ReleaseBeforeHandoff: true}, false)
+}
+
+// volumeFleet starts two executors (node0, node1) on a dev agent, each
+// with its own volume store served by its own node API, running unit db
+// (count 1, exclusive) with the volume spec.
+func volumeFleet(t *testing.T, faults agent.Faults, spec []*schema.Volume) (*api.Client, []*dataRunner) {
+	a := consultest.NewDev(t)
+	c := a.Client(t)
+	unit := agent.Unit{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1, Volumes: true}
+	var runners []*dataRunner
+	for i := range 2 {
+		name := fmt.Sprintf("node%d", i)
+		registerNode(t, c, name, api.HealthPassing)
+		store, err := volume.Open(t.TempDir(), consultest.Logger(t, name+"-volumes"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(store.Handler(cluster.AuthorizeVolume(c)))
+		t.Cleanup(srv.Close)
+		r := &dataRunner{node: name, store: store, found: map[uint64]string{}}
+		r.ex = executor.New(executor.Config{Client: c, Node: name, Checks: []string{"mariposa-" + name + ":mariposa"}, LockDelay: 3 * time.Second,
+			Seed: uint64(i + 1), Instances: r, Log: consultest.Logger(t, name), Faults: executor.Faults{Agent: faults},
+			Volumes: &executor.Volumes{Store: store, APIURL: srv.URL, Specs: func(string) []*schema.Volume { return spec }}})
+		runners = append(runners, r)
+	}
+	for _, r := range runners {
+		r.ex.Start()
+		r.ex.SetUnits([]agent.Unit{unit})
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r.ex.Stop(ctx)
+		})
+	}
+	return c, runners
+}
+
+// registerNode registers a fleet node with its liveness check (critical:
+// Consul invalidates the sessions bound to it).
+func registerNode(t *testing.T, c *api.Client, name, status string) {
+	t.Helper()
+	check := "mariposa-" + name + ":mariposa"
+	if _, err := c.Catalog().Register(&api.CatalogRegistration{Node: name, Address: "127.0.0.1",
+		Service: &api.AgentService{ID: "mariposa-" + name, Service: "mariposa"},
+		Check:   &api.AgentCheck{Node: name, CheckID: check, Name: "mariposa supervisor", ServiceID: "mariposa-" + name, Status: status}}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// running waits for a node to run db/0 and returns it, the other and the
+// fencing token.
+func running(t *testing.T, runners []*dataRunner) (first, next *dataRunner, token uint64) {
+	t.Helper()
+	if !consultest.WaitFor(30*time.Second, func() bool {
+		for i, r := range runners {
+			for tok := range r.started() {
+				first, next, token = r, runners[1-i], tok
+				return true
+			}
+		}
+		return false
+	}) {
+		t.Fatal("no node started the slot")
+	}
+	return first, next, token
+}
+
+func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
+	spec := []*schema.Volume{{Name: "data", Path: "data", Handoff: schema.HandoffSnapshot, OnMissing: schema.OnMissingLatest, RestoreTimeout: time.Minute}}
+	c, runners := volumeFleet(t, faults, spec)
+	first, next, token := running(t, runners)
+	// It stops gracefully: its data goes with the slot, and its Stop
+	// returns once the next holder has it (the caller's node API serves
+	// it until then).
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := first.ex.Stop(ctx); err != nil {
+		t.Fatalf("stop %s: %v", first.node, err)
+	}
+	p, _, err := c.KV().Get(cluster.HandoffKey("db", 0), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ho cluster.Handoff
+	if p != nil {
+		if ho, err = cluster.DecodeHandoff(p.Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if acked := ho.Restored != nil; acked != follows {
+		t.Fatalf("%s stopped with its handoff acknowledged: %v, want %v (%+v)", first.node, acked, follows, ho)
+	}
+	registerNode(t, c, first.node, api.HealthCritical) // its mariposa is gone
+	var found string
+	if !consultest.WaitFor(30*time.Second, func() bool {
+		for _, f := range next.started() {
+			found = f
+			return true
+		}
+		return false
+	}) {
+		t.Fatalf("%s never started the slot", next.node)
+	}
+	want := fmt.Sprintf("%s %d\n", first.node, token)
+	if got := found == want; got != follows {
+		t.Fatalf("%s started with %q; want the data of %s's term (%q): %v", next.node, found, first.node, want, follows)
+	}
+	if !follows {
+		return
+	}
+	// The handoff, as cluster.Fleet reads it: from the first holder, its
+	// term's generation, acknowledged by the next.
+	if ho.Node != first.node || ho.TermIndex != token || ho.Restored.Node != next.node {
+		t.Fatalf("handoff %+v (restored %+v), want from %s at generation %d, restored by %s", ho, ho.Restored, first.node, token, next.node)
+	}
+}
+
+// A holder lost without a handoff (its mariposa killed, its session
+// invalidated): the next holder applies on_missing: with "fail" its
+// instance does not start, the slot is released; with "empty" it starts
+// with nothing. (Before the executor read the slot's ClaimedKey, such a
+// slot counted as never held and started empty whatever on_missing said.)
+func TestVolumeLostWithoutHandoff(t *testing.T) {
+	for _, onMissing := range []string{schema.OnMissingFail, schema.OnMissingEmpty} {
+		t.Run(onMissing, func(t *testing.T) {
+			spec := []*schema.Volume{{Name: "data", Path: "data", Handoff: schema.HandoffSnapshot, OnMissing: onMissing, RestoreTimeout: time.Minute}}
+			c, runners := volumeFleet(t, agent.Faults{}, spec)
+			first, next, _ := running(t, runners)
+			first.ex.Kill()
+			registerNode(t, c, first.node, api.HealthCritical)
+			id := agent.SlotID{Unit: "db", K: 0}
+			switch onMissing {
+			case schema.OnMissingFail:
+				// The next holder claims, fails its restore and releases.
+				if !consultest.WaitFor(60*time.Second, func() bool {
+					if len(next.started()) > 0 {
+						return true // (fails below)
+					}
+					p, _, err := c.KV().Get(id.ReleasedKey(), &api.QueryOptions{RequireConsistent: true})
+					return err == nil && p != nil
+				}) {
+					t.Fatal("the slot was never released by the next holder")
+				}
+				if got := next.started(); len(got) != 0 {
+					t.Fatalf("%s started with on_missing = \"fail\": %v", next.node, got)
+				}
+			default:
+				if !consultest.WaitFor(60*time.Second, func() bool { return len(next.started()) > 0 }) {
+					t.Fatalf("%s never started the slot", next.node)
+				}
+				for _, found := range next.started() {
+					if found != "" {
+						t.Fatalf("%s started with %q, want empty", next.node, found)
+					}
+				}
+			}
+		})
+	}
+}
