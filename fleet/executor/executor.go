@@ -374,7 +374,8 @@ func (e *Executor) handle(in any) {
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
-		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished:
+		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
+		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
 		e.step(in)
 	default:
 		e.log.Error("executor: unknown input", "input", in)
@@ -459,7 +460,9 @@ func (e *Executor) act(a any) {
 	case agent.CheckHeld:
 		go e.checkHeld(a)
 	default:
-		e.log.Error("executor: unknown action", "action", a)
+		if !e.actQueue(a) {
+			e.log.Error("executor: unknown action", "action", a)
+		}
 	}
 }
 

@@ -39,6 +39,10 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
 		// A slot never claimed: its ClaimedKey must not exist (the first op).
 		ops = append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()})}, ops...)
 	}
+	if a.CheckFailed {
+		// The slot's failed mark must not exist (reset.go; Claim.FailedOp).
+		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.FailedKey(a.Slot.Unit, a.Slot.K)}))
+	}
 	if t := a.Takeover; t != nil && t.Logged {
 		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCAS, Key: cluster.TakeoversKey, Index: t.Index, Value: t.Log.Encode()}))
 	}

@@ -107,6 +107,8 @@ type ExecFaults struct {
 	// NoBudgetCAS: a takeover's claim sets control/takeovers instead of
 	// compare-and-setting it.
 	NoBudgetCAS bool
+	// NoFailedCheck: a claim does not check the slot's failed mark.
+	NoFailedCheck bool
 }
 
 func (c *Config) defaults() {
@@ -620,6 +622,9 @@ func (s *Sim) act(n *node, a any) {
 			var notFresh, budget bool
 			if err == nil && !r.OK {
 				notFresh, budget = a.Refusal(len(ops), failedOps(r.Errors))
+				if a.FailedRefusal(len(ops), failedOps(r.Errors)) {
+					return agent.ClaimDone{Slot: a.Slot, Failed: true}
+				}
 			}
 			if notFresh {
 				return agent.ClaimDone{Slot: a.Slot, NotFresh: true}
@@ -643,7 +648,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.Release:
 		release := func() {
 			s.rpc(n, func() any {
-				r, err := s.store.KVTxn(s.wall(), s.releaseOpsWith(releaseOps(a.Slot, n.name, a.Session, s.wall()), a.Slot))
+				r, err := s.store.KVTxn(s.wall(), append(s.releaseOpsWith(releaseOps(a.Slot, n.name, a.Session, s.wall()), a.Slot), failOpsFor(a)...))
 				s.countTxn(r, err)
 				return agent.ReleaseDone{Slot: a.Slot, OK: err == nil && r.OK}
 			}, func() any { return agent.ReleaseDone{Slot: a.Slot} })
@@ -760,7 +765,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.CheckHeld:
 		s.checkHeld(n, a)
 	default:
-		if !s.actDeploy(n, a) {
+		if !s.actDeploy(n, a) && !s.actQueue(n, a) {
 			panic(fmt.Sprintf("sim: unknown action %T", a))
 		}
 	}

@@ -1,0 +1,135 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+)
+
+func holdsOf(acts []any) map[SlotID]HoldRestarts {
+	out := map[SlotID]HoldRestarts{}
+	for _, a := range acts {
+		if h, ok := a.(HoldRestarts); ok {
+			out[h.Slot] = h
+		}
+	}
+	return out
+}
+
+// A pause of scope all holds the restarts of the paused unit's instances
+// (told once, and again when it changes); placement or deploy pauses, and
+// other units, hold none; the resume lets them go; a drop names the
+// target.
+func TestPauseHoldsRestarts(t *testing.T) {
+	web0, db0 := SlotID{"web", 0}, SlotID{"db", 0}
+	for _, tc := range []struct {
+		name   string
+		faults Faults
+		ctl    cluster.Control
+		held   []SlotID
+	}{
+		{"fleet paused, scope all", Faults{}, pause("", cluster.PauseAll), []SlotID{db0, web0}},
+		{"unit paused, scope all", Faults{}, pause("web", cluster.PauseAll), []SlotID{web0}},
+		{"placement only", Faults{}, pause("", cluster.PausePlacement), nil},
+		{"deploys only", Faults{}, pause("web", cluster.PauseDeploy), nil},
+		{"restarts not held (mutation)", Faults{NoRestartHold: true}, pause("", cluster.PauseAll), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := opsMachine(t, tc.faults, &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{web0: 9, db0: 10}}, []string{"me"},
+				Unit{Name: "web", Count: 1, MaxPerNode: 1}, Unit{Name: "db", Count: 1, MaxPerNode: 1})
+			m.step(ctlView(20, cluster.Control{}))
+			holds := holdsOf(m.step(ctlView(21, tc.ctl)))
+			if len(holds) != len(tc.held) {
+				t.Fatalf("held %v, want %v", holds, tc.held)
+			}
+			for _, id := range tc.held {
+				if h := holds[id]; !strings.Contains(h.Why, "paused by op") {
+					t.Fatalf("%s: %+v", id, h)
+				}
+			}
+			if again := holdsOf(m.step(Tick{})); len(again) > 0 {
+				t.Fatalf("told again: %v", again)
+			}
+			if len(tc.held) == 0 {
+				return
+			}
+			// A drop of one held restart.
+			m.step(RestartHeld{Slot: web0, Target: "web@web/0", Detail: "restart after exit 1"})
+			c := tc.ctl
+			c.Drops = map[string]cluster.Drop{cluster.IntentID("me", "restart", "web@web/0"): {By: "alice"}}
+			if h := holdsOf(m.step(ctlView(22, c)))[web0]; h.Why == "" || h.Dropped["web@web/0"] != "alice" {
+				t.Fatalf("after the drop: %+v", h)
+			}
+			resumed := holdsOf(m.step(ctlView(23, cluster.Control{})))
+			if len(resumed) != len(tc.held) || resumed[web0].Why != "" {
+				t.Fatalf("at the resume: %v", resumed)
+			}
+		})
+	}
+}
+
+// While paused, the node's queue lists the claims the pause holds back and
+// the restarts its instances hold; it is written when it changes (again a
+// second after a failed write), and deleted after the resume.
+func TestQueuePublished(t *testing.T) {
+	m := opsMachine(t, Faults{}, nil, []string{"me", "n2"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	m.step(ctlView(20, pause("", cluster.PauseAll)))
+	acts := m.step(slots("web", 6, Slot{K: 0, Released: true}))
+	m.now = m.now.Add(5 * time.Second)
+	acts = append(acts, m.step(Tick{})...)
+	p, ok := find[PublishIntents](acts)
+	if !ok || len(p.List) != 1 || p.List[0].Kind != "claim" || p.List[0].Target != "web/0" || p.List[0].Node != "me" ||
+		p.List[0].ID != cluster.IntentID("me", "claim", "web/0") || len(records(acts, "queue")) != 1 {
+		t.Fatalf("queue %+v %v: %v", p, ok, acts)
+	}
+	since := p.List[0].Since
+	// Not again while the first write is on its way; refused: a second
+	// later.
+	if _, again := find[PublishIntents](m.step(Tick{})); again {
+		t.Fatal("written twice at once")
+	}
+	acts = m.step(IntentsPublished{List: p.List})
+	if _, again := find[PublishIntents](acts); again {
+		t.Fatal("written again at once after a failure")
+	}
+	if w, ok := find[Wake](acts); !ok || w.At.After(m.now.Add(time.Second)) {
+		t.Fatalf("no retry: %v", acts)
+	}
+	m.now = m.now.Add(time.Second)
+	p, ok = find[PublishIntents](m.step(Tick{}))
+	if !ok || len(p.List) != 1 || !p.List[0].Since.Equal(since) {
+		t.Fatalf("retry %+v %v", p, ok)
+	}
+	m.step(IntentsPublished{List: p.List, OK: true})
+	if _, again := find[PublishIntents](m.step(Tick{})); again {
+		t.Fatal("written again unchanged")
+	}
+	// A restart held (of a slot this node does not hold: not listed).
+	if _, ok := find[PublishIntents](m.step(RestartHeld{Slot: SlotID{"db", 0}, Target: "db@db/0", Detail: "restart"})); ok {
+		t.Fatal("a restart of a slot not held listed")
+	}
+	// The resume: the claim goes, the queue is deleted.
+	acts = m.step(ctlView(21, cluster.Control{}))
+	p, ok = find[PublishIntents](acts)
+	if !ok || len(p.List) != 0 {
+		t.Fatalf("at the resume %+v %v", p, ok)
+	}
+	m.step(IntentsPublished{List: p.List, OK: true})
+	m.now = m.now.Add(time.Second)
+	if _, again := find[PublishIntents](m.step(Tick{})); again {
+		t.Fatal("deleted twice")
+	}
+}
+
+// The restarts a held slot's instances hold are listed in the queue.
+func TestQueueListsHeldRestarts(t *testing.T) {
+	web0 := SlotID{"web", 0}
+	m := warmOps(t, Faults{})
+	m.step(ctlView(21, pause("web", cluster.PauseAll)))
+	p, ok := find[PublishIntents](m.step(RestartHeld{Slot: web0, Target: "web@web/0", Detail: "restart after exit 1"}))
+	if !ok || len(p.List) != 1 || p.List[0].Kind != "restart" || p.List[0].Target != "web@web/0" {
+		t.Fatalf("queue %+v %v", p, ok)
+	}
+}
