@@ -56,6 +56,11 @@ type Faults struct {
 	// BeforeMove runs before a record move is sent, in its goroutine (it
 	// may block: a slow request).
 	BeforeMove func(agent.MoveDeployment)
+	// Stepped sees every input the loop steps the agent with, in order
+	// (tests: what the agent was told). NoResume: a watch that broke and
+	// answers again is not reported (agent.WatchResumed).
+	Stepped  func(in any)
+	NoResume bool
 }
 
 // Config is one node's executor.
@@ -373,6 +378,8 @@ func (e *Executor) handle(in any) {
 	case failingAns:
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()
+	case watchResumed:
+		e.resumed(in)
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
 		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
 		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
@@ -404,6 +411,9 @@ func (e *Executor) nodesAnswer() {
 
 // step runs one input through the agent and performs its actions.
 func (e *Executor) step(in any) {
+	if f := e.cfg.Faults.Stepped; f != nil {
+		f(in)
+	}
 	acts := e.ag.Step(time.Now(), in)
 	if e.log.IsTrace() {
 		e.log.Trace("step", "input", traceInput(in), "actions", fmt.Sprintf("%+v", acts))

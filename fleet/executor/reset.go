@@ -109,3 +109,19 @@ func ResetSlot(client *api.Client, unit string, k int, by string) error {
 	}
 	return nil
 }
+
+// watchResumed: a watch whose query failed answers again (posted before
+// that answer).
+type watchResumed struct{ watch string }
+
+// resumed tells the agent its views may have skipped states
+// (agent.WatchResumed: the next answer of each unit says nothing of who
+// held a slot it shows lost). The agent's controls are what need it; an
+// agent without them takes no such input.
+func (e *Executor) resumed(in watchResumed) {
+	if !e.cfg.Control || e.cfg.Faults.NoResume {
+		return
+	}
+	e.log.Debug("a watch answers again after failing", "watch", in.watch)
+	e.step(agent.WatchResumed{})
+}

@@ -70,6 +70,7 @@ func (e *Executor) watchIndex(ctx context.Context, unit string, p *paced) {
 	var (
 		idx      uint64
 		last, at time.Time
+		broken   bool // the last query failed
 	)
 	for {
 		for {
@@ -93,8 +94,14 @@ func (e *Executor) watchIndex(ctx context.Context, unit string, p *paced) {
 		}
 		if err != nil {
 			e.log.Debug("watch of a unit's index failed", "unit", unit, "error", err)
+			broken = true
 			sleep(ctx, time.Second)
 			continue
+		}
+		if broken {
+			// Before the answer: it may follow skipped states.
+			broken = false
+			e.inbox.post(watchResumed{watch: "index " + unit})
 		}
 		got := advance(idx, meta.LastIndex)
 		if got == idx && idx != 0 {
@@ -178,9 +185,11 @@ func (e *Executor) watchFailing() {
 // last index and returns the new one and what posts its answer, which
 // runs when the index moved (the first answer included). It asks again
 // at once when the wait ran out, no sooner than watchEvery after an
-// answer, a second after an error.
+// answer, a second after an error. The first answer after an error is
+// preceded by watchResumed (agent.WatchResumed).
 func (e *Executor) watch(ctx context.Context, name string, query func(q *api.QueryOptions) (uint64, func(), error)) {
 	var idx uint64
+	broken := false // the last query failed
 	for ctx.Err() == nil {
 		start := time.Now()
 		got, post, err := query((&api.QueryOptions{WaitIndex: idx, WaitTime: blockWait}).WithContext(ctx))
@@ -189,8 +198,14 @@ func (e *Executor) watch(ctx context.Context, name string, query func(q *api.Que
 		}
 		if err != nil {
 			e.log.Debug("watch failed", "watch", name, "error", err)
+			broken = true
 			sleep(ctx, time.Second)
 			continue
+		}
+		if broken {
+			// Before the answer: it may follow skipped states.
+			broken = false
+			e.inbox.post(watchResumed{watch: name})
 		}
 		got = advance(idx, got)
 		if got == idx && idx != 0 {
