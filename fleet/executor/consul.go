@@ -54,8 +54,17 @@ func releaseOps(id agent.SlotID, node, session string, at time.Time) api.TxnOps 
 	}
 }
 
+// request is a request's context, once one of the MaxRequests places is
+// free (pool.go); its cancel gives the place back. Never called while
+// holding one.
 func (e *Executor) request() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(e.ctx, e.cfg.Request)
+	if !e.requestSlot() {
+		ctx, cancel := context.WithCancel(e.ctx)
+		cancel()
+		return ctx, cancel
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.Request)
+	return ctx, func() { cancel(); e.doneRequest() }
 }
 
 // createSession creates the node's session (agent.CreateSession).
@@ -181,7 +190,7 @@ func (e *Executor) claim(a agent.Claim) {
 		delay := strings.Contains(what, "lock delay")
 		done = agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: !delay}
 		if strings.Contains(what, "invalid session") {
-			e.checkSession(a.Session)
+			go e.checkSession(a.Session) // a request of its own: not within this one's place
 		}
 	case len(r.Results) == 0 || r.Results[0].KV == nil:
 		done = agent.ClaimDone{Slot: a.Slot, Lost: true}

@@ -94,8 +94,14 @@ type Config struct {
 	// Control: the operator's controls are on (agent.Config.Control): the
 	// executor watches control/ and the agent claims nothing before its
 	// first answer.
-	Control   bool
-	Instances Instances
+	Control bool
+	// Buckets bounds the units' watches (pool.go): at most this many
+	// buckets of three blocking queries each (default DefaultBuckets);
+	// MaxRequests bounds the other requests at once (default
+	// DefaultMaxRequests).
+	Buckets     int
+	MaxRequests int
+	Instances   Instances
 	Log       hclog.Logger
 	Faults    Faults
 }
@@ -116,7 +122,11 @@ type Executor struct {
 
 	// Owned by the loop.
 	timer    *time.Timer
-	units    map[string]*unitWatch
+	units     map[string]*unitWatch
+	buckets   []*bucket
+	unitNames []string
+	// reqs: the places of the requests at once (pool.go).
+	reqs chan struct{}
 	members  []string
 	failing  []string
 	haveMem  bool
@@ -170,6 +180,12 @@ func New(cfg Config) *Executor {
 	if cfg.Request <= 0 {
 		cfg.Request = DefaultRequest
 	}
+	if cfg.Buckets <= 0 {
+		cfg.Buckets = DefaultBuckets
+	}
+	if cfg.MaxRequests <= 0 {
+		cfg.MaxRequests = DefaultMaxRequests
+	}
 	switch {
 	case cfg.Detect == 0:
 		cfg.Detect = holdrule.DefaultDetect
@@ -187,7 +203,7 @@ func New(cfg Config) *Executor {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Executor{cfg: cfg, log: cfg.Log, ctx: ctx, stop: cancel, done: make(chan struct{}), killed: make(chan struct{}),
-		units: map[string]*unitWatch{}, sessions: map[string]context.CancelFunc{}}
+		units: map[string]*unitWatch{}, sessions: map[string]context.CancelFunc{}, reqs: make(chan struct{}, cfg.MaxRequests)}
 	e.inbox.ready = make(chan struct{}, 1)
 	e.ag = agent.New(agent.Config{Node: cfg.Node, Step: cfg.Step, LockDelay: cfg.LockDelay, Seed: cfg.Seed,
 		Detect: cfg.Detect, Faults: cfg.Faults.Agent, Control: cfg.Control})
@@ -367,10 +383,10 @@ func (e *Executor) handle(in any) {
 		if e.ag.Idle(in.unit, now, agent.IdlePace) {
 			pace = agent.IdlePace
 		}
-		w.index.ask(now.Add(pace))
+		w.ask(now.Add(pace))
 	case vacancyMoved:
 		if w := e.units[in.unit]; w != nil {
-			w.index.ask(time.Now())
+			w.ask(time.Now())
 		}
 	case membersAns:
 		e.members, e.haveMem = in.nodes, true
@@ -448,7 +464,7 @@ func (e *Executor) act(a any) {
 	case agent.Refresh:
 		for _, u := range a.Units {
 			if w := e.units[u]; w != nil {
-				w.index.ask(time.Now())
+				w.ask(time.Now())
 			}
 		}
 	case agent.Record:

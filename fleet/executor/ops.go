@@ -221,23 +221,6 @@ func (e *Executor) readHeld(ctx context.Context, slots []agent.SlotID, session s
 	return out, nil
 }
 
-// watchDeploy follows the unit's deployment prefix (record, statuses,
-// tokens): agent.DeployAnswer.
-func (e *Executor) watchDeploy(ctx context.Context, unit string) {
-	e.watch(ctx, "deploy "+unit, func(q *api.QueryOptions) (uint64, func(), error) {
-		pairs, meta, err := e.cfg.Client.KV().List(agent.DeployPrefix(unit), q)
-		if err != nil {
-			return 0, nil, err
-		}
-		kvs := make([]agent.KV, len(pairs))
-		for i, p := range pairs {
-			kvs[i] = agent.KV{Key: p.Key, Value: p.Value, Session: p.Session, ModifyIndex: p.ModifyIndex}
-		}
-		v := agent.ParseDeployView(unit, meta.LastIndex, kvs)
-		return meta.LastIndex, func() { e.inbox.post(deployAns{unit: unit, view: v}) }, nil
-	})
-}
-
 // watchControl follows control/ (pauses, drains, the storm brake, the
 // takeover log): agent.ControlAnswer.
 func (e *Executor) watchControl() {

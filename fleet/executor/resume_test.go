@@ -24,6 +24,8 @@ type tcpProxy struct {
 	broken  bool
 	refused int
 	conns   map[net.Conn]bool
+	// open: the client's connections open now; most: the most at once.
+	open, most int
 }
 
 func newTCPProxy(t *testing.T, target string) *tcpProxy {
@@ -54,14 +56,20 @@ func newTCPProxy(t *testing.T, target string) *tcpProxy {
 			}
 			p.mu.Lock()
 			p.conns[c], p.conns[u] = true, true
+			p.open++
+			p.most = max(p.most, p.open)
 			p.mu.Unlock()
+			var once sync.Once
 			done := func() {
-				c.Close()
-				u.Close()
-				p.mu.Lock()
-				delete(p.conns, c)
-				delete(p.conns, u)
-				p.mu.Unlock()
+				once.Do(func() {
+					c.Close()
+					u.Close()
+					p.mu.Lock()
+					delete(p.conns, c)
+					delete(p.conns, u)
+					p.open--
+					p.mu.Unlock()
+				})
 			}
 			go func() { io.Copy(u, c); done() }()
 			go func() { io.Copy(c, u); done() }()
@@ -83,6 +91,20 @@ func (p *tcpProxy) Mend() {
 	p.mu.Lock()
 	p.broken = false
 	p.mu.Unlock()
+}
+
+// openNow is the client's connections open now.
+func (p *tcpProxy) openNow() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.open
+}
+
+// mostOpen is the most connections the client had open at once.
+func (p *tcpProxy) mostOpen() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.most
 }
 
 func (p *tcpProxy) refusals() int {

@@ -87,6 +87,10 @@ type Config struct {
 	// Ops adds the operator's pause, resume and drain, and the takeover
 	// budget, to a run; Storm is the storm brake's scenario (ops.go).
 	Ops, Storm bool
+	// Buckets: the executor's bound on a node's watches (fleet/executor's
+	// Config.Buckets; buckets.go): the bytes are charged as its bucketed
+	// watches serve them. 0: a unit's watches of its own.
+	Buckets int
 	// Trace, when set, receives every line of the trace.
 	Trace func(line string)
 }
@@ -297,6 +301,9 @@ type node struct {
 	lastNodes   time.Duration
 	lastNodesOK bool
 	wakeAt      time.Duration
+	// bucketAt: when each bucket's index answer was last charged
+	// (buckets.go).
+	bucketAt []time.Duration
 }
 
 // watch is a node's watch of one unit's index.
@@ -890,8 +897,8 @@ func (s *Sim) notify() {
 				// A release: the vacancy key's watch answers every node
 				// (a small answer), and an idle node asks the index now.
 				if s.counting {
-					s.res.BytesServed += vacancyBytes
-					s.res.IndexBytes += vacancyBytes
+					s.res.BytesServed += s.vacancyCharge(ui)
+					s.res.IndexBytes += s.vacancyCharge(ui)
 				}
 				n.w[ui].pending = true
 				s.answerSlots(n, ui, s.promptIn(n, ui))
@@ -1019,8 +1026,9 @@ func (s *Sim) deliverSlots(n *node, u int) {
 	w.index = c.idx
 	w.last, w.lastOK = s.now, true
 	if s.counting {
-		s.res.BytesServed += c.bytes
-		s.res.IndexBytes += c.bytes
+		b := s.indexCharge(n, u, c)
+		s.res.BytesServed += b
+		s.res.IndexBytes += b
 		s.res.IndexAnswers++
 	}
 	s.step(n, agent.SlotsAnswer{View: c.view})
