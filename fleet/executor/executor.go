@@ -102,8 +102,8 @@ type Config struct {
 	Buckets     int
 	MaxRequests int
 	Instances   Instances
-	Log       hclog.Logger
-	Faults    Faults
+	Log         hclog.Logger
+	Faults      Faults
 }
 
 // Executor runs one node's agent.
@@ -121,12 +121,12 @@ type Executor struct {
 	killed   chan struct{}
 
 	// Owned by the loop.
-	timer    *time.Timer
+	timer     *time.Timer
 	units     map[string]*unitWatch
 	buckets   []*bucket
 	unitNames []string
 	// reqs: the places of the requests at once (pool.go).
-	reqs chan struct{}
+	reqs     chan struct{}
 	members  []string
 	failing  []string
 	haveMem  bool
