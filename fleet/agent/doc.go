@@ -15,8 +15,10 @@
 // under rollout tokens, canaries and promotion, health judged over
 // min_healthy_time and healthy_deadline, auto_revert; and, with
 // Config.Control (ops.go), pause, drain, the storm brake and the takeover
-// budget from the watch on control/. Volumes are still decided by
-// cluster.Fleet.
+// budget from the watch on control/; a slot whose instance failed for
+// good, held by every node until mariposa reset (reset.go); the pause's
+// held restarts and the node's queue (intents.go). Volumes and
+// reschedules are still decided by cluster.Fleet.
 //
 // # A held slot
 //
