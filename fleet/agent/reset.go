@@ -30,6 +30,9 @@ import (
 //     the vacancy starts again then, so the ranks stay apart, and the
 //     best-ranked node claims the slot.
 //
+// Without Config.Control (no watch on control/) nothing holds a failed
+// slot back: it is released with its mark and claimed again.
+//
 // cluster.Fleet also reschedules (restart.on_exhausted = "reschedule": the
 // slot moves with its history, and fails once the history exhausts
 // reschedule.attempts); the step machine does not yet: every instance

@@ -48,9 +48,12 @@ func (s *Sim) failInstance(n *node) {
 		return
 	}
 	ids := sortedSlots(n.inst)
+	held := n.agent.Held()
 	var running []agent.SlotID
 	for _, id := range ids {
-		if n.inst[id].running {
+		// Running as its agent knows (not on its way out already, which
+		// the agent would rightly ignore).
+		if n.inst[id].running && held[id] == agent.Running {
 			running = append(running, id)
 		}
 	}
