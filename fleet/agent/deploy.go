@@ -553,6 +553,10 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		}
 		target := rec.Target(id.K)
 		if h.phase == Running && running && target != "" && hd.version != target {
+			var held bool
+			if held, out = a.updateHeld(id, target, out); held {
+				continue // deploys paused (intents.go)
+			}
 			if hd.token < 0 && !a.cfg.Faults.NoToken {
 				if hd.taking || hd.returning {
 					continue

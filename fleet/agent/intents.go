@@ -21,11 +21,15 @@ import (
 //     pause, the resume, a drop, a new hold under a pause), and which of
 //     their held restarts the operator dropped (mariposa queue drop: the
 //     instance stays down, failed).
+//   - While deploys are paused (scope deploy or all), a held slot does
+//     not move to its deployment's new version: no rollout token is
+//     taken (updateHeld, as cluster.Fleet's holdUpdate); an update under
+//     way goes on.
 //   - While anything is paused, the node lists what it holds back in its
 //     queue (cluster.IntentsKey, what mariposa queue reads): the restarts
 //     its instances report held (RestartHeld), the claims held back by the
-//     pause ("claim"), the failed slots whose release waits for the resume
-//     ("reschedule"), each with cluster.IntentID's id, the time first
+//     pause ("claim"), the updates ("update"), the failed slots whose
+//     release waits for the resume ("reschedule"), each with cluster.IntentID's id, the time first
 //     seen, and who dropped it. The key is written when the list changes
 //     (PublishIntents) and deleted once it is empty; a write that fails is
 //     tried again a second later.
@@ -73,6 +77,7 @@ type pauseQueue struct {
 	told     map[SlotID]told
 	restarts map[SlotID]map[string]string // slot -> target -> detail
 	since    map[string]time.Time         // intent id -> first seen
+	updates  map[SlotID]string            // updates held back: "to <version>"
 	// written: the queue as last written (nil: no key); publishing: a
 	// write on its way; retry: not before.
 	written    []cluster.Intent
@@ -83,6 +88,7 @@ type pauseQueue struct {
 func (q *pauseQueue) init() {
 	if q.told == nil {
 		q.told, q.restarts, q.since = map[SlotID]told{}, map[SlotID]map[string]string{}, map[string]time.Time{}
+		q.updates = map[SlotID]string{}
 	}
 }
 
@@ -229,6 +235,27 @@ func itoa(n int) string {
 	return strconv.Itoa(n) + " actions"
 }
 
+// updateHeld: moving held slot id to target waits while deploys are
+// paused (scope deploy or all: no rollout token is taken), recorded once
+// and listed in the queue ("update"), as cluster.Fleet's holdUpdate.
+func (a *Agent) updateHeld(id SlotID, target string, out []any) (bool, []any) {
+	if !a.cfg.Control || a.ops.ctl == nil || a.cfg.Faults.IgnorePause {
+		return false, out
+	}
+	a.pq.init()
+	r, paused := a.ops.ctl.Paused(id.Unit, cluster.PauseDeploy)
+	if !paused {
+		delete(a.pq.updates, id)
+		return false, out
+	}
+	what := "to " + target
+	if a.pq.updates[id] != what {
+		a.pq.updates[id] = what
+		out = append(out, Record{Slot: id, Action: "hold", Reason: "the update " + what + " waits for the resume (" + r.Why() + ")"})
+	}
+	return true, out
+}
+
 // intents lists what this node holds back now, in order.
 func (a *Agent) intents(now time.Time) []cluster.Intent {
 	var out []cluster.Intent
@@ -236,6 +263,14 @@ func (a *Agent) intents(now time.Time) []cluster.Intent {
 		if hb.kind == holdPause {
 			out = append(out, cluster.Intent{Kind: "claim", Target: id.String(), Detail: hb.why})
 		}
+	}
+	for id, what := range a.pq.updates {
+		h := a.held[id]
+		if _, paused := a.ops.ctl.Paused(id.Unit, cluster.PauseDeploy); !paused || h == nil || h.phase != Running {
+			delete(a.pq.updates, id)
+			continue
+		}
+		out = append(out, cluster.Intent{Kind: "update", Target: id.String(), Detail: what})
 	}
 	for id, f := range a.rs.fails {
 		if f.held {

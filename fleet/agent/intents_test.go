@@ -133,3 +133,51 @@ func TestQueueListsHeldRestarts(t *testing.T) {
 		t.Fatalf("queue %+v %v", p, ok)
 	}
 }
+
+// While deploys are paused (scope deploy or all) a held slot takes no
+// rollout token for its new version (recorded once, listed in the queue
+// as an update); the resume lets it go on. A pause of placement only
+// holds no update.
+func TestDeployPauseHoldsUpdates(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		faults Faults
+		ctl    cluster.Control
+		held   bool
+	}{
+		{"deploys paused", Faults{}, pause("web", cluster.PauseDeploy), true},
+		{"everything paused", Faults{}, pause("", cluster.PauseAll), true},
+		{"placement only", Faults{}, pause("", cluster.PausePlacement), false},
+		{"pause ignored (mutation)", Faults{IgnorePause: true}, pause("web", cluster.PauseDeploy), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{{"web", 1}: 41}}
+			m := &machine{t: t, a: New(Config{Node: "me", Seed: 1, Warm: w, Control: true, Faults: tc.faults}), now: t0}
+			m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 3, MaxPerNode: 1}}})
+			m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me"}}})
+			m.step(InstanceHealthy{Slot: SlotID{"web", 1}, Version: "v1"})
+			m.step(ctlView(20, tc.ctl))
+			acts := m.step(deployView(10, running(2, "v1", "v2"), nil, nil))
+			if _, took := find[TakeToken](acts); took == tc.held {
+				t.Fatalf("took a token %v: %v", took, acts)
+			}
+			if !tc.held {
+				return
+			}
+			if h := records(acts, "hold"); len(h) != 1 || !strings.Contains(h[0].Reason, "update to v2 waits for the resume") {
+				t.Fatalf("hold records %v", acts)
+			}
+			p, ok := find[PublishIntents](acts)
+			if !ok || len(p.List) != 1 || p.List[0].Kind != "update" || p.List[0].Target != "web/1" {
+				t.Fatalf("queue %+v %v", p, ok)
+			}
+			m.now = m.now.Add(time.Second)
+			if again := m.step(Tick{}); len(records(again, "hold")) > 0 || len(all[TakeToken](again)) > 0 {
+				t.Fatalf("again: %v", again)
+			}
+			if _, took := find[TakeToken](m.step(ctlView(21, cluster.Control{}))); !took {
+				t.Fatal("no token after the resume")
+			}
+		})
+	}
+}

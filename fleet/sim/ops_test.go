@@ -80,6 +80,7 @@ func TestSimulationCatchesOpsMutations(t *testing.T) {
 			c.Faults = agent.Faults{IgnoreFailed: true}
 			c.ExecFaults.NoFailedCheck = true
 		}, "failed slot"},
+		{"pause ignored in updates", opsConfig, func(c *Config) { c.Faults = agent.Faults{IgnorePause: true} }, "rollout token"},
 		{"restarts not held by a pause of scope all", opsConfig, func(c *Config) { c.Faults = agent.Faults{NoRestartHold: true} }, "hold its restarts"},
 		{"brake ignored", stormConfig, func(c *Config) { c.Faults = agent.Faults{IgnoreBrake: true} }, "storm brake engaged"},
 	} {

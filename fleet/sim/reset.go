@@ -24,6 +24,7 @@ import (
 //     holder stopped the instance and released the slot as failed), and
 //     the slot runs again by the end (finalCheck's full count);
 //   - a failed release comes with its "fail" record in the same step;
+//   - deploys paused (scope deploy or all): no rollout token is taken;
 //   - a pause of scope all holds the restarts of every instance of the
 //     paused units a node runs: once a node has stepped an answer of
 //     control/ that shows such a pause, it has told each of them
@@ -117,6 +118,12 @@ func (s *Sim) checkQueue(n *node, no *nodeOps, in any, acts []any, recorded func
 				slot = a.(agent.Stop).Slot
 			}
 			delete(no.told, slot)
+		case agent.TakeToken:
+			if no.ctl != nil {
+				if _, paused := no.ctl.Paused(a.Slot.Unit, cluster.PauseDeploy); paused {
+					s.violate("deploys paused: %s takes rollout token %d for %s with control/ at %d showing the pause", n.name, a.T, a.Slot, no.ctl.Index)
+				}
+			}
 		case agent.HoldRestarts:
 			if no.told == nil {
 				no.told = map[agent.SlotID]string{}
