@@ -653,7 +653,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		if !ok {
 			continue
 		}
-		next, what := Judge(v.Record, u.Count, v.Status, now, !a.cfg.Faults.NoRevert)
+		next, what := Judge(v.Record, u.Count, v.Status, now, !a.cfg.Faults.NoRevert && !a.revertHeld(unit))
 		if next == nil {
 			continue
 		}

@@ -24,7 +24,8 @@ import (
 //   - While deploys are paused (scope deploy or all), a held slot does
 //     not move to its deployment's new version: no rollout token is
 //     taken (updateHeld, as cluster.Fleet's holdUpdate); an update under
-//     way goes on.
+//     way goes on; a failed deployment is failed, not reverted
+//     (revertHeld).
 //   - While anything is paused, the node lists what it holds back in its
 //     queue (cluster.IntentsKey, what mariposa queue reads): the restarts
 //     its instances report held (RestartHeld), the claims held back by the
@@ -254,6 +255,16 @@ func (a *Agent) updateHeld(id SlotID, target string, out []any) (bool, []any) {
 		out = append(out, Record{Slot: id, Action: "hold", Reason: "the update " + what + " waits for the resume (" + r.Why() + ")"})
 	}
 	return true, out
+}
+
+// revertHeld: while deploys of unit are paused, a failed deployment is
+// not reverted (cluster.Fleet: "deploys paused: no auto_revert").
+func (a *Agent) revertHeld(unit string) bool {
+	if !a.cfg.Control || a.ops.ctl == nil || a.cfg.Faults.IgnorePause {
+		return false
+	}
+	_, paused := a.ops.ctl.Paused(unit, cluster.PauseDeploy)
+	return paused
 }
 
 // intents lists what this node holds back now, in order.

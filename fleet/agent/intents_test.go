@@ -181,3 +181,31 @@ func TestDeployPauseHoldsUpdates(t *testing.T) {
 		})
 	}
 }
+
+// While deploys are paused, the judge fails a failing deployment without
+// its auto_revert; otherwise it reverts.
+func TestDeployPauseHoldsRevert(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ctl    cluster.Control
+		revert bool
+	}{{"not paused", cluster.Control{}, true}, {"deploys paused", pause("web", cluster.PauseDeploy), false}, {"placement paused", pause("", cluster.PausePlacement), true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{{"web", 0}: 40}}
+			m := &machine{t: t, a: New(Config{Node: "me", Seed: 1, Warm: w, Control: true}), now: t0}
+			m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 1, MaxPerNode: 1}}})
+			m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me"}}})
+			m.step(InstanceHealthy{Slot: SlotID{"web", 0}, Version: "v2"})
+			m.step(ctlView(20, tc.ctl))
+			failed := Status{HoldStatus: cluster.HoldStatus{Index: 40, Version: "v2"}, Failed: "not healthy"}
+			acts := m.step(deployView(11, running(2, "v1", "v2"), map[int]Status{0: failed}, nil))
+			mv, ok := find[MoveDeployment](acts)
+			if !ok {
+				t.Fatalf("no judgement: %v", acts)
+			}
+			if reverted := mv.Audit.Action == "deploy-revert"; reverted != tc.revert {
+				t.Fatalf("%s, want a revert: %v", mv.Audit.Action, tc.revert)
+			}
+		})
+	}
+}

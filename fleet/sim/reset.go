@@ -84,6 +84,15 @@ func (s *Sim) resetSlot() {
 	s.control(fmt.Sprintf("reset %s", f.slot), api.KVTxnOps{{Verb: api.KVDeleteCAS, Key: key, Index: e.ModifyIndex}})
 }
 
+// deploysPaused: unit's deploys are paused now (Consul's control/).
+func (s *Sim) deploysPaused(unit string) bool {
+	if s.ops == nil || !s.ops.on {
+		return false
+	}
+	_, ok := s.controlView().Paused(unit, cluster.PauseDeploy)
+	return ok
+}
+
 // failOpsFor: a failed slot's release also sets its mark.
 func failOpsFor(a agent.Release) api.KVTxnOps {
 	if a.Failed == nil {
