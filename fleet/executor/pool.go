@@ -168,8 +168,8 @@ func (b *bucket) under(root string) string {
 }
 
 // watchUnits starts the watches of the units' buckets when the set of
-// names changed (a count's change keeps them), and stops the old ones.
-// Called from the loop.
+// names changed (a count's change keeps them; so does a bucket whose units
+// are the same), and stops the old ones. Called from the loop.
 func (e *Executor) watchUnits(units []agent.Unit) {
 	names := make([]string, 0, len(units))
 	for _, u := range units {
@@ -181,13 +181,23 @@ func (e *Executor) watchUnits(units []agent.Unit) {
 		return
 	}
 	e.unitNames = names
+	// A bucket whose units are the same goes on; the others stop.
+	kept := map[string]*bucket{}
 	for _, b := range e.buckets {
-		b.cancel()
+		kept[strings.Join(b.units, "\x00")] = b
 	}
 	e.buckets = nil
 	old := e.units
 	e.units = map[string]*unitWatch{}
 	for _, run := range buckets(names, e.cfg.Buckets) {
+		if b := kept[strings.Join(run, "\x00")]; b != nil {
+			delete(kept, strings.Join(run, "\x00"))
+			e.buckets = append(e.buckets, b)
+			for _, u := range run {
+				e.units[u] = old[u]
+			}
+			continue
+		}
 		ctx, cancel := context.WithCancel(e.ctx)
 		b := &bucket{units: run, prefix: commonPrefix(run), cancel: cancel, ask: newBucketPace(run)}
 		e.buckets = append(e.buckets, b)
@@ -202,6 +212,9 @@ func (e *Executor) watchUnits(units []agent.Unit) {
 		go e.watchBucketIndex(ctx, b)
 		go e.watchBucketVacancy(ctx, b)
 		go e.watchBucketDeploy(ctx, b)
+	}
+	for _, b := range kept {
+		b.cancel()
 	}
 }
 
