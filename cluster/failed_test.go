@@ -5,6 +5,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/schema"
+	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 // ParseControl reads the step machine's failed slots (a corrupt mark still
@@ -32,5 +35,23 @@ func TestParseControlFailedAndDrops(t *testing.T) {
 	}
 	if IntentID("node-1", "restart", "crash@crash/0") != intentID("node-1", "restart", "crash@crash/0") {
 		t.Fatal("IntentID is not cluster.Fleet's")
+	}
+}
+
+// Control.PauseFunc is cluster.Fleet's: a pause of scope all holds a
+// slot's instance, with its drop.
+func TestControlPauseFunc(t *testing.T) {
+	c := Control{Pauses: map[string]PauseRecord{"web": {Scope: PauseAll, Unit: "web", Reason: "x", Actor: "op"}},
+		Drops: map[string]Drop{IntentID("n1", "restart", "web@web/0"): {By: "alice"}}}
+	f := c.PauseFunc("n1")
+	p := f(&schema.Service{Name: "web"}, &supervisor.SlotInfo{Unit: "web", Index: 0})
+	if p.Why == "" || p.Dropped != "alice" {
+		t.Fatalf("%+v", p)
+	}
+	if p := f(&schema.Service{Name: "db"}, &supervisor.SlotInfo{Unit: "db", Index: 0}); p.Why != "" {
+		t.Fatalf("db: %+v", p)
+	}
+	if (Control{}).PauseFunc("n1") != nil {
+		t.Fatal("nothing paused: a func")
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 // The pure parts of the storm brake, the takeover budget, pauses and
@@ -113,6 +115,15 @@ type FailedRecord struct {
 
 // Encode is the mark's value.
 func (r FailedRecord) Encode() []byte { b, _ := json.Marshal(r); return b }
+
+// PauseFunc is what node's supervisor asks each instance's pause of under
+// c (nil: nothing paused), as cluster.Fleet and FollowPauses give it: the
+// restarts of every instance, in a slot or not, that a pause of scope all
+// covers wait, and a dropped one stays down. An executor's instances
+// (fleet/executor's RestartHolder) can give it to their runner.
+func (c Control) PauseFunc(node string) supervisor.PauseFunc {
+	return pauseFuncOf(c.Pauses, c.Drops, node)
+}
 
 // IntentID names an intent of node's queue (mariposa queue drop ID) as
 // cluster.Fleet and FollowPauses name it.

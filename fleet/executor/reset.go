@@ -20,7 +20,10 @@ import (
 // all (agent.HoldRestarts: Why "" lets them go again; Dropped names the
 // targets whose held restart the operator dropped: they stay down). An
 // Instances without it holds no restart: a paused fleet then restarts what
-// crashes. Called from the loop; must return at once.
+// crashes. Called from the loop; must return at once. A supervisor's
+// runner takes one PauseFunc for all its instances: cluster.Control's
+// PauseFunc (of the same answer of control/) is cluster.Fleet's, and also
+// covers the node's services outside the slots.
 type RestartHolder interface {
 	HoldRestarts(h agent.HoldRestarts)
 }
