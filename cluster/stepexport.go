@@ -1,9 +1,14 @@
 package cluster
 
 import (
+	"encoding/json"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 // The pure parts of the storm brake, the takeover budget, pauses and
@@ -51,6 +56,11 @@ type Control struct {
 	Storm          *StormRecord
 	Takeovers      TakeoverLog
 	TakeoversIndex uint64
+	// Drops: the intents dropped from the queue (control/drops/<id>), by
+	// id (IntentID). Failed: the slots failed for good in the step
+	// machine (FailedKey), by "<unit>/<k>", until mariposa reset.
+	Drops  map[string]Drop
+	Failed map[string]FailedRecord
 }
 
 // ParseControl reads an answer of the watch on control/.
@@ -60,15 +70,64 @@ func ParseControl(pairs api.KVPairs, report func(key, msg string, err error)) Co
 	}
 	var c Control
 	c.Storm, c.Takeovers = parseControl(pairs, report)
-	c.Pauses, _ = parsePauses(pairs, report)
+	c.Pauses, c.Drops = parsePauses(pairs, report)
 	c.Drains = parseDrains(pairs, report)
 	for _, p := range pairs {
 		if p.Key == TakeoversKey {
 			c.TakeoversIndex = p.ModifyIndex
 		}
+		if slot, ok := strings.CutPrefix(p.Key, FailedPrefix); ok {
+			var r FailedRecord
+			if err := json.Unmarshal(p.Value, &r); err != nil {
+				// Safety first, as a corrupt pause: the slot stays failed
+				// (mariposa reset deletes the mark).
+				report(p.Key, "a corrupt failed-slot mark; the slot stays failed (mariposa reset clears it)", err)
+				r = FailedRecord{Reason: "a corrupt failed-slot mark"}
+			}
+			r.Index = p.ModifyIndex
+			if c.Failed == nil {
+				c.Failed = map[string]FailedRecord{}
+			}
+			c.Failed[slot] = r
+		}
 	}
 	return c
 }
+
+// FailedPrefix holds the step machine's failed slots: control/failed/
+// <unit>/<k>, set by the holder's release when the slot's instance failed
+// for good (its restarts exhausted), deleted by mariposa reset. While it
+// is there no node claims the slot (every claim checks it is absent).
+// cluster.Fleet keeps the same state in the slot key's value (SlotFailed).
+const FailedPrefix = ControlPrefix + "failed/"
+
+// FailedKey is slot k of unit's failed mark.
+func FailedKey(unit string, k int) string { return FailedPrefix + unit + "/" + strconv.Itoa(k) }
+
+// FailedRecord is a failed mark's value; Index is its key's ModifyIndex
+// (not encoded: the reset's check-index).
+type FailedRecord struct {
+	Node   string    `json:"node"`
+	Reason string    `json:"reason"`
+	At     time.Time `json:"at"`
+	Index  uint64    `json:"-"`
+}
+
+// Encode is the mark's value.
+func (r FailedRecord) Encode() []byte { b, _ := json.Marshal(r); return b }
+
+// PauseFunc is what node's supervisor asks each instance's pause of under
+// c (nil: nothing paused), as cluster.Fleet and FollowPauses give it: the
+// restarts of every instance, in a slot or not, that a pause of scope all
+// covers wait, and a dropped one stays down. An executor's instances
+// (fleet/executor's RestartHolder) can give it to their runner.
+func (c Control) PauseFunc(node string) supervisor.PauseFunc {
+	return pauseFuncOf(c.Pauses, c.Drops, node)
+}
+
+// IntentID names an intent of node's queue (mariposa queue drop ID) as
+// cluster.Fleet and FollowPauses name it.
+func IntentID(node, kind, target string) string { return intentID(node, kind, target) }
 
 // Paused is the pause of unit for scope (PausePlacement, PauseDeploy), if
 // any: the whole fleet's, else the unit's.

@@ -9,6 +9,7 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/executor"
 )
 
 // ResetCommand clears a failed service's restart history and starts it.
@@ -54,7 +55,7 @@ func (c *ResetCommand) Run(args []string) int {
 		if err == nil {
 			var cc *api.Client
 			if cc, err = o.cf.client(); err == nil {
-				err = cluster.ResetSlot(cc, unit, k, actor())
+				err = resetSlot(cc, unit, k, actor())
 			}
 		}
 		if err != nil {
@@ -76,4 +77,18 @@ func (c *ResetCommand) Run(args []string) int {
 	}
 	c.UI.Output(fmt.Sprintf("%s%s: restart history cleared; starting", svc, o.on()))
 	return 0
+}
+
+// resetSlot resets a failed slot: one the fleet's step machine failed
+// (its mark, cluster.FailedKey, under control/) by executor.ResetSlot,
+// else cluster.Fleet's slot key by cluster.ResetSlot.
+func resetSlot(c *api.Client, unit string, k int, by string) error {
+	p, _, err := c.KV().Get(cluster.FailedKey(unit, k), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return err
+	}
+	if p != nil {
+		return executor.ResetSlot(c, unit, k, by)
+	}
+	return cluster.ResetSlot(c, unit, k, by)
 }

@@ -6,8 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/hashicorp/consul/api"
 	"github.com/mitchellh/cli"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
 func TestReset(t *testing.T) {
@@ -49,5 +54,33 @@ func TestResetErrors(t *testing.T) {
 	}
 	if got := target.Calls(); !slices.Equal(got, []string{"reset worker"}) {
 		t.Fatalf("calls %q", got)
+	}
+}
+
+// mariposa reset UNIT/K of a slot the fleet's step machine failed deletes
+// its failed mark with its audit record; a slot that never failed is
+// refused as before, and nothing is written.
+func TestResetFailedSlotOfTheStepMachine(t *testing.T) {
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	rec := cluster.FailedRecord{Node: "n1", Reason: "restarts exhausted", At: time.Now()}
+	if _, err := c.KV().Put(&api.KVPair{Key: cluster.FailedKey("web", 2), Value: rec.Encode()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	ui := cli.NewMockUi()
+	if code := (&ResetCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), "web/2"}); code != 0 {
+		t.Fatalf("exit %d: %s", code, ui.ErrorWriter.String())
+	}
+	if p, _, err := c.KV().Get(cluster.FailedKey("web", 2), nil); err != nil || p != nil {
+		t.Fatalf("the failed mark is still there: %+v %v", p, err)
+	}
+	pairs, _, err := c.KV().List(cluster.AuditPrefix, nil)
+	if err != nil || len(pairs) != 1 || !strings.Contains(string(pairs[0].Value), `"action":"reset"`) {
+		t.Fatalf("audit records %v %v", pairs, err)
+	}
+	ui = cli.NewMockUi()
+	if code := (&ResetCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), "web/2"}); code != 1 ||
+		!strings.Contains(ui.ErrorWriter.String(), "never been held") {
+		t.Fatalf("second reset: exit %d %q", code, ui.ErrorWriter.String())
 	}
 }

@@ -251,6 +251,9 @@ type (
 		// NotFresh: a Fresh claim refused because the slot was claimed
 		// before (its ClaimedKey exists).
 		NotFresh bool
+		// Failed: refused by its check of the slot's failed mark alone
+		// (reset.go).
+		Failed bool
 	}
 	// ReleaseDone answers Release.
 	ReleaseDone struct {
@@ -294,11 +297,16 @@ type (
 		// op) and spends no budget. A key that exists refuses it
 		// (ClaimDone.NotFresh), and the slot is claimed as a takeover.
 		Fresh bool
+		// CheckFailed: the transaction checks that the slot's failed
+		// mark (cluster.FailedKey) does not exist (reset.go; FailedOp).
+		CheckFailed bool
 	}
-	// Release: unlock the slot key (answer: ReleaseDone).
+	// Release: unlock the slot key (answer: ReleaseDone). Failed: the
+	// slot failed (reset.go): the same transaction sets its failed mark.
 	Release struct {
 		Slot    SlotID
 		Session string
+		Failed  *cluster.FailedRecord
 	}
 	// Confirm: one consistent read of the held exclusive keys.
 	Confirm struct {
@@ -379,6 +387,9 @@ type Faults struct {
 	// The controls (ops.go): claims ignore pauses; takeovers ignore the
 	// storm brake; a drain says done as soon as it starts.
 	IgnorePause, IgnoreBrake, DrainDoneEarly bool
+	// IgnoreFailed: claims ignore the slots control/ shows failed;
+	// NoRestartHold: a pause of scope all holds no restart.
+	IgnoreFailed, NoRestartHold bool
 	// LogEveryTakeover: every takeover writes the budget's log (as
 	// cluster.Fleet does), none rides on a fresh one of its lost node.
 	LogEveryTakeover bool
@@ -475,6 +486,10 @@ type Agent struct {
 	// before (volumes.go).
 	volBackoff map[SlotID]time.Time
 	volRetry   map[SlotID]volRetry // handoffs to send again
+	// rs: the failed slots (reset.go); pq: the pause's held restarts and
+	// the node's queue (intents.go).
+	rs resetState
+	pq pauseQueue
 }
 
 // unitRec is a unit as a.units and a.slots have it, and this node's
@@ -786,6 +801,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		out = a.stepDeploy(now, in, out)
 	case RestoreDone, HandoffDone:
 		out = a.stepVolumes(now, in, out)
+	case InstanceFailed:
+		out = a.stepFail(now, in, out)
+	case RestartHeld, IntentsPublished:
+		out = a.stepQueue(now, in, out)
 	case InstanceStarted:
 		if h := a.held[in.Slot]; h != nil && (h.phase == Starting || h.phase == Updating) {
 			h.phase = Running
@@ -804,7 +823,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			break
 		}
 		if h.phase == Stopping {
-			out = a.exited(in.Slot, h, out)
+			out = a.exited(now, in.Slot, h, out)
 		}
 	default:
 		panic(fmt.Sprintf("agent: unknown input %T", in))
@@ -1180,7 +1199,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
-					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh})
+					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control})
 			}
 		}
 		for _, name := range dirty {
@@ -1190,6 +1209,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	}
 	out = a.reconcileDeploy(now, out, at)
 	out = a.reconcileVolumes(now, out, at)
+	out = a.publishQueue(now, out, at)
 	if len(a.waitAt) > 0 {
 		if !a.waitMinOK {
 			a.waitMin, a.waitMinOK = time.Time{}, true

@@ -553,6 +553,10 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		}
 		target := rec.Target(id.K)
 		if h.phase == Running && running && target != "" && hd.version != target {
+			var held bool
+			if held, out = a.updateHeld(id, target, out); held {
+				continue // deploys paused (intents.go)
+			}
 			if hd.token < 0 && !a.cfg.Faults.NoToken {
 				if hd.taking || hd.returning {
 					continue
@@ -649,7 +653,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		if !ok {
 			continue
 		}
-		next, what := Judge(v.Record, u.Count, v.Status, now, !a.cfg.Faults.NoRevert)
+		next, what := Judge(v.Record, u.Count, v.Status, now, !a.cfg.Faults.NoRevert && !a.revertHeld(unit))
 		if next == nil {
 			continue
 		}

@@ -15,11 +15,14 @@
 // under rollout tokens, canaries and promotion, health judged over
 // min_healthy_time and healthy_deadline, auto_revert; and, with
 // Config.Control (ops.go), pause, drain, the storm brake and the takeover
-// budget from the watch on control/; and volumes (volumes.go): a claimed
+// budget from the watch on control/; volumes (volumes.go): a claimed
 // slot whose unit has volumes restores its data before its instance
 // starts, and a slot given up gracefully publishes its handoff before its
 // release, on cluster's keys and codec (which copy a new holder starts
-// from is cluster.ChooseData's, applied where the data is).
+// from is cluster.ChooseData's, applied where the data is); a slot whose
+// instance failed for good, held by every node until mariposa reset
+// (reset.go); the pause's held restarts and the node's queue
+// (intents.go). Reschedules are still decided by cluster.Fleet.
 //
 // # A held slot
 //

@@ -278,6 +278,9 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 				lifted = !paused
 			case holdBrake:
 				lifted = !a.stormOn()
+			case holdFailed:
+				_, failed := a.failedIn(in.View, id)
+				lifted = !failed
 			}
 			if lifted {
 				delete(a.ops.held, id)
@@ -326,7 +329,7 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 			if in.NotFresh {
 				a.ops.existed[in.Slot] = true
 			}
-			if in.Budget && a.ops.ctl != nil {
+			if (in.Budget || in.Failed) && a.ops.ctl != nil {
 				a.ops.refused[in.Slot] = a.ops.ctl.Index
 			}
 			if in.Lost {
@@ -470,6 +473,12 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 	if r, ok := ctl.Paused(u.Name, cluster.PausePlacement); ok && !a.cfg.Faults.IgnorePause {
 		return nil, false, false, a.holdBack(id, holdPause, "claims paused: "+r.Why(), out)
 	}
+	if r, failed := a.failedIn(ctl, id); failed {
+		return nil, false, false, a.holdBack(id, holdFailed, "failed on "+r.Node+": "+r.Reason+" (mariposa reset "+id.String()+")", out)
+	}
+	if idx, ok := a.ops.refused[id]; ok && idx >= ctl.Index {
+		return nil, false, false, out // refused by the failed mark or the budget's CAS: a newer control/ first
+	}
 	from, takeover := a.takeoverFrom(v, k)
 	if !takeover || from == a.cfg.Node {
 		delete(a.ops.held, id)
@@ -542,6 +551,7 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 		return out
 	}
 	a.ops.init()
+	out = a.reconcileFails(out)
 	if a.ops.storm != nil && !a.ops.braking && !a.stormOn() {
 		if now.Before(a.ops.brakeRetry) {
 			at(a.ops.brakeRetry)

@@ -125,7 +125,7 @@ func (a *Agent) claimed(now time.Time, id SlotID, h *held, out []any) []any {
 
 // exited: the instance of a hold being stopped has exited: the slot is
 // released, after its handoff when the unit has volumes.
-func (a *Agent) exited(id SlotID, h *held, out []any) []any {
+func (a *Agent) exited(now time.Time, id SlotID, h *held, out []any) []any {
 	// The unit may be gone (removed, or the node stopping: no units):
 	// what it was when claimed decides.
 	if (h.volumes || a.rec(id.Unit).unit.Volumes) && !a.cfg.Faults.ReleaseBeforeHandoff {
@@ -133,7 +133,7 @@ func (a *Agent) exited(id SlotID, h *held, out []any) []any {
 		return append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session, Ready: h.volReady})
 	}
 	h.phase = Releasing
-	return append(out, Release{Slot: id, Session: a.session})
+	return a.release(now, id, out)
 }
 
 // stepVolumes takes RestoreDone and HandoffDone.
@@ -180,7 +180,7 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 			out = append(out, Record{Slot: in.Slot, Action: "handoff-failed", Reason: in.Note})
 		}
 		h.phase = Releasing
-		return append(out, Release{Slot: in.Slot, Session: a.session})
+		return a.release(now, in.Slot, out)
 	}
 	return out
 }

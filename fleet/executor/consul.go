@@ -54,8 +54,17 @@ func releaseOps(id agent.SlotID, node, session string, at time.Time) api.TxnOps 
 	}
 }
 
+// request is a request's context, once one of the MaxRequests places is
+// free (pool.go); its cancel gives the place back. Never called while
+// holding one.
 func (e *Executor) request() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(e.ctx, e.cfg.Request)
+	if !e.requestSlot() {
+		ctx, cancel := context.WithCancel(e.ctx)
+		cancel()
+		return ctx, cancel
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.Request)
+	return ctx, func() { cancel(); e.doneRequest() }
 }
 
 // createSession creates the node's session (agent.CreateSession).
@@ -154,11 +163,15 @@ func (e *Executor) claim(a agent.Claim) {
 	ops := e.claimOpsFor(a, time.Now())
 	ok, r, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	var done agent.ClaimDone
-	var notFresh, budget bool
+	var notFresh, budget, failed bool
 	if err == nil && r != nil && !ok {
 		notFresh, budget = a.Refusal(len(ops), failedOps(r.Errors))
+		failed = a.FailedRefusal(len(ops), failedOps(r.Errors))
 	}
 	switch {
+	case failed:
+		e.log.Debug("claim refused: the slot has failed (mariposa reset clears it)", "slot", a.Slot.String())
+		done = agent.ClaimDone{Slot: a.Slot, Failed: true}
 	case err != nil || r == nil:
 		e.log.Debug("claim: no answer (it may have been applied)", "slot", a.Slot.String(), "error", err)
 		done = agent.ClaimDone{Slot: a.Slot, Lost: true}
@@ -177,7 +190,7 @@ func (e *Executor) claim(a agent.Claim) {
 		delay := strings.Contains(what, "lock delay")
 		done = agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: !delay}
 		if strings.Contains(what, "invalid session") {
-			e.checkSession(a.Session)
+			go e.checkSession(a.Session) // a request of its own: not within this one's place
 		}
 	case len(r.Results) == 0 || r.Results[0].KV == nil:
 		done = agent.ClaimDone{Slot: a.Slot, Lost: true}
@@ -194,7 +207,11 @@ func (e *Executor) claim(a agent.Claim) {
 func (e *Executor) release(a agent.Release) {
 	ctx, cancel := e.request()
 	defer cancel()
-	ok, _, _, err := e.cfg.Client.Txn().Txn(releaseOps(a.Slot, e.cfg.Node, a.Session, time.Now()), (&api.QueryOptions{}).WithContext(ctx))
+	ops := releaseOps(a.Slot, e.cfg.Node, a.Session, time.Now())
+	if a.Failed != nil {
+		ops = append(ops, e.failOps(a)...)
+	}
+	ok, _, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil || !ok {
 		e.log.Debug("release refused or unanswered", "slot", a.Slot.String(), "error", err)
 	}

@@ -32,7 +32,8 @@
 //     stray when a view shows it.
 //   - Release: one transaction: unlock the slot key (no lock delay),
 //     delete the index entry, set the released mark and the unit's vacancy
-//     key.
+//     key; a failed slot's (Release.Failed) also sets its failed mark
+//     (cluster.FailedKey) with the "fail" audit record.
 //   - Confirm: one consistent read-only transaction (get-or-empty of each
 //     key, 128 per transaction) with its send time; a failure carries
 //     whether the server said it had no leader (internal/holdrule).
@@ -57,7 +58,14 @@
 //     compare-and-set of control/takeovers (refused on that op alone:
 //     ClaimDone.Budget); WriteBrake: check-not-exists and set
 //     control/storm; PublishDrain: the node's drain status; CheckHeld: a
-//     consistent read of the slot keys, as Confirm.
+//     consistent read of the slot keys, as Confirm. Every claim checks
+//     that the slot's failed mark does not exist (Claim.CheckFailed;
+//     refused on that op alone: ClaimDone.Failed); HoldRestarts goes to
+//     the Instances if they are a RestartHolder (the pause's held
+//     restarts); PublishIntents writes the node's queue
+//     (cluster.IntentsKey) or deletes it when empty. ResetSlot is
+//     mariposa reset UNIT/K for such a fleet: the mark deleted,
+//     check-index, with the "reset" audit record.
 //   - With Config.Volumes (volumes.go): Restore readies a claimed slot's
 //     volumes with internal/volume before its Start (cluster.ChooseData
 //     on the handoff at cluster.HandoffKey and this node's copy; a
@@ -79,7 +87,14 @@
 // is Idle in the unit), its vacancy key (a release sets it: the index is
 // asked at once) and its deployment prefix (record, statuses, tokens:
 // agent.DeployAnswer; the index's first answer waits for its first, so
-// that a slot starts at its target version). With Config.Control,
+// that a slot starts at its target version). With more units than
+// Config.Buckets (16), they are watched in buckets of neighbours by name,
+// each bucket's three queries under its names' common prefix, and a unit
+// hears what changed for it (pool.go): a node's connections stay bounded
+// (3 x Buckets + MaxRequests + 5 and the confirmations: 72 by default)
+// whatever its units, Consul allowing 200 per client address. A watch
+// whose query failed tells the agent agent.WatchResumed before its next
+// answer (with Config.Control). With Config.Control,
 // control/ (agent.ControlAnswer). For the fleet: the catalog entries of the service
 // (its members) and the health of its instances filtered by Consul to the
 // ones not passing; their combination is agent.NodesAnswer. The units
@@ -99,10 +114,10 @@
 // is gone does; the exclusive holds are guarded by the watchdog anyway);
 // a confirmation read held by a server in an election is not probed with
 // stale reads as internal/lease does, so such a hold counts as unproven
-// (the strict rule); no clock-gap detection (a frozen process). Each unit
-// costs three long-lived HTTP connections to the local agent (its index,
-// its vacancy key and its deployment), and Consul allows 200 per client
-// address by default (limits.http_max_conns_per_client): about 65 units
-// per node. agent.WatchResumed is not sent yet (a watch that broke and
-// answers again).
+// (the strict rule); no clock-gap detection (a frozen process). A bucket
+// shared by several units answers with all of them (pool.go: about U/B
+// units' bytes an answer instead of one; fleet/sim -buckets measures it).
+// Reschedules (restart.on_exhausted = "reschedule": the slot moves to
+// another node with its history) are not in the step machine: an instance
+// failed for good fails its slot until mariposa reset.
 package executor

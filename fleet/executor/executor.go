@@ -56,6 +56,11 @@ type Faults struct {
 	// BeforeMove runs before a record move is sent, in its goroutine (it
 	// may block: a slow request).
 	BeforeMove func(agent.MoveDeployment)
+	// Stepped sees every input the loop steps the agent with, in order
+	// (tests: what the agent was told). NoResume: a watch that broke and
+	// answers again is not reported (agent.WatchResumed).
+	Stepped  func(in any)
+	NoResume bool
 }
 
 // Config is one node's executor.
@@ -89,10 +94,16 @@ type Config struct {
 	// Control: the operator's controls are on (agent.Config.Control): the
 	// executor watches control/ and the agent claims nothing before its
 	// first answer.
-	Control   bool
-	Instances Instances
-	Log       hclog.Logger
-	Faults    Faults
+	Control bool
+	// Buckets bounds the units' watches (pool.go): at most this many
+	// buckets of three blocking queries each (default DefaultBuckets);
+	// MaxRequests bounds the other requests at once (default
+	// DefaultMaxRequests).
+	Buckets     int
+	MaxRequests int
+	Instances   Instances
+	Log         hclog.Logger
+	Faults      Faults
 	// Volumes performs the volumes' actions (volumes.go): needed when a
 	// unit has Volumes.
 	Volumes *Volumes
@@ -113,8 +124,12 @@ type Executor struct {
 	killed   chan struct{}
 
 	// Owned by the loop.
-	timer    *time.Timer
-	units    map[string]*unitWatch
+	timer     *time.Timer
+	units     map[string]*unitWatch
+	buckets   []*bucket
+	unitNames []string
+	// reqs: the places of the requests at once (pool.go).
+	reqs     chan struct{}
 	members  []string
 	failing  []string
 	haveMem  bool
@@ -171,6 +186,12 @@ func New(cfg Config) *Executor {
 	if cfg.Request <= 0 {
 		cfg.Request = DefaultRequest
 	}
+	if cfg.Buckets <= 0 {
+		cfg.Buckets = DefaultBuckets
+	}
+	if cfg.MaxRequests <= 0 {
+		cfg.MaxRequests = DefaultMaxRequests
+	}
 	switch {
 	case cfg.Detect == 0:
 		cfg.Detect = holdrule.DefaultDetect
@@ -188,7 +209,7 @@ func New(cfg Config) *Executor {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Executor{cfg: cfg, log: cfg.Log, ctx: ctx, stop: cancel, done: make(chan struct{}), killed: make(chan struct{}),
-		units: map[string]*unitWatch{}, sessions: map[string]context.CancelFunc{}}
+		units: map[string]*unitWatch{}, sessions: map[string]context.CancelFunc{}, reqs: make(chan struct{}, cfg.MaxRequests)}
 	e.inbox.ready = make(chan struct{}, 1)
 	e.ag = agent.New(agent.Config{Node: cfg.Node, Step: cfg.Step, LockDelay: cfg.LockDelay, Seed: cfg.Seed,
 		Detect: cfg.Detect, Faults: cfg.Faults.Agent, Control: cfg.Control})
@@ -368,10 +389,10 @@ func (e *Executor) handle(in any) {
 		if e.ag.Idle(in.unit, now, agent.IdlePace) {
 			pace = agent.IdlePace
 		}
-		w.index.ask(now.Add(pace))
+		w.ask(now.Add(pace))
 	case vacancyMoved:
 		if w := e.units[in.unit]; w != nil {
-			w.index.ask(time.Now())
+			w.ask(time.Now())
 		}
 	case membersAns:
 		e.members, e.haveMem = in.nodes, true
@@ -381,8 +402,11 @@ func (e *Executor) handle(in any) {
 		e.nodesAnswer()
 	case handedOff, handoffsServed:
 		e.handleVolumes(in)
+	case watchResumed:
+		e.resumed(in)
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
-		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished:
+		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
+		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
 		e.step(in)
 	default:
 		e.log.Error("executor: unknown input", "input", in)
@@ -411,6 +435,9 @@ func (e *Executor) nodesAnswer() {
 
 // step runs one input through the agent and performs its actions.
 func (e *Executor) step(in any) {
+	if f := e.cfg.Faults.Stepped; f != nil {
+		f(in)
+	}
 	acts := e.ag.Step(time.Now(), in)
 	if e.log.IsTrace() {
 		e.log.Trace("step", "input", traceInput(in), "actions", fmt.Sprintf("%+v", acts))
@@ -445,7 +472,7 @@ func (e *Executor) act(a any) {
 	case agent.Refresh:
 		for _, u := range a.Units {
 			if w := e.units[u]; w != nil {
-				w.index.ask(time.Now())
+				w.ask(time.Now())
 			}
 		}
 	case agent.Record:
@@ -467,7 +494,7 @@ func (e *Executor) act(a any) {
 	case agent.CheckHeld:
 		go e.checkHeld(a)
 	default:
-		if !e.actVolumes(a) {
+		if !e.actVolumes(a) && !e.actQueue(a) {
 			e.log.Error("executor: unknown action", "action", a)
 		}
 	}

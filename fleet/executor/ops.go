@@ -39,6 +39,10 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
 		// A slot never claimed: its ClaimedKey must not exist (the first op).
 		ops = append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()})}, ops...)
 	}
+	if a.CheckFailed {
+		// The slot's failed mark must not exist (reset.go; Claim.FailedOp).
+		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.FailedKey(a.Slot.Unit, a.Slot.K)}))
+	}
 	if t := a.Takeover; t != nil && t.Logged {
 		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCAS, Key: cluster.TakeoversKey, Index: t.Index, Value: t.Log.Encode()}))
 	}
@@ -215,23 +219,6 @@ func (e *Executor) readHeld(ctx context.Context, slots []agent.SlotID, session s
 		return nil, err
 	}
 	return out, nil
-}
-
-// watchDeploy follows the unit's deployment prefix (record, statuses,
-// tokens): agent.DeployAnswer.
-func (e *Executor) watchDeploy(ctx context.Context, unit string) {
-	e.watch(ctx, "deploy "+unit, func(q *api.QueryOptions) (uint64, func(), error) {
-		pairs, meta, err := e.cfg.Client.KV().List(agent.DeployPrefix(unit), q)
-		if err != nil {
-			return 0, nil, err
-		}
-		kvs := make([]agent.KV, len(pairs))
-		for i, p := range pairs {
-			kvs[i] = agent.KV{Key: p.Key, Value: p.Value, Session: p.Session, ModifyIndex: p.ModifyIndex}
-		}
-		v := agent.ParseDeployView(unit, meta.LastIndex, kvs)
-		return meta.LastIndex, func() { e.inbox.post(deployAns{unit: unit, view: v}) }, nil
-	})
 }
 
 // watchControl follows control/ (pauses, drains, the storm brake, the

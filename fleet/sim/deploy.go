@@ -337,9 +337,10 @@ func (s *Sim) checkRecord(unit string) {
 	}
 	if agent.Terminal(d.Status) {
 		s.ended(t, d.N, d.Status)
-		if d.Status == cluster.DeployFailed && d.Update.AutoRevert && d.Stable != "" && d.Stable != d.Version {
+		if d.Status == cluster.DeployFailed && d.Update.AutoRevert && d.Stable != "" && d.Stable != d.Version && !s.deploysPaused(unit) {
 			// Failed with auto_revert asked and a stable version to go
-			// back to, yet not reverted.
+			// back to, yet not reverted (not while deploys are paused:
+			// no auto_revert then, as promised).
 			t.failed[d.Version] = true
 		}
 		if d.Status == cluster.DeploySuccessful && d.RevertOf > 0 {

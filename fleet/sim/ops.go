@@ -61,6 +61,8 @@ type OpsResult struct {
 	// by the agents (hold records).
 	Takeovers, BudgetRefused, HeldBack int
 	BrakeEngaged                       bool
+	// Resets: failed slots reset (reset.go).
+	Resets int
 	// DrainTime: from the drain to its status saying done (0: never).
 	DrainTime time.Duration
 	// ControlBytes: the answers of the watch on control/.
@@ -76,6 +78,8 @@ type nodeOps struct {
 	// asked again no sooner than watchEvery later.
 	last   time.Duration
 	lastOK bool
+	// told: the slots whose restarts its instances hold (reset.go).
+	told map[agent.SlotID]string
 }
 
 type takeoverDone struct {
@@ -98,6 +102,8 @@ type simOps struct {
 	drainSince  map[string]time.Duration
 	// pauses: the pauses resumed, for the deployments' bound.
 	pauses []pauseSpan
+	// fail: the instance failed for good (reset.go).
+	fail *simFail
 }
 
 // pauseSpan: unit ("" the fleet) was paused from from to to.
@@ -309,6 +315,7 @@ func (s *Sim) checkDecisions(n *node, in any, acts []any) {
 			}
 		}
 	}
+	s.checkQueue(n, no, in, acts, recorded)
 }
 
 // claimOpsFor is a claim's transaction: with a takeover, the budget's
@@ -322,6 +329,10 @@ func (s *Sim) claimOpsFor(n *node, a agent.Claim) api.KVTxnOps {
 	if a.Fresh {
 		// A slot never claimed: its ClaimedKey must not exist (the first op).
 		ops = append(api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()}}, ops...)
+	}
+	if a.CheckFailed && !s.cfg.ExecFaults.NoFailedCheck {
+		// The slot's failed mark must not exist (agent.Claim.FailedOp).
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.FailedKey(a.Slot.Unit, a.Slot.K)})
 	}
 	if t := a.Takeover; t != nil && t.Logged {
 		op := &api.KVTxnOp{Verb: api.KVCAS, Key: cluster.TakeoversKey, Index: t.Index, Value: t.Log.Encode()}
@@ -352,6 +363,7 @@ func (s *Sim) claimApplied(n *node, id agent.SlotID, from string, takeover bool)
 	}
 	s.ops.everHeld[id] = true
 	s.ops.lastHolder[id] = n.name
+	s.claimOfFailed(n, id)
 	for _, u := range []string{"", id.Unit} {
 		if t, ok := s.ops.pausedSince[u]; ok && s.now-t > pauseGrace {
 			s.violate("paused unit %s gained a claim: %s by %s, %v after the pause", id.Unit, id, n.name, s.now-t)
@@ -555,8 +567,12 @@ func (s *Sim) operatorFaults(spare []int) {
 		s.at(c.LossAt-time.Second, func() { s.pause(unit, scope) })
 		s.at(c.LossAt+back, s.resume)
 		if len(spare) > 5 {
-			n := s.nodes[spare[4+s.rng.IntN(len(spare)-4)]]
+			i := 4 + s.rng.IntN(len(spare)-4)
+			n := s.nodes[spare[i]]
 			s.at(c.LossAt+25*time.Second, func() { s.drain(n, 10*time.Minute) })
+			// Another spare node's instance fails for good (reset.go).
+			f := s.nodes[spare[4+(i-4+1+s.rng.IntN(len(spare)-5))%(len(spare)-4)]]
+			s.at(c.LossAt+failAfter, func() { s.failInstance(f) })
 		}
 	}
 }

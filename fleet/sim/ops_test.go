@@ -34,7 +34,7 @@ func TestSimulationOps(t *testing.T) {
 		if t.Failed() {
 			return
 		}
-		if r.Ops.Pauses != 1 || r.Ops.Resumes != 1 || r.Ops.Drains != 1 || r.Ops.DrainTime == 0 {
+		if r.Ops.Pauses != 1 || r.Ops.Resumes != 1 || r.Ops.Drains != 1 || r.Ops.DrainTime == 0 || r.Ops.Resets != 1 {
 			t.Fatalf("seed %d: the operator's actions did not all happen: %+v", seed, r.Ops)
 		}
 		sum.Takeovers += r.Ops.Takeovers
@@ -74,6 +74,14 @@ func TestSimulationCatchesOpsMutations(t *testing.T) {
 		{"the budget's CAS dropped", opsConfig, func(c *Config) { c.ExecFaults.NoBudgetCAS = true }, "takeover budget overspent"},
 		{"drain done early", opsConfig, func(c *Config) { c.Faults = agent.Faults{DrainDoneEarly: true} }, "says done while"},
 		{"pause ignored in claims", opsConfig, func(c *Config) { c.Faults = agent.Faults{IgnorePause: true} }, "paused unit"},
+		// A failed slot (reset.go): claimed before its reset when the
+		// agents ignore the mark and the claims do not check it.
+		{"failed slot claimed", opsConfig, func(c *Config) {
+			c.Faults = agent.Faults{IgnoreFailed: true}
+			c.ExecFaults.NoFailedCheck = true
+		}, "failed slot"},
+		{"pause ignored in updates", opsConfig, func(c *Config) { c.Faults = agent.Faults{IgnorePause: true} }, "rollout token"},
+		{"restarts not held by a pause of scope all", opsConfig, func(c *Config) { c.Faults = agent.Faults{NoRestartHold: true} }, "hold its restarts"},
 		{"brake ignored", stormConfig, func(c *Config) { c.Faults = agent.Faults{IgnoreBrake: true} }, "storm brake engaged"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -90,6 +90,10 @@ type Config struct {
 	// Volumes: every exclusive unit has a volume that moves with its
 	// slots, and the volumes' invariants are checked (volumes.go).
 	Volumes bool
+	// Buckets: the executor's bound on a node's watches (fleet/executor's
+	// Config.Buckets; buckets.go): the bytes are charged as its bucketed
+	// watches serve them. 0: a unit's watches of its own.
+	Buckets int
 	// Trace, when set, receives every line of the trace.
 	Trace func(line string)
 }
@@ -110,6 +114,8 @@ type ExecFaults struct {
 	// NoBudgetCAS: a takeover's claim sets control/takeovers instead of
 	// compare-and-setting it.
 	NoBudgetCAS bool
+	// NoFailedCheck: a claim does not check the slot's failed mark.
+	NoFailedCheck bool
 }
 
 func (c *Config) defaults() {
@@ -300,6 +306,9 @@ type node struct {
 	lastNodes   time.Duration
 	lastNodesOK bool
 	wakeAt      time.Duration
+	// bucketAt: when each bucket's index answer was last charged
+	// (buckets.go).
+	bucketAt []time.Duration
 }
 
 // watch is a node's watch of one unit's index.
@@ -630,6 +639,9 @@ func (s *Sim) act(n *node, a any) {
 			var notFresh, budget bool
 			if err == nil && !r.OK {
 				notFresh, budget = a.Refusal(len(ops), failedOps(r.Errors))
+				if a.FailedRefusal(len(ops), failedOps(r.Errors)) {
+					return agent.ClaimDone{Slot: a.Slot, Failed: true}
+				}
 			}
 			if notFresh {
 				return agent.ClaimDone{Slot: a.Slot, NotFresh: true}
@@ -654,7 +666,7 @@ func (s *Sim) act(n *node, a any) {
 		release := func() {
 			s.rpc(n, func() any {
 				token := s.volReleasing(a.Slot)
-				r, err := s.store.KVTxn(s.wall(), s.releaseOpsWith(releaseOps(a.Slot, n.name, a.Session, s.wall()), a.Slot))
+				r, err := s.store.KVTxn(s.wall(), append(s.releaseOpsWith(releaseOps(a.Slot, n.name, a.Session, s.wall()), a.Slot), failOpsFor(a)...))
 				s.countTxn(r, err)
 				if err == nil && r.OK {
 					s.volReleased(n, a.Slot, token)
@@ -775,7 +787,7 @@ func (s *Sim) act(n *node, a any) {
 	case agent.CheckHeld:
 		s.checkHeld(n, a)
 	default:
-		if !s.actDeploy(n, a) && !s.actVolumes(n, a) {
+		if !s.actDeploy(n, a) && !s.actVolumes(n, a) && !s.actQueue(n, a) {
 			panic(fmt.Sprintf("sim: unknown action %T", a))
 		}
 	}
@@ -900,8 +912,8 @@ func (s *Sim) notify() {
 				// A release: the vacancy key's watch answers every node
 				// (a small answer), and an idle node asks the index now.
 				if s.counting {
-					s.res.BytesServed += vacancyBytes
-					s.res.IndexBytes += vacancyBytes
+					s.res.BytesServed += s.vacancyCharge(ui)
+					s.res.IndexBytes += s.vacancyCharge(ui)
 				}
 				n.w[ui].pending = true
 				s.answerSlots(n, ui, s.promptIn(n, ui))
@@ -1029,8 +1041,9 @@ func (s *Sim) deliverSlots(n *node, u int) {
 	w.index = c.idx
 	w.last, w.lastOK = s.now, true
 	if s.counting {
-		s.res.BytesServed += c.bytes
-		s.res.IndexBytes += c.bytes
+		b := s.indexCharge(n, u, c)
+		s.res.BytesServed += b
+		s.res.IndexBytes += b
 		s.res.IndexAnswers++
 	}
 	s.step(n, agent.SlotsAnswer{View: c.view})

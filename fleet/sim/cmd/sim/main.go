@@ -32,6 +32,7 @@ func main() {
 	ops := flag.Bool("ops", false, "operator actions (pause, resume, drain) and the takeover budget; 30% of the nodes lost")
 	storm := flag.Bool("storm", false, "the storm brake's scenario: 60% of the nodes lost, resumed 20 s later")
 	volumes := flag.Bool("volumes", false, "a volume that moves with the slots on every exclusive unit: handoffs and restores, and their invariants")
+	buckets := flag.Int("buckets", 0, "bytes as the executor's bucketed watches serve them (fleet/executor's Config.Buckets; 0: a unit's watches of its own)")
 	flag.Parse()
 	// The simulation allocates fast and keeps little: collecting at four
 	// times the live heap, not twice, saves a fifth of the CPU at 1,000
@@ -63,7 +64,7 @@ func main() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys, Ops: *ops, Storm: *storm, Volumes: *volumes}
+			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys, Ops: *ops, Storm: *storm, Volumes: *volumes, Buckets: *buckets}
 			if *trace {
 				cfg.Trace = func(l string) { fmt.Println(l) }
 			}

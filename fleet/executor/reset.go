@@ -1,0 +1,130 @@
+package executor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+)
+
+// A failed slot, mariposa reset, the pause's held restarts and the node's
+// queue (fleet/agent/reset.go and intents.go decide them).
+
+// RestartHolder is what Instances may also do: hold the automatic restarts
+// of a slot's instances while the fleet or its unit is paused with scope
+// all (agent.HoldRestarts: Why "" lets them go again; Dropped names the
+// targets whose held restart the operator dropped: they stay down). An
+// Instances without it holds no restart: a paused fleet then restarts what
+// crashes. Called from the loop; must return at once. A supervisor's
+// runner takes one PauseFunc for all its instances: cluster.Control's
+// PauseFunc (of the same answer of control/) is cluster.Fleet's, and also
+// covers the node's services outside the slots.
+type RestartHolder interface {
+	HoldRestarts(h agent.HoldRestarts)
+}
+
+// InstanceFailed reports that the node's supervisor gave up on the slot's
+// instance (its restarts exhausted): the slot fails until mariposa reset.
+func (e *Executor) InstanceFailed(slot agent.SlotID, reason string) {
+	e.inbox.post(agent.InstanceFailed{Slot: slot, Reason: reason})
+}
+
+// RestartHeld reports that the slot's instances hold a restart of target
+// ("<service>@<unit>/<k>") back for the pause; detail what it would do (""
+// no longer held). It goes in the node's queue (mariposa queue).
+func (e *Executor) RestartHeld(slot agent.SlotID, target, detail string) {
+	e.inbox.post(agent.RestartHeld{Slot: slot, Target: target, Detail: detail})
+}
+
+// failOps: a failed slot's release also sets its failed mark, with the
+// decision's audit record, in the same transaction.
+func (e *Executor) failOps(a agent.Release) api.TxnOps {
+	return api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.FailedKey(a.Slot.Unit, a.Slot.K), Value: a.Failed.Encode()}),
+		e.auditOp(agent.Record{Slot: a.Slot, Action: "fail", Reason: a.Failed.Reason}),
+	}
+}
+
+// actQueue performs the queue's actions; false: not one of them.
+func (e *Executor) actQueue(a any) bool {
+	switch a := a.(type) {
+	case agent.HoldRestarts:
+		if h, ok := e.cfg.Instances.(RestartHolder); ok {
+			h.HoldRestarts(a)
+		}
+	case agent.PublishIntents:
+		go e.publishIntents(a)
+	default:
+		return false
+	}
+	return true
+}
+
+// publishIntents writes the node's queue (deletes it when empty).
+func (e *Executor) publishIntents(a agent.PublishIntents) {
+	ctx, cancel := e.request()
+	defer cancel()
+	var err error
+	if len(a.List) == 0 {
+		_, err = e.cfg.Client.KV().Delete(cluster.IntentsKey(e.cfg.Node), (&api.WriteOptions{}).WithContext(ctx))
+	} else {
+		b, _ := json.Marshal(a.List)
+		_, err = e.cfg.Client.KV().Put(&api.KVPair{Key: cluster.IntentsKey(e.cfg.Node), Value: b}, (&api.WriteOptions{}).WithContext(ctx))
+	}
+	if err != nil {
+		e.log.Warn("could not publish the node's queue", "error", err)
+	}
+	e.inbox.post(agent.IntentsPublished{List: a.List, OK: err == nil})
+}
+
+// ResetSlot clears a failed slot (mariposa reset UNIT/K) of a fleet the
+// step machine runs: its failed mark deleted, check-index on the mark as
+// read, with its audit record, in one transaction (cluster.ResetSlot does
+// the same for cluster.Fleet's slot key). The nodes hear it with their
+// answer of control/, and the best-ranked one claims the slot.
+func ResetSlot(client *api.Client, unit string, k int, by string) error {
+	key := cluster.FailedKey(unit, k)
+	p, _, err := client.KV().Get(key, &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return fmt.Errorf("slot %s/%d has not failed: nothing to reset", unit, k)
+	}
+	var r cluster.FailedRecord
+	_ = json.Unmarshal(p.Value, &r) // a corrupt mark is reset too
+	now := time.Now().UTC()
+	ok, _, _, err := client.Txn().Txn(api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVDeleteCAS, Key: key, Index: p.ModifyIndex}),
+		cluster.AuditOp(cluster.AuditEvent{At: now, Node: "-", Actor: by, Service: unit, Slot: fmt.Sprintf("%s/%d", unit, k),
+			Action: "reset", From: cluster.SlotFailed, To: cluster.SlotReleased, Reason: r.Reason}),
+	}, nil)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errors.New("the slot changed while it was being reset; look again with mariposa why")
+	}
+	return nil
+}
+
+// watchResumed: a watch whose query failed answers again (posted before
+// that answer).
+type watchResumed struct{ watch string }
+
+// resumed tells the agent its views may have skipped states
+// (agent.WatchResumed: the next answer of each unit says nothing of who
+// held a slot it shows lost). The agent's controls are what need it; an
+// agent without them takes no such input.
+func (e *Executor) resumed(in watchResumed) {
+	if !e.cfg.Control || e.cfg.Faults.NoResume {
+		return
+	}
+	e.log.Debug("a watch answers again after failing", "watch", in.watch)
+	e.step(agent.WatchResumed{})
+}
