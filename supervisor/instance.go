@@ -173,19 +173,24 @@ func (in *Instance) Snapshot() Snapshot {
 	if len(in.scripts) > 0 && len(in.scripts) == len(in.svc.Checks) {
 		sn.LocalChecks = true
 		if in.cur != nil && sn.State == StateRunning {
-			sn.LocalPassingSince = localSince(in.scripts, in.cur.Started)
+			locals := make([]time.Time, len(in.scripts))
+			for i, sc := range in.scripts {
+				locals[i] = sc.Local()
+			}
+			sn.LocalPassingSince = localSince(locals, in.cur.Started)
 		}
 	}
 	return sn
 }
 
-// localSince is since when every check of scripts has passed locally
-// about a process started at started: the latest start of their streaks,
-// zero when one is not passing or its streak began before the start.
-func localSince(scripts []*checks.ScriptCheck, started time.Time) time.Time {
+// localSince is since when every args check has passed locally about a
+// process started at started, given the starts of their local passing
+// streaks (ScriptCheck.Local): the latest, zero when one is not passing
+// or its streak began before the start (a result about the previous
+// process that came before the new one's Kick was taken).
+func localSince(locals []time.Time, started time.Time) time.Time {
 	var since time.Time
-	for _, sc := range scripts {
-		t := sc.Local()
+	for _, t := range locals {
 		if t.IsZero() || t.Before(started) {
 			return time.Time{}
 		}
