@@ -147,7 +147,7 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 	from := time.Now()
 	f.applyHeld(ctx)
 
-	err = f.waitHealthy(ctx, id, h, next, lost, p.Update.HealthyDeadline, from)
+	streak, err := f.waitHealthy(ctx, id, h, next, lost, p.Update.HealthyDeadline, from)
 	switch {
 	case err == nil:
 		// The token's work is done once the instance was healthy for
@@ -155,10 +155,15 @@ func (f *Fleet) update(ctx context.Context, id string, h *heldSlot, next UnitSpe
 		// this slot's status says so (a Raft write less on every
 		// hand-off). The deferred Release then finds nothing to give back.
 		_ = sem.Release()
+		back := time.Now()
 		if err := f.publishHealthy(ctx, id, h, hash, true); err != nil {
 			log.Warn("rollout: instance healthy, but its slot could not say so", "error", err)
 		}
-		log.Info("rollout: instance healthy on the new version")
+		// When min_healthy_time started counting, when the catalog first
+		// showed the streak passing, and when the token went back (the
+		// rollout benchmark's breakdown).
+		log.Info("rollout: instance healthy on the new version", "counted_from", streak.since.Format(time.RFC3339Nano),
+			"catalog_from", streak.seen.Format(time.RFC3339Nano), "token_back", back.Format(time.RFC3339Nano))
 	case ctx.Err() != nil, errors.Is(err, errSuperseded), errors.Is(err, errTokenLost):
 		log.Debug("rollout: stopped waiting for health", "reason", err)
 	default:
@@ -209,8 +214,8 @@ var errTokenLost = errors.New("the rollout token was lost")
 // min_healthy_time: nil, or why not (errSuperseded once h runs another
 // version). deadline 0 waits as long as it takes. from is when the wait
 // began (the replacement, for an update): min_healthy_time never counts
-// from before it (nextStreak).
-func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitSpec, lost <-chan struct{}, deadline time.Duration, from time.Time) error {
+// from before it (nextStreak). It returns the streak that lasted.
+func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitSpec, lost <-chan struct{}, deadline time.Duration, from time.Time) (healthStreak, error) {
 	up := u.Unit.Placement.Update
 	hash := runHash(u)
 	end := time.Now().Add(deadline)
@@ -230,7 +235,7 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitS
 		superseded := f.held[id] != h || runHash(h.unit) != hash
 		f.mu.Unlock()
 		if superseded {
-			return errSuperseded
+			return streak, errSuperseded
 		}
 		healthy, cur, local, w := slotHealthy(f.cfg.Runner.Snapshots(), id, u, up.HealthCheck)
 		if healthy && marked != nil && !marked() {
@@ -242,17 +247,17 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitS
 		now := time.Now()
 		streak = nextStreak(streak, healthy, cur, local, from, now)
 		if !streak.since.IsZero() && now.Sub(streak.since) >= up.MinHealthyTime {
-			return nil
+			return streak, nil
 		}
 		if deadline > 0 && now.After(end) {
-			return fmt.Errorf("not healthy within healthy_deadline (%s): %s", up.HealthyDeadline, why)
+			return streak, fmt.Errorf("not healthy within healthy_deadline (%s): %s", up.HealthyDeadline, why)
 		}
 		timer.Reset(healthWait(streak.since, time.Now(), up.MinHealthyTime))
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return streak, ctx.Err()
 		case <-lost:
-			return errTokenLost
+			return streak, errTokenLost
 		case <-timer.C:
 		}
 	}
@@ -262,6 +267,7 @@ func (f *Fleet) waitHealthy(ctx context.Context, id string, h *heldSlot, u UnitS
 // streak, the one min_healthy_time counts.
 type healthStreak struct {
 	since time.Time // its start; zero: not healthy at the last look
+	seen  time.Time // the look that first saw it healthy
 	pids  []int     // the members' processes it is about
 	// broke: seen healthy and then not, or restarted, during this wait.
 	// From then on a streak counts from the look that saw it healthy
@@ -302,7 +308,7 @@ func nextStreak(s healthStreak, healthy bool, pids []int, local, from, now time.
 		s.since, s.broke = time.Time{}, true // restarted
 	}
 	if s.since.IsZero() {
-		s.since, s.pids = now, pids
+		s.since, s.seen, s.pids = now, now, pids
 		if !s.broke && !local.IsZero() {
 			s.since = earlier(later(local, from), now)
 		}
@@ -394,7 +400,7 @@ func (f *Fleet) publish(ctx context.Context, id string, h *heldSlot, record bool
 	f.mu.Lock()
 	u := h.unit
 	f.mu.Unlock()
-	if err := f.waitHealthy(ctx, id, h, u, h.term.Lost(), 0, time.Now()); err != nil {
+	if _, err := f.waitHealthy(ctx, id, h, u, h.term.Lost(), 0, time.Now()); err != nil {
 		return
 	}
 	if err := f.publishHealthy(ctx, id, h, runHash(u), record); err != nil && ctx.Err() == nil {
