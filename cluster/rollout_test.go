@@ -121,6 +121,8 @@ func TestNextStreak(t *testing.T) {
 			{true, p1, t0.Add(-time.Minute), ms(200)}}, t0, false},
 		{"local later than the look (clock of another goroutine): never after now", []look{
 			{true, p1, ms(300), ms(200)}}, ms(200), false},
+		{"a catalog far behind: at most MaxCatalogLag before it showed the slot passing", []look{
+			{false, nil, ms(50), ms(100)}, {true, p1, ms(50), ms(1800)}}, ms(1800).Add(-MaxCatalogLag), false},
 		{"still healthy: the start stays", []look{
 			{true, p1, ms(50), ms(200)}, {true, p1, ms(50), ms(2000)}}, ms(50), false},
 		{"a break in the catalog: from the look that sees it healthy again", []look{

@@ -368,13 +368,18 @@ type holdDeploy struct {
 // healthyFrom is when min_healthy_time starts counting for an instance
 // that the catalog shows passing at now (cluster.nextStreak's rule):
 // since, when its checks passed where they run, if known (not zero),
-// never before started (the update; zero: unknown) nor after now.
+// never before started (the update; zero: unknown), nor more than
+// cluster.MaxCatalogLag before now, nor after now.
 func healthyFrom(since, started, now time.Time) time.Time {
-	switch {
-	case since.IsZero() || since.After(now):
+	if since.IsZero() || since.After(now) {
 		return now
-	case since.Before(started):
-		return started
+	}
+	lo := now.Add(-cluster.MaxCatalogLag)
+	if started.After(lo) {
+		lo = started
+	}
+	if since.Before(lo) {
+		return lo
 	}
 	return since
 }

@@ -416,7 +416,9 @@ func TestHealthyFrom(t *testing.T) {
 		{"not known: from the report", zero, ms(0), ms(300), ms(300)},
 		{"passed where they run before the catalog showed it: from there", ms(60), ms(0), ms(300), ms(60)},
 		{"never before the update", ms(-500), ms(0), ms(300), ms(0)},
-		{"running from before this agent: no lower bound", ms(-500), zero, ms(300), ms(-500)},
+		{"running from before this agent: the catalog's lag at most", ms(-500), zero, ms(300), ms(300).Add(-cluster.MaxCatalogLag)},
+		{"a catalog far behind: the lag forgiven at most MaxCatalogLag", ms(60), ms(0), ms(1800), ms(1800).Add(-cluster.MaxCatalogLag)},
+		{"the update long before, passed since: from the pass", ms(1500), ms(0), ms(1800), ms(1500)},
 		{"never after now", ms(400), ms(0), ms(300), ms(300)},
 	} {
 		if got := healthyFrom(tc.since, tc.started, tc.now); !got.Equal(tc.want) {
