@@ -26,7 +26,8 @@ import (
 // with its holder; internal/semaphore: api.Semaphore's keys, with the
 // waiters queued so that a token given back wakes one of them), then waits until the new instance is healthy for
 // min_healthy_time (running, and with health_check = "checks" every check
-// passing) before it gives the token back. So never more than count
+// passing; counted from the checks' own results when mariposa runs them
+// all, nextStreak) before it gives the token back. So never more than count
 // instances run, and never more than max_parallel are being replaced. An
 // instance not healthy within healthy_deadline marks the rollout failed
 // (rollout/<unit>/<run-hash>/failed, with its audit record, one txn): no
