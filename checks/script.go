@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,6 +39,49 @@ type ScriptCheck struct {
 	Cred *proc.Credential
 	// NoNewPrivs: the check cannot gain privileges (the service's setting).
 	NoNewPrivs bool
+
+	// passing is the end of the first run of the check's current passing
+	// streak about the current process (Local); nil: not passing, or no
+	// result about this process yet.
+	passing atomic.Pointer[time.Time]
+}
+
+// Local is what mariposa itself knows of the check, before Consul does:
+// since when every run about the current process has passed (the end of
+// the first of them), or zero when the last result was not passing or
+// none came since the process started (a Kick). The catalog shows the
+// same result once the agent has synced it to the servers (anti-entropy)
+// and the node's health query has seen it: about 0.1-0.2 s later.
+func (s *ScriptCheck) Local() time.Time {
+	if p := s.passing.Load(); p != nil {
+		return *p
+	}
+	return time.Time{}
+}
+
+// localStreak is the start of an args check's local passing streak after
+// a result st that ended at, given the streak's start before it (zero:
+// none). kicked: a process started while the run was under way (a Kick
+// is pending), so the result may be about the previous one and starts
+// nothing: the streak starts over with the first run after the Kick.
+func localStreak(since time.Time, st Result, at time.Time, kicked bool) time.Time {
+	switch {
+	case kicked || st.Health != api.HealthPassing:
+		return time.Time{}
+	case since.IsZero():
+		return at
+	}
+	return since
+}
+
+// noteLocal records a result that ended at in the local streak.
+func (s *ScriptCheck) noteLocal(st Result, at time.Time) {
+	since := localStreak(s.Local(), st, at, len(s.Kick) > 0)
+	if since.IsZero() {
+		s.passing.Store(nil)
+	} else {
+		s.passing.Store(&since)
+	}
 }
 
 // Run runs the check until ctx ends, the first time at once, and at once
@@ -55,6 +99,7 @@ func (s *ScriptCheck) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-s.Kick:
+			s.passing.Store(nil) // a new process: nothing known of it yet
 		}
 		res := make(chan Result, 1)
 		go func() { res <- RunScriptAs(ctx, s.Check.Args, s.Env, s.Dir, s.Check.Timeout, s.Cred, s.NoNewPrivs) }()
@@ -63,6 +108,7 @@ func (s *ScriptCheck) Run(ctx context.Context) {
 			return // cut short by the stop: not a result
 		}
 		last = &st
+		s.noteLocal(st, time.Now())
 		s.Registry.SetCheck(s.ServiceID, id, st)
 		t.Reset(s.interval())
 	}

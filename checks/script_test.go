@@ -109,3 +109,31 @@ func TestScriptCheckStopReportsNothing(t *testing.T) {
 		t.Fatalf("a run cut short by the stop was reported: %+v", tc.st)
 	}
 }
+
+// An args check's local streak: it starts with the first passing result
+// about the current process, holds while results pass, ends on any other,
+// and a result that ended while a Kick was pending (a process started
+// during the run) starts nothing.
+func TestLocalStreak(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	pass, warn, crit := Result{Health: api.HealthPassing}, Result{Health: api.HealthWarning}, Result{Health: api.HealthCritical}
+	var zero time.Time
+	for _, tc := range []struct {
+		name   string
+		since  time.Time
+		st     Result
+		kicked bool
+		want   time.Time
+	}{
+		{"first pass: the streak starts at its end", zero, pass, false, t0},
+		{"another pass: the streak holds", t0.Add(-time.Second), pass, false, t0.Add(-time.Second)},
+		{"critical: no streak", t0.Add(-time.Second), crit, false, zero},
+		{"warning is not passing", t0.Add(-time.Second), warn, false, zero},
+		{"a pass while a process started: not about it", zero, pass, true, zero},
+		{"a pass while a process started ends the streak too", t0.Add(-time.Second), pass, true, zero},
+	} {
+		if got := localStreak(tc.since, tc.st, t0, tc.kicked); !got.Equal(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

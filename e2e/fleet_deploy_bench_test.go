@@ -759,6 +759,12 @@ type deployTimeline struct {
 	span                             time.Duration
 	maxInFlight, maxPerNode          int
 	lastBatchNodes                   string
+	// From the healthy lines' fields (parts: how many had them), p50s:
+	// replacement -> min_healthy_time's start, that start -> the catalog
+	// showing the instance passing, replacement -> token back, and token
+	// back -> the next replacement.
+	parts                                                int
+	toCounted50, catalogAhead50, toBack50, backHandoff50 time.Duration
 }
 
 func (t deployTimeline) String() string {
@@ -767,7 +773,15 @@ func (t deployTimeline) String() string {
 	}
 	return fmt.Sprintf("logs: %d instances replaced, first %.2fs after the deploy, replacement -> healthy p50 %.2fs max %.2fs, token hand-off (healthy -> next replacement, in order) min %.2fs p50 %.2fs p90 %.2fs, last healthy -> successful %.2fs, at most %d in flight; unused token-seconds while instances waited: %.1f with every such node busy with another of its slots (up to %d slots a node), %.1f hand-off (of %.1f over %.1fs); last to go: %s",
 		t.instances, t.first.Seconds(), t.replaceToHealthy50.Seconds(), t.rthMax.Seconds(), t.handoffMin.Seconds(), t.handoff50.Seconds(), t.handoff90.Seconds(), t.tail.Seconds(), t.maxInFlight,
-		t.idleBusyNodes, t.maxPerNode, t.idleHandoff, float64(t.tokens)*t.span.Seconds(), t.span.Seconds(), t.lastBatchNodes)
+		t.idleBusyNodes, t.maxPerNode, t.idleHandoff, float64(t.tokens)*t.span.Seconds(), t.span.Seconds(), t.lastBatchNodes) + t.partsString()
+}
+
+func (t deployTimeline) partsString() string {
+	if t.parts == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; per instance (%d, p50): replacement -> min_healthy_time counting %.3fs (the catalog showed it passing %.3fs after that), replacement -> token back %.3fs, token back -> next replacement %.3fs",
+		t.parts, t.toCounted50.Seconds(), t.catalogAhead50.Seconds(), t.toBack50.Seconds(), t.backHandoff50.Seconds())
 }
 
 // rolloutTimeline reads the "rollout: replacing the instance" and
@@ -777,6 +791,10 @@ func rolloutTimeline(logs map[string]string, hash string, t0, success time.Time,
 	type inst struct {
 		node            string
 		replace, health time.Time
+		// From the healthy line, when it has them: when min_healthy_time
+		// started counting, when the catalog first showed the instance
+		// passing, when the token went back.
+		counted, catalog, back time.Time
 	}
 	all := map[string]*inst{}
 	claims, losses := 0, 0
@@ -808,6 +826,9 @@ func rolloutTimeline(logs map[string]string, hash string, t0, success time.Time,
 				all[id].replace = at
 			case "rollout: instance healthy on the new version":
 				all[id].health = at
+				all[id].counted, _ = parseLogTime(fmt.Sprint(e["counted_from"]))
+				all[id].catalog, _ = parseLogTime(fmt.Sprint(e["catalog_from"]))
+				all[id].back, _ = parseLogTime(fmt.Sprint(e["token_back"]))
 			}
 		}
 	}
@@ -852,6 +873,33 @@ func rolloutTimeline(logs map[string]string, hash string, t0, success time.Time,
 		t.handoffMin, t.handoff50, t.handoff90 = gaps[0], gaps[len(gaps)/2], gaps[len(gaps)*9/10]
 	}
 	sort.Slice(rth, func(i, j int) bool { return rth[i] < rth[j] })
+	// The parts, where the healthy lines say them.
+	var toCounted, ahead, toBack, backHandoff []time.Duration
+	var backs []time.Time
+	for _, x := range is {
+		if x.counted.IsZero() || x.back.IsZero() {
+			continue
+		}
+		toCounted = append(toCounted, x.counted.Sub(x.replace))
+		ahead = append(ahead, x.catalog.Sub(x.counted))
+		toBack = append(toBack, x.back.Sub(x.replace))
+		backs = append(backs, x.back)
+	}
+	if len(backs) == len(is) {
+		sort.Slice(backs, func(i, j int) bool { return backs[i].Before(backs[j]) })
+		for i, x := range is[min(tokens, len(is)):] {
+			backHandoff = append(backHandoff, x.replace.Sub(backs[i]))
+		}
+	}
+	p50 := func(d []time.Duration) time.Duration {
+		if len(d) == 0 {
+			return 0
+		}
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[len(d)/2]
+	}
+	t.parts = len(toCounted)
+	t.toCounted50, t.catalogAhead50, t.toBack50, t.backHandoff50 = p50(toCounted), p50(ahead), p50(toBack), p50(backHandoff)
 	t.first, t.tail = is[0].replace.Sub(t0), success.Sub(lastHealthy)
 	t.replaceToHealthy50, t.rthMax = rth[len(rth)/2], rth[len(rth)-1]
 	start, lastStart := is[0].replace, is[len(is)-1].replace

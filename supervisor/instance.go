@@ -54,6 +54,14 @@ type Snapshot struct {
 	// Held is what the instance would do but for a pause ("restart after
 	// exit 1"): an entry of the node's queue. "" when nothing is held.
 	Held string
+	// LocalChecks: the service has checks and every one is an args check,
+	// which mariposa runs itself and knows the result of before Consul
+	// does. LocalPassingSince is then since when every one of them has
+	// passed each run about the running process (the latest start of
+	// their passing streaks, never before the process started); zero when
+	// one is not passing or has no result about this process yet.
+	LocalChecks       bool
+	LocalPassingSince time.Time
 }
 
 // Instance supervises one service's process. One goroutine (run) owns its
@@ -106,9 +114,10 @@ type Instance struct {
 	// the registration is not ours to withdraw.
 	abandoned *atomic.Bool
 
-	mu   sync.Mutex
-	snap Snapshot
-	cur  *proc.Process
+	mu      sync.Mutex
+	snap    Snapshot
+	cur     *proc.Process
+	scripts []*checks.ScriptCheck // the args checks, once run has made them
 
 	// cgroups makes the instance's control group; nil: none (cgroups
 	// unavailable; the process group is all there is).
@@ -160,7 +169,36 @@ func (in *Instance) inSlot(sl Slot) {
 func (in *Instance) Snapshot() Snapshot {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	return in.snap
+	sn := in.snap
+	if len(in.scripts) > 0 && len(in.scripts) == len(in.svc.Checks) {
+		sn.LocalChecks = true
+		if in.cur != nil && sn.State == StateRunning {
+			locals := make([]time.Time, len(in.scripts))
+			for i, sc := range in.scripts {
+				locals[i] = sc.Local()
+			}
+			sn.LocalPassingSince = localSince(locals, in.cur.Started)
+		}
+	}
+	return sn
+}
+
+// localSince is since when every args check has passed locally about a
+// process started at started, given the starts of their local passing
+// streaks (ScriptCheck.Local): the latest, zero when one is not passing
+// or its streak began before the start (a result about the previous
+// process that came before the new one's Kick was taken).
+func localSince(locals []time.Time, started time.Time) time.Time {
+	var since time.Time
+	for _, t := range locals {
+		if t.IsZero() || t.Before(started) {
+			return time.Time{}
+		}
+		if t.After(since) {
+			since = t
+		}
+	}
+	return since
 }
 
 // Signal forwards sig to the running process group, if any.
@@ -358,6 +396,7 @@ func (in *Instance) run() {
 		scripts.Add(1)
 		go func() { defer scripts.Done(); in.changeCommands(scriptCtx.Done()) }()
 	}
+	var scs []*checks.ScriptCheck
 	for _, c := range in.svc.Checks {
 		if c.Kind != schema.CheckArgs {
 			continue
@@ -365,9 +404,13 @@ func (in *Instance) run() {
 		kick := make(chan struct{}, 1)
 		l.kicks = append(l.kicks, kick)
 		sc := &checks.ScriptCheck{ServiceID: in.id, Check: c, Env: in.env, Dir: in.svc.Dir, Registry: in.reg, Log: in.log, Kick: kick, Cred: in.cred, NoNewPrivs: in.svc.NoNewPrivs}
+		scs = append(scs, sc)
 		scripts.Add(1)
 		go func() { defer scripts.Done(); sc.Run(scriptCtx) }()
 	}
+	in.mu.Lock()
+	in.scripts = scs
+	in.mu.Unlock()
 	var dataChanged <-chan struct{}
 	l.queue = append(l.queue, l.boot())
 	if in.data != nil {

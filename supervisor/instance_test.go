@@ -111,3 +111,82 @@ func TestInstanceKillDuringRestartStop(t *testing.T) {
 		t.Errorf("pid %d still alive", pid)
 	}
 }
+
+// The local clock of an instance's args checks: the latest streak start,
+// none while one is not passing or began before the process started.
+func TestLocalSince(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	s := time.Second
+	var zero time.Time
+	for _, tc := range []struct {
+		name   string
+		locals []time.Time
+		want   time.Time
+	}{
+		{"one check passing since after the start", []time.Time{t0.Add(s)}, t0.Add(s)},
+		{"two: the later streak", []time.Time{t0.Add(s), t0.Add(3 * s)}, t0.Add(3 * s)},
+		{"one not passing", []time.Time{t0.Add(s), zero}, zero},
+		{"a streak from before the process started", []time.Time{t0.Add(-s), t0.Add(s)}, zero},
+		{"at the start itself", []time.Time{t0}, t0},
+	} {
+		if got := localSince(tc.locals, t0); !got.Equal(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A running instance whose checks are all args checks says in its
+// snapshot since when they have passed in mariposa's own runs, about the
+// process running: after its start, and again after a restart; with a
+// check mariposa does not run, it says nothing.
+func TestSnapshotLocalPassing(t *testing.T) {
+	args := func(name string, argv ...string) *schema.Check {
+		return &schema.Check{Name: name, Kind: schema.CheckArgs, Args: argv, Interval: time.Hour, Timeout: 5 * time.Second}
+	}
+	svc := testService(func(s *schema.Service) {
+		s.Command = []string{"sleep", "60"}
+		s.Checks = []*schema.Check{args("a", "true"), args("b", "true")}
+		s.Restart.Delay = 0
+	})
+	in, _ := testInstance(t, svc)
+	go in.run()
+	t.Cleanup(in.Stop)
+	var first Snapshot
+	waitFor(t, "the checks passing locally", 10*time.Second, func() bool {
+		first = in.Snapshot()
+		return first.State == StateRunning && !first.LocalPassingSince.IsZero()
+	})
+	in.mu.Lock()
+	started := in.cur.Started
+	in.mu.Unlock()
+	if !first.LocalChecks || first.LocalPassingSince.Before(started) {
+		t.Fatalf("local %v %v, process started %v", first.LocalChecks, first.LocalPassingSince, started)
+	}
+	// A restart: the checks run again (kicked, interval 1h), about the new process.
+	if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var next Snapshot
+	waitFor(t, "the new process's checks passing locally", 10*time.Second, func() bool {
+		next = in.Snapshot()
+		return next.State == StateRunning && next.PID != first.PID && !next.LocalPassingSince.IsZero()
+	})
+	in.mu.Lock()
+	started = in.cur.Started
+	in.mu.Unlock()
+	if next.LocalPassingSince.Before(started) {
+		t.Fatalf("local since %v, before the new process started (%v)", next.LocalPassingSince, started)
+	}
+
+	mixed := testService(func(s *schema.Service) {
+		s.Command = []string{"sleep", "60"}
+		s.Checks = []*schema.Check{args("a", "true"), {Name: "ttl", Kind: schema.CheckTTL, TTL: time.Minute}}
+	})
+	in2, _ := testInstance(t, mixed)
+	go in2.run()
+	t.Cleanup(in2.Stop)
+	waitFor(t, "running", 10*time.Second, func() bool { return in2.Snapshot().State == StateRunning })
+	if sn := in2.Snapshot(); sn.LocalChecks || !sn.LocalPassingSince.IsZero() {
+		t.Fatalf("a check the agent keeps, yet local %v %v", sn.LocalChecks, sn.LocalPassingSince)
+	}
+}

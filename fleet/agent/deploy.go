@@ -228,10 +228,14 @@ type (
 	// DeployAnswer: a new answer of the watch on a unit's deployment.
 	DeployAnswer struct{ View *DeployView }
 	// InstanceHealthy: the slot's instance, running Version, passes its
-	// checks (from the node's supervisor).
+	// checks (from the node's supervisor), in the catalog. Since, when
+	// set, is when they passed where they run (mariposa's own runs of an
+	// args check, before the catalog shows it): min_healthy_time counts
+	// from there (healthyFrom). Zero: from this input.
 	InstanceHealthy struct {
 		Slot    SlotID
 		Version string
+		Since   time.Time
 	}
 	// TokenDone answers TakeToken; ReturnDone answers ReturnToken.
 	TokenDone struct {
@@ -361,6 +365,25 @@ type holdDeploy struct {
 	pubRetry time.Time
 }
 
+// healthyFrom is when min_healthy_time starts counting for an instance
+// that the catalog shows passing at now (cluster.nextStreak's rule):
+// since, when its checks passed where they run, if known (not zero),
+// never before started (the update; zero: unknown), nor more than
+// cluster.MaxCatalogLag before now, nor after now.
+func healthyFrom(since, started, now time.Time) time.Time {
+	if since.IsZero() || since.After(now) {
+		return now
+	}
+	lo := now.Add(-cluster.MaxCatalogLag)
+	if started.After(lo) {
+		lo = started
+	}
+	if since.Before(lo) {
+		return lo
+	}
+	return since
+}
+
 func (a *Agent) deps() *deployState {
 	if a.dep == nil {
 		a.dep = &deployState{views: map[string]*DeployView{}, holds: map[SlotID]*holdDeploy{}, moving: map[string]*move{}}
@@ -412,7 +435,7 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 			d.holds[in.Slot] = hd
 		}
 		if hd.version == in.Version && hd.healthySince.IsZero() {
-			hd.healthySince = now
+			hd.healthySince = healthyFrom(in.Since, hd.started, now)
 		}
 	case TokenDone:
 		hd := d.holds[in.Slot]

@@ -401,3 +401,57 @@ func TestStaleTokenViewIsNotAdopted(t *testing.T) {
 		t.Fatal("no fresh token asked for")
 	}
 }
+
+// When min_healthy_time starts counting for an instance the catalog shows
+// passing: when its checks passed where they run, if known, within the
+// update and now.
+func TestHealthyFrom(t *testing.T) {
+	ms := func(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+	var zero time.Time
+	for _, tc := range []struct {
+		name                string
+		since, started, now time.Time
+		want                time.Time
+	}{
+		{"not known: from the report", zero, ms(0), ms(300), ms(300)},
+		{"passed where they run before the catalog showed it: from there", ms(60), ms(0), ms(300), ms(60)},
+		{"never before the update", ms(-500), ms(0), ms(300), ms(0)},
+		{"running from before this agent: the catalog's lag at most", ms(-500), zero, ms(300), ms(300).Add(-cluster.MaxCatalogLag)},
+		{"a catalog far behind: the lag forgiven at most MaxCatalogLag", ms(60), ms(0), ms(1800), ms(1800).Add(-cluster.MaxCatalogLag)},
+		{"the update long before, passed since: from the pass", ms(1500), ms(0), ms(1800), ms(1500)},
+		{"never after now", ms(400), ms(0), ms(300), ms(300)},
+	} {
+		if got := healthyFrom(tc.since, tc.started, tc.now); !got.Equal(tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got.Sub(t0), tc.want.Sub(t0))
+		}
+	}
+}
+
+// An instance whose checks passed where they run before the catalog
+// showed it is healthy min_healthy_time after they passed.
+func TestHealthyCountsFromLocalPass(t *testing.T) {
+	m := holder(t, 3, 1)
+	id := SlotID{"web", 1}
+	tk, _ := find[TakeToken](m.step(deployView(10, running(2, "v1", "v2"), nil, nil)))
+	p, _ := find[Publish](m.step(TokenDone{Slot: id, T: tk.T, OK: true}))
+	if _, ok := find[Update](m.step(PublishDone{Slot: id, Kind: p.Kind, Version: "v2", OK: true})); !ok {
+		t.Fatal("no update")
+	}
+	m.now = m.now.Add(50 * time.Millisecond)
+	m.step(InstanceStarted{Slot: id})
+	passed := m.now.Add(10 * time.Millisecond)
+	m.now = m.now.Add(200 * time.Millisecond)
+	acts := m.step(InstanceHealthy{Slot: id, Version: "v2", Since: passed})
+	w, ok := find[Wake](acts)
+	if !ok || !w.At.Equal(passed.Add(time.Second)) {
+		t.Fatalf("wake %v, want min_healthy_time after the checks passed (%v): %v", w.At, passed.Add(time.Second), acts)
+	}
+	m.now = w.At
+	acts = m.step(Tick{})
+	if p, ok := find[Publish](acts); !ok || p.Status.HealthyAt == nil || !p.Status.HealthyAt.Equal(w.At) {
+		t.Fatalf("healthy status: %+v %v", p, acts)
+	}
+	if _, ok := find[ReturnToken](acts); !ok {
+		t.Fatalf("token not given back: %v", acts)
+	}
+}
