@@ -34,7 +34,7 @@ type fleetMember struct {
 	volumes *volume.Store
 	apiURL  string
 
-	f      atomic.Pointer[cluster.Fleet]
+	f atomic.Pointer[cluster.Fleet]
 	// engine is fleetEngine's choice: "agent" runs the step machine
 	// (agentFleet) instead of cluster.Fleet.
 	engine string
