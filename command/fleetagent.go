@@ -51,9 +51,10 @@ func fleetEngine() (string, error) {
 // the executor the units: the node's own files' and every deployment's
 // desired spec (deploy/<name>/desired, as cluster.Fleet reads them).
 type agentFleet struct {
-	r   *supervisor.Runner
-	ex  *executor.Executor
-	log hclog.Logger
+	// apply is the runner's ApplySlots; ex the executor.
+	apply func(context.Context, []supervisor.SlotInstance) (supervisor.ApplyResult, error)
+	ex    agentExecutor
+	log   hclog.Logger
 
 	kick chan struct{} // a change of held or units: apply
 
@@ -69,6 +70,14 @@ type agentFleet struct {
 	halted, gone bool
 }
 
+// agentExecutor is what agentFleet uses of executor.Executor.
+type agentExecutor interface {
+	SetUnits([]agent.Unit)
+	InstanceStarted(agent.SlotID)
+	InstanceExited(agent.SlotID)
+	Stop(context.Context) error
+}
+
 // agentSlot is a held slot's instance as the runner runs it.
 type agentSlot struct {
 	start     agent.Start
@@ -81,18 +90,18 @@ type agentSlot struct {
 	reported      bool // InstanceStarted posted
 }
 
-func newAgentFleet(r *supervisor.Runner, log hclog.Logger) *agentFleet {
-	return &agentFleet{r: r, log: log, kick: make(chan struct{}, 1), units: map[string]cluster.UnitSpec{},
+func newAgentFleet(apply func(context.Context, []supervisor.SlotInstance) (supervisor.ApplyResult, error), log hclog.Logger) *agentFleet {
+	return &agentFleet{apply: apply, log: log, kick: make(chan struct{}, 1), units: map[string]cluster.UnitSpec{},
 		held: map[agent.SlotID]*agentSlot{}, exiting: map[agent.SlotID]bool{}}
 }
 
 // startAgent makes and starts the executor of node, after the runner's
 // own registration (its liveness check binds the session).
 func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, cfg *schema.Config, log hclog.Logger) *agentFleet {
-	a := newAgentFleet(r, log.Named("agent"))
+	a := newAgentFleet(r.ApplySlots, log.Named("agent"))
 	a.local = cluster.UnitsOf(cfg)
 	node := r.Node()
-	a.ex = executor.New(executor.Config{
+	ex := executor.New(executor.Config{
 		Client: client,
 		Node:   node,
 		// The session goes with the node (serfHealth) and with this
@@ -104,7 +113,8 @@ func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, c
 		Instances: a,
 		Log:       log.Named("executor"),
 	})
-	a.ex.Start()
+	a.ex = ex
+	ex.Start()
 	go a.applyLoop(ctx)
 	go a.watchDeploy(ctx, client)
 	return a
@@ -285,7 +295,7 @@ func (a *agentFleet) applyLoop(ctx context.Context) {
 			exiting = append(exiting, s)
 		}
 		a.mu.Unlock()
-		if _, err := a.r.ApplySlots(ctx, out); err != nil {
+		if _, err := a.apply(ctx, out); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
