@@ -194,7 +194,9 @@ func (e *Executor) claim(a agent.Claim) {
 func (e *Executor) release(a agent.Release) {
 	ctx, cancel := e.request()
 	defer cancel()
-	ok, _, _, err := e.cfg.Client.Txn().Txn(releaseOps(a.Slot, e.cfg.Node, a.Session, time.Now()), (&api.QueryOptions{}).WithContext(ctx))
+	// The release's audit record goes with it (as cluster.Fleet's).
+	ops := append(releaseOps(a.Slot, e.cfg.Node, a.Session, time.Now()), e.auditOp(agent.Record{Slot: a.Slot, Action: "release", Reason: "released"}))
+	ok, _, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil || !ok {
 		e.log.Debug("release refused or unanswered", "slot", a.Slot.String(), "error", err)
 	}

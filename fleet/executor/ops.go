@@ -39,6 +39,17 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
 		// A slot never claimed: its ClaimedKey must not exist (the first op).
 		ops = append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()})}, ops...)
 	}
+	// The claim's audit record goes with it (as cluster.Fleet's), before
+	// the budget's compare-and-set, which stays the last op
+	// (Claim.Refusal).
+	why := "claimed"
+	switch {
+	case a.Takeover != nil:
+		why = "a takeover"
+	case a.Released:
+		why = "released by its holder"
+	}
+	ops = append(ops, e.auditOp(agent.Record{Slot: a.Slot, Action: "claim", Reason: why}))
 	if t := a.Takeover; t != nil && t.Logged {
 		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCAS, Key: cluster.TakeoversKey, Index: t.Index, Value: t.Log.Encode()}))
 	}
