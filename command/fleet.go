@@ -194,5 +194,9 @@ func (m *fleetMember) startAgent(ctx context.Context, r *supervisor.Runner, cfg 
 			}
 		}
 		m.ag.Store(startAgent(ctx, m.client, r, cfg, m.log))
+		// The step machine decides the pauses' claims, not the runner's
+		// held restarts: those follow the pauses as on a node without
+		// -cluster (its queue included).
+		go cluster.FollowPauses(ctx, m.client, r.Node(), r, m.log.Named("pause"))
 	}()
 }
