@@ -152,6 +152,9 @@ func (e *Executor) writeBrake(a agent.WriteBrake) {
 	ok, r, err := e.txn(api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.StormKey}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.StormKey, Value: a.Record.Encode()}),
+		// Its audit record, as cluster.Fleet's.
+		e.auditOp(agent.Record{Slot: agent.SlotID{K: -1}, Action: "storm-brake",
+			Reason: a.Record.Reason() + "; takeovers of lost slots paused until mariposa resume"}),
 	})
 	switch {
 	case err != nil:
