@@ -112,7 +112,14 @@ func localIntents(node string, snaps []supervisor.Snapshot, drops map[string]Dro
 		if sn.Held == "" {
 			continue
 		}
-		in := Intent{Node: node, Kind: "restart", Target: sn.Service, Detail: sn.Held}
+		// An instance in a slot (a fleet node on the step machine, which
+		// follows the pauses this way) is named as cluster.Fleet names it
+		// (intentsLocked), so that pauseFuncOf finds its drop.
+		target := sn.Service
+		if sn.Slot != "" {
+			target = sn.Service + "@" + sn.Slot
+		}
+		in := Intent{Node: node, Kind: "restart", Target: target, Detail: sn.Held}
 		in.ID = intentID(node, in.Kind, in.Target)
 		if _, ok := since[in.ID]; !ok {
 			since[in.ID] = now

@@ -34,7 +34,11 @@ type fleetMember struct {
 	volumes *volume.Store
 	apiURL  string
 
-	f      atomic.Pointer[cluster.Fleet]
+	f atomic.Pointer[cluster.Fleet]
+	// engine is fleetEngine's choice: "agent" runs the step machine
+	// (agentFleet) instead of cluster.Fleet.
+	engine string
+	ag     atomic.Pointer[agentFleet]
 	killed <-chan struct{} // the runner's Killed
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -65,6 +69,10 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.killed = r.Killed()
+	if m.engine == "agent" {
+		m.startAgent(ctx, r, cfg)
+		return
+	}
 	go func() {
 		defer close(m.done)
 		select {
@@ -84,6 +92,9 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 // waiting is what the fleet waits for (cluster.Fleet.Waiting), "" before
 // it runs.
 func (m *fleetMember) waiting() string {
+	if a := m.ag.Load(); a != nil {
+		return a.waiting()
+	}
 	if f := m.f.Load(); f != nil {
 		return f.Waiting()
 	}
@@ -109,6 +120,9 @@ func (m *fleetMember) event(e supervisor.Event) {
 }
 
 func (m *fleetMember) setLocal(cfg *schema.Config) {
+	if a := m.ag.Load(); a != nil {
+		a.setLocal(cfg)
+	}
 	if f := m.f.Load(); f != nil {
 		f.SetLocal(cfg)
 	}
@@ -117,6 +131,10 @@ func (m *fleetMember) setLocal(cfg *schema.Config) {
 // halt stops claiming (mariposa is stopping); the slots held stay held
 // until stopped releases them.
 func (m *fleetMember) halt() {
+	if a := m.ag.Load(); a != nil {
+		a.halt()
+		return // its watches end with stopped
+	}
 	if m.cancel != nil {
 		m.cancel()
 	}
@@ -129,6 +147,21 @@ func (m *fleetMember) stopped() {
 			m.cancel()
 		}
 		<-m.done
+		if a := m.ag.Load(); a != nil {
+			// The slots are released once the agent has seen their
+			// instances gone, unless a second signal cuts it short.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				select {
+				case <-m.killed:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			a.release(ctx)
+			return
+		}
 		if f := m.f.Load(); f != nil {
 			// The handoffs published are served until the next holders
 			// have them (bounded), unless a second signal cuts it short.
@@ -144,4 +177,26 @@ func (m *fleetMember) stopped() {
 			f.Release(ctx, "mariposa stopped")
 		}
 	})
+}
+
+// startAgent runs the fleet's step machine (MARIPOSA_FLEET_ENGINE=agent)
+// once the runner is ready and registered (the session binds its
+// liveness check).
+func (m *fleetMember) startAgent(ctx context.Context, r *supervisor.Runner, cfg *schema.Config) {
+	m.log.Warn("the fleet runs on the step machine (" + fleetEngineEnv + "=agent): experimental, see website/internals/fleet-agent.md")
+	go func() {
+		defer close(m.done)
+		for _, c := range []<-chan struct{}{r.Ready(), r.Registered()} {
+			select {
+			case <-c:
+			case <-ctx.Done():
+				return
+			}
+		}
+		m.ag.Store(startAgent(ctx, m.client, r, cfg, m.log))
+		// The step machine decides the pauses' claims, not the runner's
+		// held restarts: those follow the pauses as on a node without
+		// -cluster (its queue included).
+		go cluster.FollowPauses(ctx, m.client, r.Node(), r, m.log.Named("pause"))
+	}()
 }

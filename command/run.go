@@ -170,6 +170,11 @@ func (c *RunCommand) Run(args []string) int {
 		c.UI.Error("mariposa run: " + err.Error())
 		return 1
 	}
+	engine, err := fleetEngine()
+	if err != nil {
+		c.UI.Error("mariposa run: " + err.Error())
+		return 1
+	}
 	if reserve.set && !clusterMode {
 		c.UI.Error("mariposa run: -reserve goes with -cluster: it keeps capacity out of the fleet's placement")
 		return 1
@@ -293,6 +298,7 @@ func (c *RunCommand) Run(args []string) int {
 	// from the children's pipes directly, so a slow log never loses them.
 	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
 	fl := newFleetMember(clusterMode, client, log)
+	fl.engine = engine
 	fl.auditRetention = audit.retention
 	if clusterMode {
 		// Slots with volume blocks keep their data here (and hand it

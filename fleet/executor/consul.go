@@ -207,7 +207,9 @@ func (e *Executor) claim(a agent.Claim) {
 func (e *Executor) release(a agent.Release) {
 	ctx, cancel := e.request()
 	defer cancel()
-	ops := releaseOps(a.Slot, e.cfg.Node, a.Session, time.Now())
+	// The release's audit record goes with it (as cluster.Fleet's); a
+	// failed slot's mark and its record too.
+	ops := append(releaseOps(a.Slot, e.cfg.Node, a.Session, time.Now()), e.auditOp(agent.Record{Slot: a.Slot, Action: "release", Reason: "released"}))
 	if a.Failed != nil {
 		ops = append(ops, e.failOps(a)...)
 	}

@@ -39,6 +39,17 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
 		// A slot never claimed: its ClaimedKey must not exist (the first op).
 		ops = append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()})}, ops...)
 	}
+	// The claim's audit record goes with it (as cluster.Fleet's), before
+	// the failed mark's check and the budget's compare-and-set, which
+	// stay the last ops (Claim.FailedOp, Claim.Refusal).
+	why := "claimed"
+	switch {
+	case a.Takeover != nil:
+		why = "a takeover"
+	case a.Released:
+		why = "released by its holder"
+	}
+	ops = append(ops, e.auditOp(agent.Record{Slot: a.Slot, Action: "claim", Reason: why}))
 	if a.CheckFailed {
 		// The slot's failed mark must not exist (reset.go; Claim.FailedOp).
 		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.FailedKey(a.Slot.Unit, a.Slot.K)}))
@@ -145,6 +156,9 @@ func (e *Executor) writeBrake(a agent.WriteBrake) {
 	ok, r, err := e.txn(api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.StormKey}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.StormKey, Value: a.Record.Encode()}),
+		// Its audit record, as cluster.Fleet's.
+		e.auditOp(agent.Record{Slot: agent.SlotID{K: -1}, Action: "storm-brake",
+			Reason: a.Record.Reason() + "; takeovers of lost slots paused until mariposa resume"}),
 	})
 	switch {
 	case err != nil:

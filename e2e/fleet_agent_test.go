@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/leader/leadertest"
+)
+
+// agentEngine runs `mariposa run -cluster` on the fleet's step machine
+// (fleet/agent under fleet/executor) instead of cluster.Fleet. Setting it
+// in the environment of `go test` runs every e2e fleet test that way
+// (startMariposa passes its environment on).
+var agentEngine = []string{"MARIPOSA_FLEET_ENGINE=agent"}
+
+// `mariposa run -cluster` with MARIPOSA_FLEET_ENGINE=agent, on a real fleet
+// (1 server, 3 clients): an exclusive count-2 unit deployed with `mariposa
+// deploy` runs exactly 2 instances on distinct nodes, and `mariposa status`
+// reads the agent's slot keys; kill -9 of a holder's mariposa moves its slot
+// to another node only after the old child is dead (never two children of
+// one slot at once), the old fencing token refused and the new one
+// accepted; a graceful stop (SIGTERM) of a holder releases its slot (the
+// key kept, unlocked with the released state, not deleted by a session
+// invalidation) and another node takes it.
+//
+// Mutation checks: with agentFleet.Start never handing the slot to the
+// runner, no child runs (the first wait times out); with the release
+// skipped on a graceful stop (agentFleet.release not calling the
+// executor's Stop), the slot key is deleted with the session and created
+// again (its CreateIndex changes).
+func TestFleetAgentEngine(t *testing.T) {
+	consultest.SkipShort(t, "a fleet in -short mode")
+	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 1, Clients: 3})
+	c := cl.Servers[0].Client(t)
+	dir := t.TempDir()
+	spec := writeHCL(t, fmt.Sprintf(`
+service "api" {
+  command   = ["/bin/sh", "-c", "exec %s -stamp-file %s/$MARIPOSA_NODE.$MARIPOSA_INSTANCE.stamps -env-file %s/$MARIPOSA_NODE.$MARIPOSA_INSTANCE.env"]
+  count     = 2
+  exclusive = true
+  stop {
+    timeout = "2s"
+  }
+}
+`, childBin, dir, dir))
+	type nodeSlot struct {
+		node string
+		slot int
+	}
+	watches := map[nodeSlot]*childWatch{}
+	for _, a := range cl.Clients {
+		for k := range 3 {
+			watches[nodeSlot{a.Name, k}] = watchChildren(t, filepath.Join(dir, fmt.Sprintf("%s.%d.stamps", a.Name, k)))
+		}
+	}
+	ms := map[string]*mariposa{}
+	for _, a := range cl.Clients {
+		ms[a.Name] = startMariposa(t, a, agentEngine, "-cluster")
+	}
+	waitFor(t, 90*time.Second, "every supervisor live", func() (bool, string) {
+		live := passingInstances(c, "mariposa")
+		return len(live) == len(cl.Clients), fmt.Sprint(len(live))
+	})
+	deploy(t, cl.Servers[0], "-name", "api", spec)
+
+	// placed waits until exactly 2 slots are held on distinct nodes, none
+	// of them excluded, each running exactly one child, and no other child
+	// runs anywhere; it returns slot -> node.
+	placed := func(not ...string) map[int]string {
+		t.Helper()
+		var holders map[int]string
+		waitFor(t, 120*time.Second, fmt.Sprintf("2 slots held on distinct nodes, none on %v", not), func() (bool, string) {
+			holders = slotHolders(t, c, "api")
+			nodes := map[string]bool{}
+			for k := range 2 {
+				n := holders[k]
+				if n == "" || nodes[n] {
+					return false, fmt.Sprint(holders)
+				}
+				for _, x := range not {
+					if n == x {
+						return false, fmt.Sprint(holders)
+					}
+				}
+				nodes[n] = true
+			}
+			if holders[2] != "" {
+				return false, fmt.Sprintf("%v: slot 2, above the count, is held", holders)
+			}
+			for ns, w := range watches {
+				want := 0
+				if ns.slot < 2 && holders[ns.slot] == ns.node {
+					want = 1
+				}
+				if got := len(w.running()); got != want {
+					return false, fmt.Sprintf("%v; %d children of slot %d on %s", holders, got, ns.slot, ns.node)
+				}
+			}
+			return true, ""
+		})
+		return holders
+	}
+	fenced := func(node string, slot int) error {
+		env := readEnv(t, filepath.Join(dir, fmt.Sprintf("%s.%d.env", node, slot)))
+		idx, err := strconv.ParseUint(env["MARIPOSA_SLOT_INDEX"], 10, 64)
+		if err != nil || env["MARIPOSA_SLOT_KEY"] != cluster.SlotKey("api", slot) || env["MARIPOSA_SLOT_SESSION"] == "" {
+			return fmt.Errorf("the child's environment: %v", env)
+		}
+		ok, resp, _, err := c.Txn().Txn(api.TxnOps{
+			{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cluster.SlotKey("api", slot), Index: idx}},
+			{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: cluster.SlotKey("api", slot), Session: env["MARIPOSA_SLOT_SESSION"]}},
+			{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "api-data", Value: []byte(node)}},
+		}, nil)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("refused: %v", resp.Errors)
+		}
+		return nil
+	}
+	createIndex := func(slot int) uint64 {
+		p, _, err := c.KV().Get(cluster.SlotKey("api", slot), &api.QueryOptions{RequireConsistent: true})
+		if err != nil || p == nil {
+			t.Fatalf("slot key %d: %v %v", slot, p, err)
+		}
+		return p.CreateIndex
+	}
+
+	holders := placed()
+	consistently(t, 5*time.Second, "exactly 2 slots held, one child each", func() (bool, string) {
+		h := slotHolders(t, c, "api")
+		if h[0] != holders[0] || h[1] != holders[1] || h[2] != "" {
+			return false, fmt.Sprint(h)
+		}
+		n := 0
+		for _, w := range watches {
+			n += len(w.running())
+		}
+		return n == 2, fmt.Sprintf("%d children", n)
+	})
+	for k := range 2 {
+		if err := fenced(holders[k], k); err != nil {
+			t.Fatalf("slot %d's child on %s cannot write with its fencing token: %v", k, holders[k], err)
+		}
+	}
+	// mariposa status reads the agent's slot keys.
+	out, err := exec.Command(mariposaBin, "status", "-json", "-consul-addr", cl.Servers[0].HTTPAddr()).Output()
+	if err != nil {
+		t.Fatalf("mariposa status -json: %v\n%s", err, out)
+	}
+	var st struct {
+		Units []struct {
+			Unit  string `json:"unit"`
+			Held  int    `json:"held"`
+			Slots []struct {
+				Index int    `json:"index"`
+				State string `json:"state"`
+				Node  string `json:"node"`
+			} `json:"slots"`
+		} `json:"units"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("status -json: %v\n%s", err, out)
+	}
+	if len(st.Units) != 1 || st.Units[0].Unit != "api" || st.Units[0].Held != 2 || len(st.Units[0].Slots) != 2 {
+		t.Fatalf("status -json units: %+v", st.Units)
+	}
+	for _, s := range st.Units[0].Slots {
+		if s.State != "held" || s.Node != holders[s.Index] {
+			t.Errorf("status -json slot %+v, holders %v", s, holders)
+		}
+	}
+
+	// Takeover: kill -9 of slot 0's holder's mariposa.
+	victim := holders[0]
+	_ = ms[victim].cmd.Process.Signal(syscall.SIGKILL)
+	<-ms[victim].done
+	holders = placed(victim)
+	if err := fenced(victim, 0); err == nil {
+		t.Errorf("the killed holder %s's fencing token still writes after the takeover", victim)
+	}
+	if err := fenced(holders[0], 0); err != nil {
+		t.Errorf("the new holder %s cannot write with its fencing token: %v", holders[0], err)
+	}
+	ms[victim] = startMariposa(t, clientNamed(cl, victim), agentEngine, "-cluster")
+	waitFor(t, 90*time.Second, "the restarted supervisor live", func() (bool, string) {
+		live := passingInstances(c, "mariposa")
+		return len(live) == len(cl.Clients), fmt.Sprint(len(live))
+	})
+
+	// Graceful stop of slot 1's holder: released, then taken elsewhere.
+	leaving := holders[1]
+	created := createIndex(1)
+	if code := ms[leaving].stop(t, syscall.SIGTERM, 60*time.Second); code != 0 {
+		t.Errorf("the stopped mariposa exited %d", code)
+	}
+	holders = placed(leaving)
+	if got := createIndex(1); got != created {
+		t.Errorf("slot 1's key was created again (CreateIndex %d -> %d): deleted with the session, not released", created, got)
+	}
+
+	// Never two children of one slot at once.
+	type run struct {
+		leadertest.Interval
+		node string
+		slot int
+	}
+	var all []run
+	for ns, w := range watches {
+		for _, iv := range w.intervals(t) {
+			all = append(all, run{Interval: iv, node: ns.node, slot: ns.slot})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].Start < all[j].Start })
+	for i := range all {
+		for j := i + 1; j < len(all); j++ {
+			if all[i].slot == all[j].slot && overlaps(all[i].Interval, all[j].Interval) {
+				t.Errorf("slot %d: two children overlapped: %s %s and %s %s", all[i].slot, all[i].node, all[i].Who, all[j].node, all[j].Who)
+			}
+		}
+	}
+	if len(all) < 4 {
+		t.Errorf("only %d runs", len(all))
+	}
+}
