@@ -119,6 +119,24 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 			}
 		}
 	}
+	var units []string
+	for _, u := range spec.Units() {
+		units = append(units, u.Unit.Name)
+	}
+	if prevSpec != nil {
+		for _, u := range prevSpec.Units() {
+			if !slices.Contains(units, u.Unit.Name) {
+				units = append(units, u.Unit.Name)
+			}
+		}
+	}
+	recPairs, recs, err := readRecords(client, units)
+	if err != nil {
+		return DeployResult{}, err
+	}
+	if running != nil && prevSpec != nil && Terminal(Effective(*running, prevSpec, recs).Status) {
+		running = nil // the step machine ended it in the units' records
+	}
 	if running != nil && !opts.Force {
 		return DeployResult{}, fmt.Errorf("deployment %s/%d in progress (%s, since %s): it ends once every instance is healthy at it, "+
 			"or fails when no instance becomes healthy for %s (progress_deadline; a count no node can hold stays in progress until then); "+
@@ -164,6 +182,7 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: prevState.Key, Value: cb}})
 		res.Superseded = running.N
 	}
+	ops = append(ops, recordOps(spec, prevSpec, recPairs, recs, res.Canaries, now)...)
 	marks, _, err := kv.Keys(RolloutPrefix, "", q)
 	if err != nil {
 		return DeployResult{}, err
@@ -291,4 +310,65 @@ func DesiredSpec(client *api.Client, name string) (*Spec, error) {
 		return nil, fmt.Errorf("%s: %w", sp.Key, err)
 	}
 	return spec, nil
+}
+
+// readRecords reads the deployment records of units (consistent reads),
+// with their pairs for the check-index of the deploy's transaction. A
+// record that cannot be read is as good as none, but is still checked.
+func readRecords(client *api.Client, units []string) (map[string]*api.KVPair, map[string]*UnitRecord, error) {
+	q := &api.QueryOptions{RequireConsistent: true}
+	pairs, recs := map[string]*api.KVPair{}, map[string]*UnitRecord{}
+	for _, u := range units {
+		p, _, err := client.KV().Get(RecordKey(u), q)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", RecordKey(u), err)
+		}
+		if p == nil {
+			continue
+		}
+		pairs[u] = p
+		if r, err := DecodeUnitRecord(p.Value); err == nil {
+			recs[u] = r
+		}
+	}
+	return pairs, recs, nil
+}
+
+// recordOps writes each unit's deployment record for spec (NextRecord),
+// each checked against the record read (check-index, or check-not-exists
+// for a unit without one), and deletes the records of the units spec no
+// longer has (a deploy stop: all of them), each checked too: a judge that
+// moved a record since it was read makes the deploy's transaction fail.
+func recordOps(spec, prevSpec *Spec, pairs map[string]*api.KVPair, recs map[string]*UnitRecord, canaryCounts map[string]int, now time.Time) api.TxnOps {
+	var ops api.TxnOps
+	check := func(unit string) {
+		if p := pairs[unit]; p != nil {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: RecordKey(unit), Index: p.ModifyIndex}})
+		} else {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: RecordKey(unit)}})
+		}
+	}
+	old := map[string]*UnitSpec{}
+	if prevSpec != nil {
+		for _, u := range prevSpec.Units() {
+			old[u.Unit.Name] = &u
+		}
+	}
+	kept := map[string]bool{}
+	for _, u := range spec.Units() {
+		name := u.Unit.Name
+		kept[name] = true
+		r := NextRecord(spec.Name, spec.N, recs[name], old[name], u, canaryCounts[name], now)
+		check(name)
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: RecordKey(name), Value: r.Encode()}})
+	}
+	if prevSpec != nil {
+		for _, u := range prevSpec.Units() {
+			if name := u.Unit.Name; !kept[name] && pairs[name] != nil {
+				check(name)
+				ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: RecordKey(name)}})
+			}
+		}
+	}
+	return ops
 }

@@ -88,6 +88,9 @@ type Deployment struct {
 	State        *DeployState // nil: written before deployments had states
 	StateIndex   uint64
 	Stable       *Stable
+	// Records: the units' deployment records (the step machine's), when
+	// read (Watch); Effective(*State, Spec, Records) is what happened.
+	Records map[string]*UnitRecord
 	// stableSpec is the stable spec's stored value, when it was read.
 	stableSpec []byte
 }
@@ -285,10 +288,20 @@ func Promote(client *api.Client, name, by string) (uint64, error) {
 	if !d.running() {
 		return 0, fmt.Errorf("deployment %s/%d is %s: %w", name, d.Spec.N, d.statusWord(), ErrNoCanaries)
 	}
-	if len(d.State.Canaries) == 0 || d.State.Promoted {
+	var units []string
+	for _, u := range d.Spec.Units() {
+		units = append(units, u.Unit.Name)
+	}
+	pairs, recs, err := readRecords(client, units)
+	if err != nil {
+		return 0, err
+	}
+	if eff := Effective(*d.State, d.Spec, recs); eff.Status != DeployRunning {
+		return 0, fmt.Errorf("deployment %s/%d is %s: %w", name, d.Spec.N, eff.Status, ErrNoCanaries)
+	} else if len(d.State.Canaries) == 0 || eff.Promoted {
 		return 0, fmt.Errorf("deployment %s/%d: %w", name, d.Spec.N, ErrNoCanaries)
 	}
-	ok, err := promote(client, d, "-", by, time.Now().UTC())
+	ok, err := promote(client, d, "-", by, time.Now().UTC(), promoteRecords(SpecVersion(name, d.Spec.N), pairs, recs)...)
 	if err != nil {
 		return 0, err
 	}
@@ -298,15 +311,33 @@ func Promote(client *api.Client, name, by string) (uint64, error) {
 	return d.Spec.N, nil
 }
 
-func promote(client *api.Client, d *Deployment, node, actor string, now time.Time) (bool, error) {
+// promoteRecords ends the canary phase in the units' records of spec
+// version sv (the step machine's; the operator's write, checked against
+// the record read).
+func promoteRecords(sv string, pairs map[string]*api.KVPair, recs map[string]*UnitRecord) api.TxnOps {
+	var ops api.TxnOps
+	for _, u := range sortedKeys(recs) {
+		r := *recs[u]
+		if r.Spec != sv || r.Status != DeployRunning || r.Canaries == 0 || r.Promoted || r.RevertOf != 0 {
+			continue
+		}
+		r.Promoted = true
+		ops = append(ops,
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: RecordKey(u), Index: pairs[u].ModifyIndex}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: RecordKey(u), Value: r.Encode()}})
+	}
+	return ops
+}
+
+func promote(client *api.Client, d *Deployment, node, actor string, now time.Time, extra ...*api.TxnOp) (bool, error) {
 	st := *d.State
 	st.Promoted, st.At = true, now
 	reason := "promoted by " + actor
 	if actor == "" {
 		reason = "auto_promote: every canary healthy"
 	}
-	return transition(client, d, st, api.TxnOps{AuditOp(AuditEvent{At: now, Node: node, Actor: actor, Service: d.Spec.Name,
-		Action: "deploy-promote", To: strconv.FormatUint(st.N, 10), Reason: reason})})
+	return transition(client, d, st, append(api.TxnOps{AuditOp(AuditEvent{At: now, Node: node, Actor: actor, Service: d.Spec.Name,
+		Action: "deploy-promote", To: strconv.FormatUint(st.N, 10), Reason: reason})}, extra...))
 }
 
 func (d *Deployment) statusWord() string {
@@ -645,6 +676,13 @@ func Watch(ctx context.Context, client *api.Client, name string, index uint64) (
 	d := parseDeployments(dep, func(string, string, error) {})[name]
 	if d == nil {
 		return nil, nil, meta.LastIndex, fmt.Errorf("no deployment %q", name)
+	}
+	var units []string
+	for _, u := range d.Spec.Units() {
+		units = append(units, u.Unit.Name)
+	}
+	if _, d.Records, err = readRecords(client, units); err != nil {
+		return nil, nil, index, err
 	}
 	return d, Progress(d, parseSlots(sl, func(string, string, error) {}), nil), meta.LastIndex, nil
 }

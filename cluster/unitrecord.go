@@ -143,3 +143,138 @@ func UnitOf(version string, specValue []byte, unit string) (UnitSpec, error) {
 	}
 	return UnitSpec{}, fmt.Errorf("version %s has no unit %q", version, unit)
 }
+
+// NextRecord is the record mariposa deploy writes for unit u of spec n of
+// deployment name, after prev (nil: the unit has none) and prevUnit (the
+// unit in the spec desired before, nil: none). A unit whose definition
+// did not change keeps its version, so that none of its instances
+// restarts: its record runs again and the judge finds it successful once
+// every slot (a new count's too) is healthy at it. A changed unit moves to
+// "<name>/<n>", from what it runs, with the canary phase canaries() gives
+// it. max_parallel 0 (every instance at once) is the unit's count.
+func NextRecord(name string, n uint64, prev *UnitRecord, prevUnit *UnitSpec, u UnitSpec, canaryCount int, now time.Time) UnitRecord {
+	r := UnitRecord{N: 1, Version: SpecVersion(name, n), Status: DeployRunning, Started: now, Spec: SpecVersion(name, n),
+		Update: updateBlockOf(u)}
+	if prev == nil {
+		return r
+	}
+	r.N, r.Stable, r.From = prev.N+1, prev.Stable, prev.Version
+	if prev.Status == DeploySuccessful {
+		r.Stable = prev.Version
+	}
+	if prev.Status == DeployFailed && prev.Stable != "" {
+		r.From = prev.Stable
+	}
+	if prev.Status == DeployRunning {
+		r.Ended = &RecordOutcome{N: prev.N, Version: prev.Version, Status: DeployCancelled,
+			Reason: "superseded by " + r.Spec}
+	}
+	if prevUnit != nil && sameRun(*prevUnit, u) && prev.RevertOf == 0 && prev.Status != DeployFailed && prev.Version != "" {
+		r.Version, r.From = prev.Version, prev.Version
+		return r
+	}
+	r.Canaries = canaryCount
+	return r
+}
+
+func updateBlockOf(u UnitSpec) UpdateBlock {
+	var b UpdateBlock
+	if p := u.Unit.Placement; p != nil {
+		up := p.Update
+		b = UpdateBlock{MaxParallel: up.MaxParallel, AutoPromote: up.AutoPromote, AutoRevert: up.AutoRevert,
+			MinHealthyTime: up.MinHealthyTime, HealthyDeadline: up.HealthyDeadline}
+	}
+	if b.MaxParallel <= 0 {
+		b.MaxParallel = max(count(u), 1)
+	}
+	return b
+}
+
+// RecordsOutcome is what became of spec version sv ("<name>/<n>") in the
+// records of its units (the step machine's judges move them): failed if
+// any unit's failed (or was reverted), cancelled if any was superseded,
+// running while any runs, successful when all are; with the first
+// reason. ok false when a unit has no record that this deploy wrote (a
+// deploy by an older mariposa): the deployment's state says it then.
+func RecordsOutcome(sv string, units []string, recs map[string]*UnitRecord) (status, reason string, ok bool) {
+	_, n, err := ParseSpecVersion(sv)
+	if err != nil {
+		return "", "", false
+	}
+	failed, cancelled, running := "", "", false
+	for _, u := range units {
+		r := recs[u]
+		if r == nil {
+			return "", "", false
+		}
+		st, why := r.Status, r.Reason
+		switch {
+		case r.Spec != sv:
+			_, m, err := ParseSpecVersion(r.Spec)
+			if err != nil || m < n {
+				return "", "", false
+			}
+			st, why = DeployCancelled, "superseded by "+r.Spec
+		case r.RevertOf != 0:
+			st = DeployFailed
+			if r.Ended != nil {
+				why = r.Ended.Reason
+			}
+			why = fmt.Sprintf("%s: %s (reverted to %s)", u, why, r.Version)
+		case st == DeployFailed:
+			why = u + ": " + why
+		}
+		switch st {
+		case DeployFailed:
+			if failed == "" {
+				failed = why
+			}
+		case DeployCancelled:
+			if cancelled == "" {
+				cancelled = why
+			}
+		case DeployRunning:
+			running = true
+		}
+	}
+	switch {
+	case failed != "":
+		return DeployFailed, failed, true
+	case cancelled != "":
+		return DeployCancelled, cancelled, true
+	case running:
+		return DeployRunning, "", true
+	}
+	return DeploySuccessful, "", true
+}
+
+// Effective is spec's deployment state st as the fleet moved it: st
+// itself once terminal (cluster.Fleet moves the state), else the outcome
+// of the records (the step machine moves them, and never the state) when
+// it is terminal. Either engine leaves the other's writes at running, so
+// whichever moved says what happened.
+func Effective(st DeployState, spec *Spec, recs map[string]*UnitRecord) DeployState {
+	if Terminal(st.Status) || spec == nil {
+		return st
+	}
+	var units []string
+	promoted, canaries := true, false
+	for _, u := range spec.Units() {
+		units = append(units, u.Unit.Name)
+		if r := recs[u.Unit.Name]; r != nil && r.Spec == SpecVersion(spec.Name, spec.N) && r.Canaries > 0 {
+			canaries = true
+			promoted = promoted && r.Promoted
+		}
+	}
+	status, reason, ok := RecordsOutcome(SpecVersion(spec.Name, spec.N), units, recs)
+	if !ok {
+		return st
+	}
+	if canaries && promoted {
+		st.Promoted = true
+	}
+	if Terminal(status) {
+		st.Status, st.Reason = status, reason
+	}
+	return st
+}

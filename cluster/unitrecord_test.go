@@ -1,0 +1,174 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// TestUnitKeysApartFromDeployments: a unit named like its deployment (the
+// common case) has its record, statuses and tokens under a prefix that
+// holds none of the deployment's keys, nor cluster.Fleet's rollouts: a
+// watch on the unit's prefix never receives a spec.
+func TestUnitKeysApartFromDeployments(t *testing.T) {
+	prefix := UnitDeployPrefix("web")
+	for _, k := range []string{RecordKey("web"), UnitStatusKey("web", 2), TokenKey("web", 0)} {
+		if !strings.HasPrefix(k, prefix) {
+			t.Errorf("%s is not under %s", k, prefix)
+		}
+	}
+	for _, k := range []string{SpecKey("web", 1), DesiredKey("web"), StateKey("web", 1), StableKey("web"),
+		rolloutFailedKey("web", "abc"), RolloutPrefix + "web/reload/abc/tokens", SlotKey("web", 0), StatusKey("web", 0)} {
+		if strings.HasPrefix(k, prefix) {
+			t.Errorf("%s is under the unit's deployment prefix %s", k, prefix)
+		}
+	}
+	for _, c := range []struct {
+		key, kind string
+		n         int
+		ok        bool
+	}{
+		{RecordKey("web"), UnitKeyRecord, 0, true},
+		{UnitStatusKey("web", 3), UnitKeyStatus, 3, true},
+		{TokenKey("web", 1), UnitKeyToken, 1, true},
+		{prefix + "status/x", "", 0, false},
+		{prefix + "status/01", "", 0, false},
+		{prefix + "other", "", 0, false},
+		{RecordKey("web2"), "", 0, false},
+	} {
+		kind, n, ok := ParseUnitDeployKey("web", c.key)
+		if kind != c.kind || n != c.n || ok != c.ok {
+			t.Errorf("ParseUnitDeployKey(%s) = %q %d %v, want %q %d %v", c.key, kind, n, ok, c.kind, c.n, c.ok)
+		}
+	}
+}
+
+func TestNextRecord(t *testing.T) {
+	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	unit := func(version string, maxPar int) UnitSpec {
+		sp := depSpec(1, version, 3, 1, true)
+		sp.Services[0].Placement.Update.MaxParallel = maxPar
+		return sp.Units()[0]
+	}
+	v1, v2 := unit("v1", 1), unit("v2", 1)
+	wantUpdate := UpdateBlock{MaxParallel: 1, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute}
+	for _, c := range []struct {
+		name     string
+		prev     *UnitRecord
+		prevUnit *UnitSpec
+		u        UnitSpec
+		canaries int
+		want     UnitRecord
+	}{
+		{"first deployment", nil, nil, v1, 0,
+			UnitRecord{N: 1, Version: "shop/1", Status: DeployRunning, Spec: "shop/1", Update: wantUpdate}},
+		{"changed after a success: canaries, stable", &UnitRecord{N: 4, Version: "shop/1", Status: DeploySuccessful, Stable: "shop/1"}, &v1, v2, 1,
+			UnitRecord{N: 5, Version: "shop/2", From: "shop/1", Stable: "shop/1", Status: DeployRunning, Canaries: 1, Spec: "shop/2", Update: wantUpdate}},
+		{"unchanged: keeps its version, no canaries", &UnitRecord{N: 4, Version: "shop/1", Status: DeploySuccessful, Stable: "shop/1"}, &v1, v1, 0,
+			UnitRecord{N: 5, Version: "shop/1", From: "shop/1", Stable: "shop/1", Status: DeployRunning, Spec: "shop/2", Update: wantUpdate}},
+		{"supersedes a running one", &UnitRecord{N: 5, Version: "shop/2", From: "shop/1", Stable: "shop/1", Status: DeployRunning}, &v2, v1, 0,
+			UnitRecord{N: 6, Version: "shop/2", From: "shop/2", Stable: "shop/1", Status: DeployRunning, Spec: "shop/2", Update: wantUpdate,
+				Ended: &RecordOutcome{N: 5, Version: "shop/2", Status: DeployCancelled, Reason: "superseded by shop/2"}}},
+		{"after a failure: from stable, moves even if unchanged", &UnitRecord{N: 5, Version: "shop/2", Stable: "shop/1", Status: DeployFailed}, &v2, v2, 0,
+			UnitRecord{N: 6, Version: "shop/2", From: "shop/1", Stable: "shop/1", Status: DeployRunning, Spec: "shop/2", Update: wantUpdate}},
+		{"max_parallel 0: the count at once", nil, nil, unit("v1", 0), 0,
+			UnitRecord{N: 1, Version: "shop/1", Status: DeployRunning, Spec: "shop/1",
+				Update: UpdateBlock{MaxParallel: 3, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			n := uint64(1)
+			if c.prev != nil {
+				n = 2
+			}
+			c.want.Started = t0
+			got := NextRecord("shop", n, c.prev, c.prevUnit, c.u, c.canaries, t0)
+			if string(got.Encode()) != string(c.want.Encode()) {
+				t.Errorf("got  %s\nwant %s", got.Encode(), c.want.Encode())
+			}
+		})
+	}
+	// Canaries only for the units whose definition changed (canaries()).
+	prev, next := depSpec(1, "v1", 3, 1, false), depSpec(2, "v2", 3, 1, false)
+	next.Services = append(next.Services, &schema.Service{Name: "db", Command: []string{"db"},
+		Placement: &schema.Placement{Count: 2, Update: schema.Update{MaxParallel: 1, Canary: 1}}})
+	prev.Services = append(prev.Services, next.Services[1])
+	if got := canaries(prev, next); len(got) != 1 || got["web"] != 1 {
+		t.Errorf("canaries = %v, want web only", got)
+	}
+}
+
+func TestRecordsOutcome(t *testing.T) {
+	rec := func(spec, status string, mut func(*UnitRecord)) *UnitRecord {
+		r := &UnitRecord{Spec: spec, Status: status, Version: spec}
+		if mut != nil {
+			mut(r)
+		}
+		return r
+	}
+	units := []string{"web", "db"}
+	for _, c := range []struct {
+		name   string
+		recs   map[string]*UnitRecord
+		status string
+		ok     bool
+	}{
+		{"no records (an older deploy)", nil, "", false},
+		{"one missing", map[string]*UnitRecord{"web": rec("shop/2", DeploySuccessful, nil)}, "", false},
+		{"all successful", map[string]*UnitRecord{"web": rec("shop/2", DeploySuccessful, nil), "db": rec("shop/2", DeploySuccessful, nil)}, DeploySuccessful, true},
+		{"running while any runs", map[string]*UnitRecord{"web": rec("shop/2", DeploySuccessful, nil), "db": rec("shop/2", DeployRunning, nil)}, DeployRunning, true},
+		{"failed if any failed", map[string]*UnitRecord{"web": rec("shop/2", DeployFailed, nil), "db": rec("shop/2", DeployRunning, nil)}, DeployFailed, true},
+		{"a revert is a failure", map[string]*UnitRecord{"web": rec("shop/2", DeploySuccessful, nil),
+			"db": rec("shop/2", DeployRunning, func(r *UnitRecord) { r.RevertOf, r.Version = 3, "shop/1" })}, DeployFailed, true},
+		{"superseded by a newer spec", map[string]*UnitRecord{"web": rec("shop/3", DeployRunning, nil), "db": rec("shop/2", DeploySuccessful, nil)}, DeployCancelled, true},
+		{"an older spec's record", map[string]*UnitRecord{"web": rec("shop/1", DeploySuccessful, nil), "db": rec("shop/2", DeploySuccessful, nil)}, "", false},
+	} {
+		status, _, ok := RecordsOutcome("shop/2", units, c.recs)
+		if status != c.status || ok != c.ok {
+			t.Errorf("%s: %q %v, want %q %v", c.name, status, ok, c.status, c.ok)
+		}
+	}
+	if s, _, ok := RecordsOutcome("shop/2", nil, nil); s != DeploySuccessful || !ok {
+		t.Errorf("no units (a stop): %q %v", s, ok)
+	}
+	// Effective: whichever engine moved says it.
+	sp := depSpec(2, "v2", 3, 0, false)
+	running := DeployState{N: 2, Status: DeployRunning}
+	if st := Effective(running, sp, map[string]*UnitRecord{"web": rec("shop/2", DeploySuccessful, nil)}); st.Status != DeploySuccessful {
+		t.Errorf("records moved: %s", st.Status)
+	}
+	if st := Effective(DeployState{N: 2, Status: DeployFailed}, sp, map[string]*UnitRecord{"web": rec("shop/2", DeployRunning, nil)}); st.Status != DeployFailed {
+		t.Errorf("state moved: %s", st.Status)
+	}
+	if st := Effective(running, sp, map[string]*UnitRecord{"web": rec("shop/2", DeployRunning, nil)}); st.Status != DeployRunning {
+		t.Errorf("neither moved: %s", st.Status)
+	}
+}
+
+func TestUnitOf(t *testing.T) {
+	sp := depSpec(3, "v3", 2, 0, false)
+	b, _ := sp.Encode()
+	key, err := VersionSpecKey("shop/3")
+	if err != nil || key != SpecKey("shop", 3) {
+		t.Fatalf("VersionSpecKey: %s %v", key, err)
+	}
+	u, err := UnitOf("shop/3", b, "web")
+	if err != nil || u.Unit.Name != "web" || u.Services[0].Command[1] != "v3" {
+		t.Fatalf("UnitOf: %+v %v", u, err)
+	}
+	for _, c := range []struct{ version, unit, want string }{
+		{"shop/2", "web", "holds spec shop/3"},
+		{"shop/3", "db", `has no unit "db"`},
+		{"shop", "web", "not <deployment>/<n>"},
+		{"shop/0", "web", "n must be a spec number from 1"},
+		{"shop/x", "web", "n must be"},
+	} {
+		if _, err := UnitOf(c.version, b, c.unit); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("UnitOf(%s, %s) = %v, want %q", c.version, c.unit, err, c.want)
+		}
+	}
+	if _, err := UnitOf("shop/3", nil, "web"); err == nil || !strings.Contains(err.Error(), "is missing") {
+		t.Errorf("missing spec: %v", err)
+	}
+}
