@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -170,5 +173,89 @@ func TestUnitOf(t *testing.T) {
 	}
 	if _, err := UnitOf("shop/3", nil, "web"); err == nil || !strings.Contains(err.Error(), "is missing") {
 		t.Errorf("missing spec: %v", err)
+	}
+}
+
+// TestDeployWritesRecords: on a real Consul agent, deploy writes each
+// unit's record in its transaction; a deployment the step machine ended
+// in the records (its state still running: nothing moves the state under
+// the agent) does not make the next deploy need -force; an unchanged unit
+// keeps its version; promote ends the records' canary phase; ReadState
+// tells the records' outcome; a stop deletes the records; a record moved
+// since it was read fails the deploy's transaction.
+func TestDeployWritesRecords(t *testing.T) {
+	c := consultest.NewDev(t).Client(t)
+	two := func(n uint64, version string) *Spec {
+		sp := depSpec(n, version, 2, 1, false)
+		sp.Services = append(sp.Services, &schema.Service{Name: "db", Command: []string{"db"},
+			Placement: &schema.Placement{Count: 1, Update: schema.Update{MaxParallel: 1}}})
+		return sp
+	}
+	read := func(unit string) (*UnitRecord, uint64) {
+		t.Helper()
+		p, _, err := c.KV().Get(RecordKey(unit), nil)
+		if err != nil || p == nil {
+			t.Fatalf("record of %s: %v %v", unit, p, err)
+		}
+		r, err := DecodeUnitRecord(p.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, p.ModifyIndex
+	}
+	judge := func(unit, status string) {
+		t.Helper()
+		r, idx := read(unit)
+		r.Status = status
+		if ok, _, err := c.KV().CAS(&api.KVPair{Key: RecordKey(unit), Value: r.Encode(), ModifyIndex: idx}, nil); err != nil || !ok {
+			t.Fatalf("judge %s: %v %v", unit, ok, err)
+		}
+	}
+	if _, err := Deploy(c, two(0, "v1"), DeployOptions{By: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := read("web"); r.Version != "shop/1" || r.Spec != "shop/1" || r.Status != DeployRunning {
+		t.Fatalf("web after deploy 1: %+v", r)
+	}
+	judge("web", DeploySuccessful)
+	judge("db", DeploySuccessful)
+	st, err := ReadState(c)
+	if err != nil || len(st.Deployments) != 1 || st.Deployments[0].State.Status != DeploySuccessful {
+		t.Fatalf("status after the judges: %+v %v", st, err)
+	}
+	// Spec 2 changes web only: the state of spec 1 still says running,
+	// the records say successful: no -force needed.
+	res, err := Deploy(c, two(0, "v2"), DeployOptions{By: "test"})
+	if err != nil || res.N != 2 || res.Canaries["web"] != 1 {
+		t.Fatalf("deploy 2: %+v %v", res, err)
+	}
+	web, _ := read("web")
+	db, _ := read("db")
+	if web.Version != "shop/2" || web.From != "shop/1" || web.Stable != "shop/1" || web.Canaries != 1 || web.Promoted {
+		t.Fatalf("web after deploy 2: %+v", web)
+	}
+	if db.Version != "shop/1" || db.Spec != "shop/2" || db.Canaries != 0 {
+		t.Fatalf("db after deploy 2 (unchanged): %+v", db)
+	}
+	if n, err := Promote(c, "shop", "test"); err != nil || n != 2 {
+		t.Fatalf("promote: %d %v", n, err)
+	}
+	if web, _ = read("web"); !web.Promoted {
+		t.Fatalf("web after promote: %+v", web)
+	}
+	// A judge's move between the deploy's read and its transaction: the
+	// check-index on the record refuses it (the next read sees it).
+	_, idx := read("web")
+	ops := recordOps(two(3, "v3"), two(2, "v2"), map[string]*api.KVPair{"web": {ModifyIndex: idx - 1}, "db": {ModifyIndex: idx}}, nil, nil, time.Now())
+	if ok, _, _, err := c.Txn().Txn(ops, nil); err != nil || ok {
+		t.Fatalf("a stale record was overwritten: %v %v", ok, err)
+	}
+	// A stop: no units, no records.
+	stop := &Spec{Format: SpecFormat, Name: "shop", Hash: "empty"}
+	if _, err := Deploy(c, stop, DeployOptions{By: "test", Stop: true, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if keys, _, _ := c.KV().Keys(UnitsPrefix, "", nil); len(keys) != 0 {
+		t.Fatalf("records after the stop: %v", keys)
 	}
 }
