@@ -352,3 +352,87 @@ func TestDeployPromoteDoc(t *testing.T) {
 		t.Errorf("deploy-promote.md does not show:\n%s", shown)
 	}
 }
+
+// TestDeployWaitReadsRecords: under the step machine (which moves the
+// units' records and never the deployment's state), deploy -wait ends as
+// the records say: successful once every unit's record is, failed (exit
+// 2, the unit and its reason named) when one unit's judge failed it; and
+// status shows the records' outcome.
+func TestDeployWaitReadsRecords(t *testing.T) {
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	fleetNodes(t, c, 6)
+	t.Chdir(t.TempDir())
+	consul := []string{"-consul-addr", agent.HTTPAddr()}
+	write := func(version string) {
+		t.Helper()
+		body := `service "web" {
+  command = ["web", "` + version + `"]
+  count   = 2
+}
+service "db" {
+  command = ["db", "` + version + `"]
+  count   = 1
+}
+`
+		if err := os.WriteFile("shop.hcl", []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// judge plays the step machine's judge: the record moves, with a
+	// check-index, once it names spec n.
+	judge := func(unit string, n uint64, status, reason string) {
+		t.Helper()
+		if !consultest.WaitFor(10*time.Second, func() bool {
+			p, _, err := c.KV().Get(cluster.RecordKey(unit), nil)
+			if err != nil || p == nil {
+				return false
+			}
+			r, err := cluster.DecodeUnitRecord(p.Value)
+			if err != nil || r.Spec != cluster.SpecVersion("shop", n) {
+				return false
+			}
+			r.Status, r.Reason = status, reason
+			ok, _, err := c.KV().CAS(&api.KVPair{Key: p.Key, Value: r.Encode(), ModifyIndex: p.ModifyIndex}, nil)
+			return err == nil && ok
+		}) {
+			t.Fatalf("no record of %s for spec %d", unit, n)
+		}
+	}
+	run := func(n uint64, moves func()) (int, string, string) {
+		ui := cli.NewMockUi()
+		done := make(chan int, 1)
+		go func() { done <- (&DeployCommand{UI: ui}).Run(append(append(consul, "-name", "shop", "-wait"), "shop.hcl")) }()
+		moves()
+		select {
+		case code := <-done:
+			return code, ui.OutputWriter.String(), ui.ErrorWriter.String()
+		case <-time.After(30 * time.Second):
+			t.Fatalf("deploy -wait of spec %d never ended:\n%s", n, ui.OutputWriter.String())
+		}
+		return 0, "", ""
+	}
+	write("v1")
+	code, out, errOut := run(1, func() {
+		judge("web", 1, cluster.DeploySuccessful, "")
+		judge("db", 1, cluster.DeploySuccessful, "")
+	})
+	if code != 0 || !strings.Contains(out, "Deployment shop/1 successful") {
+		t.Fatalf("deploy 1: %d\n%s\n%s", code, out, errOut)
+	}
+	if st, err := cluster.ReadDeployState(c, "shop", 1); err != nil || st.Status != cluster.DeployRunning {
+		t.Fatalf("the state was moved (the step machine never moves it): %+v %v", st, err)
+	}
+	write("v2")
+	code, out, errOut = run(2, func() {
+		judge("web", 2, cluster.DeploySuccessful, "")
+		judge("db", 2, cluster.DeployFailed, "slot 0: not healthy within healthy_deadline")
+	})
+	if code != 2 || !strings.Contains(errOut, "Deployment shop/2 failed: db: slot 0: not healthy within healthy_deadline") {
+		t.Fatalf("deploy 2: %d\n%s\n%s", code, out, errOut)
+	}
+	st, err := cluster.ReadState(c)
+	if err != nil || len(st.Deployments) != 1 || st.Deployments[0].State.Status != cluster.DeployFailed {
+		t.Fatalf("status: %+v %v", st.Deployments, err)
+	}
+}
