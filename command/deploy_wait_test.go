@@ -402,7 +402,9 @@ service "db" {
 	run := func(n uint64, moves func()) (int, string, string) {
 		ui := cli.NewMockUi()
 		done := make(chan int, 1)
-		go func() { done <- (&DeployCommand{UI: ui}).Run(append(append(consul, "-name", "shop", "-wait"), "shop.hcl")) }()
+		go func() {
+			done <- (&DeployCommand{UI: ui}).Run(append(append(consul, "-name", "shop", "-wait"), "shop.hcl"))
+		}()
 		moves()
 		select {
 		case code := <-done:
