@@ -39,6 +39,11 @@ type Instances interface {
 	Start(s agent.Start)
 	// Stop the slot's instance; Kill: at once (SIGKILL), the hold is lost.
 	Stop(slot agent.SlotID, kill bool)
+	// A version written by mariposa deploy is "<name>/<n>": the unit's
+	// definition in spec n of deployment name; cluster.VersionSpecKey is
+	// the one (immutable) key to read for it, cluster.UnitOf the unit in
+	// it. Nothing reads the deploy/ prefix whole.
+	//
 	// Update the slot's instance in place (agent.Update): stop it and
 	// start u.To with the same fencing token and session; InstanceStarted
 	// once the new one runs, InstanceHealthy once it passes its checks.
