@@ -10,6 +10,9 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
+// maxTxnOps is the most operations Consul takes in one transaction.
+const maxTxnOps = 128
+
 // DeployResult says what Deploy did.
 type DeployResult struct {
 	N         uint64 // the desired spec now
@@ -133,6 +136,14 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 	recPairs, recs, err := readRecords(client, units)
 	if err != nil {
 		return DeployResult{}, err
+	}
+	// The units' records go in the deploy's transaction, two operations
+	// each (a failure mark's delete at most one more per unit), and
+	// Consul takes at most maxTxnOps: refused before anything is written.
+	if need := 7 + 2*len(units) + len(spec.Units()); need > maxTxnOps {
+		return DeployResult{}, fmt.Errorf("deployment %s: deploying it takes up to %d operations in one transaction (its %d units' records with it), "+
+			"and Consul takes at most %d: split it into deployments of at most %d units; nothing was deployed",
+			spec.Name, need, len(units), maxTxnOps, (maxTxnOps-7)/3)
 	}
 	if running != nil && prevSpec != nil && Terminal(Effective(*running, prevSpec, recs).Status) {
 		running = nil // the step machine ended it in the units' records

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -257,5 +258,33 @@ func TestDeployWritesRecords(t *testing.T) {
 	}
 	if keys, _, _ := c.KV().Keys(UnitsPrefix, "", nil); len(keys) != 0 {
 		t.Fatalf("records after the stop: %v", keys)
+	}
+}
+
+// TestDeployTooManyUnits: the units' records go in the deploy's one
+// transaction, and Consul takes at most 128 operations: a spec too big
+// for it is refused with a clear error before anything is written; the
+// largest one that fits is deployed whole (a real agent checks the count).
+func TestDeployTooManyUnits(t *testing.T) {
+	c := consultest.NewDev(t).Client(t)
+	spec := func(name string, units int) *Spec {
+		sp := &Spec{Format: SpecFormat, Name: name, Hash: name}
+		for i := range units {
+			sp.Services = append(sp.Services, &schema.Service{Name: fmt.Sprintf("%s%d", name, i), Command: []string{"x"},
+				Placement: &schema.Placement{Count: 1, Update: schema.Update{MaxParallel: 1}}})
+		}
+		return sp
+	}
+	if _, err := Deploy(c, spec("big", 41), DeployOptions{By: "test"}); err == nil || !strings.Contains(err.Error(), "split it into deployments of at most 40 units; nothing was deployed") {
+		t.Fatalf("41 units: %v", err)
+	}
+	if keys, _, _ := c.KV().Keys(Prefix, "", nil); len(keys) != 0 {
+		t.Fatalf("a refused deploy wrote %v", keys)
+	}
+	if _, err := Deploy(c, spec("fits", 40), DeployOptions{By: "test"}); err != nil {
+		t.Fatalf("40 units: %v", err)
+	}
+	if keys, _, _ := c.KV().Keys(UnitsPrefix, "", nil); len(keys) != 40 {
+		t.Fatalf("%d records, want 40", len(keys))
 	}
 }
