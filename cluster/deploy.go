@@ -137,14 +137,6 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 	if err != nil {
 		return DeployResult{}, err
 	}
-	// The units' records go in the deploy's transaction, two operations
-	// each (a failure mark's delete at most one more per unit), and
-	// Consul takes at most maxTxnOps: refused before anything is written.
-	if need := 7 + 2*len(units) + len(spec.Units()); need > maxTxnOps {
-		return DeployResult{}, fmt.Errorf("deployment %s: deploying it takes up to %d operations in one transaction (its %d units' records with it), "+
-			"and Consul takes at most %d: split it into deployments of at most %d units; nothing was deployed",
-			spec.Name, need, len(units), maxTxnOps, (maxTxnOps-7)/3)
-	}
 	if running != nil && prevSpec != nil && Terminal(Effective(*running, prevSpec, recs).Status) {
 		running = nil // the step machine ended it in the units' records
 	}
@@ -159,13 +151,6 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 	b, err := spec.Encode()
 	if err != nil {
 		return DeployResult{}, err
-	}
-	ok, _, err := kv.CAS(&api.KVPair{Key: SpecKey(spec.Name, spec.N), Value: b, ModifyIndex: 0}, nil)
-	if err != nil {
-		return DeployResult{}, err
-	}
-	if !ok {
-		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
 	}
 	res := DeployResult{N: spec.N, Canaries: canaries(prevSpec, spec)}
 	d, _ := json.Marshal(Desired{N: spec.N, Hash: spec.Hash, By: opts.By, At: now})
@@ -209,6 +194,19 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 		audit.Action, audit.Reason = "stop", "spec "+spec.Hash+" (no units): every instance stops and its slot is released"
 	}
 	ops = append(ops, AuditOp(audit))
+	if len(ops) > maxTxnOps {
+		// The units' records go in the deploy's transaction, two
+		// operations each: refused before anything is written.
+		return DeployResult{}, fmt.Errorf("deployment %s: deploying spec %d takes %d operations in one transaction (its units' records with it), "+
+			"and Consul takes at most %d: split it into smaller deployments; nothing was deployed", spec.Name, spec.N, len(ops), maxTxnOps)
+	}
+	ok, _, err := kv.CAS(&api.KVPair{Key: SpecKey(spec.Name, spec.N), Value: b, ModifyIndex: 0}, nil)
+	if err != nil {
+		return DeployResult{}, err
+	}
+	if !ok {
+		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
+	}
 	ok, _, _, err = client.Txn().Txn(ops, nil)
 	if err != nil {
 		return DeployResult{}, err

@@ -263,8 +263,9 @@ func TestDeployWritesRecords(t *testing.T) {
 
 // TestDeployTooManyUnits: the units' records go in the deploy's one
 // transaction, and Consul takes at most 128 operations: a spec too big
-// for it is refused with a clear error before anything is written; the
-// largest one that fits is deployed whole (a real agent checks the count).
+// for it (63 units: 3 + 2×63 + the audit = 130) is refused with a clear
+// error before anything is written, its spec key included; the largest
+// one that fits (62: 128) is deployed whole (a real agent checks the count).
 func TestDeployTooManyUnits(t *testing.T) {
 	c := consultest.NewDev(t).Client(t)
 	spec := func(name string, units int) *Spec {
@@ -275,16 +276,16 @@ func TestDeployTooManyUnits(t *testing.T) {
 		}
 		return sp
 	}
-	if _, err := Deploy(c, spec("big", 41), DeployOptions{By: "test"}); err == nil || !strings.Contains(err.Error(), "split it into deployments of at most 40 units; nothing was deployed") {
-		t.Fatalf("41 units: %v", err)
+	if _, err := Deploy(c, spec("big", 63), DeployOptions{By: "test"}); err == nil || !strings.Contains(err.Error(), "takes 130 operations in one transaction (its units' records with it), and Consul takes at most 128: split it into smaller deployments; nothing was deployed") {
+		t.Fatalf("63 units: %v", err)
 	}
 	if keys, _, _ := c.KV().Keys(Prefix, "", nil); len(keys) != 0 {
 		t.Fatalf("a refused deploy wrote %v", keys)
 	}
-	if _, err := Deploy(c, spec("fits", 40), DeployOptions{By: "test"}); err != nil {
-		t.Fatalf("40 units: %v", err)
+	if _, err := Deploy(c, spec("fits", 62), DeployOptions{By: "test"}); err != nil {
+		t.Fatalf("62 units: %v", err)
 	}
-	if keys, _, _ := c.KV().Keys(UnitsPrefix, "", nil); len(keys) != 40 {
-		t.Fatalf("%d records, want 40", len(keys))
+	if keys, _, _ := c.KV().Keys(UnitsPrefix, "", nil); len(keys) != 62 {
+		t.Fatalf("%d records, want 62", len(keys))
 	}
 }
