@@ -433,8 +433,66 @@ service "db" {
 	if code != 2 || !strings.Contains(errOut, "Deployment shop/2 failed: db: slot 0: not healthy within healthy_deadline") {
 		t.Fatalf("deploy 2: %d\n%s\n%s", code, out, errOut)
 	}
-	st, err := cluster.ReadState(c)
-	if err != nil || len(st.Deployments) != 1 || st.Deployments[0].State.Status != cluster.DeployFailed {
-		t.Fatalf("status: %+v %v", st.Deployments, err)
+	ui := cli.NewMockUi()
+	if code := (&StatusCommand{UI: ui}).Run(append(consul, "-json")); code != 0 {
+		t.Fatalf("status: %d %s", code, ui.ErrorWriter.String())
+	}
+	var status struct {
+		Deployments []struct {
+			N     uint64
+			State struct{ Status, Reason string }
+		}
+	}
+	if err := json.Unmarshal(ui.OutputWriter.Bytes(), &status); err != nil || len(status.Deployments) != 1 ||
+		status.Deployments[0].N != 2 || status.Deployments[0].State.Status != cluster.DeployFailed ||
+		!strings.HasPrefix(status.Deployments[0].State.Reason, "db: ") {
+		t.Fatalf("status -json: %+v %v\n%s", status, err, ui.OutputWriter.String())
+	}
+	// Spec 3 with a canary phase on web, promoted by the operator: the
+	// records' canary phase ends (the failed spec 2 needs no -force).
+	if err := os.WriteFile("shop.hcl", []byte(`service "web" {
+  command = ["web", "v3"]
+  count   = 2
+  update {
+    max_parallel = 1
+    canary       = 1
+  }
+}
+service "db" {
+  command = ["db", "v2"]
+  count   = 1
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployCommand{UI: ui}).Run(append(append(consul, "-name", "shop"), "shop.hcl")); code != 0 {
+		t.Fatalf("deploy 3: %d %s", code, ui.ErrorWriter.String())
+	}
+	record := func(unit string) *cluster.UnitRecord {
+		t.Helper()
+		p, _, err := c.KV().Get(cluster.RecordKey(unit), nil)
+		if err != nil || p == nil {
+			t.Fatalf("record of %s: %v", unit, err)
+		}
+		r, err := cluster.DecodeUnitRecord(p.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := record("web"); r.Spec != "shop/3" || r.Version != "shop/3" || r.Canaries != 1 || r.Promoted {
+		t.Fatalf("web after deploy 3: %+v", r)
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployPromoteCommand{UI: ui}).Run(append(consul, "shop")); code != 0 {
+		t.Fatalf("promote: %d %s", code, ui.ErrorWriter.String())
+	}
+	if r := record("web"); !r.Promoted || r.Status != cluster.DeployRunning {
+		t.Fatalf("web after promote: %+v", r)
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployPromoteCommand{UI: ui}).Run(append(consul, "shop")); code != 1 {
+		t.Fatalf("a second promote: %d %s", code, ui.OutputWriter.String())
 	}
 }
