@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/hashicorp/consul/api"
 )
 
 // UpdateBlock is a unit's update block as its deployment record carries it
@@ -277,4 +279,23 @@ func Effective(st DeployState, spec *Spec, recs map[string]*UnitRecord) DeploySt
 		st.Status, st.Reason = status, reason
 	}
 	return st
+}
+
+// ReadUnitAt reads a version's unit definition with one read: the
+// version's spec key (immutable, so a caller may keep the answer), then
+// UnitOf.
+func ReadUnitAt(client *api.Client, version, unit string) (UnitSpec, error) {
+	key, err := VersionSpecKey(version)
+	if err != nil {
+		return UnitSpec{}, err
+	}
+	p, _, err := client.KV().Get(key, nil)
+	if err != nil {
+		return UnitSpec{}, fmt.Errorf("read %s: %w", key, err)
+	}
+	var v []byte
+	if p != nil {
+		v = p.Value
+	}
+	return UnitOf(version, v, unit)
 }

@@ -259,6 +259,13 @@ func TestDeployWritesRecords(t *testing.T) {
 	if keys, _, _ := c.KV().Keys(UnitsPrefix, "", nil); len(keys) != 0 {
 		t.Fatalf("records after the stop: %v", keys)
 	}
+	// What a node runs for a version: spec 2's web, one read.
+	if u, err := ReadUnitAt(c, web.Version, "web"); err != nil || u.Services[0].Command[1] != "v2" {
+		t.Fatalf("ReadUnitAt(%s): %+v %v", web.Version, u, err)
+	}
+	if _, err := ReadUnitAt(c, "shop/9", "web"); err == nil || !strings.Contains(err.Error(), "mariposa/deploy/shop/spec/9 is missing") {
+		t.Fatalf("ReadUnitAt of a missing spec: %v", err)
+	}
 }
 
 // TestDeployTooManyUnits: the units' records go in the deploy's one
