@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -91,6 +92,9 @@ type Deployment struct {
 	// Records: the units' deployment records (the step machine's), when
 	// read (Watch); Effective(*State, Spec, Records) is what happened.
 	Records map[string]*UnitRecord
+	// Holds: what the step machine's holders say of their holds
+	// (units/<unit>/status/<k>), read with the records.
+	Holds map[string]map[int]HoldStatus
 	// stableSpec is the stable spec's stored value, when it was read.
 	stableSpec []byte
 }
@@ -654,9 +658,54 @@ func Progress(d *Deployment, slots map[string]map[int]slotKV, live func(unit str
 				p.Healthy++
 			}
 		}
+		if r := d.Records[u.Unit.Name]; r != nil && r.Spec == SpecVersion(d.Spec.Name, d.Spec.N) && p.AtVersion == 0 {
+			// The step machine's progress: its holders' statuses at the
+			// record's version (cluster.Fleet's slot statuses say none).
+			if p.Canaries == 0 && !r.Promoted {
+				p.Canaries = r.Canaries
+			}
+			for k := range p.Count {
+				hs, ok := d.Holds[u.Unit.Name][k]
+				if !ok || hs.Version != r.Version {
+					continue
+				}
+				p.AtVersion++
+				if hs.HealthyAt != nil && (live == nil || live(u.Unit.Name, k, slots[u.Unit.Name][k].value.Node)) {
+					p.Healthy++
+				}
+			}
+		}
 		out = append(out, p)
 	}
 	return out
+}
+
+// parseUnitKeys reads what is under units/: each unit's record and its
+// holders' statuses; report says what cannot be read.
+func parseUnitKeys(pairs api.KVPairs, report func(key, msg string, err error)) (map[string]*UnitRecord, map[string]map[int]HoldStatus) {
+	records, holds := map[string]*UnitRecord{}, map[string]map[int]HoldStatus{}
+	for _, p := range pairs {
+		unit, _, _ := strings.Cut(strings.TrimPrefix(p.Key, UnitsPrefix), "/")
+		kind, k, ok := ParseUnitDeployKey(unit, p.Key)
+		switch {
+		case !ok:
+		case kind == UnitKeyRecord:
+			if r, err := DecodeUnitRecord(p.Value); err != nil {
+				report(p.Key, "a corrupt deployment record; its deployment is told by its state", err)
+			} else {
+				records[unit] = r
+			}
+		case kind == UnitKeyStatus:
+			var hs HoldStatus
+			if json.Unmarshal(p.Value, &hs) == nil {
+				if holds[unit] == nil {
+					holds[unit] = map[int]HoldStatus{}
+				}
+				holds[unit][k] = hs
+			}
+		}
+	}
+	return records, holds
 }
 
 // Watch reads deployment name and its progress: a blocking query on the
@@ -681,8 +730,17 @@ func Watch(ctx context.Context, client *api.Client, name string, index uint64) (
 	for _, u := range d.Spec.Units() {
 		units = append(units, u.Unit.Name)
 	}
-	if _, d.Records, err = readRecords(client, units); err != nil {
-		return nil, nil, index, err
+	d.Records, d.Holds = map[string]*UnitRecord{}, map[string]map[int]HoldStatus{}
+	for _, u := range units {
+		// One unit's record and statuses (a few keys): never the whole
+		// units/ prefix.
+		pairs, _, err := client.KV().List(UnitDeployPrefix(u), (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return nil, nil, index, err
+		}
+		recs, holds := parseUnitKeys(pairs, func(string, string, error) {})
+		maps.Copy(d.Records, recs)
+		maps.Copy(d.Holds, holds)
 	}
 	return d, Progress(d, parseSlots(sl, func(string, string, error) {}), nil), meta.LastIndex, nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -56,20 +55,9 @@ func ReadState(client *api.Client) (*State, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", UnitsPrefix, err)
 	}
-	records := map[string]*UnitRecord{}
-	for _, p := range units {
-		unit, rest, _ := strings.Cut(strings.TrimPrefix(p.Key, UnitsPrefix), "/")
-		if rest != UnitKeyRecord {
-			continue
-		}
-		if r, err := DecodeUnitRecord(p.Value); err != nil {
-			report(p.Key, "a corrupt deployment record; its deployment is told by its state", err)
-		} else {
-			records[unit] = r
-		}
-	}
+	records, holds := parseUnitKeys(units, report)
 	for _, d := range deps {
-		d.Records = records
+		d.Records, d.Holds = records, holds
 	}
 	specs := map[string]*Spec{}
 	for n, d := range deps {

@@ -399,13 +399,13 @@ service "db" {
 			t.Fatalf("no record of %s for spec %d", unit, n)
 		}
 	}
-	run := func(n uint64, moves func()) (int, string, string) {
+	run := func(n uint64, moves func(*cli.MockUi)) (int, string, string) {
 		ui := cli.NewMockUi()
 		done := make(chan int, 1)
 		go func() {
 			done <- (&DeployCommand{UI: ui}).Run(append(append(consul, "-name", "shop", "-wait"), "shop.hcl"))
 		}()
-		moves()
+		moves(ui)
 		select {
 		case code := <-done:
 			return code, ui.OutputWriter.String(), ui.ErrorWriter.String()
@@ -415,7 +415,25 @@ service "db" {
 		return 0, "", ""
 	}
 	write("v1")
-	code, out, errOut := run(1, func() {
+	code, out, errOut := run(1, func(ui *cli.MockUi) {
+		// A holder of web says slot 0 is healthy at the record's version:
+		// the progress counts it.
+		at := time.Now().UTC()
+		if !consultest.WaitFor(10*time.Second, func() bool {
+			p, _, _ := c.KV().Get(cluster.RecordKey("web"), nil)
+			return p != nil
+		}) {
+			t.Fatal("no record of web")
+		}
+		b, _ := json.Marshal(cluster.HoldStatus{Index: 1, Version: "shop/1", HealthyAt: &at})
+		if _, err := c.KV().Put(&api.KVPair{Key: cluster.UnitStatusKey("web", 0), Value: b}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !consultest.WaitFor(10*time.Second, func() bool {
+			return strings.Contains(ui.OutputWriter.String(), "running: web 1/2 healthy: db 0/1 healthy")
+		}) {
+			t.Fatalf("deploy -wait never showed web's healthy slot:\n%s", ui.OutputWriter.String())
+		}
 		judge("web", 1, cluster.DeploySuccessful, "")
 		judge("db", 1, cluster.DeploySuccessful, "")
 	})
@@ -426,7 +444,7 @@ service "db" {
 		t.Fatalf("the state was moved (the step machine never moves it): %+v %v", st, err)
 	}
 	write("v2")
-	code, out, errOut = run(2, func() {
+	code, out, errOut = run(2, func(*cli.MockUi) {
 		judge("web", 2, cluster.DeploySuccessful, "")
 		judge("db", 2, cluster.DeployFailed, "slot 0: not healthy within healthy_deadline")
 	})
