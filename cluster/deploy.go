@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 )
+
+// deployTxnHook runs just before a deploy's transaction (tests only).
+var deployTxnHook func()
 
 // maxTxnOps is the most operations Consul takes in one transaction.
 const maxTxnOps = 128
@@ -207,12 +211,27 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 	if !ok {
 		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
 	}
+	if deployTxnHook != nil {
+		deployTxnHook()
+	}
 	ok, _, _, err = client.Txn().Txn(ops, nil)
 	if err != nil {
 		return DeployResult{}, err
 	}
 	if !ok {
-		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
+		// Refused: desired, a state or a unit's record moved since they
+		// were read (another deploy, or a judge's decision). The spec
+		// written for it goes again, so that the next deploy can write
+		// spec n; a refused transaction applied nothing, so nothing
+		// names it.
+		if p, _, err := kv.Get(SpecKey(spec.Name, spec.N), q); err == nil && p != nil && bytes.Equal(p.Value, b) {
+			_, _, _ = kv.DeleteCAS(&api.KVPair{Key: p.Key, ModifyIndex: p.ModifyIndex}, nil)
+		}
+		if err := concurrentDeploy(client, spec.Name, spec.N); err != ErrConcurrentDeploy {
+			return DeployResult{}, err
+		}
+		return DeployResult{}, fmt.Errorf("deployment %s changed while it was being deployed (its state or a unit's deployment record moved: "+
+			"a judge's decision); nothing was deployed: run it again", spec.Name)
 	}
 	return res, nil
 }

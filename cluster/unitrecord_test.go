@@ -238,6 +238,21 @@ func TestDeployWritesRecords(t *testing.T) {
 	if db.Version != "shop/1" || db.Spec != "shop/2" || db.Canaries != 0 {
 		t.Fatalf("db after deploy 2 (unchanged): %+v", db)
 	}
+	// A judge moves a record between the deploy's reads and its
+	// transaction: the deploy is refused and writes nothing (its spec key
+	// goes again, so that the next deploy can write spec 3).
+	deployTxnHook = func() { judge("db", DeploySuccessful) }
+	_, err = Deploy(c, two(0, "v2b"), DeployOptions{By: "test", Force: true})
+	deployTxnHook = nil
+	if err == nil || !strings.Contains(err.Error(), "changed while it was being deployed") {
+		t.Fatalf("deploy over a moving record: %v", err)
+	}
+	if p, _, _ := c.KV().Get(SpecKey("shop", 3), nil); p != nil {
+		t.Fatal("a refused deploy left its spec key")
+	}
+	if sp, _ := DesiredSpec(c, "shop"); sp == nil || sp.N != 2 {
+		t.Fatalf("desired after the refused deploy: %+v", sp)
+	}
 	if n, err := Promote(c, "shop", "test"); err != nil || n != 2 {
 		t.Fatalf("promote: %d %v", n, err)
 	}
