@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,12 @@ import (
 
 	"github.com/hashicorp/consul/api"
 )
+
+// deployTxnHook runs just before a deploy's transaction (tests only).
+var deployTxnHook func()
+
+// maxTxnOps is the most operations Consul takes in one transaction.
+const maxTxnOps = 128
 
 // DeployResult says what Deploy did.
 type DeployResult struct {
@@ -119,6 +126,24 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 			}
 		}
 	}
+	var units []string
+	for _, u := range spec.Units() {
+		units = append(units, u.Unit.Name)
+	}
+	if prevSpec != nil {
+		for _, u := range prevSpec.Units() {
+			if !slices.Contains(units, u.Unit.Name) {
+				units = append(units, u.Unit.Name)
+			}
+		}
+	}
+	recPairs, recs, err := readRecords(client, units)
+	if err != nil {
+		return DeployResult{}, err
+	}
+	if running != nil && prevSpec != nil && Terminal(Effective(*running, prevSpec, recs).Status) {
+		running = nil // the step machine ended it in the units' records
+	}
 	if running != nil && !opts.Force {
 		return DeployResult{}, fmt.Errorf("deployment %s/%d in progress (%s, since %s): it ends once every instance is healthy at it, "+
 			"or fails when no instance becomes healthy for %s (progress_deadline; a count no node can hold stays in progress until then); "+
@@ -130,13 +155,6 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 	b, err := spec.Encode()
 	if err != nil {
 		return DeployResult{}, err
-	}
-	ok, _, err := kv.CAS(&api.KVPair{Key: SpecKey(spec.Name, spec.N), Value: b, ModifyIndex: 0}, nil)
-	if err != nil {
-		return DeployResult{}, err
-	}
-	if !ok {
-		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
 	}
 	res := DeployResult{N: spec.N, Canaries: canaries(prevSpec, spec)}
 	d, _ := json.Marshal(Desired{N: spec.N, Hash: spec.Hash, By: opts.By, At: now})
@@ -164,6 +182,7 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: prevState.Key, Value: cb}})
 		res.Superseded = running.N
 	}
+	ops = append(ops, recordOps(spec, prevSpec, recPairs, recs, res.Canaries, now)...)
 	marks, _, err := kv.Keys(RolloutPrefix, "", q)
 	if err != nil {
 		return DeployResult{}, err
@@ -179,12 +198,40 @@ func Deploy(client *api.Client, spec *Spec, opts DeployOptions) (DeployResult, e
 		audit.Action, audit.Reason = "stop", "spec "+spec.Hash+" (no units): every instance stops and its slot is released"
 	}
 	ops = append(ops, AuditOp(audit))
-	ok, _, _, err = client.Txn().Txn(ops, nil)
+	if len(ops) > maxTxnOps {
+		// The units' records go in the deploy's transaction, two
+		// operations each: refused before anything is written.
+		return DeployResult{}, fmt.Errorf("deployment %s: deploying spec %d takes %d operations in one transaction (its units' records with it), "+
+			"and Consul takes at most %d: split it into smaller deployments; nothing was deployed", spec.Name, spec.N, len(ops), maxTxnOps)
+	}
+	ok, _, err := kv.CAS(&api.KVPair{Key: SpecKey(spec.Name, spec.N), Value: b, ModifyIndex: 0}, nil)
 	if err != nil {
 		return DeployResult{}, err
 	}
 	if !ok {
 		return DeployResult{}, concurrentDeploy(client, spec.Name, spec.N)
+	}
+	if deployTxnHook != nil {
+		deployTxnHook()
+	}
+	ok, _, _, err = client.Txn().Txn(ops, nil)
+	if err != nil {
+		return DeployResult{}, err
+	}
+	if !ok {
+		// Refused: desired, a state or a unit's record moved since they
+		// were read (another deploy, or a judge's decision). The spec
+		// written for it goes again, so that the next deploy can write
+		// spec n; a refused transaction applied nothing, so nothing
+		// names it.
+		if p, _, err := kv.Get(SpecKey(spec.Name, spec.N), q); err == nil && p != nil && bytes.Equal(p.Value, b) {
+			_, _, _ = kv.DeleteCAS(&api.KVPair{Key: p.Key, ModifyIndex: p.ModifyIndex}, nil)
+		}
+		if err := concurrentDeploy(client, spec.Name, spec.N); err != ErrConcurrentDeploy {
+			return DeployResult{}, err
+		}
+		return DeployResult{}, fmt.Errorf("deployment %s changed while it was being deployed (its state or a unit's deployment record moved: "+
+			"a judge's decision); nothing was deployed: run it again", spec.Name)
 	}
 	return res, nil
 }
@@ -291,4 +338,65 @@ func DesiredSpec(client *api.Client, name string) (*Spec, error) {
 		return nil, fmt.Errorf("%s: %w", sp.Key, err)
 	}
 	return spec, nil
+}
+
+// readRecords reads the deployment records of units (consistent reads),
+// with their pairs for the check-index of the deploy's transaction. A
+// record that cannot be read is as good as none, but is still checked.
+func readRecords(client *api.Client, units []string) (map[string]*api.KVPair, map[string]*UnitRecord, error) {
+	q := &api.QueryOptions{RequireConsistent: true}
+	pairs, recs := map[string]*api.KVPair{}, map[string]*UnitRecord{}
+	for _, u := range units {
+		p, _, err := client.KV().Get(RecordKey(u), q)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read %s: %w", RecordKey(u), err)
+		}
+		if p == nil {
+			continue
+		}
+		pairs[u] = p
+		if r, err := DecodeUnitRecord(p.Value); err == nil {
+			recs[u] = r
+		}
+	}
+	return pairs, recs, nil
+}
+
+// recordOps writes each unit's deployment record for spec (NextRecord),
+// each checked against the record read (check-index, or check-not-exists
+// for a unit without one), and deletes the records of the units spec no
+// longer has (a deploy stop: all of them), each checked too: a judge that
+// moved a record since it was read makes the deploy's transaction fail.
+func recordOps(spec, prevSpec *Spec, pairs map[string]*api.KVPair, recs map[string]*UnitRecord, canaryCounts map[string]int, now time.Time) api.TxnOps {
+	var ops api.TxnOps
+	check := func(unit string) {
+		if p := pairs[unit]; p != nil {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: RecordKey(unit), Index: p.ModifyIndex}})
+		} else {
+			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: RecordKey(unit)}})
+		}
+	}
+	old := map[string]*UnitSpec{}
+	if prevSpec != nil {
+		for _, u := range prevSpec.Units() {
+			old[u.Unit.Name] = &u
+		}
+	}
+	kept := map[string]bool{}
+	for _, u := range spec.Units() {
+		name := u.Unit.Name
+		kept[name] = true
+		r := NextRecord(spec.Name, spec.N, recs[name], old[name], u, canaryCounts[name], now)
+		check(name)
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: RecordKey(name), Value: r.Encode()}})
+	}
+	if prevSpec != nil {
+		for _, u := range prevSpec.Units() {
+			if name := u.Unit.Name; !kept[name] && pairs[name] != nil {
+				check(name)
+				ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDelete, Key: RecordKey(name)}})
+			}
+		}
+	}
+	return ops
 }

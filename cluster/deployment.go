@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -88,6 +89,12 @@ type Deployment struct {
 	State        *DeployState // nil: written before deployments had states
 	StateIndex   uint64
 	Stable       *Stable
+	// Records: the units' deployment records (the step machine's), when
+	// read (Watch); Effective(*State, Spec, Records) is what happened.
+	Records map[string]*UnitRecord
+	// Holds: what the step machine's holders say of their holds
+	// (units/<unit>/status/<k>), read with the records.
+	Holds map[string]map[int]HoldStatus
 	// stableSpec is the stable spec's stored value, when it was read.
 	stableSpec []byte
 }
@@ -285,10 +292,20 @@ func Promote(client *api.Client, name, by string) (uint64, error) {
 	if !d.running() {
 		return 0, fmt.Errorf("deployment %s/%d is %s: %w", name, d.Spec.N, d.statusWord(), ErrNoCanaries)
 	}
-	if len(d.State.Canaries) == 0 || d.State.Promoted {
+	var units []string
+	for _, u := range d.Spec.Units() {
+		units = append(units, u.Unit.Name)
+	}
+	pairs, recs, err := readRecords(client, units)
+	if err != nil {
+		return 0, err
+	}
+	if eff := Effective(*d.State, d.Spec, recs); eff.Status != DeployRunning {
+		return 0, fmt.Errorf("deployment %s/%d is %s: %w", name, d.Spec.N, eff.Status, ErrNoCanaries)
+	} else if len(d.State.Canaries) == 0 || eff.Promoted {
 		return 0, fmt.Errorf("deployment %s/%d: %w", name, d.Spec.N, ErrNoCanaries)
 	}
-	ok, err := promote(client, d, "-", by, time.Now().UTC())
+	ok, err := promote(client, d, "-", by, time.Now().UTC(), promoteRecords(SpecVersion(name, d.Spec.N), pairs, recs)...)
 	if err != nil {
 		return 0, err
 	}
@@ -298,15 +315,33 @@ func Promote(client *api.Client, name, by string) (uint64, error) {
 	return d.Spec.N, nil
 }
 
-func promote(client *api.Client, d *Deployment, node, actor string, now time.Time) (bool, error) {
+// promoteRecords ends the canary phase in the units' records of spec
+// version sv (the step machine's; the operator's write, checked against
+// the record read).
+func promoteRecords(sv string, pairs map[string]*api.KVPair, recs map[string]*UnitRecord) api.TxnOps {
+	var ops api.TxnOps
+	for _, u := range sortedKeys(recs) {
+		r := *recs[u]
+		if r.Spec != sv || r.Status != DeployRunning || r.Canaries == 0 || r.Promoted || r.RevertOf != 0 {
+			continue
+		}
+		r.Promoted = true
+		ops = append(ops,
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: RecordKey(u), Index: pairs[u].ModifyIndex}},
+			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: RecordKey(u), Value: r.Encode()}})
+	}
+	return ops
+}
+
+func promote(client *api.Client, d *Deployment, node, actor string, now time.Time, extra ...*api.TxnOp) (bool, error) {
 	st := *d.State
 	st.Promoted, st.At = true, now
 	reason := "promoted by " + actor
 	if actor == "" {
 		reason = "auto_promote: every canary healthy"
 	}
-	return transition(client, d, st, api.TxnOps{AuditOp(AuditEvent{At: now, Node: node, Actor: actor, Service: d.Spec.Name,
-		Action: "deploy-promote", To: strconv.FormatUint(st.N, 10), Reason: reason})})
+	return transition(client, d, st, append(api.TxnOps{AuditOp(AuditEvent{At: now, Node: node, Actor: actor, Service: d.Spec.Name,
+		Action: "deploy-promote", To: strconv.FormatUint(st.N, 10), Reason: reason})}, extra...))
 }
 
 func (d *Deployment) statusWord() string {
@@ -623,9 +658,54 @@ func Progress(d *Deployment, slots map[string]map[int]slotKV, live func(unit str
 				p.Healthy++
 			}
 		}
+		if r := d.Records[u.Unit.Name]; r != nil && r.Spec == SpecVersion(d.Spec.Name, d.Spec.N) && p.AtVersion == 0 {
+			// The step machine's progress: its holders' statuses at the
+			// record's version (cluster.Fleet's slot statuses say none).
+			if p.Canaries == 0 && !r.Promoted {
+				p.Canaries = r.Canaries
+			}
+			for k := range p.Count {
+				hs, ok := d.Holds[u.Unit.Name][k]
+				if !ok || hs.Version != r.Version {
+					continue
+				}
+				p.AtVersion++
+				if hs.HealthyAt != nil && (live == nil || live(u.Unit.Name, k, slots[u.Unit.Name][k].value.Node)) {
+					p.Healthy++
+				}
+			}
+		}
 		out = append(out, p)
 	}
 	return out
+}
+
+// parseUnitKeys reads what is under units/: each unit's record and its
+// holders' statuses; report says what cannot be read.
+func parseUnitKeys(pairs api.KVPairs, report func(key, msg string, err error)) (map[string]*UnitRecord, map[string]map[int]HoldStatus) {
+	records, holds := map[string]*UnitRecord{}, map[string]map[int]HoldStatus{}
+	for _, p := range pairs {
+		unit, _, _ := strings.Cut(strings.TrimPrefix(p.Key, UnitsPrefix), "/")
+		kind, k, ok := ParseUnitDeployKey(unit, p.Key)
+		switch {
+		case !ok:
+		case kind == UnitKeyRecord:
+			if r, err := DecodeUnitRecord(p.Value); err != nil {
+				report(p.Key, "a corrupt deployment record; its deployment is told by its state", err)
+			} else {
+				records[unit] = r
+			}
+		case kind == UnitKeyStatus:
+			var hs HoldStatus
+			if json.Unmarshal(p.Value, &hs) == nil {
+				if holds[unit] == nil {
+					holds[unit] = map[int]HoldStatus{}
+				}
+				holds[unit][k] = hs
+			}
+		}
+	}
+	return records, holds
 }
 
 // Watch reads deployment name and its progress: a blocking query on the
@@ -645,6 +725,22 @@ func Watch(ctx context.Context, client *api.Client, name string, index uint64) (
 	d := parseDeployments(dep, func(string, string, error) {})[name]
 	if d == nil {
 		return nil, nil, meta.LastIndex, fmt.Errorf("no deployment %q", name)
+	}
+	var units []string
+	for _, u := range d.Spec.Units() {
+		units = append(units, u.Unit.Name)
+	}
+	d.Records, d.Holds = map[string]*UnitRecord{}, map[string]map[int]HoldStatus{}
+	for _, u := range units {
+		// One unit's record and statuses (a few keys): never the whole
+		// units/ prefix.
+		pairs, _, err := client.KV().List(UnitDeployPrefix(u), (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil {
+			return nil, nil, index, err
+		}
+		recs, holds := parseUnitKeys(pairs, func(string, string, error) {})
+		maps.Copy(d.Records, recs)
+		maps.Copy(d.Holds, holds)
 	}
 	return d, Progress(d, parseSlots(sl, func(string, string, error) {}), nil), meta.LastIndex, nil
 }

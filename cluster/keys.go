@@ -75,3 +75,64 @@ func ParseSlot(s string) (unit string, k int, err error) {
 	}
 	return s[:i], k, nil
 }
+
+// A unit's deployment under the step machine (fleet/agent, CLUSTER.md
+// section 12): per unit, not per deployment name, under UnitsPrefix:
+//
+//	units/<unit>/record      the unit's deployment record (UnitRecord)
+//	units/<unit>/status/<k>  what the holder of slot k says about its hold
+//	units/<unit>/tokens/<t>  rollout token t, locked by a holder's session
+//
+// Its own prefix, not deploy/: a unit is often named like its deployment
+// (deployment "web", unit "web"), and a watch on deploy/<unit>/ would then
+// receive the deployment's specs (up to 512 KiB each) with every change;
+// nor rollout/, where cluster.Fleet keeps its rollouts' tokens and failure
+// marks and the coordinated reloads their tokens (rollout/<unit>/...).
+// Nothing else lives under units/, so the watch on units/<unit>/ answers
+// exactly the unit's record, statuses and tokens.
+const UnitsPrefix = Prefix + "units/"
+
+// UnitDeployPrefix is units/<unit>/: a unit's deployment record, its
+// holders' statuses and its rollout tokens.
+func UnitDeployPrefix(unit string) string { return UnitsPrefix + unit + "/" }
+
+// RecordKey is units/<unit>/record, the unit's deployment record.
+func RecordKey(unit string) string { return UnitDeployPrefix(unit) + "record" }
+
+// UnitStatusKey is units/<unit>/status/<k>: the step machine's word of
+// the holder of slot k on its hold.
+func UnitStatusKey(unit string, k int) string {
+	return UnitDeployPrefix(unit) + "status/" + strconv.Itoa(k)
+}
+
+// TokenKey is units/<unit>/tokens/<t>, rollout token t of the unit.
+func TokenKey(unit string, t int) string { return UnitDeployPrefix(unit) + "tokens/" + strconv.Itoa(t) }
+
+// Kinds of key under UnitDeployPrefix (ParseUnitDeployKey).
+const (
+	UnitKeyRecord = "record"
+	UnitKeyStatus = "status"
+	UnitKeyToken  = "tokens"
+)
+
+// ParseUnitDeployKey says what a key under UnitDeployPrefix(unit) is: its
+// kind and, for a status or a token, its number; ok false for any other
+// key.
+func ParseUnitDeployKey(unit, key string) (kind string, n int, ok bool) {
+	rest, found := strings.CutPrefix(key, UnitDeployPrefix(unit))
+	if !found {
+		return "", 0, false
+	}
+	if rest == UnitKeyRecord {
+		return UnitKeyRecord, 0, true
+	}
+	kind, num, found := strings.Cut(rest, "/")
+	if !found || (kind != UnitKeyStatus && kind != UnitKeyToken) {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 || strconv.Itoa(n) != num {
+		return "", 0, false
+	}
+	return kind, n, true
+}

@@ -51,6 +51,14 @@ func ReadState(client *api.Client) (*State, error) {
 		return nil, fmt.Errorf("read %s: %w", DeployPrefix, err)
 	}
 	deps := parseDeployments(dep, report)
+	units, _, err := client.KV().List(UnitsPrefix, q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", UnitsPrefix, err)
+	}
+	records, holds := parseUnitKeys(units, report)
+	for _, d := range deps {
+		d.Records, d.Holds = records, holds
+	}
 	specs := map[string]*Spec{}
 	for n, d := range deps {
 		specs[n] = d.Spec
@@ -222,7 +230,8 @@ func (st *State) Recount(live func(unit string, k int, node string) bool) {
 func statusOf(d *Deployment, slots map[string]map[int]slotKV, live func(string, int, string) bool) DeploymentStatus {
 	ds := DeploymentStatus{Name: d.Spec.Name, N: d.Spec.N, Hash: d.Spec.Hash, Versions: specVersions(d.Spec), Progress: Progress(d, slots, live)}
 	if d.State != nil && d.State.N == d.Spec.N {
-		ds.State = d.State
+		eff := Effective(*d.State, d.Spec, d.Records)
+		ds.State = &eff
 	}
 	if d.Stable != nil {
 		ds.Stable = d.Stable.N

@@ -171,7 +171,13 @@ func PurgeDeployment(ctx context.Context, client *api.Client, name, by string, w
 		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: desired.Key, Index: desired.ModifyIndex}})
 	}
 	ops = append(ops,
-		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: DeployPrefix + name + "/"}},
+		&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: DeployPrefix + name + "/"}})
+	for _, u := range res.Units {
+		// What the step machine kept of the unit (its record went with
+		// the stop; a status or token left by a holder gone).
+		ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteTree, Key: UnitDeployPrefix(u)}})
+	}
+	ops = append(ops,
 		AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Service: name, Action: "purge",
 			Reason: fmt.Sprintf("%d records and the slot keys of %s deleted", res.Keys, strings.Join(res.Units, ", "))}))
 	okTxn, _, _, err := client.Txn().Txn(ops, nil)

@@ -74,6 +74,13 @@ func TestOwnershipStopPurge(t *testing.T) {
 	if st, _ := ReadDeployState(c, "shop", 1); st == nil || st.Status != DeployCancelled || !strings.Contains(st.Reason, "stopped by test") {
 		t.Fatalf("spec 1 after the stop: %+v", st)
 	}
+	if ks := keys(RecordKey("web")); len(ks) != 0 || len(keys(RecordKey("db"))) != 1 {
+		t.Fatalf("records after the stop: web's %v (want none), db's %v (another deployment's)", ks, keys(RecordKey("db")))
+	}
+	// A status left under the unit's prefix (its holder's session gone).
+	if _, err := c.KV().Put(&api.KVPair{Key: UnitStatusKey("web", 0), Value: []byte(`{}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
 	if again, err := StopDeployment(c, "shop", "test"); err != nil || !again.AlreadyStopped {
 		t.Fatalf("a second stop: %+v %v", again, err)
 	}
@@ -98,6 +105,9 @@ func TestOwnershipStopPurge(t *testing.T) {
 	}
 	if ks := keys(DeployPrefix + "shop/"); len(ks) != 0 {
 		t.Errorf("records left: %v", ks)
+	}
+	if ks := keys(UnitDeployPrefix("web")); len(ks) != 0 {
+		t.Errorf("web's deployment keys left: %v", ks)
 	}
 	if ks := keys(SlotsPrefix + "web/"); len(ks) != 0 {
 		t.Errorf("web's slot keys left: %v", ks)

@@ -34,9 +34,10 @@ Usage: mariposa deploy stop [options] NAME
   deploying files to it again starts it again.
 
   With -purge, once every slot of its services is released, the
-  deployment's records (mariposa/deploy/NAME/) and its services' slot keys
-  are deleted: mariposa status lists it no more, and its service names
-  are free for any deployment. The audit log keeps the stop and the purge.
+  deployment's records (mariposa/deploy/NAME/, mariposa/units/UNIT/) and
+  its services' slot keys are deleted: mariposa status lists it no more,
+  and its service names are free for any deployment. The audit log keeps
+  the stop and the purge.
 
 Options:
 

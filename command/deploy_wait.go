@@ -76,7 +76,7 @@ func followDeployment(ui cli.Ui, client *api.Client, name string, n uint64) int 
 // stateOf is spec n's state: d's when n is still desired, else read.
 func stateOf(client *api.Client, name string, n uint64, d *cluster.Deployment) (cluster.DeployState, bool) {
 	if d.State != nil && d.State.N == n {
-		return *d.State, true
+		return cluster.Effective(*d.State, d.Spec, d.Records), true
 	}
 	st, err := cluster.ReadDeployState(client, name, n)
 	if err != nil || st == nil {

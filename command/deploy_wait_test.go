@@ -352,3 +352,165 @@ func TestDeployPromoteDoc(t *testing.T) {
 		t.Errorf("deploy-promote.md does not show:\n%s", shown)
 	}
 }
+
+// TestDeployWaitReadsRecords: under the step machine (which moves the
+// units' records and never the deployment's state), deploy -wait ends as
+// the records say: successful once every unit's record is, failed (exit
+// 2, the unit and its reason named) when one unit's judge failed it; and
+// status shows the records' outcome.
+func TestDeployWaitReadsRecords(t *testing.T) {
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	fleetNodes(t, c, 6)
+	t.Chdir(t.TempDir())
+	consul := []string{"-consul-addr", agent.HTTPAddr()}
+	write := func(version string) {
+		t.Helper()
+		body := `service "web" {
+  command = ["web", "` + version + `"]
+  count   = 2
+}
+service "db" {
+  command = ["db", "` + version + `"]
+  count   = 1
+}
+`
+		if err := os.WriteFile("shop.hcl", []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// judge plays the step machine's judge: the record moves, with a
+	// check-index, once it names spec n.
+	judge := func(unit string, n uint64, status, reason string) {
+		t.Helper()
+		if !consultest.WaitFor(10*time.Second, func() bool {
+			p, _, err := c.KV().Get(cluster.RecordKey(unit), nil)
+			if err != nil || p == nil {
+				return false
+			}
+			r, err := cluster.DecodeUnitRecord(p.Value)
+			if err != nil || r.Spec != cluster.SpecVersion("shop", n) {
+				return false
+			}
+			r.Status, r.Reason = status, reason
+			ok, _, err := c.KV().CAS(&api.KVPair{Key: p.Key, Value: r.Encode(), ModifyIndex: p.ModifyIndex}, nil)
+			return err == nil && ok
+		}) {
+			t.Fatalf("no record of %s for spec %d", unit, n)
+		}
+	}
+	run := func(n uint64, moves func(*cli.MockUi)) (int, string, string) {
+		ui := cli.NewMockUi()
+		done := make(chan int, 1)
+		go func() {
+			done <- (&DeployCommand{UI: ui}).Run(append(append(consul, "-name", "shop", "-wait"), "shop.hcl"))
+		}()
+		moves(ui)
+		select {
+		case code := <-done:
+			return code, ui.OutputWriter.String(), ui.ErrorWriter.String()
+		case <-time.After(30 * time.Second):
+			t.Fatalf("deploy -wait of spec %d never ended:\n%s", n, ui.OutputWriter.String())
+		}
+		return 0, "", ""
+	}
+	write("v1")
+	code, out, errOut := run(1, func(ui *cli.MockUi) {
+		// A holder of web says slot 0 is healthy at the record's version:
+		// the progress counts it.
+		at := time.Now().UTC()
+		if !consultest.WaitFor(10*time.Second, func() bool {
+			p, _, _ := c.KV().Get(cluster.RecordKey("web"), nil)
+			return p != nil
+		}) {
+			t.Fatal("no record of web")
+		}
+		b, _ := json.Marshal(cluster.HoldStatus{Index: 1, Version: "shop/1", HealthyAt: &at})
+		if _, err := c.KV().Put(&api.KVPair{Key: cluster.UnitStatusKey("web", 0), Value: b}, nil); err != nil {
+			t.Fatal(err)
+		}
+		if !consultest.WaitFor(10*time.Second, func() bool {
+			return strings.Contains(ui.OutputWriter.String(), "running: web 1/2 healthy: db 0/1 healthy")
+		}) {
+			t.Fatalf("deploy -wait never showed web's healthy slot:\n%s", ui.OutputWriter.String())
+		}
+		judge("web", 1, cluster.DeploySuccessful, "")
+		judge("db", 1, cluster.DeploySuccessful, "")
+	})
+	if code != 0 || !strings.Contains(out, "Deployment shop/1 successful") {
+		t.Fatalf("deploy 1: %d\n%s\n%s", code, out, errOut)
+	}
+	if st, err := cluster.ReadDeployState(c, "shop", 1); err != nil || st.Status != cluster.DeployRunning {
+		t.Fatalf("the state was moved (the step machine never moves it): %+v %v", st, err)
+	}
+	write("v2")
+	code, out, errOut = run(2, func(*cli.MockUi) {
+		judge("web", 2, cluster.DeploySuccessful, "")
+		judge("db", 2, cluster.DeployFailed, "slot 0: not healthy within healthy_deadline")
+	})
+	if code != 2 || !strings.Contains(errOut, "Deployment shop/2 failed: db: slot 0: not healthy within healthy_deadline") {
+		t.Fatalf("deploy 2: %d\n%s\n%s", code, out, errOut)
+	}
+	ui := cli.NewMockUi()
+	if code := (&StatusCommand{UI: ui}).Run(append(consul, "-json")); code != 0 {
+		t.Fatalf("status: %d %s", code, ui.ErrorWriter.String())
+	}
+	var status struct {
+		Deployments []struct {
+			N     uint64
+			State struct{ Status, Reason string }
+		}
+	}
+	if err := json.Unmarshal(ui.OutputWriter.Bytes(), &status); err != nil || len(status.Deployments) != 1 ||
+		status.Deployments[0].N != 2 || status.Deployments[0].State.Status != cluster.DeployFailed ||
+		!strings.HasPrefix(status.Deployments[0].State.Reason, "db: ") {
+		t.Fatalf("status -json: %+v %v\n%s", status, err, ui.OutputWriter.String())
+	}
+	// Spec 3 with a canary phase on web, promoted by the operator: the
+	// records' canary phase ends (the failed spec 2 needs no -force).
+	if err := os.WriteFile("shop.hcl", []byte(`service "web" {
+  command = ["web", "v3"]
+  count   = 2
+  update {
+    max_parallel = 1
+    canary       = 1
+  }
+}
+service "db" {
+  command = ["db", "v2"]
+  count   = 1
+}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployCommand{UI: ui}).Run(append(append(consul, "-name", "shop"), "shop.hcl")); code != 0 {
+		t.Fatalf("deploy 3: %d %s", code, ui.ErrorWriter.String())
+	}
+	record := func(unit string) *cluster.UnitRecord {
+		t.Helper()
+		p, _, err := c.KV().Get(cluster.RecordKey(unit), nil)
+		if err != nil || p == nil {
+			t.Fatalf("record of %s: %v", unit, err)
+		}
+		r, err := cluster.DecodeUnitRecord(p.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := record("web"); r.Spec != "shop/3" || r.Version != "shop/3" || r.Canaries != 1 || r.Promoted {
+		t.Fatalf("web after deploy 3: %+v", r)
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployPromoteCommand{UI: ui}).Run(append(consul, "shop")); code != 0 {
+		t.Fatalf("promote: %d %s", code, ui.ErrorWriter.String())
+	}
+	if r := record("web"); !r.Promoted || r.Status != cluster.DeployRunning {
+		t.Fatalf("web after promote: %+v", r)
+	}
+	ui = cli.NewMockUi()
+	if code := (&DeployPromoteCommand{UI: ui}).Run(append(consul, "shop")); code != 1 {
+		t.Fatalf("a second promote: %d %s", code, ui.OutputWriter.String())
+	}
+}

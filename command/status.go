@@ -327,7 +327,7 @@ func readStatus(client *api.Client, only string, watch bool) (statusData, error)
 		return d, err
 	}
 	if watch {
-		for _, prefix := range []string{cluster.DeployPrefix, cluster.SlotsPrefix} {
+		for _, prefix := range []string{cluster.DeployPrefix, cluster.SlotsPrefix, cluster.UnitsPrefix} {
 			_, meta, err := client.KV().Keys(prefix, "/", nil)
 			if err != nil {
 				d.stErr = fmt.Errorf("read %s: %w", prefix, err)

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
@@ -33,81 +32,37 @@ import (
 //     (tokens 0 to MaxParallel-1), so at most that many instances are down
 //     for an update at once.
 
+// The keys and the record's codec are cluster's (cluster/keys.go,
+// cluster/unitrecord.go: the KV layout in one place), under
+// cluster.UnitsPrefix, apart from the deployments' specs under deploy/.
+
 // DeployPrefix is a unit's deployment: its record, its holders' statuses
-// and its rollout tokens.
-func DeployPrefix(unit string) string { return cluster.DeployPrefix + unit + "/" }
+// and its rollout tokens (cluster.UnitDeployPrefix).
+func DeployPrefix(unit string) string { return cluster.UnitDeployPrefix(unit) }
 
 // RecordKey is the unit's deployment record (Deployment).
-func RecordKey(unit string) string { return DeployPrefix(unit) + "record" }
+func RecordKey(unit string) string { return cluster.RecordKey(unit) }
 
 // StatusKey is what the holder of slot k says about its hold (Status):
 // locked by the holder's session (so that an invalidation deletes it),
 // deleted by the release.
-func (s SlotID) StatusKey() string { return DeployPrefix(s.Unit) + "status/" + strconv.Itoa(s.K) }
+func (s SlotID) StatusKey() string { return cluster.UnitStatusKey(s.Unit, s.K) }
 
 // TokenKey is rollout token t of unit: locked by the session of the
 // holder updating the slot it names.
-func TokenKey(unit string, t int) string { return DeployPrefix(unit) + "tokens/" + strconv.Itoa(t) }
+func TokenKey(unit string, t int) string { return cluster.TokenKey(unit, t) }
 
 // UpdateBlock is a unit's update block (schema.Update's rollout part).
-type UpdateBlock struct {
-	MaxParallel     int           `json:"max_parallel"`
-	AutoPromote     bool          `json:"auto_promote,omitempty"`
-	AutoRevert      bool          `json:"auto_revert,omitempty"`
-	MinHealthyTime  time.Duration `json:"min_healthy_time"`
-	HealthyDeadline time.Duration `json:"healthy_deadline"`
-}
+type UpdateBlock = cluster.UpdateBlock
 
-// Deployment is a unit's deployment record. Version is what the unit
-// moves to, From what it ran before (what slots held back by a canary
-// phase run), Stable the last version a deployment made successful
-// (auto_revert's target).
-type Deployment struct {
-	N        uint64      `json:"n"`
-	Version  string      `json:"version"`
-	From     string      `json:"from"`
-	Stable   string      `json:"stable"`
-	Status   string      `json:"status"` // cluster.Deploy*
-	Canaries int         `json:"canaries,omitempty"`
-	Promoted bool        `json:"promoted,omitempty"`
-	RevertOf uint64      `json:"revert_of,omitempty"`
-	Update   UpdateBlock `json:"update"`
-	Started  time.Time   `json:"started"`
-	Reason   string      `json:"reason,omitempty"`
-	// Ended: the deployment this record replaced while it ran (failed and
-	// reverted, or cancelled by a newer deploy), with its outcome.
-	Ended *Outcome `json:"ended,omitempty"`
-}
+// Deployment is a unit's deployment record (cluster.UnitRecord).
+type Deployment = cluster.UnitRecord
 
 // Outcome is how a deployment ended.
-type Outcome struct {
-	N       uint64 `json:"n"`
-	Version string `json:"version"`
-	Status  string `json:"status"`
-	Reason  string `json:"reason,omitempty"`
-}
+type Outcome = cluster.RecordOutcome
 
 // Terminal says whether status ends a deployment.
-func Terminal(status string) bool {
-	return status == cluster.DeploySuccessful || status == cluster.DeployFailed || status == cluster.DeployCancelled
-}
-
-// Target is the version slot k runs under d: the new version while d
-// runs (for a canary phase not promoted, only slots below Canaries), the
-// old one for the others; after a success the new one. "" after a failure
-// (no revert): no slot moves, whatever it runs.
-func (d *Deployment) Target(k int) string {
-	switch d.Status {
-	case cluster.DeployRunning:
-		if d.Canaries > 0 && !d.Promoted && k >= d.Canaries {
-			return d.From
-		}
-		return d.Version
-	case cluster.DeploySuccessful:
-		return d.Version
-	}
-	return ""
-}
+func Terminal(status string) bool { return cluster.Terminal(status) }
 
 // Status is what a holder says about its hold (cluster.HoldStatus: the
 // fencing token it was written under, the version, when healthy there)
@@ -147,29 +102,25 @@ type KV struct {
 // Entries it cannot read are skipped (a corrupt record: not judged).
 func ParseDeployView(unit string, index uint64, kvs []KV) *DeployView {
 	v := &DeployView{Unit: unit, Index: index, Status: map[int]Status{}, Tokens: map[int]Token{}}
-	prefix := DeployPrefix(unit)
 	for _, e := range kvs {
-		rest, ok := strings.CutPrefix(e.Key, prefix)
+		kind, n, ok := cluster.ParseUnitDeployKey(unit, e.Key)
 		if !ok {
 			continue
 		}
-		switch {
-		case rest == "record":
-			var d Deployment
-			if json.Unmarshal(e.Value, &d) == nil {
-				v.Record, v.RecordIndex = &d, e.ModifyIndex
+		switch kind {
+		case cluster.UnitKeyRecord:
+			if d, err := cluster.DecodeUnitRecord(e.Value); err == nil {
+				v.Record, v.RecordIndex = d, e.ModifyIndex
 			}
-		case strings.HasPrefix(rest, "status/"):
-			k, err := strconv.Atoi(rest[len("status/"):])
+		case cluster.UnitKeyStatus:
 			var st Status
-			if err == nil && json.Unmarshal(e.Value, &st) == nil {
-				v.Status[k] = st
+			if json.Unmarshal(e.Value, &st) == nil {
+				v.Status[n] = st
 			}
-		case strings.HasPrefix(rest, "tokens/"):
-			t, err := strconv.Atoi(rest[len("tokens/"):])
+		case cluster.UnitKeyToken:
 			k, kerr := strconv.Atoi(string(e.Value))
-			if err == nil && kerr == nil && e.Session != "" {
-				v.Tokens[t] = Token{Session: e.Session, K: k, Index: e.ModifyIndex}
+			if kerr == nil && e.Session != "" {
+				v.Tokens[n] = Token{Session: e.Session, K: k, Index: e.ModifyIndex}
 			}
 		}
 	}
@@ -195,7 +146,7 @@ func Judge(d *Deployment, count int, status map[int]Status, now time.Time, rever
 				reason := fmt.Sprintf("slot %d: %s", k, s.Failed)
 				if revert && d.Update.AutoRevert && d.Stable != "" && d.Stable != d.Version {
 					return &Deployment{N: d.N + 1, Version: d.Stable, From: d.Version, Stable: d.Stable, Status: cluster.DeployRunning,
-						Promoted: true, RevertOf: d.N, Update: d.Update, Started: now, Reason: "auto_revert: " + reason,
+						Promoted: true, RevertOf: d.N, Update: d.Update, Started: now, Reason: "auto_revert: " + reason, Spec: d.Spec,
 						Ended: &Outcome{N: d.N, Version: d.Version, Status: cluster.DeployFailed, Reason: reason}}, "deploy-revert"
 				}
 				next := *d

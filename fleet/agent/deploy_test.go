@@ -69,9 +69,15 @@ func TestJudge(t *testing.T) {
 		{"not running: nothing", &Deployment{N: 1, Version: "v1", Status: cluster.DeploySuccessful}, map[int]Status{0: failed}, true, "", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			next, what := Judge(tc.d, 2, tc.status, t0.Add(time.Minute), tc.revert)
+			d := *tc.d
+			d.Spec = "shop/2" // the operator's deployment that wrote it
+			next, what := Judge(&d, 2, tc.status, t0.Add(time.Minute), tc.revert)
 			if what != tc.want || (next == nil) != (tc.want == "") {
 				t.Fatalf("decision %q (%+v), want %q", what, next, tc.want)
+			}
+			if next != nil && next.Spec != "shop/2" {
+				// deploy -wait and status find what became of spec 2 by it.
+				t.Errorf("%s: the next record lost the deployment's spec: %q", what, next.Spec)
 			}
 			if tc.check != nil {
 				tc.check(t, next)

@@ -76,7 +76,9 @@
 // A unit's deployment is one record (RecordKey: the version, where it
 // comes from, the stable version, the status, the canary phase), its
 // holders' statuses (StatusKey) and its rollout tokens (TokenKey), all
-// under DeployPrefix and read by one watch (DeployAnswer). Each has one
+// under DeployPrefix (cluster.UnitsPrefix: units/<unit>/, apart from
+// the deployments' specs under deploy/) and read by one watch
+// (DeployAnswer). Each has one
 // writer:
 //
 //   - the record: the operator writes a new deployment or a promotion;

@@ -39,6 +39,11 @@ type Instances interface {
 	Start(s agent.Start)
 	// Stop the slot's instance; Kill: at once (SIGKILL), the hold is lost.
 	Stop(slot agent.SlotID, kill bool)
+	// A version written by mariposa deploy is "<name>/<n>": the unit's
+	// definition in spec n of deployment name; cluster.ReadUnitAt reads
+	// it with one read of that spec's (immutable) key (cluster.UnitOf,
+	// the pure part). Nothing reads the deploy/ prefix whole.
+	//
 	// Update the slot's instance in place (agent.Update): stop it and
 	// start u.To with the same fencing token and session; InstanceStarted
 	// once the new one runs, InstanceHealthy once it passes its checks.

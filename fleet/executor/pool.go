@@ -348,7 +348,7 @@ func (e *Executor) watchBucketDeploy(ctx context.Context, b *bucket) {
 	heard := map[string]bool{}
 	prefix := agent.DeployPrefix(b.units[0])
 	if len(b.units) > 1 {
-		prefix = cluster.DeployPrefix + b.prefix
+		prefix = cluster.UnitsPrefix + b.prefix
 	}
 	e.watch(ctx, "deploy "+b.prefix, func(q *api.QueryOptions) (uint64, func(), error) {
 		pairs, meta, err := e.cfg.Client.KV().List(prefix, q)

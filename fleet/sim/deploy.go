@@ -252,7 +252,7 @@ func (s *Sim) deployCommits(commits []consulmodel.Commit) {
 			}
 		}
 		for _, k := range c.Keys {
-			rest, ok := strings.CutPrefix(k, cluster.DeployPrefix)
+			rest, ok := strings.CutPrefix(k, cluster.UnitsPrefix)
 			if !ok {
 				continue
 			}
