@@ -28,7 +28,7 @@ type tcpProxy struct {
 	// refusedLines: the request lines of the connections refused since
 	// the break (read before the close).
 	refusedLines []string
-	conns   map[net.Conn]bool
+	conns        map[net.Conn]bool
 	// open: the client's connections open now; most: the most at once.
 	open, most int
 }
