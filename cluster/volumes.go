@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
@@ -336,7 +335,7 @@ func (f *Fleet) readyVolumes(ctx context.Context, h *heldSlot) (string, api.TxnO
 		case schema.OnMissingFail:
 			return "", nil, fmt.Errorf("%w: volume %s: the last holder (%s) gave no handoff, and on_missing is \"fail\"", errVolumeMissing, v.Name, h.prevNode)
 		case schema.OnMissingEmpty:
-			if err := emptyVolume(store, u, k, v.Path); err != nil {
+			if err := store.Empty(u, k, v.Path); err != nil {
 				return "", nil, err
 			}
 			notes = append(notes, v.Name+" started empty (on_missing = \"empty\")")
@@ -396,7 +395,7 @@ func (f *Fleet) readyVolumes(ctx context.Context, h *heldSlot) (string, api.TxnO
 			if restored {
 				continue
 			}
-			if err := emptyVolume(store, u, k, v.Path); err != nil {
+			if err := store.Empty(u, k, v.Path); err != nil {
 				return "", nil, err
 			}
 			notes = append(notes, v.Name+" started empty: no copy of its data could be reached (on_missing = \"latest\")")
@@ -445,22 +444,6 @@ func newestFirst(cs []dataCopy) {
 		}
 		return a.At.After(b.At)
 	})
-}
-
-// emptyVolume empties a volume's directory (an old copy of another
-// holder's data must not pass for the slot's).
-func emptyVolume(store *volume.Store, unit string, k int, path string) error {
-	dir := store.Dir(unit, k, path)
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // handoffOps snapshots the stopped volumes of slot h and returns the

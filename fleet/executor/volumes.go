@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -298,7 +297,7 @@ func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Vol
 	case schema.OnMissingFail:
 		return "", fmt.Errorf("%w: volume %s: the last holder gave no handoff, and on_missing is \"fail\"", errVolumeMissing, v.Name)
 	case schema.OnMissingEmpty:
-		return v.Name + " started empty (on_missing = \"empty\")", emptyDir(store.Dir(a.Slot.Unit, a.Slot.K, v.Path))
+		return v.Name + " started empty (on_missing = \"empty\")", store.Empty(a.Slot.Unit, a.Slot.K, v.Path)
 	}
 	// latest: the last handoff's snapshot if it is newer than this node's
 	// copy and its node serves it; else this node's copy.
@@ -312,24 +311,10 @@ func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Vol
 	if local != 0 {
 		return fmt.Sprintf("%s kept this node's copy (generation %d), the newest there is", v.Name, local), nil
 	}
-	if err := emptyDir(store.Dir(a.Slot.Unit, a.Slot.K, v.Path)); err != nil {
+	if err := store.Empty(a.Slot.Unit, a.Slot.K, v.Path); err != nil {
 		return "", err
 	}
 	return v.Name + " started empty: no copy of its data could be reached (on_missing = \"latest\")", nil
-}
-
-// emptyDir empties a volume's directory (cluster's emptyVolume).
-func emptyDir(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // pushHandoff performs agent.PushHandoff.

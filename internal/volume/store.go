@@ -89,6 +89,26 @@ func (s *Store) Dir(unit string, k int, path string) string {
 	return filepath.Join(s.Root, unit, strconv.Itoa(k), path)
 }
 
+// Empty removes everything in the slot's volume directory, keeping the
+// directory (an old copy of another holder's data must not pass for the
+// slot's when it starts empty).
+func (s *Store) Empty(unit string, k int, path string) error {
+	if err := validSlot(unit, k, path); err != nil {
+		return err
+	}
+	dir := s.Dir(unit, k, path)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func key(unit string, k int, path string) string {
 	return unit + "/" + strconv.Itoa(k) + "/" + path
 }
