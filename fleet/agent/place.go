@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,10 +154,31 @@ func (a *Agent) stepPlace(in any) bool {
 		if _, ok := a.units[in.Unit]; ok {
 			a.markDirty(in.Unit)
 		}
+	case NodesAnswer:
+		// New attributes or capacity (the members' answer, not a node
+		// failing or back): every unit is ranked again, even one whose
+		// last ranking gave this node no place.
+		if a.nodes != nil && !sameInfo(a.nodes.Info, in.View.Info) {
+			for name, r := range a.recs {
+				r.hasAsg = false
+				if _, ok := a.units[name]; ok {
+					a.markDirty(name)
+				}
+			}
+		}
+		return false
 	default:
 		return false
 	}
 	return true
+}
+
+// sameInfo: a and b are the same answer's (the same map), or both none.
+func sameInfo(a, b map[string]cluster.NodeInfo) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return len(a) == len(b)
+	}
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // extra is Extra for ranking u's free slots at now.

@@ -115,3 +115,22 @@ func TestUnitOf(t *testing.T) {
 		t.Fatalf("UnitOf: %+v, want %+v", u, want)
 	}
 }
+
+// A unit that no node could take while the nodes' attributes were unknown
+// is ranked again when they come (the members' answer), without a new
+// answer of its index.
+func TestNewNodeInfoRanksAgain(t *testing.T) {
+	u := Unit{Name: "web", Count: 1, MaxPerNode: 1, Placement: &schema.Placement{
+		Constraints: []*schema.Constraint{{Attribute: "${node.meta.zone}", Operator: "=", Value: "z1"}}}}
+	m := &machine{t: t, a: New(Config{Node: "me", Seed: 1}), now: t0}
+	m.step(UnitsAnswer{Units: []Unit{u}})
+	m.step(SessionCreated{ID: "s-me"})
+	m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me"}}})
+	if got := rankFor(m, m.step(slots("web", 10))); got != -1 {
+		t.Fatalf("ranked %d without the node's meta", got)
+	}
+	info := map[string]cluster.NodeInfo{"me": {Meta: map[string]string{"zone": "z1"}, Eligible: true}}
+	if got := rankFor(m, m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me"}, Info: info}})); got != 0 {
+		t.Fatalf("rank %d with the node's meta, want 0", got)
+	}
+}

@@ -131,6 +131,8 @@ type Executor struct {
 	// reqs: the places of the requests at once (pool.go).
 	reqs     chan struct{}
 	members  []string
+	info     infoMap         // the members' attributes and capacity (place.go)
+	prevRead map[string]bool // Sticky units whose previous holders were read (place.go)
 	failing  []string
 	haveMem  bool
 	haveFail bool
@@ -165,7 +167,6 @@ type (
 		view *agent.DeployView
 	}
 	vacancyMoved struct{ unit string }
-	membersAns   struct{ nodes []string }
 	failingAns   struct{ nodes []string }
 	setUnits     struct{ units []agent.Unit }
 	stopReq      struct{ done chan struct{} }
@@ -222,6 +223,7 @@ func (e *Executor) Start() {
 	e.timer.Stop()
 	go e.watchMembers()
 	go e.watchFailing()
+	go e.watchPenalties()
 	if e.cfg.Control {
 		go e.watchControl()
 	}
@@ -331,6 +333,7 @@ func (e *Executor) handle(in any) {
 		}
 		e.watchUnits(in.units)
 		e.step(agent.UnitsAnswer{Units: in.units})
+		e.readPrevious(in.units)
 	case stopReq:
 		e.stopDone = append(e.stopDone, in.done)
 		if !e.stopping {
@@ -395,7 +398,7 @@ func (e *Executor) handle(in any) {
 			w.ask(time.Now())
 		}
 	case membersAns:
-		e.members, e.haveMem = in.nodes, true
+		e.members, e.info, e.haveMem = in.nodes, in.info, true
 		e.nodesAnswer()
 	case failingAns:
 		e.failing, e.haveFail = in.nodes, true
@@ -406,7 +409,8 @@ func (e *Executor) handle(in any) {
 		e.resumed(in)
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
 		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
-		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
+		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished,
+		agent.PenaltiesAnswer, agent.PreviousAnswer:
 		e.step(in)
 	default:
 		e.log.Error("executor: unknown input", "input", in)
@@ -430,7 +434,7 @@ func (e *Executor) nodesAnswer() {
 		}
 	}
 	e.nodesGen++
-	e.step(agent.NodesAnswer{View: &agent.NodesView{Index: e.nodesGen, Nodes: live, Failing: append([]string(nil), e.failing...)}})
+	e.step(agent.NodesAnswer{View: &agent.NodesView{Index: e.nodesGen, Nodes: live, Failing: append([]string(nil), e.failing...), Info: e.info}})
 }
 
 // step runs one input through the agent and performs its actions.

@@ -39,7 +39,8 @@ func (e *Executor) watchMembers() {
 		for _, s := range ss {
 			names = append(names, s.Node)
 		}
-		return meta.LastIndex, func() { e.inbox.post(membersAns{nodes: uniqueSorted(names)}) }, nil
+		info := nodeInfos(ss)
+		return meta.LastIndex, func() { e.inbox.post(membersAns{nodes: uniqueSorted(names), info: info}) }, nil
 	})
 }
 
