@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"hash/fnv"
 	"reflect"
 	"slices"
 	"strconv"
@@ -93,6 +95,9 @@ type placeState struct {
 	// reserved, for resKey (the views of the units with resources).
 	resKey string
 	res    map[string]cluster.Reservation
+	// resSum names res's contents: views that moved without moving a
+	// reservation rank as before (and share a ranking in the simulator).
+	resSum string
 }
 
 // notePrevious keeps the previous holders of a Sticky unit's slots from
@@ -221,7 +226,7 @@ func (a *Agent) extra(u Unit, v *SlotsView, now time.Time) Extra {
 	}
 	if !u.Resources.IsZero() {
 		x.Reserved = a.reserved()
-		key.WriteString(";r " + a.place.resKey)
+		key.WriteString(";r " + a.place.resSum)
 	}
 	x.Key = key.String()
 	return x
@@ -262,7 +267,16 @@ func (a *Agent) reserved() map[string]cluster.Reservation {
 			}
 		}
 	}
-	a.place.res, a.place.resKey = res, key.String()
+	nodes := make([]string, 0, len(res))
+	for n := range res {
+		nodes = append(nodes, n)
+	}
+	slices.Sort(nodes)
+	h := fnv.New64a()
+	for _, n := range nodes {
+		fmt.Fprintf(h, "%s\x00%d\x00%d\x00", n, res[n].CPU, res[n].Memory)
+	}
+	a.place.res, a.place.resKey, a.place.resSum = res, key.String(), strconv.FormatUint(h.Sum64(), 16)
 	return res
 }
 
