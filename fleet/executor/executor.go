@@ -133,6 +133,7 @@ type Executor struct {
 	members  []string
 	info     infoMap         // the members' attributes and capacity (place.go)
 	prevRead map[string]bool // Sticky units whose previous holders were read (place.go)
+	penHeard bool            // the penalties' watch has answered (place.go)
 	failing  []string
 	haveMem  bool
 	haveFail bool
@@ -372,7 +373,7 @@ func (e *Executor) handle(in any) {
 		e.step(agent.DeployAnswer{View: in.view})
 		if !w.deployed {
 			w.deployed = true
-			if early := w.early; early != nil {
+			if early := w.early; early != nil && e.indexMayStep(w) {
 				w.early = nil
 				e.handle(*early)
 			}
@@ -382,7 +383,7 @@ func (e *Executor) handle(in any) {
 		if w == nil {
 			return
 		}
-		if !w.deployed {
+		if !e.indexMayStep(w) {
 			w.early = &in
 			return
 		}
@@ -403,14 +404,17 @@ func (e *Executor) handle(in any) {
 	case failingAns:
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()
+	case previousRead:
+		e.previousRead(in)
+	case agent.PenaltiesAnswer:
+		e.penaltiesAnswer(in)
 	case handedOff, handoffsServed:
 		e.handleVolumes(in)
 	case watchResumed:
 		e.resumed(in)
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
 		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
-		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished,
-		agent.PenaltiesAnswer, agent.PreviousAnswer:
+		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
 		e.step(in)
 	default:
 		e.log.Error("executor: unknown input", "input", in)

@@ -65,6 +65,9 @@ func (e *Executor) readPrevious(units []agent.Unit) {
 			e.prevRead = map[string]bool{}
 		}
 		e.prevRead[u.Name] = true
+		if w := e.units[u.Name]; w != nil {
+			w.prevWait = true
+		}
 		go func(unit string) {
 			ctx, cancel := e.request()
 			defer cancel()
@@ -72,13 +75,63 @@ func (e *Executor) readPrevious(units []agent.Unit) {
 			prefix = prefix[:strings.LastIndexByte(prefix, '/')+1]
 			pairs, _, err := e.cfg.Client.KV().List(prefix, (&api.QueryOptions{}).WithContext(ctx))
 			if err != nil {
+				// Ranked without: the previous holder is a preference.
 				e.log.Debug("read the previous holders", "unit", unit, "error", err)
-				return
 			}
-			if prev := previousOf(prefix, pairs); len(prev) > 0 {
-				e.inbox.post(agent.PreviousAnswer{Unit: unit, Previous: prev})
-			}
+			e.inbox.post(previousRead{unit: unit, prev: previousOf(prefix, pairs)})
 		}(u.Name)
+	}
+}
+
+// previousRead: the read of a Sticky unit's previous holders is done.
+type previousRead struct {
+	unit string
+	prev map[int]string
+}
+
+// previousRead gives the agent a Sticky unit's previous holders, then the
+// index answer that waited for them (the first ranking has them: the
+// previous holder is ranked first from the start).
+func (e *Executor) previousRead(in previousRead) {
+	if len(in.prev) > 0 {
+		e.step(agent.PreviousAnswer{Unit: in.unit, Previous: in.prev})
+	}
+	w := e.units[in.unit]
+	if w == nil || !w.prevWait {
+		return
+	}
+	w.prevWait = false
+	e.flushEarly(w)
+}
+
+// indexMayStep: a unit's index answer may go to the agent: its deployment
+// was heard, its previous holders read (a Sticky unit), the penalties
+// heard. Until then it waits in early, and the agent claims nothing of
+// the unit on a ranking that would lack them.
+func (e *Executor) indexMayStep(w *unitWatch) bool {
+	return w.deployed && !w.prevWait && e.penHeard
+}
+
+// flushEarly steps w's index answer that waited, if it may go now.
+func (e *Executor) flushEarly(w *unitWatch) {
+	if early := w.early; early != nil && e.indexMayStep(w) {
+		w.early = nil
+		e.handle(*early)
+	}
+}
+
+// penaltiesAnswer steps the penalties; the first lets the index answers
+// that waited for it go, in the units' order.
+func (e *Executor) penaltiesAnswer(in agent.PenaltiesAnswer) {
+	e.step(in)
+	if e.penHeard {
+		return
+	}
+	e.penHeard = true
+	for _, name := range e.unitNames {
+		if w := e.units[name]; w != nil {
+			e.flushEarly(w)
+		}
 	}
 }
 

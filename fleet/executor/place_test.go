@@ -1,6 +1,9 @@
 package executor_test
 
 import (
+	"cmp"
+	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,4 +81,61 @@ func waitMembersMeta(t *testing.T, f *fleet) {
 	}) {
 		t.Fatal("the catalog never showed the nodes' meta")
 	}
+}
+
+// hrwOrder is the nodes in HRW order for slot 0 of unit.
+func hrwOrder(unit string, nodes []string) []string {
+	out := slices.Clone(nodes)
+	slices.SortFunc(out, func(a, b string) int {
+		return cmp.Compare(cluster.HRW(unit, 0, b), cluster.HRW(unit, 0, a))
+	})
+	return out
+}
+
+// On real Consul: a node under a reschedule penalty (penalty/<unit>/<node>)
+// is not the one a free slot goes to, though HRW puts it first; a unit
+// whose volumes keep data on the node goes back to the node its slot key
+// names as its last holder, though HRW puts it last. Both are known
+// before the first claim (the executor waits for them).
+func TestExecutorsPlaceByPenaltyAndStickiness(t *testing.T) {
+	names := []string{"node0", "node1", "node2"}
+	penalized := hrwOrder("pen", names)[0]
+	previous := hrwOrder("sticky", names)[2]
+	f := newFleet(t, fleetOptions{nodes: 3, before: func(c *api.Client) {
+		until, _ := json.Marshal(map[string]any{"until": time.Now().Add(time.Hour), "reason": "test"})
+		last, _ := json.Marshal(cluster.SlotValue{Node: previous, State: cluster.SlotReleased, Since: time.Now().UTC()})
+		for _, p := range []*api.KVPair{{Key: cluster.PenaltyKey("pen", penalized), Value: until}, {Key: agent.SlotID{Unit: "sticky", K: 0}.Key(), Value: last}} {
+			if _, err := c.KV().Put(p, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}}, agent.Unit{Name: "pen", Count: 1, MaxPerNode: 1}, agent.Unit{Name: "sticky", Count: 1, MaxPerNode: 1, Sticky: true})
+	f.waitSettled(45 * time.Second)
+	for unit, check := range map[string]func(holder string) string{
+		"pen": func(h string) string {
+			if h == penalized {
+				return "held by " + h + ", under a penalty"
+			}
+			return ""
+		},
+		"sticky": func(h string) string {
+			if h != previous {
+				return "held by " + h + ", not by its previous holder " + previous
+			}
+			return ""
+		},
+	} {
+		keys, err := f.slotKeys(unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder, err := f.nodeOf(keys[0].Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if why := check(holder); why != "" {
+			t.Errorf("%s/0 %s", unit, why)
+		}
+	}
+	f.checkNoOverlap()
 }
