@@ -52,13 +52,17 @@ type PreviousAnswer struct {
 }
 
 // UnitOf is a cluster unit as the agent ranks it: its count, exclusivity
-// and max_per_node, its whole placement block, its resources, and whether
-// its volumes keep data on the node (stickiness). Volumes (snapshot
-// handoff) is the caller's.
+// and max_per_node, its whole placement block, its resources, whether its
+// volumes keep data on the node (stickiness, as cluster.Fleet's: for
+// "sticky" and "snapshot" handoffs) and whether they move with the slot
+// (Volumes: a "snapshot" handoff).
 func UnitOf(cu cluster.Unit) Unit {
 	u := Unit{Name: cu.Name, Placement: cu.Placement, Resources: cu.Resources, Sticky: cu.HasVolume}
 	if p := cu.Placement; p != nil {
 		u.Count, u.Exclusive, u.MaxPerNode = max(p.Count, 0), p.Exclusive, p.MaxPerNode
+		for _, v := range p.Volumes {
+			u.Volumes = u.Volumes || (v != nil && v.Handoff == schema.HandoffSnapshot)
+		}
 	}
 	if u.MaxPerNode <= 0 {
 		u.MaxPerNode = schema.DefaultMaxPerNode

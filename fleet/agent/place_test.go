@@ -106,13 +106,24 @@ func TestPlacementInputs(t *testing.T) {
 	}
 }
 
-// UnitOf carries the placement block, the resources and stickiness.
+// UnitOf carries the placement block, the resources, stickiness and the
+// volumes that move.
 func TestUnitOf(t *testing.T) {
-	p := &schema.Placement{Count: 3, Exclusive: true, Volumes: []*schema.Volume{{Handoff: schema.HandoffSticky}}}
-	u := UnitOf(cluster.Unit{Name: "db", Placement: p, HasVolume: true, Resources: cluster.Reservation{CPU: 5}})
-	want := Unit{Name: "db", Count: 3, Exclusive: true, MaxPerNode: schema.DefaultMaxPerNode, Placement: p, Sticky: true, Resources: cluster.Reservation{CPU: 5}}
-	if u != want {
-		t.Fatalf("UnitOf: %+v, want %+v", u, want)
+	sticky := &schema.Placement{Count: 3, Exclusive: true, Volumes: []*schema.Volume{{Handoff: schema.HandoffSticky}}}
+	snap := &schema.Placement{Count: 1, MaxPerNode: 2, Volumes: []*schema.Volume{{Handoff: schema.HandoffNone}, {Handoff: schema.HandoffSnapshot}}}
+	for _, tc := range []struct {
+		in   cluster.Unit
+		want Unit
+	}{
+		{cluster.Unit{Name: "db", Placement: sticky, HasVolume: true, Resources: cluster.Reservation{CPU: 5}},
+			Unit{Name: "db", Count: 3, Exclusive: true, MaxPerNode: schema.DefaultMaxPerNode, Placement: sticky, Sticky: true, Resources: cluster.Reservation{CPU: 5}}},
+		{cluster.Unit{Name: "q", Placement: snap, HasVolume: true},
+			Unit{Name: "q", Count: 1, MaxPerNode: 2, Placement: snap, Sticky: true, Volumes: true}},
+		{cluster.Unit{Name: "none"}, Unit{Name: "none", MaxPerNode: schema.DefaultMaxPerNode}},
+	} {
+		if u := UnitOf(tc.in); u != tc.want {
+			t.Errorf("UnitOf(%s): %+v, want %+v", tc.in.Name, u, tc.want)
+		}
 	}
 }
 
