@@ -24,6 +24,14 @@ type Unit struct {
 	// "snapshot"): a claim restores before Start, a release hands off
 	// first (volumes.go).
 	Volumes bool
+	// Placement is the unit's placement block (constraints, affinities,
+	// spreads, scheduler_algorithm; nil: none); Count, MaxPerNode and
+	// Exclusive above override its own. Resources is what each slot
+	// reserves on its node; Sticky: the unit's volumes keep data on the
+	// node, so a slot prefers its previous holder (place.go, UnitOf).
+	Placement *schema.Placement
+	Resources cluster.Reservation
+	Sticky    bool
 }
 
 // SlotID names a slot: the key slots/<Unit>/<K>.
@@ -188,8 +196,12 @@ type NodesView struct {
 	// the health watch answers); a name new here makes the agent re-read
 	// at once the units that node held (Refresh).
 	Failing []string
-	pos     map[string]int
-	info    []cluster.NodeInfo
+	// Info: each node's attributes and capacity by name (the members'
+	// catalog answer: node meta, the registration's meta); nil or a name
+	// missing: its name alone.
+	Info map[string]cluster.NodeInfo
+	pos  map[string]int
+	info []cluster.NodeInfo
 }
 
 // infos are Nodes as placement sees them: in the fleet, live, eligible
@@ -198,7 +210,12 @@ func (v *NodesView) infos() []cluster.NodeInfo {
 	if v.info == nil {
 		v.info = make([]cluster.NodeInfo, len(v.Nodes))
 		for i, n := range v.Nodes {
-			v.info[i] = cluster.NodeInfo{Name: n, Fleet: true, Live: true, Eligible: true}
+			in, ok := v.Info[n]
+			if !ok {
+				in.Eligible = true
+			}
+			in.Name, in.Fleet, in.Live = n, true, true
+			v.info[i] = in
 		}
 	}
 	return v.info
@@ -412,8 +429,12 @@ type Config struct {
 	// Rank ranks the free slots of a unit (DefaultRank when nil). It must
 	// be a pure function of its arguments: the simulator shares one
 	// result among the nodes that have the same views.
-	Rank   func(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking
-	Faults Faults
+	Rank func(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking
+	// RankWith, when set, is used instead of Rank, with the placement
+	// inputs beyond the views (place.go; DefaultRankWith when both are
+	// nil). The same rule: a pure function of its arguments.
+	RankWith func(u Unit, v *SlotsView, nodes *NodesView, free []int, x Extra) Ranking
+	Faults   Faults
 	// Control: the executor watches control/ (ControlAnswer): pauses,
 	// drains, the storm brake and the takeover budget apply (ops.go), and
 	// nothing is claimed before the first answer.
@@ -490,6 +511,8 @@ type Agent struct {
 	// the node's queue (intents.go).
 	rs resetState
 	pq pauseQueue
+	// place: penalties, previous holders, reservations (place.go).
+	place placeState
 }
 
 // unitRec is a unit as a.units and a.slots have it, and this node's
@@ -576,6 +599,7 @@ type vacancy struct {
 type assignment struct {
 	slotsIdx, nodesIdx uint64
 	count              int
+	ext                string // Extra.Key
 	free               []int
 	mine               map[int]Place
 }
@@ -609,9 +633,6 @@ func New(cfg Config) *Agent {
 	}
 	if cfg.LockDelay <= 0 {
 		cfg.LockDelay = time.Second
-	}
-	if cfg.Rank == nil {
-		cfg.Rank = DefaultRank
 	}
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{},
@@ -664,7 +685,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		a.holdsGen++
 	}
 	out, done := a.stepOps(now, in)
-	if done {
+	if done || a.stepPlace(in) {
 		return a.reconcile(now, out)
 	}
 	switch in := in.(type) {
@@ -681,7 +702,11 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			a.units[u.Name] = u
 		}
 		for name, r := range a.recs {
+			old := r.unit
 			r.unit, r.ok = a.units[name]
+			if old != r.unit {
+				r.hasAsg = false // its placement may differ
+			}
 		}
 		a.dirtyAll()
 	case SlotsAnswer:
@@ -690,6 +715,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			a.holdsGen++ // the holds' loop reads the unit's view
 		}
 		a.noteInvalidated(r, r.view, in.View)
+		a.notePrevious(a.units[in.View.Unit], r.view, in.View)
 		a.slots[in.View.Unit] = in.View
 		r.view = in.View
 		a.markDirty(in.View.Unit)
@@ -1132,7 +1158,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			if len(free) == 0 {
 				continue
 			}
-			asg := a.assign(r, u, v, free, r.rerank)
+			asg := a.assign(r, u, v, free, r.rerank, now)
 			r.rerank = false
 			// What this node holds of the unit, as it knows it: a view
 			// may not show its latest claims yet.
@@ -1243,9 +1269,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 // claimed, and it ranks again when its claim time comes. Ranking over
 // 1,000 nodes at every answer of a unit with a vacancy was most of a
 // 1,000-node fleet's CPU after a loss.
-func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool) map[int]Place {
+func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool, now time.Time) map[int]Place {
 	nodes := a.rankNodes()
-	if c, ok := r.asg, r.hasAsg; ok && c.count == u.Count {
+	x := a.extra(u, v, now)
+	if c, ok := r.asg, r.hasAsg; ok && c.count == u.Count && c.ext == x.Key {
 		if c.slotsIdx == v.Index && c.nodesIdx == nodes.Index {
 			return c.mine
 		}
@@ -1257,7 +1284,7 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool)
 			return c.mine
 		}
 	}
-	asg := a.cfg.Rank(u, v, nodes, free)
+	asg := a.rank(u, v, nodes, free, x)
 	mine := map[int]Place{}
 	if i, ok := asg.pos[a.cfg.Node]; ok { // Of, the node looked up once
 		for _, k := range free {
@@ -1266,7 +1293,7 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool)
 			}
 		}
 	}
-	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, free: free, mine: mine}, true
+	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine}, true
 	return mine
 }
 
@@ -1297,8 +1324,7 @@ func subset(a, b []int) bool {
 // DefaultRank is cluster.Assign over a unit's slots view and the live
 // nodes (cluster.AssignRanks: its ranks alone).
 func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
-	cu := cluster.Unit{Name: u.Name, Placement: &schema.Placement{Count: u.Count, MaxPerNode: u.MaxPerNode, Exclusive: u.Exclusive}}
-	return Ranking{pos: nodes.positions(), places: cluster.AssignRanks(cu, free, cluster.View{Nodes: nodes.infos(), Holders: v.Holders}, time.Time{})}
+	return DefaultRankWith(u, v, nodes, free, Extra{})
 }
 
 // heldChanged: a hold was added, removed or changed: the holds' loop

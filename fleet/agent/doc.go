@@ -7,7 +7,8 @@
 // a model of Consul (fleet/consulmodel), on simulated time.
 //
 // It holds the slot protocol (CLUSTER.md section 3): the node's session,
-// rank-ordered claims (cluster.Assign's ranks by AssignRanks, ClaimDelay,
+// rank-ordered claims (cluster.Assign's ranks by AssignRanks over the
+// inputs cluster.Fleet's View has, place.go; ClaimDelay,
 // SecondRoundDelay), the
 // hold, the exclusive holder's confirmations and watchdog, scale-down,
 // strays (a claim Consul applied whose answer was lost) and the loss of

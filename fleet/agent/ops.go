@@ -434,7 +434,7 @@ func (a *Agent) rankNodes() *NodesView {
 	if a.ops.rankView != nil && a.ops.rankNodes == a.nodes.Index && a.ops.rankDrain == drain {
 		return a.ops.rankView
 	}
-	v := &NodesView{Index: a.nodes.Index<<32 | drain, Failing: a.nodes.Failing}
+	v := &NodesView{Index: a.nodes.Index<<32 | drain, Failing: a.nodes.Failing, Info: a.nodes.Info}
 	for _, n := range a.nodes.Nodes {
 		if _, d := a.ops.ctl.Drains[n]; !d {
 			v.Nodes = append(v.Nodes, n)

@@ -97,8 +97,12 @@
 // answer (with Config.Control). With Config.Control,
 // control/ (agent.ControlAnswer). For the fleet: the catalog entries of the service
 // (its members) and the health of its instances filtered by Consul to the
-// ones not passing; their combination is agent.NodesAnswer. The units
-// come from the caller (SetUnits).
+// ones not passing; their combination is agent.NodesAnswer, with each
+// member's node meta and registration meta (attributes, capacity) from
+// the first. For placement (place.go): penalty/ (agent.PenaltiesAnswer)
+// and, once per unit whose volumes keep data on the node, its slot keys'
+// last holders (agent.PreviousAnswer); a unit's index answers wait for
+// both. The units come from the caller (SetUnits; agent.UnitOf).
 //
 // # Stopping
 //

@@ -136,6 +136,9 @@ type Executor struct {
 	// reqs: the places of the requests at once (pool.go).
 	reqs     chan struct{}
 	members  []string
+	info     infoMap         // the members' attributes and capacity (place.go)
+	prevRead map[string]bool // Sticky units whose previous holders were read (place.go)
+	penHeard bool            // the penalties' watch has answered (place.go)
 	failing  []string
 	haveMem  bool
 	haveFail bool
@@ -170,7 +173,6 @@ type (
 		view *agent.DeployView
 	}
 	vacancyMoved struct{ unit string }
-	membersAns   struct{ nodes []string }
 	failingAns   struct{ nodes []string }
 	setUnits     struct{ units []agent.Unit }
 	stopReq      struct{ done chan struct{} }
@@ -227,6 +229,7 @@ func (e *Executor) Start() {
 	e.timer.Stop()
 	go e.watchMembers()
 	go e.watchFailing()
+	go e.watchPenalties()
 	if e.cfg.Control {
 		go e.watchControl()
 	}
@@ -336,6 +339,7 @@ func (e *Executor) handle(in any) {
 		}
 		e.watchUnits(in.units)
 		e.step(agent.UnitsAnswer{Units: in.units})
+		e.readPrevious(in.units)
 	case stopReq:
 		e.stopDone = append(e.stopDone, in.done)
 		if !e.stopping {
@@ -374,7 +378,7 @@ func (e *Executor) handle(in any) {
 		e.step(agent.DeployAnswer{View: in.view})
 		if !w.deployed {
 			w.deployed = true
-			if early := w.early; early != nil {
+			if early := w.early; early != nil && e.indexMayStep(w) {
 				w.early = nil
 				e.handle(*early)
 			}
@@ -384,7 +388,7 @@ func (e *Executor) handle(in any) {
 		if w == nil {
 			return
 		}
-		if !w.deployed {
+		if !e.indexMayStep(w) {
 			w.early = &in
 			return
 		}
@@ -400,11 +404,15 @@ func (e *Executor) handle(in any) {
 			w.ask(time.Now())
 		}
 	case membersAns:
-		e.members, e.haveMem = in.nodes, true
+		e.members, e.info, e.haveMem = in.nodes, in.info, true
 		e.nodesAnswer()
 	case failingAns:
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()
+	case previousRead:
+		e.previousRead(in)
+	case agent.PenaltiesAnswer:
+		e.penaltiesAnswer(in)
 	case handedOff, handoffsServed:
 		e.handleVolumes(in)
 	case watchResumed:
@@ -435,7 +443,7 @@ func (e *Executor) nodesAnswer() {
 		}
 	}
 	e.nodesGen++
-	e.step(agent.NodesAnswer{View: &agent.NodesView{Index: e.nodesGen, Nodes: live, Failing: append([]string(nil), e.failing...)}})
+	e.step(agent.NodesAnswer{View: &agent.NodesView{Index: e.nodesGen, Nodes: live, Failing: append([]string(nil), e.failing...), Info: e.info}})
 }
 
 // step runs one input through the agent and performs its actions.

@@ -224,6 +224,10 @@ func TestWatchResumedAfterBreak(t *testing.T) {
 				t.Fatalf("the watches did not ask again after the break (%d refused, the index's among them: %v)", px.refusals(), px.refusedAny("/mariposa/held/"))
 			}
 			px.Mend()
+			// The watches answer again (a WatchResumed is stepped; never,
+			// in the mutation) before the change: an index answer that
+			// came before every other watch had resumed would be the last.
+			consultest.WaitFor(5*time.Second, func() bool { _, resumes, _ := rec.since(0); return resumes > 0 })
 			// A change, so that the unit's index answers.
 			f.setUnits(agent.Unit{Name: "api", Count: 1, MaxPerNode: 2})
 			f.waitSettled(30 * time.Second)

@@ -22,6 +22,9 @@ type unitWatch struct {
 	// would start at no version, then update in place).
 	deployed bool
 	early    *indexAns
+	// prevWait: a Sticky unit's previous holders are being read
+	// (place.go); its index's answer waits in early as well.
+	prevWait bool
 }
 
 // ask: the unit's index may be asked at at (the loop's word; the latest
@@ -39,7 +42,8 @@ func (e *Executor) watchMembers() {
 		for _, s := range ss {
 			names = append(names, s.Node)
 		}
-		return meta.LastIndex, func() { e.inbox.post(membersAns{nodes: uniqueSorted(names)}) }, nil
+		info := nodeInfos(ss)
+		return meta.LastIndex, func() { e.inbox.post(membersAns{nodes: uniqueSorted(names), info: info}) }, nil
 	})
 }
 

@@ -370,7 +370,10 @@ func (s *Sim) ended(t *depTrack, n uint64, status string) {
 func (s *Sim) checkReverted(unit string, end bool) {
 	t := s.dep.track[unit]
 	for _, n := range s.nodes {
-		if !n.alive || !n.up {
+		// A node cut off from the servers hears of no revert: its orphan
+		// of a non-exclusive slot runs on until it is healed and sees the
+		// slot's new holder (checked at the end).
+		if !n.alive || !n.up || (n.cut && !end) {
 			continue
 		}
 		for _, id := range sortedSlots(n.inst) {

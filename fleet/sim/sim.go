@@ -94,6 +94,10 @@ type Config struct {
 	// Config.Buckets; buckets.go): the bytes are charged as its bucketed
 	// watches serve them. 0: a unit's watches of its own.
 	Buckets int
+	// Placement: some units have a constraint on the nodes' meta, some
+	// reserve resources that some nodes have no room for, and no
+	// instance may start on a node they exclude (place.go).
+	Placement bool
 	// Trace, when set, receives every line of the trace.
 	Trace func(line string)
 }
@@ -116,6 +120,9 @@ type ExecFaults struct {
 	NoBudgetCAS bool
 	// NoFailedCheck: a claim does not check the slot's failed mark.
 	NoFailedCheck bool
+	// NoPlacement: the agents rank by count and max_per_node alone, their
+	// units' constraints and resources dropped (place.go).
+	NoPlacement bool
 }
 
 func (c *Config) defaults() {
@@ -368,6 +375,7 @@ type Sim struct {
 	dep *simDeploy
 	ops *simOps
 	vol *simVolumes // nil: no volumes
+	plc *simPlace   // nil: no placement beyond max_per_node
 }
 
 type rankEntry struct {
@@ -379,6 +387,7 @@ type rankKey struct {
 	unit               string
 	count              int
 	slotsIdx, nodesIdx uint64
+	ext                string // agent.Extra.Key
 }
 
 // Run runs one simulation to its end and returns what it found.
@@ -512,7 +521,9 @@ func (s *Sim) setup() {
 		must(s.store.RegisterService(consulmodel.ServiceInstance{Node: n.name, ID: "mariposa-" + n.name, Service: "mariposa"},
 			map[string]string{aliveCheck(n.name): api.HealthPassing}))
 	}
-	// A placed fleet: slot k of unit i on node (i*count + k) mod N.
+	s.placeInit()
+	// A placed fleet: slot k of unit i on node (i*count + k) mod N (of
+	// the nodes its placement allows: warmNode).
 	held := map[string]map[agent.SlotID]uint64{}
 	for _, n := range s.nodes {
 		id, err := s.store.CreateSession(s.wall(), consulmodel.SessionSpec{Node: n.name, LockDelay: c.LockDelay,
@@ -523,7 +534,7 @@ func (s *Sim) setup() {
 	}
 	for i, u := range s.units {
 		for k := range u.Count {
-			n := s.nodes[(i*u.Count+k)%len(s.nodes)]
+			n := s.warmNode(i, u, k)
 			id := agent.SlotID{Unit: u.Name, K: k}
 			r, err := s.store.KVTxn(s.wall(), claimOps(id, n.name, n.sess, "running"))
 			must(err)
@@ -563,15 +574,18 @@ func must(err error) {
 // get a new answer a few milliseconds apart, so a few views of a unit are
 // current at once; the last few of each unit are kept (dropping one costs
 // only CPU).
-func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, free []int) agent.Ranking {
-	key := rankKey{unit: u.Name, count: u.Count, slotsIdx: v.Index, nodesIdx: nodes.Index}
+func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, free []int, x agent.Extra) agent.Ranking {
+	key := rankKey{unit: u.Name, count: u.Count, slotsIdx: v.Index, nodesIdx: nodes.Index, ext: x.Key}
 	memo := s.ranks[u.Name]
 	for _, m := range memo {
 		if m.key == key {
 			return m.a
 		}
 	}
-	a := agent.DefaultRank(u, v, nodes, free)
+	if s.cfg.ExecFaults.NoPlacement {
+		u.Placement, u.Resources = nil, cluster.Reservation{}
+	}
+	a := agent.DefaultRankWith(u, v, nodes, free, x)
 	s.res.Rankings++
 	if len(memo) >= rankMemo {
 		memo = memo[1:]
@@ -589,7 +603,7 @@ func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 		seed = seed*31 + uint64(ch)
 	}
 	n.agent = agent.New(agent.Config{Node: n.name, Step: s.cfg.Step, LockDelay: s.cfg.LockDelay, Seed: seed, Detect: s.cfg.Detect,
-		Rank: s.rank, Faults: s.cfg.Faults, Warm: warm, Control: s.ops.on})
+		RankWith: s.rank, Faults: s.cfg.Faults, Warm: warm, Control: s.ops.on})
 	units := slices.Clone(s.units)
 	s.step(n, agent.UnitsAnswer{Units: units})
 	s.deliverNodes(n)
@@ -1073,7 +1087,7 @@ func (s *Sim) deliverNodes(n *node) {
 				failingNames = append(failingNames, e.Instance.Node)
 			}
 		}
-		s.nodesCache = &agent.NodesView{Index: idx, Nodes: names, Failing: failingNames}
+		s.nodesCache = &agent.NodesView{Index: idx, Nodes: names, Failing: failingNames, Info: s.plc.infos()}
 		// A health entry carries the node, the service and its checks:
 		// about 1.5 KB an instance.
 		s.nodesBytes = 2 + uint64(failing)*1500
@@ -1099,6 +1113,7 @@ func (s *Sim) startInstance(n *node, a agent.Start) {
 		}
 	}
 	s.volStart(n, a)
+	s.placeCheck(n, a.Slot)
 	inst := &instance{node: n, slot: a.Slot, index: a.Index, session: a.Session, running: true, version: a.Version}
 	n.inst[a.Slot] = inst
 	s.running[a.Slot] = append(s.running[a.Slot], inst)

@@ -17,10 +17,12 @@ var (
 	// deployments were in the step machine did).
 	deploys = flag.Bool("sim.deploys", true, "operator deploys in TestSimulation")
 	volumes = flag.Bool("sim.volumes", true, "volumes on the exclusive units in TestSimulation")
+	// -sim.placement=false: no constraints or resources (Config.Placement).
+	placement = flag.Bool("sim.placement", true, "constraints and resources on some units in TestSimulation")
 )
 
 func config(seed uint64) Config {
-	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: *deploys, Volumes: *volumes}
+	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: *deploys, Volumes: *volumes, Placement: *placement}
 }
 
 // TestSimulation runs the seeded simulations make test-race runs: 50
@@ -35,7 +37,7 @@ func TestSimulation(t *testing.T) {
 		r := Run(config(seed))
 		vols.Add(r.Volumes)
 		for _, v := range r.Violations {
-			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v -volumes=%v)", v, *nodes, seed, *deploys, *volumes)
+			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v -volumes=%v -placement=%v)", v, *nodes, seed, *deploys, *volumes, *placement)
 		}
 		if t.Failed() {
 			return
@@ -120,11 +122,17 @@ func TestSimulationCatchesMutations(t *testing.T) {
 		// Volumes.
 		{"an instance started with its restore, not after it", func(c *Config) { c.Faults.StartBeforeRestore = true }, "before its restore is done"},
 		{"a release without waiting for its handoff", func(c *Config) { c.Faults.ReleaseBeforeHandoff = true }, "is lost"},
+		// Placement: ranked by HRW alone, a slot lands where its
+		// constraint or a node's capacity excludes it.
+		{"ranked without the units' constraints and resources", func(c *Config) { c.Placement, c.ExecFaults.NoPlacement = true, true }, "placement:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var found []string
 			for seed := uint64(1); seed <= 30 && len(found) == 0; seed++ {
+				// Placement only where the mutation is placement's: the
+				// others are caught in the seeds they were tried on.
 				c := config(seed)
+				c.Placement = false
 				tc.mut(&c)
 				for _, v := range Run(c).Violations {
 					if strings.Contains(v, tc.want) {

@@ -1,0 +1,147 @@
+package agent
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// placeUnit is a unit name for which HRW puts "top" ahead of "me" on slot
+// 0: without the placement inputs, "me" ranks second.
+func placeUnit(t *testing.T) string {
+	for i := range 100 {
+		name := fmt.Sprintf("web%d", i)
+		if cluster.HRW(name, 0, "top") > cluster.HRW(name, 0, "me") {
+			return name
+		}
+	}
+	t.Fatal("no unit name")
+	return ""
+}
+
+// rankFor runs the machine until it claims slot 0 of unit and returns its
+// rank there (the claim's delay in steps), -1 when it never claims.
+func rankFor(m *machine, acts []any) int {
+	m.t.Helper()
+	start := m.now
+	for range 20 {
+		if c, ok := find[Claim](acts); ok {
+			if c.Slot.K != 0 {
+				m.t.Fatalf("claimed %v", c.Slot)
+			}
+			return int(m.now.Sub(start) / cluster.DefaultStep)
+		}
+		w, ok := find[Wake](acts)
+		if !ok || !w.At.After(m.now) || w.At.Sub(start) > time.Minute {
+			return -1
+		}
+		m.now = w.At
+		acts = m.step(Tick{})
+	}
+	return -1
+}
+
+// The step machine ranks as cluster.Fleet places: a constraint excludes a
+// node, a full node is not feasible, a penalty moves a slot, stickiness
+// prefers the previous holder. "me" ranks second by HRW alone; each case
+// gives it the first place, or none.
+func TestPlacementInputs(t *testing.T) {
+	name := placeUnit(t)
+	zone := func(z string) map[string]string { return map[string]string{"zone": z} }
+	capa := func(cpu int) *cluster.Capacity {
+		return &cluster.Capacity{Total: cluster.Reservation{CPU: cpu, Memory: 1 << 20}}
+	}
+	notZ1 := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${node.meta.zone}", Operator: "!=", Value: "z1"}}}
+	big := Unit{Name: "big", Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 800}}
+	cases := []struct {
+		name  string
+		unit  Unit
+		other []Unit
+		info  map[string]cluster.NodeInfo
+		in    []any // before the unit's slots answer
+		want  int
+	}{
+		{name: "HRW alone", unit: Unit{Name: name, Count: 1, MaxPerNode: 1}, want: 1},
+		{name: "constraint excludes top", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: notZ1},
+			info: map[string]cluster.NodeInfo{"me": {Meta: zone("z2"), Eligible: true}, "top": {Meta: zone("z1"), Eligible: true}}, want: 0},
+		{name: "constraint excludes me", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: notZ1},
+			info: map[string]cluster.NodeInfo{"me": {Meta: zone("z1"), Eligible: true}, "top": {Meta: zone("z2"), Eligible: true}}, want: -1},
+		{name: "capacity: top is full", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 500}},
+			other: []Unit{big},
+			info:  map[string]cluster.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
+			in:    []any{slots("big", 3, Slot{K: 0, Node: "top", ModifyIndex: 3})}, want: 0},
+		{name: "capacity: top has room", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 100}},
+			other: []Unit{big},
+			info:  map[string]cluster.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
+			in:    []any{slots("big", 3, Slot{K: 0, Node: "top", ModifyIndex: 3})}, want: 1},
+		{name: "penalty on top", unit: Unit{Name: name, Count: 1, MaxPerNode: 1},
+			in: []any{PenaltiesAnswer{Penalties: map[string]map[string]time.Time{name: {"top": t0.Add(time.Hour)}}}}, want: 0},
+		{name: "penalty ended", unit: Unit{Name: name, Count: 1, MaxPerNode: 1},
+			in: []any{PenaltiesAnswer{Penalties: map[string]map[string]time.Time{name: {"top": t0.Add(-time.Second)}}}}, want: 1},
+		{name: "sticky: me held it last (read)", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Sticky: true},
+			in: []any{PreviousAnswer{Unit: name, Previous: map[int]string{0: "me"}}}, want: 0},
+		{name: "not sticky: previous ignored", unit: Unit{Name: name, Count: 1, MaxPerNode: 1},
+			in: []any{PreviousAnswer{Unit: name, Previous: map[int]string{0: "me"}}}, want: 1},
+		{name: "sticky: top held it last (seen)", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Sticky: true},
+			in: []any{PreviousAnswer{Unit: name, Previous: map[int]string{0: "me"}},
+				slots(name, 2, Slot{K: 0, Node: "top", ModifyIndex: 2})}, want: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &machine{t: t, a: New(Config{Node: "me", Seed: 1}), now: t0}
+			m.step(UnitsAnswer{Units: append([]Unit{tc.unit}, tc.other...)})
+			m.step(SessionCreated{ID: "s-me"})
+			m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me", "top"}, Info: tc.info}})
+			for _, in := range tc.in {
+				m.step(in)
+			}
+			got := rankFor(m, m.step(slots(tc.unit.Name, 10, Slot{K: 0, Released: true})))
+			if got != tc.want {
+				t.Fatalf("rank %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// UnitOf carries the placement block, the resources, stickiness and the
+// volumes that move.
+func TestUnitOf(t *testing.T) {
+	sticky := &schema.Placement{Count: 3, Exclusive: true, Volumes: []*schema.Volume{{Handoff: schema.HandoffSticky}}}
+	snap := &schema.Placement{Count: 1, MaxPerNode: 2, Volumes: []*schema.Volume{{Handoff: schema.HandoffNone}, {Handoff: schema.HandoffSnapshot}}}
+	for _, tc := range []struct {
+		in   cluster.Unit
+		want Unit
+	}{
+		{cluster.Unit{Name: "db", Placement: sticky, HasVolume: true, Resources: cluster.Reservation{CPU: 5}},
+			Unit{Name: "db", Count: 3, Exclusive: true, MaxPerNode: schema.DefaultMaxPerNode, Placement: sticky, Sticky: true, Resources: cluster.Reservation{CPU: 5}}},
+		{cluster.Unit{Name: "q", Placement: snap, HasVolume: true},
+			Unit{Name: "q", Count: 1, MaxPerNode: 2, Placement: snap, Sticky: true, Volumes: true}},
+		{cluster.Unit{Name: "none"}, Unit{Name: "none", MaxPerNode: schema.DefaultMaxPerNode}},
+	} {
+		if u := UnitOf(tc.in); u != tc.want {
+			t.Errorf("UnitOf(%s): %+v, want %+v", tc.in.Name, u, tc.want)
+		}
+	}
+}
+
+// A unit that no node could take while the nodes' attributes were unknown
+// is ranked again when they come (the members' answer), without a new
+// answer of its index.
+func TestNewNodeInfoRanksAgain(t *testing.T) {
+	u := Unit{Name: "web", Count: 1, MaxPerNode: 1, Placement: &schema.Placement{
+		Constraints: []*schema.Constraint{{Attribute: "${node.meta.zone}", Operator: "=", Value: "z1"}}}}
+	m := &machine{t: t, a: New(Config{Node: "me", Seed: 1}), now: t0}
+	m.step(UnitsAnswer{Units: []Unit{u}})
+	m.step(SessionCreated{ID: "s-me"})
+	m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me"}}})
+	if got := rankFor(m, m.step(slots("web", 10))); got != -1 {
+		t.Fatalf("ranked %d without the node's meta", got)
+	}
+	info := map[string]cluster.NodeInfo{"me": {Meta: map[string]string{"zone": "z1"}, Eligible: true}}
+	if got := rankFor(m, m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me"}, Info: info}})); got != 0 {
+		t.Fatalf("rank %d with the node's meta, want 0", got)
+	}
+}

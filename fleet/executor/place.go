@@ -1,0 +1,164 @@
+package executor
+
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+)
+
+// The placement inputs beyond the views (fleet/agent's place.go), from
+// what cluster.Fleet reads them:
+//
+//   - each node's attributes and capacity: the members' catalog answer
+//     (the node's meta and datacenter, the registration's meta: version,
+//     eligible, draining, capacity), which the members watch reads anyway;
+//   - the reschedule penalties: a watch on penalty/ (written only by a
+//     reschedule, so it costs a slot change nothing);
+//   - a Sticky unit's previous holders: one read of its slot keys when the
+//     unit first comes (the node each free slot's value names); from then
+//     on the agent follows them in the index views.
+
+// nodeInfos reads the members' catalog entries as placement sees them
+// (cluster's parseNodes, less the health, which the failing watch says):
+// a node with two entries counts the one that runs the fleet, else the
+// first.
+func nodeInfos(ss []*api.CatalogService) map[string]cluster.NodeInfo {
+	out := make(map[string]cluster.NodeInfo, len(ss))
+	for _, s := range ss {
+		fleet := s.ServiceMeta[checks.FleetMetaKey] == checks.FleetMetaValue
+		if prev, dup := out[s.Node]; dup && (prev.Fleet || !fleet) {
+			continue
+		}
+		out[s.Node] = cluster.NodeInfo{Name: s.Node, Datacenter: s.Datacenter, Meta: s.NodeMeta,
+			MariposaVersion: s.ServiceMeta["version"], Eligible: s.ServiceMeta["eligible"] != "false",
+			Draining: s.ServiceMeta["draining"] == "true", Fleet: fleet,
+			Capacity: cluster.ParseCapacityMeta(s.ServiceMeta)}
+	}
+	return out
+}
+
+// watchPenalties follows penalty/<unit>/<node>.
+func (e *Executor) watchPenalties() {
+	e.watch(e.ctx, "penalties", func(q *api.QueryOptions) (uint64, func(), error) {
+		pairs, meta, err := e.cfg.Client.KV().List(cluster.PenaltyPrefix, q)
+		if err != nil {
+			return 0, nil, err
+		}
+		pen := cluster.ParsePenalties(pairs)
+		return meta.LastIndex, func() { e.inbox.post(agent.PenaltiesAnswer{Penalties: pen}) }, nil
+	})
+}
+
+// readPrevious reads, once per Sticky unit, the slot keys' values: each
+// free slot's previous holder (cluster.View.Previous).
+func (e *Executor) readPrevious(units []agent.Unit) {
+	for _, u := range units {
+		if !u.Sticky || e.prevRead[u.Name] {
+			continue
+		}
+		if e.prevRead == nil {
+			e.prevRead = map[string]bool{}
+		}
+		e.prevRead[u.Name] = true
+		if w := e.units[u.Name]; w != nil {
+			w.prevWait = true
+		}
+		go func(unit string) {
+			ctx, cancel := e.request()
+			defer cancel()
+			prefix := agent.SlotID{Unit: unit}.Key()
+			prefix = prefix[:strings.LastIndexByte(prefix, '/')+1]
+			pairs, _, err := e.cfg.Client.KV().List(prefix, (&api.QueryOptions{}).WithContext(ctx))
+			if err != nil {
+				// Ranked without: the previous holder is a preference.
+				e.log.Debug("read the previous holders", "unit", unit, "error", err)
+			}
+			e.inbox.post(previousRead{unit: unit, prev: previousOf(prefix, pairs)})
+		}(u.Name)
+	}
+}
+
+// previousRead: the read of a Sticky unit's previous holders is done.
+type previousRead struct {
+	unit string
+	prev map[int]string
+}
+
+// previousRead gives the agent a Sticky unit's previous holders, then the
+// index answer that waited for them (the first ranking has them: the
+// previous holder is ranked first from the start).
+func (e *Executor) previousRead(in previousRead) {
+	if len(in.prev) > 0 {
+		e.step(agent.PreviousAnswer{Unit: in.unit, Previous: in.prev})
+	}
+	w := e.units[in.unit]
+	if w == nil || !w.prevWait {
+		return
+	}
+	w.prevWait = false
+	e.flushEarly(w)
+}
+
+// indexMayStep: a unit's index answer may go to the agent: its deployment
+// was heard, its previous holders read (a Sticky unit), the penalties
+// heard. Until then it waits in early, and the agent claims nothing of
+// the unit on a ranking that would lack them.
+func (e *Executor) indexMayStep(w *unitWatch) bool {
+	return w.deployed && !w.prevWait && e.penHeard
+}
+
+// flushEarly steps w's index answer that waited, if it may go now.
+func (e *Executor) flushEarly(w *unitWatch) {
+	if early := w.early; early != nil && e.indexMayStep(w) {
+		w.early = nil
+		e.handle(*early)
+	}
+}
+
+// penaltiesAnswer steps the penalties; the first lets the index answers
+// that waited for it go, in the units' order.
+func (e *Executor) penaltiesAnswer(in agent.PenaltiesAnswer) {
+	e.step(in)
+	if e.penHeard {
+		return
+	}
+	e.penHeard = true
+	for _, name := range e.unitNames {
+		if w := e.units[name]; w != nil {
+			e.flushEarly(w)
+		}
+	}
+}
+
+// previousOf is, for each free slot under prefix, the node its value names
+// (released or lost; a failed slot, or one never claimed, has none).
+func previousOf(prefix string, pairs api.KVPairs) map[int]string {
+	out := map[int]string{}
+	for _, p := range pairs {
+		k, err := strconv.Atoi(strings.TrimPrefix(p.Key, prefix))
+		if err != nil || k < 0 || p.Session != "" {
+			continue
+		}
+		var v cluster.SlotValue
+		if json.Unmarshal(p.Value, &v) != nil || v.State == cluster.SlotFailed || v.Node == "" {
+			continue
+		}
+		out[k] = v.Node
+	}
+	return out
+}
+
+// infoMap is the members' attributes and capacity by node.
+type infoMap = map[string]cluster.NodeInfo
+
+// membersAns: the members watch's answer, the fleet's nodes with their
+// attributes and capacity.
+type membersAns struct {
+	nodes []string
+	info  infoMap
+}

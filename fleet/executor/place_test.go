@@ -1,0 +1,141 @@
+package executor_test
+
+import (
+	"cmp"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// On real Consul, the executors place as cluster.Fleet does: a constraint
+// on the node's meta keeps a unit off the nodes it excludes, and a node
+// whose registration publishes too little capacity takes no slot that
+// needs more (the attributes and the capacity come with the members'
+// catalog answer).
+func TestExecutorsPlaceByConstraintAndCapacity(t *testing.T) {
+	f := newFleet(t, fleetOptions{nodes: 4})
+	zone := map[string]string{"node0": "z1", "node1": "z1", "node2": "z2", "node3": "z2"}
+	for _, n := range f.nodes {
+		meta := map[string]string{}
+		if n.name == "node3" {
+			meta = cluster.CapacityMeta(cluster.Capacity{Total: cluster.Reservation{CPU: 100, Memory: 1024}})
+		}
+		_, err := f.c.Catalog().Register(&api.CatalogRegistration{Node: n.name, Address: "127.0.0.1", NodeMeta: map[string]string{"zone": zone[n.name]},
+			Service: &api.AgentService{ID: "mariposa-" + n.name, Service: "mariposa", Meta: meta},
+			Check:   &api.AgentCheck{Node: n.name, CheckID: n.check, Name: "mariposa supervisor", ServiceID: "mariposa-" + n.name, Status: api.HealthPassing}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	inZ2 := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${node.meta.zone}", Operator: "=", Value: "z2"}}}
+	zoned := agent.Unit{Name: "zoned", Count: 2, MaxPerNode: 1, Placement: inZ2}
+	sized := agent.Unit{Name: "sized", Count: 1, MaxPerNode: 1, Placement: inZ2, Resources: cluster.Reservation{CPU: 500}}
+	// The units come once the nodes' meta is in: the executors have
+	// heard it with the members' next answer.
+	waitMembersMeta(t, f)
+	f.setUnits(zoned, sized)
+	f.waitSettled(45 * time.Second)
+	for _, u := range []agent.Unit{zoned, sized} {
+		keys, err := f.slotKeys(u.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range u.Count {
+			holder, err := f.nodeOf(keys[k].Session)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if zone[holder] != "z2" {
+				t.Errorf("%s/%d held by %s, in zone %s: its constraint excludes it", u.Name, k, holder, zone[holder])
+			}
+			if u.Name == "sized" && holder == "node3" {
+				t.Errorf("sized/%d held by node3, whose capacity (100 millicores) is less than the slot's 500", k)
+			}
+		}
+	}
+	f.checkNoOverlap()
+}
+
+// waitMembersMeta waits until the catalog answers every node's meta.
+func waitMembersMeta(t *testing.T, f *fleet) {
+	t.Helper()
+	if !consultest.WaitFor(10*time.Second, func() bool {
+		ss, _, err := f.c.Catalog().Service("mariposa", "", nil)
+		if err != nil || len(ss) != len(f.nodes) {
+			return false
+		}
+		for _, s := range ss {
+			if s.NodeMeta["zone"] == "" {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatal("the catalog never showed the nodes' meta")
+	}
+}
+
+// hrwOrder is the nodes in HRW order for slot 0 of unit.
+func hrwOrder(unit string, nodes []string) []string {
+	out := slices.Clone(nodes)
+	slices.SortFunc(out, func(a, b string) int {
+		return cmp.Compare(cluster.HRW(unit, 0, b), cluster.HRW(unit, 0, a))
+	})
+	return out
+}
+
+// On real Consul: a node under a reschedule penalty (penalty/<unit>/<node>)
+// is not the one a free slot goes to, though HRW puts it first; a unit
+// whose volumes keep data on the node goes back to the node its slot key
+// names as its last holder, though HRW puts it last. Both are known
+// before the first claim (the executor waits for them).
+func TestExecutorsPlaceByPenaltyAndStickiness(t *testing.T) {
+	names := []string{"node0", "node1", "node2"}
+	penalized := hrwOrder("pen", names)[0]
+	previous := hrwOrder("sticky", names)[2]
+	f := newFleet(t, fleetOptions{nodes: 3, before: func(c *api.Client) {
+		until, _ := json.Marshal(map[string]any{"until": time.Now().Add(time.Hour), "reason": "test"})
+		last, _ := json.Marshal(cluster.SlotValue{Node: previous, State: cluster.SlotReleased, Since: time.Now().UTC()})
+		for _, p := range []*api.KVPair{{Key: cluster.PenaltyKey("pen", penalized), Value: until}, {Key: agent.SlotID{Unit: "sticky", K: 0}.Key(), Value: last}} {
+			if _, err := c.KV().Put(p, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}}, agent.Unit{Name: "pen", Count: 1, MaxPerNode: 1}, agent.Unit{Name: "sticky", Count: 1, MaxPerNode: 1, Sticky: true})
+	f.waitSettled(45 * time.Second)
+	for unit, check := range map[string]func(holder string) string{
+		"pen": func(h string) string {
+			if h == penalized {
+				return "held by " + h + ", under a penalty"
+			}
+			return ""
+		},
+		"sticky": func(h string) string {
+			if h != previous {
+				return "held by " + h + ", not by its previous holder " + previous
+			}
+			return ""
+		},
+	} {
+		keys, err := f.slotKeys(unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holder, err := f.nodeOf(keys[0].Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if why := check(holder); why != "" {
+			t.Errorf("%s/0 %s", unit, why)
+		}
+	}
+	f.checkNoOverlap()
+}
