@@ -32,6 +32,10 @@ type Unit struct {
 	Placement *schema.Placement
 	Resources cluster.Reservation
 	Sticky    bool
+	// Reschedule: a service's restart.on_exhausted = "reschedule" (the
+	// policy is Placement.Reschedule); Group: several services share the
+	// slot and fail as one (reschedule.go; OnExhausted reads both).
+	Reschedule, Group bool
 }
 
 // SlotID names a slot: the key slots/<Unit>/<K>.
@@ -324,6 +328,9 @@ type (
 		Slot    SlotID
 		Session string
 		Failed  *cluster.FailedRecord
+		// Reschedule: the slot moves (reschedule.go): the same
+		// transaction writes the node's penalty and the slot's history.
+		Reschedule *Rescheduled
 	}
 	// Confirm: one consistent read of the held exclusive keys.
 	Confirm struct {
@@ -407,6 +414,9 @@ type Faults struct {
 	// IgnoreFailed: claims ignore the slots control/ shows failed;
 	// NoRestartHold: a pause of scope all holds no restart.
 	IgnoreFailed, NoRestartHold bool
+	// Reschedules (reschedule.go): the history never exhausts; the
+	// penalized node does not step aside.
+	IgnoreAttempts, NoStepAside bool
 	// LogEveryTakeover: every takeover writes the budget's log (as
 	// cluster.Fleet does), none rides on a fresh one of its lost node.
 	LogEveryTakeover bool
@@ -1293,6 +1303,7 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 			}
 		}
 	}
+	a.stepAside(u.Name, asg, mine, now)
 	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine}, true
 	return mine
 }

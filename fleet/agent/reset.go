@@ -33,16 +33,20 @@ import (
 // Without Config.Control (no watch on control/) nothing holds a failed
 // slot back: it is released with its mark and claimed again.
 //
-// cluster.Fleet also reschedules (restart.on_exhausted = "reschedule": the
-// slot moves with its history, and fails once the history exhausts
-// reschedule.attempts); the step machine does not yet: every instance
-// failed for good fails its slot.
+// A unit with restart.on_exhausted = "reschedule" moves the slot instead,
+// until its history exhausts reschedule.attempts (reschedule.go).
 
 // InstanceFailed: the node's supervisor gave up on the slot's instance
 // (its restarts exhausted, or a member of its group failed for good).
+// Service: the service that failed (a group's member; "" unknown).
+// History: the slot's reschedule history as Consul has it
+// (RescheduleHistoryKey), read when the failure came: only the slot's
+// holder writes it, and this node holds the slot.
 type InstanceFailed struct {
-	Slot   SlotID
-	Reason string
+	Slot    SlotID
+	Service string
+	Reason  string
+	History []cluster.RescheduleEvent
 }
 
 // holdFailed: a claim held back because the slot failed.
@@ -52,10 +56,18 @@ type failing struct {
 	reason string
 	since  time.Time
 	held   bool // waiting for a pause's resume (an intent of the queue)
+	// resched: the unit reschedules (reschedule.go), with the slot's
+	// history and the unit as it was.
+	resched bool
+	history []cluster.RescheduleEvent
+	unit    Unit
 }
 
 type resetState struct {
 	fails map[SlotID]*failing
+	// stepAside: the slots this node rescheduled, to the end of its
+	// penalty (reschedule.go).
+	stepAside map[SlotID]time.Time
 }
 
 // stepFail takes InstanceFailed.
@@ -70,7 +82,11 @@ func (a *Agent) stepFail(now time.Time, in InstanceFailed, out []any) []any {
 	if a.rs.fails[in.Slot] != nil {
 		return out
 	}
-	a.rs.fails[in.Slot] = &failing{reason: in.Reason, since: now}
+	u := a.rec(in.Slot.Unit).unit
+	if cur, ok := a.units[in.Slot.Unit]; ok {
+		u = cur
+	}
+	a.rs.fails[in.Slot] = &failing{reason: failReason(u, in), since: now, resched: u.Reschedule, history: in.History, unit: u}
 	return a.failNow(in.Slot, out)
 }
 
@@ -106,6 +122,9 @@ func (a *Agent) release(now time.Time, id SlotID, out []any) []any {
 		return append(out, Release{Slot: id, Session: a.session})
 	}
 	delete(a.rs.fails, id)
+	if f.resched {
+		return a.rescheduleRelease(now, id, f, out)
+	}
 	why := f.reason + "; mariposa reset " + id.String() + " clears it"
 	return append(out, Release{Slot: id, Session: a.session, Failed: &cluster.FailedRecord{Node: a.cfg.Node, Reason: f.reason, At: now}},
 		Record{Slot: id, Action: "fail", Reason: why})

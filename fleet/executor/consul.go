@@ -213,6 +213,10 @@ func (e *Executor) release(a agent.Release) {
 	if a.Failed != nil {
 		ops = append(ops, e.failOps(a)...)
 	}
+	if a.Reschedule != nil {
+		ops[0].KV.Value = rescheduledValue(e.cfg.Node, a.Reschedule, time.Now())
+		ops = append(ops, e.rescheduleOps(a, time.Now())...)
+	}
 	ok, _, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil || !ok {
 		e.log.Debug("release refused or unanswered", "slot", a.Slot.String(), "error", err)

@@ -29,9 +29,55 @@ type RestartHolder interface {
 }
 
 // InstanceFailed reports that the node's supervisor gave up on the slot's
-// instance (its restarts exhausted): the slot fails until mariposa reset.
+// instance (its restarts exhausted): the slot fails until mariposa reset,
+// or moves to another node (restart.on_exhausted = "reschedule").
 func (e *Executor) InstanceFailed(slot agent.SlotID, reason string) {
-	e.inbox.post(agent.InstanceFailed{Slot: slot, Reason: reason})
+	e.ServiceFailed(slot, "", reason)
+}
+
+// ServiceFailed is InstanceFailed naming the service that failed (a
+// supervisor.Event's Service: a group's member fails the group). The
+// slot's reschedule history is read first (agent.InstanceFailed.History;
+// unread after Request and three tries: none).
+func (e *Executor) ServiceFailed(slot agent.SlotID, service, reason string) {
+	go func() {
+		var hist []cluster.RescheduleEvent
+		for try := 0; try < 3; try++ {
+			ctx, cancel := e.request()
+			p, _, err := e.cfg.Client.KV().Get(slot.RescheduleHistoryKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+			cancel()
+			if err == nil {
+				if p != nil {
+					hist = agent.ParseRescheduleHistory(p.Value)
+				}
+				break
+			}
+			e.log.Debug("cannot read a slot's reschedule history", "slot", slot.String(), "error", err)
+			if !sleep(e.ctx, time.Second) {
+				return
+			}
+		}
+		e.inbox.post(agent.InstanceFailed{Slot: slot, Service: service, Reason: reason, History: hist})
+	}()
+}
+
+// rescheduleOps: a reschedule's release also writes the node's penalty
+// (cluster.PenaltyKey, cluster.Fleet's codec), the slot's history and
+// its "reschedule" audit record, and its slot value carries the history
+// (cluster.SlotValue's reschedules) as cluster.Fleet's does.
+func (e *Executor) rescheduleOps(a agent.Release, now time.Time) api.TxnOps {
+	r := a.Reschedule
+	return api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.PenaltyKey(a.Slot.Unit, e.cfg.Node), Value: r.EncodePenalty()}),
+		kv(&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.RescheduleHistoryKey(), Value: r.EncodeHistory()}),
+		e.auditOp(agent.Record{Slot: a.Slot, Action: "reschedule", Reason: "rescheduled: " + r.Reason}),
+	}
+}
+
+// rescheduledValue is the released slot value of a reschedule.
+func rescheduledValue(node string, r *agent.Rescheduled, at time.Time) []byte {
+	b, _ := json.Marshal(cluster.SlotValue{Node: node, State: cluster.SlotReleased, Since: at.UTC(), Reason: "rescheduled: " + r.Reason, Reschedules: r.History})
+	return b
 }
 
 // RestartHeld reports that the slot's instances hold a restart of target
@@ -101,6 +147,8 @@ func ResetSlot(client *api.Client, unit string, k int, by string) error {
 	now := time.Now().UTC()
 	ok, _, _, err := client.Txn().Txn(api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVDeleteCAS, Key: key, Index: p.ModifyIndex}),
+		// The history goes with it (cluster.ResetSlot clears it too).
+		kv(&api.KVTxnOp{Verb: api.KVDelete, Key: agent.SlotID{Unit: unit, K: k}.RescheduleHistoryKey()}),
 		cluster.AuditOp(cluster.AuditEvent{At: now, Node: "-", Actor: by, Service: unit, Slot: fmt.Sprintf("%s/%d", unit, k),
 			Action: "reset", From: cluster.SlotFailed, To: cluster.SlotReleased, Reason: r.Reason}),
 	}, nil)

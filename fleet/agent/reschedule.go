@@ -1,0 +1,184 @@
+package agent
+
+import (
+	"encoding/json"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// Reschedules in the step machine (cluster.Fleet's Event and reconcile
+// decide the same, on the same keys; CLUSTER.md section 3, "Reschedules"):
+//
+//   - A unit whose services say restart.on_exhausted = "reschedule"
+//     (Unit.Reschedule): the instance that failed for good (InstanceFailed,
+//     with the slot's history as Consul had it, RescheduleHistoryKey) is
+//     stopped and its slot released with a penalty for this node
+//     (cluster.PenaltyKey, cluster's codec {"until","reason"}), the slot's
+//     history with this failure appended (its own key, and the released
+//     slot value's `reschedules` as cluster.Fleet writes it) and its
+//     "reschedule" audit record, in the release's transaction. Once the
+//     history holds more than reschedule.attempts failures within
+//     reschedule.interval (cluster.NextDelay), the slot fails instead, as
+//     reset.go's failed path (its mark, "fail"), until mariposa reset,
+//     whose transaction also deletes the history.
+//   - The other nodes rank the slot with the penalty (PenaltiesAnswer);
+//     this node knows its own at once, and it steps aside for that slot
+//     while its penalty runs and any other node ranks it, so a view of
+//     penalty/ older than the vacancy cannot give the slot back to it.
+//   - A group (Unit.Group: several services in one slot) fails as one:
+//     the supervisor reports the member that failed for good
+//     (InstanceFailed.Service); the whole slot stops, and moves
+//     (reschedule) or fails with "member <service> failed: <reason>".
+//
+// Not yet: the reschedule delay (cluster.NextDelay's delay before the
+// next claim of a rescheduled slot): the next holder claims at once.
+
+// RescheduleHistoryKey holds a slot's reschedule history (JSON, a list of
+// cluster.RescheduleEvent, oldest first, at most 32): the step machine's
+// claims do not carry the slot key's value forward, so the history lives
+// beside it. Written by a reschedule's release, deleted by mariposa reset.
+func (s SlotID) RescheduleHistoryKey() string {
+	return cluster.Prefix + "reschedules/" + s.Unit + "/" + strconv.Itoa(s.K)
+}
+
+// ParseRescheduleHistory reads the history key's value (nil: none or
+// unreadable).
+func ParseRescheduleHistory(b []byte) []cluster.RescheduleEvent {
+	var h []cluster.RescheduleEvent
+	if len(b) == 0 || json.Unmarshal(b, &h) != nil {
+		return nil
+	}
+	return h
+}
+
+// maxHistory bounds the history kept (cluster's maxReschedules).
+const maxHistory = 32
+
+// Rescheduled is what a reschedule's release also writes.
+type Rescheduled struct {
+	// History: the slot's history, this failure last (the history key,
+	// and the slot value's `reschedules`).
+	History []cluster.RescheduleEvent
+	// Until: the end of this node's penalty for the unit; Reason its why.
+	Until  time.Time
+	Reason string
+}
+
+// EncodeHistory is the history key's value.
+func (r Rescheduled) EncodeHistory() []byte { b, _ := json.Marshal(r.History); return b }
+
+// EncodePenalty is cluster.PenaltyKey's value, cluster.Fleet's codec.
+func (r Rescheduled) EncodePenalty() []byte {
+	b, _ := json.Marshal(map[string]any{"until": r.Until, "reason": r.Reason})
+	return b
+}
+
+// OnExhausted says what cluster.Fleet reads from a unit's services:
+// reschedule, a service's restart.on_exhausted = "reschedule"; group,
+// several services in the slot.
+func OnExhausted(spec cluster.UnitSpec) (reschedule, group bool) {
+	for _, s := range spec.Services {
+		if s != nil && s.Restart.OnExhausted == "reschedule" {
+			reschedule = true
+		}
+	}
+	return reschedule, len(spec.Services) > 1
+}
+
+// reschedulePolicy is u's reschedule block (the schema's defaults when
+// it has no placement).
+func reschedulePolicy(u Unit) schema.Reschedule {
+	if u.Placement != nil {
+		return u.Placement.Reschedule
+	}
+	return schema.Reschedule{Unlimited: true, Delay: schema.DefaultRescheduleDelay, DelayFunction: schema.DelayExponential,
+		MaxDelay: schema.DefaultRescheduleMaxDelay, Penalty: schema.DefaultReschedulePenalty}
+}
+
+// failReason is what InstanceFailed's slot is released (or failed) for.
+func failReason(u Unit, in InstanceFailed) string {
+	switch {
+	case in.Service == "":
+		return in.Reason
+	case u.Reschedule:
+		return in.Service + ": " + in.Reason
+	case u.Group:
+		return "member " + in.Service + " failed: " + in.Reason
+	}
+	return in.Reason
+}
+
+// rescheduleRelease is the release of a slot whose failure reschedules:
+// with its penalty and history, or failed once the history is exhausted.
+func (a *Agent) rescheduleRelease(now time.Time, id SlotID, f *failing, out []any) []any {
+	p := reschedulePolicy(f.unit)
+	hist := append(slices.Clone(f.history), cluster.RescheduleEvent{Node: a.cfg.Node, At: now, Reason: f.reason})
+	if len(hist) > maxHistory {
+		hist = hist[len(hist)-maxHistory:]
+	}
+	if _, exhausted := cluster.NextDelay(p, hist, now); exhausted && !a.cfg.Faults.IgnoreAttempts {
+		reason := "rescheduled " + strconv.Itoa(len(hist)) + " times: " + f.reason
+		why := reason + "; mariposa reset " + id.String() + " clears it"
+		return append(out, Release{Slot: id, Session: a.session, Failed: &cluster.FailedRecord{Node: a.cfg.Node, Reason: reason, At: now}},
+			Record{Slot: id, Action: "fail", Reason: why})
+	}
+	r := &Rescheduled{History: hist, Until: now.Add(p.Penalty), Reason: f.reason}
+	a.penalize(id, r.Until)
+	return append(out, Release{Slot: id, Session: a.session, Reschedule: r},
+		Record{Slot: id, Action: "reschedule", Reason: "rescheduled: " + f.reason})
+}
+
+// penalize: this node's own penalty for id's unit, known at once (the
+// watch's answer says the same later). The answer's maps may be shared
+// (the simulator hands one to every node): copied, never written.
+func (a *Agent) penalize(id SlotID, until time.Time) {
+	pen := make(map[string]map[string]time.Time, len(a.place.pen)+1)
+	for u, m := range a.place.pen {
+		pen[u] = m
+	}
+	m := make(map[string]time.Time, len(pen[id.Unit])+1)
+	for n, t := range pen[id.Unit] {
+		m[n] = t
+	}
+	if until.After(m[a.cfg.Node]) {
+		m[a.cfg.Node] = until
+	}
+	pen[id.Unit] = m
+	a.place.pen = pen
+	if a.rs.stepAside == nil {
+		a.rs.stepAside = map[SlotID]time.Time{}
+	}
+	a.rs.stepAside[id] = until
+	a.markDirty(id.Unit)
+}
+
+// stepAside drops from mine the slots of u this node rescheduled whose
+// penalty still runs, where another node ranks.
+func (a *Agent) stepAside(u string, asg Ranking, mine map[int]Place, now time.Time) {
+	if len(a.rs.stepAside) == 0 || a.cfg.Faults.NoStepAside {
+		return
+	}
+	for id, until := range a.rs.stepAside {
+		if !until.After(now) {
+			delete(a.rs.stepAside, id)
+			continue
+		}
+		if id.Unit != u {
+			continue
+		}
+		if _, ok := mine[id.K]; !ok {
+			continue
+		}
+		self := asg.pos[a.cfg.Node]
+		for i, p := range asg.places[id.K] {
+			if i != self && p.Rank >= 0 {
+				delete(mine, id.K)
+				break
+			}
+		}
+	}
+}
