@@ -27,8 +27,9 @@ import (
 //     whose transaction also deletes the history.
 //   - The other nodes rank the slot with the penalty (PenaltiesAnswer);
 //     this node knows its own at once, and it steps aside for that slot
-//     while its penalty runs and any other node ranks it, so a view of
-//     penalty/ older than the vacancy cannot give the slot back to it.
+//     while its penalty runs and another node not penalized ranks it, so
+//     a view of penalty/ older than the vacancy cannot give the slot back
+//     to it (every node penalized: the ranking alone decides).
 //   - A group (Unit.Group: several services in one slot) fails as one:
 //     the supervisor reports the member that failed for good
 //     (InstanceFailed.Service); the whole slot stops, and moves
@@ -173,9 +174,17 @@ func (a *Agent) stepAside(u string, asg Ranking, mine map[int]Place, now time.Ti
 		if _, ok := mine[id.K]; !ok {
 			continue
 		}
+		// Another ranked node whose own penalty does not run (all
+		// penalized: nobody would step in, and the slot would wait).
+		penalized := map[int]bool{}
+		for n, t := range a.place.pen[u] {
+			if i, ok := asg.pos[n]; ok && t.After(now) {
+				penalized[i] = true
+			}
+		}
 		self := asg.pos[a.cfg.Node]
 		for i, p := range asg.places[id.K] {
-			if i != self && p.Rank >= 0 {
+			if i != self && p.Rank >= 0 && !penalized[i] {
 				delete(mine, id.K)
 				break
 			}

@@ -102,14 +102,19 @@ func TestRescheduledSlotStepsAside(t *testing.T) {
 		name   string
 		nodes  []string
 		faults Faults
+		pen    bool // n2's penalty runs
 		claims bool
 	}{
 		{name: "another node ranks", nodes: []string{"me", "n2"}},
 		{name: "another node ranks, no step aside (mutation)", nodes: []string{"me", "n2"}, faults: Faults{NoStepAside: true}, claims: true},
 		{name: "alone", nodes: []string{"me"}, claims: true},
+		{name: "the other node penalized too", nodes: []string{"me", "n2"}, pen: true, claims: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := reschedMachine(t, tc.faults, reschedUnit(5, time.Hour), tc.nodes...)
+			if tc.pen {
+				m.step(PenaltiesAnswer{Penalties: map[string]map[string]time.Time{"web": {"n2": t0.Add(time.Hour)}}})
+			}
 			m.step(InstanceFailed{Slot: web0, Reason: "r"})
 			if r, ok := find[Release](m.step(InstanceExited{Slot: web0})); !ok || r.Reschedule == nil {
 				t.Fatalf("no reschedule: %+v", r)

@@ -1,0 +1,83 @@
+package executor_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/schema"
+)
+
+// An instance that fails for good, in a unit with restart.on_exhausted =
+// "reschedule", moves on a real agent: its holder A releases the slot
+// with its penalty (cluster.PenaltyKey, cluster.Fleet's codec), the
+// slot's history and the "reschedule" audit record in one transaction;
+// node B claims it. B's instance fails too: node C claims it, neither A
+// nor B while their penalties run.
+func TestRescheduleMovesTheSlot(t *testing.T) {
+	u := agent.Unit{Name: "api", Count: 1, MaxPerNode: 1, Reschedule: true, Placement: &schema.Placement{Reschedule: schema.Reschedule{
+		Unlimited: true, Delay: time.Second, MaxDelay: time.Minute, Penalty: 10 * time.Minute}}}
+	f := newFleet(t, fleetOptions{nodes: 3, control: true}, u)
+	f.waitSettled(30 * time.Second)
+	id := agent.SlotID{Unit: u.Name, K: 0}
+	a := f.holderOf(id)
+	a.ex.ServiceFailed(id, "api", "3 restarts in 1m")
+	var b *node
+	if !consultest.WaitFor(30*time.Second, func() bool {
+		keys, err := f.slotKeys(u.Name)
+		if err != nil || keys[0] == nil || keys[0].Session == "" {
+			return false
+		}
+		n, err := f.nodeOf(keys[0].Session)
+		if err != nil || n == a.name {
+			return false
+		}
+		b = f.holderOf(id)
+		return len(f.rec.runningOf(id)) > 0
+	}) {
+		t.Fatalf("slot %s not moved off %s", id, a.name)
+	}
+	p, _, err := f.c.KV().Get(cluster.PenaltyKey(u.Name, a.name), nil)
+	if err != nil || p == nil {
+		t.Fatalf("no penalty for %s: %v", a.name, err)
+	}
+	pen := cluster.ParsePenalties(api.KVPairs{p})
+	if until := pen[u.Name][a.name]; until.Before(time.Now().Add(9 * time.Minute)) {
+		t.Fatalf("penalty until %v (%s)", until, p.Value)
+	}
+	hp, _, err := f.c.KV().Get(id.RescheduleHistoryKey(), nil)
+	if err != nil || hp == nil {
+		t.Fatalf("no history: %v", err)
+	}
+	if h := agent.ParseRescheduleHistory(hp.Value); len(h) != 1 || h[0].Node != a.name || h[0].Reason != "api: 3 restarts in 1m" {
+		t.Fatalf("history %s", hp.Value)
+	}
+	if r := f.audits("reschedule"); len(r) != 1 || r[0].Node != a.name || r[0].Slot != id.String() {
+		t.Fatalf("reschedule audit records %+v", r)
+	}
+	// B fails it too: C, the one node not penalized, takes it.
+	var hist []cluster.RescheduleEvent
+	b.ex.ServiceFailed(id, "api", "again")
+	if !consultest.WaitFor(30*time.Second, func() bool {
+		hp, _, err := f.c.KV().Get(id.RescheduleHistoryKey(), nil)
+		if err != nil || hp == nil {
+			return false
+		}
+		hist = agent.ParseRescheduleHistory(hp.Value)
+		return len(hist) == 2
+	}) {
+		t.Fatalf("second reschedule not recorded: %+v", hist)
+	}
+	if hist[1].Node != b.name {
+		t.Fatalf("history %+v", hist)
+	}
+	f.waitSettled(30 * time.Second)
+	if c := f.holderOf(id); c.name == a.name || c.name == b.name {
+		t.Fatalf("%s claimed again by %s within its penalty (rescheduled off %s, then %s)", id, c.name, a.name, b.name)
+	}
+	f.checkNoOverlap()
+}
