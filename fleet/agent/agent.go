@@ -328,8 +328,9 @@ type (
 		Slot    SlotID
 		Session string
 		Failed  *cluster.FailedRecord
-		// Reschedule: the slot moves (reschedule.go): the same
-		// transaction writes the node's penalty and the slot's history.
+		// Reschedule: the slot moves (reschedule.go), or fails once its
+		// history is exhausted (Failed too): the same transaction writes
+		// the node's penalty and the slot's history.
 		Reschedule *Rescheduled
 	}
 	// Confirm: one consistent read of the held exclusive keys.
@@ -415,8 +416,9 @@ type Faults struct {
 	// NoRestartHold: a pause of scope all holds no restart.
 	IgnoreFailed, NoRestartHold bool
 	// Reschedules (reschedule.go): the history never exhausts; the
-	// penalized node does not step aside.
-	IgnoreAttempts, NoStepAside bool
+	// penalized node neither knows its penalty before the watch on
+	// penalty/ says it nor steps aside; rankings leave the penalties out.
+	IgnoreAttempts, NoStepAside, IgnorePenalties bool
 	// LogEveryTakeover: every takeover writes the budget's log (as
 	// cluster.Fleet does), none rides on a fresh one of its lost node.
 	LogEveryTakeover bool

@@ -194,7 +194,7 @@ func sameInfo(a, b map[string]cluster.NodeInfo) bool {
 func (a *Agent) extra(u Unit, v *SlotsView, now time.Time) Extra {
 	var x Extra
 	var key strings.Builder
-	if pen := a.place.pen[u.Name]; len(pen) > 0 {
+	if pen := a.place.pen[u.Name]; len(pen) > 0 && !a.cfg.Faults.IgnorePenalties {
 		nodes := make([]string, 0, len(pen))
 		for n, until := range pen {
 			if until.After(now) {

@@ -23,8 +23,9 @@ import (
 //     "reschedule" audit record, in the release's transaction. Once the
 //     history holds more than reschedule.attempts failures within
 //     reschedule.interval (cluster.NextDelay), the slot fails instead, as
-//     reset.go's failed path (its mark, "fail"), until mariposa reset,
-//     whose transaction also deletes the history.
+//     reset.go's failed path (its mark, "fail", with the penalty and the
+//     history all the same), until mariposa reset, whose transaction also
+//     deletes the history.
 //   - The other nodes rank the slot with the penalty (PenaltiesAnswer);
 //     this node knows its own at once, and it steps aside for that slot
 //     while its penalty runs and another node not penalized ranks it, so
@@ -121,14 +122,16 @@ func (a *Agent) rescheduleRelease(now time.Time, id SlotID, f *failing, out []an
 	if len(hist) > maxHistory {
 		hist = hist[len(hist)-maxHistory:]
 	}
-	if _, exhausted := cluster.NextDelay(p, hist, now); exhausted && !a.cfg.Faults.IgnoreAttempts {
-		reason := "rescheduled " + strconv.Itoa(len(hist)) + " times: " + f.reason
-		why := reason + "; mariposa reset " + id.String() + " clears it"
-		return append(out, Release{Slot: id, Session: a.session, Failed: &cluster.FailedRecord{Node: a.cfg.Node, Reason: reason, At: now}},
-			Record{Slot: id, Action: "fail", Reason: why})
-	}
 	r := &Rescheduled{History: hist, Until: now.Add(p.Penalty), Reason: f.reason}
 	a.penalize(id, r.Until)
+	if _, exhausted := cluster.NextDelay(p, hist, now); exhausted && !a.cfg.Faults.IgnoreAttempts {
+		// Failed, with its penalty and history all the same (as
+		// cluster.Fleet's): after the reset, the others rank it first.
+		reason := "rescheduled " + strconv.Itoa(len(hist)) + " times: " + f.reason
+		why := reason + "; mariposa reset " + id.String() + " clears it"
+		return append(out, Release{Slot: id, Session: a.session, Reschedule: r, Failed: &cluster.FailedRecord{Node: a.cfg.Node, Reason: reason, At: now}},
+			Record{Slot: id, Action: "fail", Reason: why})
+	}
 	return append(out, Release{Slot: id, Session: a.session, Reschedule: r},
 		Record{Slot: id, Action: "reschedule", Reason: "rescheduled: " + f.reason})
 }
@@ -137,6 +140,9 @@ func (a *Agent) rescheduleRelease(now time.Time, id SlotID, f *failing, out []an
 // watch's answer says the same later). The answer's maps may be shared
 // (the simulator hands one to every node): copied, never written.
 func (a *Agent) penalize(id SlotID, until time.Time) {
+	if a.cfg.Faults.NoStepAside {
+		return
+	}
 	pen := make(map[string]map[string]time.Time, len(a.place.pen)+1)
 	for u, m := range a.place.pen {
 		pen[u] = m

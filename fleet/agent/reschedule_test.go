@@ -67,8 +67,13 @@ func TestInstanceFailedReschedules(t *testing.T) {
 				t.Fatalf("no release: %v", acts)
 			}
 			if !tc.resched {
-				if r.Reschedule != nil || r.Failed == nil || r.Failed.Reason != tc.reason || len(records(acts, "fail")) != 1 {
+				// A unit that reschedules fails with its penalty and
+				// history all the same (cluster.Fleet's).
+				if (r.Reschedule != nil) != tc.unit.Reschedule || r.Failed == nil || r.Failed.Reason != tc.reason || len(records(acts, "fail")) != 1 || len(records(acts, "reschedule")) != 0 {
 					t.Fatalf("want a failed release for %q: %+v %+v %v", tc.reason, r, r.Failed, acts)
+				}
+				if r.Reschedule != nil && len(r.Reschedule.History) != len(tc.in.History)+1 {
+					t.Fatalf("history %+v", r.Reschedule.History)
 				}
 				return
 			}

@@ -214,8 +214,8 @@ func (e *Executor) release(a agent.Release) {
 		ops = append(ops, e.failOps(a)...)
 	}
 	if a.Reschedule != nil {
-		ops[0].KV.Value = rescheduledValue(e.cfg.Node, a.Reschedule, time.Now())
-		ops = append(ops, e.rescheduleOps(a, time.Now())...)
+		ops[0].KV.Value = rescheduledValue(e.cfg.Node, a, time.Now())
+		ops = append(ops, e.rescheduleOps(a)...)
 	}
 	ok, _, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil || !ok {

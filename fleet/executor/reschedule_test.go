@@ -8,6 +8,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/executor"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -16,11 +17,13 @@ import (
 // "reschedule", moves on a real agent: its holder A releases the slot
 // with its penalty (cluster.PenaltyKey, cluster.Fleet's codec), the
 // slot's history and the "reschedule" audit record in one transaction;
-// node B claims it. B's instance fails too: node C claims it, neither A
-// nor B while their penalties run.
+// node B claims it. B's instance fails too, which exhausts the history
+// (attempts = 1): the slot fails, with B's penalty and the history all
+// the same; mariposa reset clears the mark and the history, and node C
+// claims it, neither A nor B while their penalties run.
 func TestRescheduleMovesTheSlot(t *testing.T) {
 	u := agent.Unit{Name: "api", Count: 1, MaxPerNode: 1, Reschedule: true, Placement: &schema.Placement{Reschedule: schema.Reschedule{
-		Unlimited: true, Delay: time.Second, MaxDelay: time.Minute, Penalty: 10 * time.Minute}}}
+		Attempts: 1, Interval: time.Hour, Delay: time.Second, MaxDelay: time.Minute, Penalty: 10 * time.Minute}}}
 	f := newFleet(t, fleetOptions{nodes: 3, control: true}, u)
 	f.waitSettled(30 * time.Second)
 	id := agent.SlotID{Unit: u.Name, K: 0}
@@ -59,7 +62,8 @@ func TestRescheduleMovesTheSlot(t *testing.T) {
 	if r := f.audits("reschedule"); len(r) != 1 || r[0].Node != a.name || r[0].Slot != id.String() {
 		t.Fatalf("reschedule audit records %+v", r)
 	}
-	// B fails it too: C, the one node not penalized, takes it.
+	// B fails it too: the slot fails; after the reset C, the one node not
+	// penalized, takes it.
 	var hist []cluster.RescheduleEvent
 	b.ex.ServiceFailed(id, "api", "again")
 	if !consultest.WaitFor(30*time.Second, func() bool {
@@ -74,6 +78,24 @@ func TestRescheduleMovesTheSlot(t *testing.T) {
 	}
 	if hist[1].Node != b.name {
 		t.Fatalf("history %+v", hist)
+	}
+	if !consultest.WaitFor(20*time.Second, func() bool {
+		p, _, err := f.c.KV().Get(cluster.FailedKey(u.Name, 0), nil)
+		return err == nil && p != nil
+	}) {
+		t.Fatal("no failed mark once the attempts are exhausted")
+	}
+	if p, _, err := f.c.KV().Get(cluster.PenaltyKey(u.Name, b.name), nil); err != nil || p == nil {
+		t.Fatalf("no penalty for %s: %v", b.name, err)
+	}
+	if r := f.audits("fail"); len(r) != 1 || r[0].Node != b.name || len(f.audits("reschedule")) != 1 {
+		t.Fatalf("fail audit records %+v", r)
+	}
+	if err := executor.ResetSlot(f.c, u.Name, 0, "tester"); err != nil {
+		t.Fatal(err)
+	}
+	if p, _, err := f.c.KV().Get(id.RescheduleHistoryKey(), nil); err != nil || p != nil {
+		t.Fatalf("history kept after the reset: %v %v", p, err)
 	}
 	f.waitSettled(30 * time.Second)
 	if c := f.holderOf(id); c.name == a.name || c.name == b.name {

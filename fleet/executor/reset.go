@@ -65,18 +65,28 @@ func (e *Executor) ServiceFailed(slot agent.SlotID, service, reason string) {
 // (cluster.PenaltyKey, cluster.Fleet's codec), the slot's history and
 // its "reschedule" audit record, and its slot value carries the history
 // (cluster.SlotValue's reschedules) as cluster.Fleet's does.
-func (e *Executor) rescheduleOps(a agent.Release, now time.Time) api.TxnOps {
+// A slot whose history is exhausted (Failed too) gets the penalty and
+// the history, and failOps' "fail" record instead.
+func (e *Executor) rescheduleOps(a agent.Release) api.TxnOps {
 	r := a.Reschedule
-	return api.TxnOps{
+	ops := api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.PenaltyKey(a.Slot.Unit, e.cfg.Node), Value: r.EncodePenalty()}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.RescheduleHistoryKey(), Value: r.EncodeHistory()}),
-		e.auditOp(agent.Record{Slot: a.Slot, Action: "reschedule", Reason: "rescheduled: " + r.Reason}),
 	}
+	if a.Failed == nil {
+		ops = append(ops, e.auditOp(agent.Record{Slot: a.Slot, Action: "reschedule", Reason: "rescheduled: " + r.Reason}))
+	}
+	return ops
 }
 
-// rescheduledValue is the released slot value of a reschedule.
-func rescheduledValue(node string, r *agent.Rescheduled, at time.Time) []byte {
-	b, _ := json.Marshal(cluster.SlotValue{Node: node, State: cluster.SlotReleased, Since: at.UTC(), Reason: "rescheduled: " + r.Reason, Reschedules: r.History})
+// rescheduledValue is the released (or failed) slot value of a
+// reschedule, with its history.
+func rescheduledValue(node string, a agent.Release, at time.Time) []byte {
+	state := cluster.SlotReleased
+	if a.Failed != nil {
+		state = cluster.SlotFailed
+	}
+	b, _ := json.Marshal(cluster.SlotValue{Node: node, State: state, Since: at.UTC(), Reason: "rescheduled: " + a.Reschedule.Reason, Reschedules: a.Reschedule.History})
 	return b
 }
 

@@ -61,8 +61,10 @@ type OpsResult struct {
 	// by the agents (hold records).
 	Takeovers, BudgetRefused, HeldBack int
 	BrakeEngaged                       bool
-	// Resets: failed slots reset (reset.go).
-	Resets int
+	// Resets: failed slots reset (reset.go). Rescheduled: reschedules
+	// Consul applied; RescheduleFails: rescheduled slots that failed
+	// (their attempts exhausted) and were reset (resched.go).
+	Resets, Rescheduled, RescheduleFails int
 	// DrainTime: from the drain to its status saying done (0: never).
 	DrainTime time.Duration
 	// ControlBytes: the answers of the watch on control/.
@@ -306,6 +308,7 @@ func (s *Sim) checkDecisions(n *node, in any, acts []any) {
 				s.violate("audit: %s publishes its drain's status without a record", n.name)
 			}
 		case agent.Release:
+			s.checkReschedule(n, a, recorded)
 			if inst := n.inst[a.Slot]; inst != nil && inst.running && !recorded("", a.Slot, false) {
 				s.violate("audit: %s releases %s, whose instance runs, without a record", n.name, a.Slot)
 			}
@@ -364,6 +367,7 @@ func (s *Sim) claimApplied(n *node, id agent.SlotID, from string, takeover bool)
 	s.ops.everHeld[id] = true
 	s.ops.lastHolder[id] = n.name
 	s.claimOfFailed(n, id)
+	s.claimOfRescheduled(n, id)
 	for _, u := range []string{"", id.Unit} {
 		if t, ok := s.ops.pausedSince[u]; ok && s.now-t > pauseGrace {
 			s.violate("paused unit %s gained a claim: %s by %s, %v after the pause", id.Unit, id, n.name, s.now-t)
@@ -573,6 +577,13 @@ func (s *Sim) operatorFaults(spare []int) {
 			// Another spare node's instance fails for good (reset.go).
 			f := s.nodes[spare[4+(i-4+1+s.rng.IntN(len(spare)-5))%(len(spare)-4)]]
 			s.at(c.LossAt+failAfter, func() { s.failInstance(f) })
+			var rs []*node
+			for _, j := range spare[4:] {
+				if s.nodes[j] != n {
+					rs = append(rs, s.nodes[j])
+				}
+			}
+			s.reschedFaults(rs)
 		}
 	}
 }

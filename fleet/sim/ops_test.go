@@ -40,8 +40,10 @@ func TestSimulationOps(t *testing.T) {
 		sum.Takeovers += r.Ops.Takeovers
 		sum.HeldBack += r.Ops.HeldBack
 		sum.BudgetRefused += r.Ops.BudgetRefused
+		sum.Rescheduled += r.Ops.Rescheduled
+		sum.RescheduleFails += r.Ops.RescheduleFails
 	}
-	if sum.Takeovers == 0 || sum.HeldBack == 0 || sum.BudgetRefused == 0 {
+	if sum.Takeovers == 0 || sum.HeldBack == 0 || sum.BudgetRefused == 0 || sum.Rescheduled == 0 || sum.RescheduleFails == 0 {
 		t.Fatalf("the controls were not exercised: %+v", sum)
 	}
 	t.Logf("%d seeds: %+v", *opsSeeds, sum)
@@ -100,5 +102,36 @@ func TestSimulationCatchesOpsMutations(t *testing.T) {
 			}
 			t.Log(found[0])
 		})
+	}
+}
+
+// Mutations of the reschedules the simulator must catch (resched.go): a
+// history that never exhausts (the slot moves on past its attempts), and
+// nodes that rank without the penalties, the penalized one not stepping
+// aside for the slot it rescheduled. (Not stepping aside alone is not
+// caught here: the watch on penalty/ reaches the nodes before the slot
+// is ranked; fleet/agent's TestRescheduledSlotStepsAside catches it.)
+func TestSimulationReschedMutations(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		faults agent.Faults
+		want   string
+	}{
+		{"attempts ignored", agent.Faults{IgnoreAttempts: true}, "beyond its attempts"},
+		{"penalties ignored", agent.Faults{NoStepAside: true, IgnorePenalties: true}, "within its penalty"},
+	} {
+		caught := 0
+		for seed := uint64(1); seed <= 5 && caught == 0; seed++ {
+			c := opsConfig(seed)
+			c.Faults = tc.faults
+			for _, v := range Run(c).Violations {
+				if strings.Contains(v, tc.want) {
+					caught++
+				}
+			}
+		}
+		if caught == 0 {
+			t.Errorf("%s: not caught in 5 seeds (want a violation %q)", tc.name, tc.want)
+		}
 	}
 }

@@ -54,11 +54,15 @@ func (s *Sim) failInstance(n *node) {
 	for _, id := range ids {
 		// Running as its agent knows (not on its way out already, which
 		// the agent would rightly ignore).
-		if n.inst[id].running && held[id] == agent.Running {
+		// (Not the unit that reschedules: its failures move, resched.go.)
+		if n.inst[id].running && held[id] == agent.Running && !s.byU[id.Unit].Reschedule {
 			running = append(running, id)
 		}
 	}
 	if len(running) == 0 {
+		if alt := s.otherToFail(n); alt != nil {
+			s.failInstance(alt)
+		}
 		return
 	}
 	id := running[s.rng.IntN(len(running))]

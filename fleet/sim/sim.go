@@ -376,6 +376,7 @@ type Sim struct {
 	ops *simOps
 	vol *simVolumes // nil: no volumes
 	plc *simPlace   // nil: no placement beyond max_per_node
+	rs  *simResched // nil: no unit reschedules (resched.go)
 }
 
 type rankEntry struct {
@@ -522,6 +523,7 @@ func (s *Sim) setup() {
 			map[string]string{aliveCheck(n.name): api.HealthPassing}))
 	}
 	s.placeInit()
+	s.reschedSetup()
 	// A placed fleet: slot k of unit i on node (i*count + k) mod N (of
 	// the nodes its placement allows: warmNode).
 	held := map[string]map[agent.SlotID]uint64{}
@@ -680,9 +682,10 @@ func (s *Sim) act(n *node, a any) {
 		release := func() {
 			s.rpc(n, func() any {
 				token := s.volReleasing(a.Slot)
-				r, err := s.store.KVTxn(s.wall(), append(s.releaseOpsWith(releaseOps(a.Slot, n.name, a.Session, s.wall()), a.Slot), failOpsFor(a)...))
+				r, err := s.store.KVTxn(s.wall(), append(append(s.releaseOpsWith(releaseOps(a.Slot, n.name, a.Session, s.wall()), a.Slot), failOpsFor(a)...), rescheduleOpsFor(n.name, a)...))
 				s.countTxn(r, err)
 				if err == nil && r.OK {
+					s.rescheduleApplied(n, a)
 					s.volReleased(n, a.Slot, token)
 				}
 				return agent.ReleaseDone{Slot: a.Slot, OK: err == nil && r.OK}
