@@ -23,7 +23,9 @@
 // from is cluster.ChooseData's, applied where the data is); a slot whose
 // instance failed for good, held by every node until mariposa reset
 // (reset.go); the pause's held restarts and the node's queue
-// (intents.go). Reschedules are still decided by cluster.Fleet.
+// (intents.go); with restart.on_exhausted = "reschedule", a failed
+// instance's slot moves with its penalty and history, or fails once the
+// history exhausts its attempts; a group fails as one (reschedule.go).
 //
 // # A held slot
 //

@@ -121,7 +121,8 @@
 // (the strict rule); no clock-gap detection (a frozen process). A bucket
 // shared by several units answers with all of them (pool.go: about U/B
 // units' bytes an answer instead of one; fleet/sim -buckets measures it).
-// Reschedules (restart.on_exhausted = "reschedule": the slot moves to
-// another node with its history) are not in the step machine: an instance
-// failed for good fails its slot until mariposa reset.
+// Reschedules (restart.on_exhausted = "reschedule") wait for no delay
+// before the next claim (cluster.NextDelay's): the next holder claims at
+// once. ServiceFailed reads the slot's history before the agent hears the
+// failure; a reschedule's release writes the penalty and the history.
 package executor
