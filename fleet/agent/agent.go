@@ -324,6 +324,10 @@ type (
 		Slot    SlotID
 		Session string
 		Failed  *cluster.FailedRecord
+		// Audit: the record of the decision this release carries out,
+		// made when the instance was told to stop (records.go); zero:
+		// none.
+		Audit Record
 	}
 	// Confirm: one consistent read of the held exclusive keys.
 	Confirm struct {
@@ -355,6 +359,9 @@ type (
 		Slot   SlotID
 		Action string
 		Reason string
+		// Deferred: a decision to stop and then release, which the
+		// slot's Release carries (Release.Audit; records.go).
+		Deferred bool
 	}
 )
 
@@ -393,6 +400,7 @@ type held struct {
 	seenIndex uint64
 	volReady  bool // its volumes were readied for this term (volumes.go)
 	volumes   bool // its unit had volumes when it was claimed
+	release   Record // the decision its Release carries (records.go)
 }
 
 // Faults break the mechanism on purpose, for the simulator's mutation
@@ -1079,10 +1087,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// No instance yet: its handoff passes on what it was to
 			// restore (volumes.go).
 			h.phase = HandingOff
-			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, Record{Slot: id, Action: "release", Reason: "scaled down"})
+			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, h.then(Record{Slot: id, Action: "release", Reason: "scaled down"}))
 		} else if (!ok || id.K >= u.Count) && h.phase != Stopping {
 			h.phase = Stopping
-			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "release", Reason: "scaled down"})
+			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "release", Reason: "scaled down"}))
 		}
 	}
 	if ids != nil || len(a.held) == 0 {
