@@ -398,8 +398,8 @@ type held struct {
 	// found this hold not taken by another session with.
 	seen      *SlotsView
 	seenIndex uint64
-	volReady  bool // its volumes were readied for this term (volumes.go)
-	volumes   bool // its unit had volumes when it was claimed
+	volReady  bool   // its volumes were readied for this term (volumes.go)
+	volumes   bool   // its unit had volumes when it was claimed
 	release   Record // the decision its Release carries (records.go)
 }
 
