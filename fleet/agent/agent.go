@@ -398,9 +398,11 @@ type held struct {
 	// found this hold not taken by another session with.
 	seen      *SlotsView
 	seenIndex uint64
-	volReady  bool   // its volumes were readied for this term (volumes.go)
-	volumes   bool   // its unit had volumes when it was claimed
-	release   Record // the decision its Release carries (records.go)
+	volReady  bool // its volumes were readied for this term (volumes.go)
+	volumes   bool // its unit had volumes when it was claimed
+
+	// release: the decision its Release carries (records.go).
+	release Record
 }
 
 // Faults break the mechanism on purpose, for the simulator's mutation
