@@ -19,7 +19,7 @@ import (
 // auditOp is the decision's audit record, in the decision's transaction.
 func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
 	slot := ""
-	if r.Slot.K >= 0 {
+	if r.Slot.K >= 0 && r.Slot.Unit != "" {
 		slot = r.Slot.String()
 	}
 	return cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: r.Slot.Unit, Slot: slot,
