@@ -25,6 +25,10 @@
 // (reset.go); the pause's held restarts and the node's queue
 // (intents.go). Reschedules are still decided by cluster.Fleet.
 //
+// Each decision comes with its Record, which Audits (records.go) places
+// in the transaction that carries it out or alone; Stats and Waiting
+// (stats.go) say what the node knows and waits for, reading only.
+//
 // # A held slot
 //
 //	 Claim sent
