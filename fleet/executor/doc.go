@@ -45,10 +45,11 @@
 //     in its Claim, a stray's or a drain's in its Release, a drain's
 //     status and the queue in theirs; a stop-then-release's in the
 //     later Release, Release.Audit), or, for a decision with no
-//     transaction (a hold lost, a claim or update held back, an orphan
-//     stopped), alone, 64 to a transaction. The claim's, a failed
-//     slot's, the storm brake's and a restore's are written by their
-//     own transactions (from the action).
+//     transaction (a hold lost, an orphan stopped), alone, 64 to a
+//     transaction. The claim's, a failed slot's, the storm brake's and
+//     a restore's are written by their own transactions (from the
+//     action); a claim or update held back ("hold") is logged only (its
+//     cause has its record; agent.Logged).
 //   - TakeToken: check-session on the slot key and lock the token key
 //     (its value the slot's number); ReturnToken: check-session on the
 //     token and delete-cas on the take's index (a late return never

@@ -628,8 +628,10 @@ func (s *Sim) step(n *node, in any) {
 	s.res.StepTime += time.Since(t0)
 	s.res.Steps++
 	s.checkDecisions(n, in, acts)
-	if _, alone := agent.Audits(acts); len(alone) > 0 && s.counting {
-		// Written as fleet/executor's writeAudits does: 64 a transaction.
+	if _, alone := agent.Audits(acts); len(alone) > 0 && s.counting && n.reachable() && s.store.HasLeader() && !n.minority {
+		// Written as fleet/executor's writeAudits does, 64 a transaction,
+		// when the node reaches a leader (not sent: no draw of the
+		// scheduler's randomness, no change of the store's indexes).
 		t := uint64(len(alone)+63) / 64
 		s.res.Txns += t
 		s.aloneAudits += t
