@@ -100,3 +100,30 @@ func TestLostHoldAudited(t *testing.T) {
 	}
 	f.waitSettled(30 * time.Second)
 }
+
+// A takeover (with the controls: a slot lost with its holder's session)
+// is recorded in its claim's transaction: the "takeover" record of the
+// slot by the node that claimed it, beside its claim record. Mutation
+// check: claimOpsFor without the step's records writes no takeover
+// record (the test fails).
+func TestTakeoverAudited(t *testing.T) {
+	f := newFleet(t, fleetOptions{nodes: 3, control: true}, web)
+	f.waitSettled(30 * time.Second)
+	id := agent.SlotID{Unit: "web", K: 0}
+	keys, _ := f.slotKeys("web")
+	if _, err := f.c.Session().Destroy(keys[0].Session, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSettled(30 * time.Second)
+	b := f.holderOf(id) // the node that lost it may take it back
+	var takeover, claim bool
+	for _, e := range f.auditOf("web") {
+		if e.Slot == id.String() && e.Node == b.name {
+			takeover = takeover || e.Action == "takeover"
+			claim = claim || (e.Action == "claim" && e.Reason == "a takeover")
+		}
+	}
+	if !takeover || !claim {
+		t.Fatalf("%s's takeover of %s: takeover record %v, claim record %v; %v", b.name, id, takeover, claim, countActions(f.auditOf("web")))
+	}
+}
