@@ -16,8 +16,9 @@ import (
 // from its loop and publishes the result.
 
 // Stats is a snapshot of what this node last heard and holds, as
-// cluster.Fleet.Stats: Ready once the nodes and every unit's slots have
-// been heard; LiveNodes the fleet's live members (passing their check);
+// cluster.Fleet.Stats: Ready once the nodes, control/ (with
+// Config.Control) and every unit's slots have been heard (the caller
+// knows whether the units were told); LiveNodes the fleet's live members (passing their check);
 // a slot held by this node (its hold not lost: Mine, its fencing token),
 // held by another, failed (its failed mark, with Config.Control), lost
 // (freed without a release: its holder's session invalidated; counted
@@ -26,7 +27,7 @@ import (
 // ("<name>/<n>" in the units' records); Pauses and HeldBack (the
 // intents of the node's queue) with Config.Control.
 func (a *Agent) Stats(now time.Time) cluster.FleetStats {
-	st := cluster.FleetStats{Node: a.cfg.Node, Ready: a.nodes != nil && len(a.units) > 0}
+	st := cluster.FleetStats{Node: a.cfg.Node, Ready: a.nodes != nil}
 	if a.nodes != nil {
 		st.LiveNodes = len(a.nodes.Nodes)
 	}

@@ -157,6 +157,7 @@ type Executor struct {
 	handed   map[agent.SlotID]uint64      // handoffs published: their generation (volumes.go)
 	serving  int                          // 0 not yet, 1 waiting for the acknowledgements, 2 done
 	vacant   map[agent.SlotID]time.Time   // claims sent: when their slot was first seen vacant (stats.go)
+	unitsSet bool                         // SetUnits was stepped (stats.go)
 
 	// snap: what the loop last published for Stats and Waiting (stats.go).
 	snap atomic.Pointer[snapshot]
@@ -351,6 +352,7 @@ func (e *Executor) handle(in any) {
 		}
 		e.watchUnits(in.units)
 		e.step(agent.UnitsAnswer{Units: in.units})
+		e.unitsSet = true
 		e.readPrevious(in.units)
 	case stopReq:
 		e.stopDone = append(e.stopDone, in.done)

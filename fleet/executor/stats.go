@@ -31,8 +31,11 @@ const mostWaiting = 10
 
 // Stats is a snapshot of what this node last heard and holds, with
 // cluster.Fleet.Stats' meaning for each field (agent.Agent.Stats), as of
-// the loop's last batch of inputs. It only reads; before the loop's first
-// step it is the zero FleetStats with the node's name (not Ready).
+// the loop's last batch of inputs: Ready once SetUnits has been stepped
+// and the agent has heard the live nodes, control/ (Config.Control) and
+// each unit's slots. It only reads, and its slices are shared (not to be
+// changed); before the loop's first step it is the zero FleetStats with
+// the node's name (not Ready).
 func (e *Executor) Stats() cluster.FleetStats {
 	if s := e.snap.Load(); s != nil {
 		return s.stats
@@ -60,7 +63,9 @@ func (e *Executor) publishState() {
 	if len(w) > mostWaiting {
 		w = append(w[:mostWaiting:mostWaiting], "and "+strconv.Itoa(len(w)-mostWaiting)+" more")
 	}
-	e.snap.Store(&snapshot{stats: e.ag.Stats(now), waiting: w})
+	st := e.ag.Stats(now)
+	st.Ready = st.Ready && e.unitsSet // the agent starts with no units, before SetUnits
+	e.snap.Store(&snapshot{stats: st, waiting: w})
 }
 
 // noteClaims keeps, for each Claim among acts, when the agent first saw
