@@ -332,6 +332,10 @@ type (
 		// history is exhausted (Failed too): the same transaction writes
 		// the node's penalty and the slot's history.
 		Reschedule *Rescheduled
+		// Audit: the record of the decision this release carries out,
+		// made when the instance was told to stop (records.go); zero:
+		// none.
+		Audit Record
 	}
 	// Confirm: one consistent read of the held exclusive keys.
 	Confirm struct {
@@ -363,6 +367,9 @@ type (
 		Slot   SlotID
 		Action string
 		Reason string
+		// Deferred: a decision to stop and then release, which the
+		// slot's Release carries (Release.Audit; records.go).
+		Deferred bool
 	}
 )
 
@@ -401,6 +408,9 @@ type held struct {
 	seenIndex uint64
 	volReady  bool // its volumes were readied for this term (volumes.go)
 	volumes   bool // its unit had volumes when it was claimed
+
+	// release: the decision its Release carries (records.go).
+	release Record
 }
 
 // Faults break the mechanism on purpose, for the simulator's mutation
@@ -1091,10 +1101,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// No instance yet: its handoff passes on what it was to
 			// restore (volumes.go).
 			h.phase = HandingOff
-			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, Record{Slot: id, Action: "release", Reason: "scaled down"})
+			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, h.then(Record{Slot: id, Action: "release", Reason: "scaled down"}))
 		} else if (!ok || id.K >= u.Count) && h.phase != Stopping {
 			h.phase = Stopping
-			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "release", Reason: "scaled down"})
+			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "release", Reason: "scaled down"}))
 		}
 	}
 	if ids != nil || len(a.held) == 0 {

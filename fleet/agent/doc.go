@@ -27,6 +27,10 @@
 // instance's slot moves with its penalty and history, or fails once the
 // history exhausts its attempts; a group fails as one (reschedule.go).
 //
+// Each decision comes with its Record, which Audits (records.go) places
+// in the transaction that carries it out or alone; Stats and Waiting
+// (stats.go) say what the node knows and waits for, reading only.
+//
 // # A held slot
 //
 //	 Claim sent

@@ -625,7 +625,7 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 			if !past {
 				a.ops.handoffs[id] = &handoff{since: now}
 			}
-			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "drain", Reason: "drained from " + a.cfg.Node + ": stop, then release"})
+			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "drain", Reason: "drained from " + a.cfg.Node + ": stop, then release"}))
 		} else {
 			a.ops.handoffs[id] = &handoff{since: now, releasing: true}
 			out = append(out, Release{Slot: id, Session: a.session},

@@ -119,7 +119,11 @@ func (a *Agent) failNow(id SlotID, out []any) []any {
 func (a *Agent) release(now time.Time, id SlotID, out []any) []any {
 	f := a.rs.fails[id]
 	if f == nil {
-		return append(out, Release{Slot: id, Session: a.session})
+		r := Release{Slot: id, Session: a.session}
+		if h := a.held[id]; h != nil {
+			r.Audit = h.release
+		}
+		return append(out, r)
 	}
 	delete(a.rs.fails, id)
 	if f.resched {

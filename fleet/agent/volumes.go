@@ -162,7 +162,7 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 		}
 		a.volBackoff[in.Slot] = now.Add(RestoreBackoff)
 		h.phase = HandingOff
-		return append(out, Record{Slot: in.Slot, Action: "reschedule", Reason: why},
+		return append(out, h.then(Record{Slot: in.Slot, Action: "reschedule", Reason: why}),
 			PushHandoff{Slot: in.Slot, Index: h.index, Session: a.session, Ready: false})
 	case HandoffDone:
 		h := a.held[in.Slot]

@@ -157,10 +157,10 @@ func (e *Executor) checkSession(id string) {
 
 // claim performs agent.Claim. A transport error, a timeout or a server
 // error says nothing of whether it was applied: the answer is lost.
-func (e *Executor) claim(a agent.Claim) {
+func (e *Executor) claim(a agent.Claim, audit []agent.Record) {
 	ctx, cancel := e.request()
 	defer cancel()
-	ops := e.claimOpsFor(a, time.Now())
+	ops := e.claimOpsFor(a, time.Now(), audit...)
 	ok, r, _, err := e.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	var done agent.ClaimDone
 	var notFresh, budget, failed bool
@@ -204,12 +204,23 @@ func (e *Executor) claim(a agent.Claim) {
 }
 
 // release performs agent.Release.
-func (e *Executor) release(a agent.Release) {
+func (e *Executor) release(a agent.Release, audit []agent.Record) {
 	ctx, cancel := e.request()
 	defer cancel()
-	// The release's audit record goes with it (as cluster.Fleet's); a
-	// failed slot's mark and its record too.
-	ops := append(releaseOps(a.Slot, e.cfg.Node, a.Session, time.Now()), e.auditOp(agent.Record{Slot: a.Slot, Action: "release", Reason: "released"}))
+	// The release's audit records go with it (as cluster.Fleet's): the
+	// decision it carries out (Release.Audit, made at the stop) and those
+	// of its step (agent.Audits), or a plain "release"; a failed slot's
+	// mark and its record too.
+	ops := releaseOps(a.Slot, e.cfg.Node, a.Session, time.Now())
+	if a.Audit.Action != "" {
+		audit = append([]agent.Record{a.Audit}, audit...)
+	}
+	if len(audit) == 0 && a.Failed == nil {
+		audit = []agent.Record{{Slot: a.Slot, Action: "release", Reason: "released"}}
+	}
+	for _, r := range audit {
+		ops = append(ops, e.auditOp(r))
+	}
 	if a.Failed != nil {
 		ops = append(ops, e.failOps(a)...)
 	}

@@ -40,7 +40,16 @@
 //   - Start, Stop: Instances.Start and Instances.Stop.
 //   - Wake: one timer, reset to the latest Wake; it steps agent.Tick.
 //   - Refresh: the unit's index watch asks now instead of at its pace.
-//   - Record: logged.
+//   - Record: written to audit/ (stats.go): in the transaction of the
+//     action that carries the decision out (agent.Audits: a takeover's
+//     in its Claim, a stray's or a drain's in its Release, a drain's
+//     status and the queue in theirs; a stop-then-release's in the
+//     later Release, Release.Audit), or, for a decision with no
+//     transaction (a hold lost, an orphan stopped), alone, 64 to a
+//     transaction. The claim's, a failed slot's, the storm brake's and
+//     a restore's are written by their own transactions (from the
+//     action); a claim or update held back ("hold") is logged only (its
+//     cause has its record; agent.Logged).
 //   - TakeToken: check-session on the slot key and lock the token key
 //     (its value the slot's number); ReturnToken: check-session on the
 //     token and delete-cas on the take's index (a late return never
@@ -75,6 +84,17 @@
 //     guarded by check-session and check-index (the fencing token) on the
 //     slot key, before the Release. A stopping executor ends once the
 //     handoffs it published while stopping are acknowledged (bounded).
+//
+// # What it tells operators
+//
+// The loop publishes, after each batch of inputs, a snapshot of the
+// agent's state (stats.go): Stats, a cluster.FleetStats with
+// cluster.Fleet.Stats' meaning for each field (for metrics' mariposa_fleet_*),
+// and Waiting, cluster.Fleet.Waiting's lines (when this node claims
+// each free slot it is placed for, or why not). Both read an atomic
+// pointer: a scrape never waits for the loop. Config.OnClaim is told each
+// claim this node makes, with how long the slot was vacant as the agent
+// saw it (the claim-delay histogram), from the loop.
 //
 // An answer for a session that is no longer the agent's (a claim sent
 // before the session was lost) is dropped: taken as the answer of a later

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -112,6 +113,11 @@ type Config struct {
 	// Volumes performs the volumes' actions (volumes.go): needed when a
 	// unit has Volumes.
 	Volumes *Volumes
+	// OnClaim, if set, is told each claim of a slot this node makes: the
+	// unit, and how long the slot was vacant as this node saw it
+	// (cluster.FleetConfig.OnClaim's meaning; stats.go). Called from the
+	// loop: it must return at once.
+	OnClaim func(unit string, vacant time.Duration)
 }
 
 // Executor runs one node's agent.
@@ -150,6 +156,11 @@ type Executor struct {
 	restores map[agent.SlotID]*restoreRun // volumes.go
 	handed   map[agent.SlotID]uint64      // handoffs published: their generation (volumes.go)
 	serving  int                          // 0 not yet, 1 waiting for the acknowledgements, 2 done
+	vacant   map[agent.SlotID]time.Time   // claims sent: when their slot was first seen vacant (stats.go)
+	unitsSet bool                         // SetUnits was stepped (stats.go)
+
+	// snap: what the loop last published for Stats and Waiting (stats.go).
+	snap atomic.Pointer[snapshot]
 }
 
 // Inputs of the loop that are not the agent's.
@@ -289,6 +300,7 @@ func (e *Executor) run() {
 	defer close(e.done)
 	defer e.stop()
 	e.step(agent.UnitsAnswer{})
+	e.publishState()
 	for {
 		select {
 		case <-e.killed:
@@ -303,6 +315,7 @@ func (e *Executor) run() {
 				return
 			}
 		}
+		e.publishState()
 		if e.stopping && len(e.ag.Held()) == 0 && e.servedHandoffs() {
 			e.finish()
 			return
@@ -339,6 +352,7 @@ func (e *Executor) handle(in any) {
 		}
 		e.watchUnits(in.units)
 		e.step(agent.UnitsAnswer{Units: in.units})
+		e.unitsSet = true
 		e.readPrevious(in.units)
 	case stopReq:
 		e.stopDone = append(e.stopDone, in.done)
@@ -451,16 +465,25 @@ func (e *Executor) step(in any) {
 	if f := e.cfg.Faults.Stepped; f != nil {
 		f(in)
 	}
+	e.claimed(in)
 	acts := e.ag.Step(time.Now(), in)
+	e.noteClaims(acts)
 	if e.log.IsTrace() {
 		e.log.Trace("step", "input", traceInput(in), "actions", fmt.Sprintf("%+v", acts))
 	}
-	for _, a := range acts {
-		e.act(a)
+	// Each decision's record goes in the transaction that carries it out,
+	// or alone in its own (agent.Audits; records.go).
+	riding, alone := agent.Audits(acts)
+	for i, a := range acts {
+		e.act(a, riding[i])
+	}
+	if len(alone) > 0 {
+		go e.writeAudits(alone)
 	}
 }
 
-func (e *Executor) act(a any) {
+// act performs a; audit: the records that ride in its transaction.
+func (e *Executor) act(a any, audit []agent.Record) {
 	switch a := a.(type) {
 	case agent.CreateSession:
 		if e.stopping {
@@ -471,9 +494,9 @@ func (e *Executor) act(a any) {
 		}
 		go e.createSession()
 	case agent.Claim:
-		go e.claim(a)
+		go e.claim(a, audit)
 	case agent.Release:
-		go e.release(a)
+		go e.release(a, audit)
 	case agent.Confirm:
 		go e.confirm(a, time.Now())
 	case agent.Start:
@@ -503,11 +526,11 @@ func (e *Executor) act(a any) {
 	case agent.WriteBrake:
 		go e.writeBrake(a)
 	case agent.PublishDrain:
-		go e.publishDrain(a)
+		go e.publishDrain(a, audit)
 	case agent.CheckHeld:
 		go e.checkHeld(a)
 	default:
-		if !e.actVolumes(a) && !e.actQueue(a) {
+		if !e.actVolumes(a) && !e.actQueue(a, audit) {
 			e.log.Error("executor: unknown action", "action", a)
 		}
 	}

@@ -374,6 +374,8 @@ type fleetOptions struct {
 	// before: run on the agent before the executors start.
 	control bool
 	before  func(c *api.Client)
+	// config: changes node i's executor's config (audit_test.go).
+	config func(i int, c *executor.Config)
 }
 
 // newFleet starts a dev agent and n executors, each its own node.
@@ -405,8 +407,12 @@ func newFleet(t *testing.T, o fleetOptions, units ...agent.Unit) *fleet {
 		if o.faults != nil {
 			faults = o.faults(i)
 		}
-		n.ex = executor.New(executor.Config{Client: c, Node: name, Checks: []string{n.check}, LockDelay: o.lockDelay,
-			Seed: uint64(i + 1), Instances: r, Faults: faults, Control: o.control, Log: consultest.Logger(t, name)})
+		ec := executor.Config{Client: c, Node: name, Checks: []string{n.check}, LockDelay: o.lockDelay,
+			Seed: uint64(i + 1), Instances: r, Faults: faults, Control: o.control, Log: consultest.Logger(t, name)}
+		if o.config != nil {
+			o.config(i, &ec)
+		}
+		n.ex = executor.New(ec)
 		r.ex = n.ex
 		f.nodes = append(f.nodes, n)
 	}

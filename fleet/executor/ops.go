@@ -19,7 +19,7 @@ import (
 // auditOp is the decision's audit record, in the decision's transaction.
 func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
 	slot := ""
-	if r.Slot.K >= 0 {
+	if r.Slot.K >= 0 && r.Slot.Unit != "" {
 		slot = r.Slot.String()
 	}
 	return cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: r.Slot.Unit, Slot: slot,
@@ -30,7 +30,7 @@ func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
 // the view showed released keeps its mark until the claim (get fails on a
 // missing key: someone claimed it since); a takeover spends the budget by
 // compare-and-set of control/takeovers, the last op.
-func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
+func (e *Executor) claimOpsFor(a agent.Claim, at time.Time, audit ...agent.Record) api.TxnOps {
 	ops := claimOps(a.Slot, a.Node, a.Session, at)
 	if a.Released {
 		ops = append(ops[:2], append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVGet, Key: a.Slot.ReleasedKey()})}, ops[2:]...)...)
@@ -50,6 +50,9 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time) api.TxnOps {
 		why = "released by its holder"
 	}
 	ops = append(ops, e.auditOp(agent.Record{Slot: a.Slot, Action: "claim", Reason: why}))
+	for _, r := range audit {
+		ops = append(ops, e.auditOp(r)) // the step's records it carries out (a takeover's)
+	}
 	if a.CheckFailed {
 		// The slot's failed mark must not exist (reset.go; Claim.FailedOp).
 		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.FailedKey(a.Slot.Unit, a.Slot.K)}))
@@ -171,9 +174,13 @@ func (e *Executor) writeBrake(a agent.WriteBrake) {
 }
 
 // publishDrain performs agent.PublishDrain.
-func (e *Executor) publishDrain(a agent.PublishDrain) {
+func (e *Executor) publishDrain(a agent.PublishDrain, audit []agent.Record) {
 	b, _ := json.Marshal(a.Status)
-	ok, _, err := e.txn(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVSet, Key: agent.DrainStatusKey(e.cfg.Node), Value: b})})
+	ops := api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVSet, Key: agent.DrainStatusKey(e.cfg.Node), Value: b})}
+	for _, r := range audit {
+		ops = append(ops, e.auditOp(r)) // "drain-status", with it
+	}
+	ok, _, err := e.txn(ops)
 	e.inbox.post(agent.DrainPublished{Status: a.Status, OK: err == nil && ok})
 }
 

@@ -2,6 +2,7 @@ package executor_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +142,23 @@ func TestDrainDoneOnlyWhenEmpty(t *testing.T) {
 	}
 	f.waitSettled(30 * time.Second)
 	f.checkNoOverlap()
+	// The drain's decisions are recorded in their transactions: web/0's
+	// release with its "drain" record, each status published with its
+	// "drain-status" record (no slot). Mutation checks: publishDrain
+	// without its records, or release without the step's, fails it.
+	released := false
+	for _, e := range f.auditOf(u.Name) {
+		if e.Action == "drain" && e.Node == d.name && e.Slot == "web/0" && strings.Contains(e.Reason, ": released;") {
+			released = true
+		}
+	}
+	statuses := 0
+	for _, e := range f.auditOf("") {
+		if e.Action == "drain-status" && e.Node == d.name && e.Slot == "" {
+			statuses++
+		}
+	}
+	if !released || statuses == 0 {
+		t.Fatalf("drain records: web/0's release %v, %d statuses; %v %v", released, statuses, countActions(f.auditOf(u.Name)), countActions(f.auditOf("")))
+	}
 }

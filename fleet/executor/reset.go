@@ -62,8 +62,9 @@ func (e *Executor) ServiceFailed(slot agent.SlotID, service, reason string) {
 }
 
 // rescheduleOps: a reschedule's release also writes the node's penalty
-// (cluster.PenaltyKey, cluster.Fleet's codec), the slot's history and
-// its "reschedule" audit record, and its slot value carries the history
+// (cluster.PenaltyKey, cluster.Fleet's codec) and the slot's history
+// (its "reschedule" audit record rides in the release: agent.Audits), and
+// its slot value carries the history
 // (cluster.SlotValue's reschedules) as cluster.Fleet's does.
 // A slot whose history is exhausted (Failed too) gets the penalty and
 // the history, and failOps' "fail" record instead.
@@ -73,9 +74,8 @@ func (e *Executor) rescheduleOps(a agent.Release) api.TxnOps {
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.PenaltyKey(a.Slot.Unit, e.cfg.Node), Value: r.EncodePenalty()}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.RescheduleHistoryKey(), Value: r.EncodeHistory()}),
 	}
-	if a.Failed == nil {
-		ops = append(ops, e.auditOp(agent.Record{Slot: a.Slot, Action: "reschedule", Reason: "rescheduled: " + r.Reason}))
-	}
+	// Its "reschedule" record is the agent's, riding in this release
+	// (agent.Audits), as a failed one's "fail" is failOps'.
 	return ops
 }
 
@@ -107,30 +107,35 @@ func (e *Executor) failOps(a agent.Release) api.TxnOps {
 }
 
 // actQueue performs the queue's actions; false: not one of them.
-func (e *Executor) actQueue(a any) bool {
+func (e *Executor) actQueue(a any, audit []agent.Record) bool {
 	switch a := a.(type) {
 	case agent.HoldRestarts:
 		if h, ok := e.cfg.Instances.(RestartHolder); ok {
 			h.HoldRestarts(a)
 		}
 	case agent.PublishIntents:
-		go e.publishIntents(a)
+		go e.publishIntents(a, audit)
 	default:
 		return false
 	}
 	return true
 }
 
-// publishIntents writes the node's queue (deletes it when empty).
-func (e *Executor) publishIntents(a agent.PublishIntents) {
-	ctx, cancel := e.request()
-	defer cancel()
-	var err error
-	if len(a.List) == 0 {
-		_, err = e.cfg.Client.KV().Delete(cluster.IntentsKey(e.cfg.Node), (&api.WriteOptions{}).WithContext(ctx))
-	} else {
+// publishIntents writes the node's queue (deletes it when empty), with
+// the "queue" record, in one transaction.
+func (e *Executor) publishIntents(a agent.PublishIntents, audit []agent.Record) {
+	op := &api.KVTxnOp{Verb: api.KVDelete, Key: cluster.IntentsKey(e.cfg.Node)}
+	if len(a.List) > 0 {
 		b, _ := json.Marshal(a.List)
-		_, err = e.cfg.Client.KV().Put(&api.KVPair{Key: cluster.IntentsKey(e.cfg.Node), Value: b}, (&api.WriteOptions{}).WithContext(ctx))
+		op = &api.KVTxnOp{Verb: api.KVSet, Key: cluster.IntentsKey(e.cfg.Node), Value: b}
+	}
+	ops := api.TxnOps{kv(op)}
+	for _, r := range audit {
+		ops = append(ops, e.auditOp(r))
+	}
+	ok, _, err := e.txn(ops)
+	if err == nil && !ok {
+		err = errors.New("refused")
 	}
 	if err != nil {
 		e.log.Warn("could not publish the node's queue", "error", err)

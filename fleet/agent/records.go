@@ -1,0 +1,116 @@
+package agent
+
+// Where each decision's audit record is written (project rule: "every
+// automatic decision in the fleet is recorded with the decision, in the
+// same transaction"). A step returns its decisions' Records beside the
+// actions that carry them out; Audits says, for one step's actions, where
+// each Record goes, so that the executor and the simulator write (and
+// count) the same transactions.
+//
+//   - Written: the transaction of the decision writes it already, built
+//     from the action (the claim's, whose answer this step heard; a
+//     failed slot's Release; WriteBrake; the restore's acknowledgement).
+//   - Riding: it goes in the transaction of an action of the same step,
+//     the one that carries the decision out: a Claim or Release of the
+//     same slot (a takeover, a stray's release, a drain's release, a
+//     failed handoff's release), PublishDrain ("drain-status") or
+//     PublishIntents ("queue").
+//   - Deferred: a decision to stop (or hand off) and then release
+//     (scaled down, a drain's stop, a reschedule after a failed restore;
+//     Record.Deferred): the slot's Release carries it (Release.Audit)
+//     when it comes; lost before, the "lost" record says so.
+//   - Alone: a decision with no transaction (a hold lost and its instance
+//     killed, an orphan stopped): its own transaction, the audit record
+//     only.
+//   - Logged: a claim, an update or a failed slot's release held back
+//     ("hold"): not a decision of this node but the effect of one
+//     recorded already, by whoever made it: the storm brake's record,
+//     the takeovers' records and log (the budget), the pause's record
+//     (and the node's queue, written with its "queue" record, lists each
+//     held claim and update), the failed slot's "fail" record. Written
+//     alone, every node placed for a slot would write one when its claim
+//     time comes, O(nodes x vacancies) writes in the storm the brake and
+//     the budget are there to damp (fleet/sim -ops, 50 nodes, seeds
+//     1-3: 18.2 transactions per vacancy instead of 7.9). The executor
+//     logs them; Waiting shows them while they last.
+
+// Where says where a Record is written (see Audits).
+type Where int
+
+// The places of a record.
+const (
+	Alone Where = iota
+	Written
+	Riding
+	Deferred
+	Logged
+)
+
+// written: the actions whose records the decision's own transaction
+// writes, from the action itself.
+var written = map[string]bool{"claim": true, "fail": true, "storm-brake": true, "restore": true}
+
+// Audits sorts one step's Records: riding[i] are the records that go in
+// the transaction of acts[i]; alone are written in a transaction of their
+// own. Written, Deferred and Logged records are in neither.
+func Audits(acts []any) (riding map[int][]Record, alone []Record) {
+	for _, a := range acts {
+		r, ok := a.(Record)
+		if !ok {
+			continue
+		}
+		w, i := AuditPlace(acts, r)
+		switch w {
+		case Riding:
+			if riding == nil {
+				riding = map[int][]Record{}
+			}
+			riding[i] = append(riding[i], r)
+		case Alone:
+			alone = append(alone, r)
+		}
+	}
+	return riding, alone
+}
+
+// AuditPlace is where r, one of acts, is written; with Riding, the index of
+// the action whose transaction carries it.
+func AuditPlace(acts []any, r Record) (Where, int) {
+	switch {
+	case written[r.Action]:
+		return Written, -1
+	case r.Deferred:
+		return Deferred, -1
+	case r.Action == "hold":
+		return Logged, -1
+	}
+	for i, a := range acts {
+		switch a := a.(type) {
+		case Claim:
+			if a.Slot == r.Slot && r.Action == "takeover" {
+				return Riding, i
+			}
+		case Release:
+			if a.Slot == r.Slot {
+				return Riding, i
+			}
+		case PublishDrain:
+			if r.Action == "drain-status" {
+				return Riding, i
+			}
+		case PublishIntents:
+			if r.Action == "queue" {
+				return Riding, i
+			}
+		}
+	}
+	return Alone, -1
+}
+
+// then marks r as carried by the hold's Release when it comes, and keeps
+// it for it.
+func (h *held) then(r Record) Record {
+	r.Deferred = true
+	h.release = r
+	return r
+}

@@ -1,0 +1,81 @@
+package agent
+
+import (
+	"testing"
+)
+
+// Where each record the agent emits is written (AuditPlace): a table of
+// steps as the agent returns them. Mutation check: AuditPlace without
+// its Deferred case writes the scale-down's record alone (and again with
+// the release: two records of one decision); without its Release case a
+// stray's release record goes alone, outside the release's transaction.
+func TestAuditPlace(t *testing.T) {
+	db := SlotID{"db", 1}
+	other := SlotID{"db", 0}
+	for _, tc := range []struct {
+		name string
+		acts []any
+		rec  int // the record's index in acts
+		want Where
+		at   int // Riding: the carrier's index
+	}{
+		{"claim: its transaction wrote it", []any{Start{Slot: db}, Record{Slot: db, Action: "claim"}}, 1, Written, -1},
+		{"fail: the release's", []any{Release{Slot: db}, Record{Slot: db, Action: "fail"}}, 1, Written, -1},
+		{"storm-brake: the brake's", []any{WriteBrake{}, Record{Slot: SlotID{K: -1}, Action: "storm-brake"}}, 1, Written, -1},
+		{"restore: the acknowledgement's", []any{Record{Slot: db, Action: "restore"}, Start{Slot: db}}, 0, Written, -1},
+		{"lost: killed, no transaction", []any{Stop{Slot: db, Kill: true}, Record{Slot: db, Action: "lost"}}, 1, Alone, -1},
+		{"scaled down: the coming release", []any{Stop{Slot: db}, Record{Slot: db, Action: "release", Reason: "scaled down", Deferred: true}}, 1, Deferred, -1},
+		{"stray: its release", []any{Release{Slot: other}, Release{Slot: db}, Record{Slot: db, Action: "release", Reason: "stray"}}, 2, Riding, 1},
+		{"drain of a shared slot: its release", []any{Release{Slot: db}, Record{Slot: db, Action: "drain"}}, 1, Riding, 0},
+		{"orphan stopped by the drain: alone", []any{Stop{Slot: db}, Record{Slot: db, Action: "drain", Reason: "the old instance stops"}}, 1, Alone, -1},
+		{"takeover: its claim", []any{Claim{Slot: other}, Claim{Slot: db}, Record{Slot: db, Action: "takeover"}}, 2, Riding, 1},
+		{"a claim held back: its cause is recorded", []any{Record{Slot: db, Action: "hold"}}, 0, Logged, -1},
+		{"an update held back beside the queue: still its cause's", []any{Record{Slot: db, Action: "hold"}, PublishIntents{}}, 0, Logged, -1},
+		{"handoff failed: its release", []any{Record{Slot: db, Action: "handoff-failed"}, Release{Slot: db}}, 0, Riding, 1},
+		{"drain-status: its publish", []any{PublishDrain{}, Record{Action: "drain-status"}}, 1, Riding, 0},
+		{"queue: its publish", []any{Record{Action: "queue"}, PublishIntents{}}, 0, Riding, 1},
+		{"queue without its publish: alone", []any{Record{Action: "queue"}}, 0, Alone, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w, at := AuditPlace(tc.acts, tc.acts[tc.rec].(Record))
+			if w != tc.want || at != tc.at {
+				t.Fatalf("AuditPlace = %v, %d; want %v, %d", w, at, tc.want, tc.at)
+			}
+			riding, alone := Audits(tc.acts)
+			n := len(alone)
+			for _, rs := range riding {
+				n += len(rs)
+			}
+			want := 0
+			if tc.want == Riding || tc.want == Alone {
+				want = 1
+			}
+			if n != want || (tc.want == Riding && len(riding[tc.at]) != 1) {
+				t.Fatalf("Audits = %v, %v", riding, alone)
+			}
+		})
+	}
+}
+
+// A slot scaled down is stopped with its decision's record, which the
+// release carries once the instance has exited (one record of the
+// decision, in the release's transaction). Mutation check: without
+// held.then's keeping of the record, the Release carries none.
+func TestScaledDownReleaseCarriesItsRecord(t *testing.T) {
+	db := SlotID{"db", 1}
+	a := New(Config{Node: "me", Seed: 1, Warm: &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{db: 40}}})
+	a.Step(t0, UnitsAnswer{Units: []Unit{{Name: "db", Count: 2, MaxPerNode: 1}}})
+	a.Step(t0, NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me", "x"}}})
+	a.Step(t0, slots("db", 41, Slot{K: 0, Node: "x", ModifyIndex: 41}, Slot{K: 1, Node: "me", ModifyIndex: 41}))
+	acts := a.Step(t0, UnitsAnswer{Units: []Unit{{Name: "db", Count: 1, MaxPerNode: 1}}})
+	if _, ok := find[Stop](acts); !ok {
+		t.Fatalf("no stop: %v", acts)
+	}
+	if riding, alone := Audits(acts); len(riding) != 0 || len(alone) != 0 {
+		t.Fatalf("the stop's record written now: %v %v", riding, alone)
+	}
+	r, ok := find[Release](a.Step(t0, InstanceExited{Slot: db}))
+	if !ok || r.Audit.Action != "release" || r.Audit.Reason != "scaled down" || r.Audit.Slot != db {
+		t.Fatalf("release %+v %v, want its record", r, ok)
+	}
+}
