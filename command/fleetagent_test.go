@@ -64,7 +64,7 @@ func (f *fakeExec) InstanceExited(s agent.SlotID)  { f.add("exited " + s.String(
 func (f *fakeExec) InstanceHealthy(s agent.SlotID, v string, since time.Time) {
 	f.add("healthy " + s.String() + " " + v + " " + since.UTC().Format(time.RFC3339))
 }
-func (f *fakeExec) Stop(context.Context) error     { f.add("stop"); return nil }
+func (f *fakeExec) Stop(context.Context) error { f.add("stop"); return nil }
 func (f *fakeExec) seen() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
