@@ -12,6 +12,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
@@ -39,8 +40,11 @@ func TestAgentUnits(t *testing.T) {
 		"web":  {Unit: cluster.Unit{Name: "web", Placement: &schema.Placement{Count: 3, MaxPerNode: 1}}},
 		"db":   {Unit: cluster.Unit{Name: "db", Placement: &schema.Placement{Count: 1, Exclusive: true}}},
 		"none": {Unit: cluster.Unit{Name: "none"}},
+		"kv": {Unit: cluster.Unit{Name: "kv", Placement: &schema.Placement{Count: 1, Exclusive: true,
+			Volumes: []*schema.Volume{{Name: "data", Path: "data"}}}}},
 	}
-	want := []agent.Unit{{Name: "db", Count: 1, Exclusive: true}, {Name: "web", Count: 3, MaxPerNode: 1}}
+	want := []agent.Unit{{Name: "db", Count: 1, Exclusive: true}, {Name: "kv", Count: 1, Exclusive: true, Volumes: true},
+		{Name: "web", Count: 3, MaxPerNode: 1}}
 	if got := agentUnits(units); !slices.Equal(got, want) {
 		t.Errorf("agentUnits: %+v, want %+v", got, want)
 	}
@@ -306,6 +310,34 @@ func TestAgentHealthy(t *testing.T) {
 		ok, got := agentHealthy(tc.snaps, "u/0", tc.u)
 		if ok != tc.ok || !got.Equal(tc.since) {
 			t.Errorf("%s: %v %v, want %v %v", tc.name, ok, got, tc.ok, tc.since)
+		}
+	}
+}
+
+// A slot of a unit with volumes runs with its directory in the node's
+// volume store (MARIPOSA_VOLUME_<NAME> derives from it); without a store
+// it is not handed to the runner; volumeSpecs gives the executor the
+// unit's volume blocks.
+func TestAgentFleetVolumeDir(t *testing.T) {
+	vol := &schema.Volume{Name: "data", Path: "data"}
+	units := map[string]cluster.UnitSpec{"kv": {Unit: cluster.Unit{Name: "kv", Placement: &schema.Placement{Count: 1, Exclusive: true,
+		Volumes: []*schema.Volume{vol}}}, Services: []*schema.Service{{Name: "kv"}}}}
+	for _, store := range []*volume.Store{nil, {Root: "/var/lib/m"}} {
+		a := newAgentFleet(nil, hclog.NewNullLogger())
+		a.units, a.volumes = units, store
+		a.Start(agent.Start{Slot: agent.SlotID{Unit: "kv", K: 0}, Index: 5, Session: "s"})
+		out, in := a.desiredLocked()
+		if store == nil {
+			if len(out) != 0 || len(in) != 0 {
+				t.Errorf("without a store: handed %+v", out)
+			}
+			continue
+		}
+		if len(out) != 1 || out[0].Slot.VolumeDir != "/var/lib/m/kv/0" || len(in) != 1 {
+			t.Errorf("handed %+v, want kv/0 with its volume directory", out)
+		}
+		if got := a.volumeSpecs("kv"); len(got) != 1 || got[0] != vol {
+			t.Errorf("volumeSpecs: %v", got)
 		}
 	}
 }
