@@ -193,7 +193,7 @@ func (m *fleetMember) startAgent(ctx context.Context, r *supervisor.Runner, cfg 
 				return
 			}
 		}
-		m.ag.Store(startAgent(ctx, m.client, r, cfg, m.log))
+		m.ag.Store(startAgent(ctx, m.client, r, cfg, m.volumes, m.apiURL, m.log))
 		// The step machine decides the pauses' claims, not the runner's
 		// held restarts: those follow the pauses as on a node without
 		// -cluster (its queue included).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/fleet/executor"
 	"github.com/mariposa-sh/mariposa/internal/lease"
+	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
@@ -49,12 +51,25 @@ func fleetEngine() (string, error) {
 // Instances' methods must return at once and ApplySlots waits for the
 // stops, and reports the starts and exits back to the executor. It feeds
 // the executor the units: the node's own files' and every deployment's
-// desired spec (deploy/<name>/desired, as cluster.Fleet reads them).
+// desired spec (deploy/<name>/desired, as cluster.Fleet reads them): their
+// counts and placement. What a held slot runs is its version's definition
+// (agent.Start.Version, agent.Update.To): "<name>/<n>" is the unit in spec
+// n of deployment name (cluster.ReadUnitAt, read once per version: specs
+// are immutable), "" the unit's current definition. So a new desired spec
+// moves no running instance by itself: the units' deployment records move
+// them, slot by slot, as the step machine's rollout decides. From the
+// runner's snapshots it tells the executor when a held slot's instance is
+// healthy at its version (InstanceHealthy), for the judge.
 type agentFleet struct {
 	// apply is the runner's ApplySlots; ex the executor.
 	apply func(context.Context, []supervisor.SlotInstance) (supervisor.ApplyResult, error)
 	ex    agentExecutor
 	log   hclog.Logger
+	// readUnit reads a version's definition of a unit (cluster.ReadUnitAt);
+	// snapshots are the runner's; volumes the node's store (nil: none).
+	readUnit  func(version, unit string) (cluster.UnitSpec, error)
+	snapshots func() []supervisor.Snapshot
+	volumes   *volume.Store
 
 	kick chan struct{} // a change of held or units: apply
 
@@ -63,6 +78,10 @@ type agentFleet struct {
 	remote map[string]*cluster.Deployment // nil until the first answer
 	units  map[string]cluster.UnitSpec    // by name: deployed, then local
 	held   map[agent.SlotID]*agentSlot    // the instances to run
+	// defs: the units' definitions by version (defKey), read once each;
+	// badDef: versions that cannot be read, reported once.
+	defs   map[string]cluster.UnitSpec
+	badDef map[string]bool
 	// exiting: slots told to stop whose exit is not reported yet.
 	exiting map[agent.SlotID]bool
 	// halted: the runner is stopping every instance itself (no more
@@ -74,6 +93,7 @@ type agentFleet struct {
 type agentExecutor interface {
 	SetUnits([]agent.Unit)
 	InstanceStarted(agent.SlotID)
+	InstanceHealthy(slot agent.SlotID, version string, since time.Time)
 	InstanceExited(agent.SlotID)
 	Stop(context.Context) error
 }
@@ -88,19 +108,35 @@ type agentSlot struct {
 	lost, expired chan struct{}
 	killed        bool
 	reported      bool // InstanceStarted posted
+	// def: the definition the runner was last handed for the slot (kept
+	// while the next version's cannot be read yet); healthy: the
+	// InstanceHealthy of start.Version posted.
+	def     *cluster.UnitSpec
+	healthy bool
 }
+
+// defKey names a unit's definition at a version in agentFleet.defs.
+func defKey(version, unit string) string { return version + "\x00" + unit }
 
 func newAgentFleet(apply func(context.Context, []supervisor.SlotInstance) (supervisor.ApplyResult, error), log hclog.Logger) *agentFleet {
 	return &agentFleet{apply: apply, log: log, kick: make(chan struct{}, 1), units: map[string]cluster.UnitSpec{},
-		held: map[agent.SlotID]*agentSlot{}, exiting: map[agent.SlotID]bool{}}
+		held: map[agent.SlotID]*agentSlot{}, exiting: map[agent.SlotID]bool{},
+		defs: map[string]cluster.UnitSpec{}, badDef: map[string]bool{}}
 }
 
 // startAgent makes and starts the executor of node, after the runner's
 // own registration (its liveness check binds the session).
-func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, cfg *schema.Config, log hclog.Logger) *agentFleet {
+func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, cfg *schema.Config, vols *volume.Store, apiURL string, log hclog.Logger) *agentFleet {
 	a := newAgentFleet(r.ApplySlots, log.Named("agent"))
 	a.local = cluster.UnitsOf(cfg)
+	a.readUnit = func(version, unit string) (cluster.UnitSpec, error) { return cluster.ReadUnitAt(client, version, unit) }
+	a.snapshots = r.Snapshots
+	a.volumes = vols
 	node := r.Node()
+	var ev *executor.Volumes
+	if vols != nil {
+		ev = &executor.Volumes{Store: vols, APIURL: apiURL, Specs: a.volumeSpecs}
+	}
 	ex := executor.New(executor.Config{
 		Client: client,
 		Node:   node,
@@ -112,12 +148,25 @@ func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, c
 		Control:   true,
 		Instances: a,
 		Log:       log.Named("executor"),
+		Volumes:   ev,
 	})
 	a.ex = ex
 	ex.Start()
 	go a.applyLoop(ctx)
 	go a.watchDeploy(ctx, client)
+	go a.healthLoop(ctx)
 	return a
+}
+
+// volumeSpecs is executor.Volumes' Specs: the unit's volume blocks, as
+// the units last given to the executor say.
+func (a *agentFleet) volumeSpecs(unit string) []*schema.Volume {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.units[unit].Unit.Placement; p != nil {
+		return p.Volumes
+	}
+	return nil
 }
 
 // setLocal takes the node's files (a reload).
@@ -173,7 +222,8 @@ func agentUnits(units map[string]cluster.UnitSpec) []agent.Unit {
 		if p == nil {
 			continue
 		}
-		out = append(out, agent.Unit{Name: u.Unit.Name, Count: p.Count, Exclusive: p.Exclusive, MaxPerNode: p.MaxPerNode})
+		out = append(out, agent.Unit{Name: u.Unit.Name, Count: p.Count, Exclusive: p.Exclusive, MaxPerNode: p.MaxPerNode,
+			Volumes: len(p.Volumes) > 0})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -261,17 +311,64 @@ func (a *agentFleet) Stop(slot agent.SlotID, kill bool) {
 	a.poke()
 }
 
-// Update is executor.Instances': deployments do not go through the step
-// machine under run -cluster yet (no record is written), so an update is
-// the same instance under the new version's name.
+// Update is executor.Instances': the slot's instance moves to u.To's
+// definition (the runner restarts it in place if that differs, under the
+// same fencing token); InstanceStarted once the runner has it, and
+// InstanceHealthy again at the new version.
 func (a *agentFleet) Update(u agent.Update) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if h := a.held[u.Slot]; h != nil {
 		h.start.Version = u.To
-		h.reported = false
+		h.reported, h.healthy = false, false
 	}
 	a.poke()
+}
+
+// unitAtLocked is the definition slot h runs: its version's, "" the
+// unit's current one; false when it is not known (yet).
+func (a *agentFleet) unitAtLocked(id agent.SlotID, version string) (cluster.UnitSpec, bool) {
+	if version == "" {
+		u, ok := a.units[id.Unit]
+		return u, ok
+	}
+	u, ok := a.defs[defKey(version, id.Unit)]
+	return u, ok
+}
+
+// readDefs reads the definitions of the held slots' versions not read
+// yet; false when one could not be read (try again later).
+func (a *agentFleet) readDefs() bool {
+	a.mu.Lock()
+	need := map[string]agent.SlotID{}
+	for id, h := range a.held {
+		v := h.start.Version
+		if v == "" {
+			continue
+		}
+		if _, ok := a.defs[defKey(v, id.Unit)]; !ok {
+			need[defKey(v, id.Unit)] = id
+		}
+	}
+	a.mu.Unlock()
+	ok := true
+	for key, id := range need {
+		version := key[:strings.IndexByte(key, 0)]
+		u, err := a.readUnit(version, id.Unit)
+		a.mu.Lock()
+		if err != nil {
+			ok = false
+			if !a.badDef[key] {
+				a.badDef[key] = true
+				a.log.Error("cannot read the unit's definition at its version: the slot keeps what it runs; trying again", "slot", id.String(), "version", version, "error", err)
+			}
+		} else {
+			a.defs[key] = u
+			delete(a.badDef, key)
+		}
+		a.mu.Unlock()
+	}
+	return ok
 }
 
 // applyLoop hands the runner the held slots' instances after each change,
@@ -283,6 +380,9 @@ func (a *agentFleet) applyLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-a.kick:
+		}
+		if !a.readDefs() {
+			time.AfterFunc(time.Second, a.poke)
 		}
 		a.mu.Lock()
 		if a.halted {
@@ -311,7 +411,8 @@ func (a *agentFleet) applyLoop(ctx context.Context) {
 			}
 		}
 		for s, h := range in {
-			if a.held[s] == h && !h.reported {
+			if a.held[s] == h.h && !h.h.reported && h.h.start.Version == h.version {
+				h := h.h
 				h.reported = true
 				a.ex.InstanceStarted(s)
 			}
@@ -320,9 +421,16 @@ func (a *agentFleet) applyLoop(ctx context.Context) {
 	}
 }
 
+// applied is a hold handed to the runner at its version (its start is
+// reported only if it is still at that version when the apply returns).
+type applied struct {
+	h       *agentSlot
+	version string
+}
+
 // desiredLocked is the runner's slot instances for the held slots, and
-// which holds they are.
-func (a *agentFleet) desiredLocked() ([]supervisor.SlotInstance, map[agent.SlotID]*agentSlot) {
+// which holds are handed to it at their version's definition.
+func (a *agentFleet) desiredLocked() ([]supervisor.SlotInstance, map[agent.SlotID]applied) {
 	ids := make([]agent.SlotID, 0, len(a.held))
 	for id := range a.held {
 		ids = append(ids, id)
@@ -334,15 +442,26 @@ func (a *agentFleet) desiredLocked() ([]supervisor.SlotInstance, map[agent.SlotI
 		return ids[i].K < ids[j].K
 	})
 	var out []supervisor.SlotInstance
-	in := map[agent.SlotID]*agentSlot{}
+	in := map[agent.SlotID]applied{}
 	for _, id := range ids {
 		h := a.held[id]
-		u, ok := a.units[id.Unit]
-		if !ok {
-			continue // the unit is gone: the agent stops the slot
+		u, ok := a.unitAtLocked(id, h.start.Version)
+		switch {
+		case ok:
+			h.def = &u
+		case h.def != nil:
+			u = *h.def // the new version's definition is not read yet
+		default:
+			continue // not read yet, or the unit is gone (the agent stops the slot)
 		}
 		sl := supervisor.Slot{SlotInfo: supervisor.SlotInfo{Unit: id.Unit, Index: id.K, Key: id.Key(),
 			Session: h.start.Session, Term: h.start.Index}}
+		if p := u.Unit.Placement; p != nil && len(p.Volumes) > 0 {
+			if a.volumes == nil {
+				continue // never claimed: the executor's restore fails without a store
+			}
+			sl.VolumeDir = filepath.Dir(a.volumes.Dir(id.Unit, id.K, p.Volumes[0].Path))
+		}
 		if h.exclusive {
 			sl.Lost, sl.Expired = h.lost, h.expired
 			sl.Err = func() error { return errors.New("the fleet agent lost the hold (its watchdog, or the session)") }
@@ -350,9 +469,98 @@ func (a *agentFleet) desiredLocked() ([]supervisor.SlotInstance, map[agent.SlotI
 		for _, svc := range u.Services {
 			out = append(out, supervisor.SlotInstance{Service: svc, Slot: sl})
 		}
-		in[id] = h
+		if ok {
+			in[id] = applied{h: h, version: h.start.Version}
+		}
 	}
 	return out, in
+}
+
+// healthEvery: how often healthLoop looks at the runner's snapshots while
+// a held slot is not yet reported healthy at its version.
+const healthEvery = 200 * time.Millisecond
+
+// healthLoop tells the executor when a held slot's instance is healthy at
+// its version (InstanceHealthy, once per version of a hold), from the
+// runner's snapshots: agentHealthy's rule. The step machine counts
+// min_healthy_time from Since and judges the deployment.
+func (a *agentFleet) healthLoop(ctx context.Context) {
+	t := time.NewTicker(healthEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		a.mu.Lock()
+		waiting := false
+		for _, h := range a.held {
+			if h.reported && !h.healthy {
+				waiting = true
+				break
+			}
+		}
+		a.mu.Unlock()
+		if !waiting || a.snapshots == nil {
+			continue
+		}
+		snaps := a.snapshots()
+		a.mu.Lock()
+		for id, h := range a.held {
+			if !h.reported || h.healthy || h.def == nil || a.halted {
+				continue
+			}
+			ok, since := agentHealthy(snaps, id.String(), *h.def)
+			if ok {
+				h.healthy = true
+				a.ex.InstanceHealthy(id, h.start.Version, since)
+			}
+		}
+		a.mu.Unlock()
+	}
+}
+
+// agentHealthy says whether every member of u runs in slot id (its
+// snapshots' Slot) and is healthy per its update block's health_check:
+// "checks" (the default), running with its checks passing in the catalog
+// and, where mariposa runs every check itself, in its own runs, since is
+// then when they passed there (the latest of the members'); "running",
+// running. "manual" is never healthy here (not supported under the step
+// machine yet).
+func agentHealthy(snaps []supervisor.Snapshot, id string, u cluster.UnitSpec) (bool, time.Time) {
+	mode := schema.UpdateChecks
+	if p := u.Unit.Placement; p != nil && p.Update.HealthCheck != "" {
+		mode = p.Update.HealthCheck
+	}
+	if mode == schema.UpdateManual || len(u.Services) == 0 {
+		return false, time.Time{}
+	}
+	var since time.Time
+	allLocal := mode == schema.UpdateChecks
+	for _, svc := range u.Services {
+		var sn *supervisor.Snapshot
+		for i := range snaps {
+			if snaps[i].Slot == id && snaps[i].Service == svc.Name {
+				sn = &snaps[i]
+			}
+		}
+		switch {
+		case sn == nil || sn.State != supervisor.StateRunning:
+			return false, time.Time{}
+		case mode == schema.UpdateChecks && !sn.ChecksPassing:
+			return false, time.Time{}
+		case mode == schema.UpdateChecks && sn.LocalChecks && sn.LocalPassingSince.IsZero():
+			return false, time.Time{}
+		}
+		if allLocal = allLocal && sn.LocalChecks; allLocal && sn.LocalPassingSince.After(since) {
+			since = sn.LocalPassingSince
+		}
+	}
+	if !allLocal {
+		since = time.Time{}
+	}
+	return true, since
 }
 
 // halt: the runner stops every instance now; no claims from here on (the

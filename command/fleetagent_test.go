@@ -12,6 +12,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
@@ -39,8 +40,11 @@ func TestAgentUnits(t *testing.T) {
 		"web":  {Unit: cluster.Unit{Name: "web", Placement: &schema.Placement{Count: 3, MaxPerNode: 1}}},
 		"db":   {Unit: cluster.Unit{Name: "db", Placement: &schema.Placement{Count: 1, Exclusive: true}}},
 		"none": {Unit: cluster.Unit{Name: "none"}},
+		"kv": {Unit: cluster.Unit{Name: "kv", Placement: &schema.Placement{Count: 1, Exclusive: true,
+			Volumes: []*schema.Volume{{Name: "data", Path: "data"}}}}},
 	}
-	want := []agent.Unit{{Name: "db", Count: 1, Exclusive: true}, {Name: "web", Count: 3, MaxPerNode: 1}}
+	want := []agent.Unit{{Name: "db", Count: 1, Exclusive: true}, {Name: "kv", Count: 1, Exclusive: true, Volumes: true},
+		{Name: "web", Count: 3, MaxPerNode: 1}}
 	if got := agentUnits(units); !slices.Equal(got, want) {
 		t.Errorf("agentUnits: %+v, want %+v", got, want)
 	}
@@ -61,7 +65,10 @@ func (f *fakeExec) SetUnits(u []agent.Unit) {
 }
 func (f *fakeExec) InstanceStarted(s agent.SlotID) { f.add("started " + s.String()) }
 func (f *fakeExec) InstanceExited(s agent.SlotID)  { f.add("exited " + s.String()) }
-func (f *fakeExec) Stop(context.Context) error     { f.add("stop"); return nil }
+func (f *fakeExec) InstanceHealthy(s agent.SlotID, v string, since time.Time) {
+	f.add("healthy " + s.String() + " " + v + " " + since.UTC().Format(time.RFC3339))
+}
+func (f *fakeExec) Stop(context.Context) error { f.add("stop"); return nil }
 func (f *fakeExec) seen() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -162,5 +169,175 @@ func TestAgentFleetInstances(t *testing.T) {
 	a.Stop(agent.SlotID{Unit: "db", K: 1}, false)
 	if got := ex.seen(); got[len(got)-1] != "exited db/1" {
 		t.Fatalf("a stop after the runner stopped: %v", got)
+	}
+}
+
+// agentFleet runs a held slot at its version's definition, read once per
+// version (cluster.ReadUnitAt), not the unit's current one ("" is the
+// current one); an update hands the runner the new version's definition
+// and reports the start only then; the health loop reports the slot
+// healthy at its version once the runner's snapshots say so, with when
+// the checks passed where mariposa runs them.
+func TestAgentFleetVersions(t *testing.T) {
+	var mu sync.Mutex
+	var applied [][]supervisor.SlotInstance
+	apply := func(ctx context.Context, out []supervisor.SlotInstance) (supervisor.ApplyResult, error) {
+		mu.Lock()
+		applied = append(applied, out)
+		mu.Unlock()
+		return supervisor.ApplyResult{}, nil
+	}
+	ex := &fakeExec{}
+	a := newAgentFleet(apply, hclog.NewNullLogger())
+	a.ex = ex
+	def := func(cmd string) cluster.UnitSpec {
+		return cluster.UnitSpec{Unit: cluster.Unit{Name: "web", Placement: &schema.Placement{Count: 2}},
+			Services: []*schema.Service{{Name: "web", Command: []string{cmd}}}}
+	}
+	a.units = map[string]cluster.UnitSpec{"web": def("current")}
+	reads := map[string]int{}
+	a.readUnit = func(version, unit string) (cluster.UnitSpec, error) {
+		mu.Lock()
+		reads[version]++
+		mu.Unlock()
+		return def(version), nil
+	}
+	passed := time.Date(2026, 11, 26, 18, 0, 0, 0, time.UTC)
+	var snaps []supervisor.Snapshot
+	a.snapshots = func() []supervisor.Snapshot {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(snaps)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.applyLoop(ctx)
+	go a.healthLoop(ctx)
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s; events %v", what, ex.seen())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	cmds := func() map[int]string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[int]string{}
+		if len(applied) > 0 {
+			for _, si := range applied[len(applied)-1] {
+				out[si.Slot.Index] = si.Service.Command[0]
+			}
+		}
+		return out
+	}
+	s0, s1 := agent.SlotID{Unit: "web", K: 0}, agent.SlotID{Unit: "web", K: 1}
+	a.Start(agent.Start{Slot: s0, Index: 7, Session: "s", Version: "web/2"})
+	a.Start(agent.Start{Slot: s1, Index: 8, Session: "s"})
+	wait("both started", func() bool { return len(ex.seen()) == 2 })
+	if got := cmds(); got[0] != "web/2" || got[1] != "current" {
+		t.Fatalf("ran %v, want slot 0 at web/2's definition, slot 1 at the current one", got)
+	}
+	// A new current definition moves no slot at a version.
+	a.mu.Lock()
+	a.units = map[string]cluster.UnitSpec{"web": def("newer")}
+	a.mu.Unlock()
+	a.Update(agent.Update{Slot: s0, Index: 7, Session: "s", From: "web/2", To: "web/3"})
+	wait("the update started", func() bool { return slices.Contains(ex.seen(), "started web/0") && len(ex.seen()) == 3 })
+	if got := cmds(); got[0] != "web/3" {
+		t.Fatalf("ran %v after the update, want slot 0 at web/3", got)
+	}
+	a.Start(agent.Start{Slot: agent.SlotID{Unit: "web", K: 2}, Index: 9, Session: "s", Version: "web/3"})
+	wait("slot 2 started", func() bool { return len(ex.seen()) == 4 })
+	mu.Lock()
+	if reads["web/3"] != 1 || reads["web/2"] != 1 {
+		t.Errorf("reads %v, want one per version", reads)
+	}
+	snaps = []supervisor.Snapshot{{Service: "web", Slot: "web/0", State: supervisor.StateRunning, ChecksPassing: true,
+		LocalChecks: true, LocalPassingSince: passed}, {Service: "web", Slot: "web/1", State: supervisor.StateRunning, ChecksPassing: true}}
+	mu.Unlock()
+	wait("slot 0 and 1 healthy", func() bool {
+		ev := ex.seen()
+		return slices.Contains(ev, "healthy web/0 web/3 "+passed.Format(time.RFC3339)) &&
+			slices.Contains(ev, "healthy web/1  0001-01-01T00:00:00Z")
+	})
+	time.Sleep(3 * healthEvery)
+	n := 0
+	for _, e := range ex.seen() {
+		if strings.HasPrefix(e, "healthy ") {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Errorf("events %v: want one healthy per slot and version (slot 2 not running)", ex.seen())
+	}
+}
+
+func TestAgentHealthy(t *testing.T) {
+	since := time.Date(2026, 11, 26, 18, 0, 0, 0, time.UTC)
+	unit := func(mode string, names ...string) cluster.UnitSpec {
+		u := cluster.UnitSpec{Unit: cluster.Unit{Name: "u", Placement: &schema.Placement{Count: 1, Update: schema.Update{HealthCheck: mode}}}}
+		for _, n := range names {
+			u.Services = append(u.Services, &schema.Service{Name: n})
+		}
+		return u
+	}
+	run := supervisor.Snapshot{Service: "a", Slot: "u/0", State: supervisor.StateRunning, ChecksPassing: true}
+	local := run
+	local.LocalChecks, local.LocalPassingSince = true, since
+	for _, tc := range []struct {
+		name  string
+		u     cluster.UnitSpec
+		snaps []supervisor.Snapshot
+		ok    bool
+		since time.Time
+	}{
+		{"not started", unit("checks", "a"), nil, false, time.Time{}},
+		{"another slot", unit("checks", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/1", State: supervisor.StateRunning, ChecksPassing: true}}, false, time.Time{}},
+		{"passing, catalog checks", unit("", "a"), []supervisor.Snapshot{run}, true, time.Time{}},
+		{"checks failing", unit("checks", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/0", State: supervisor.StateRunning}}, false, time.Time{}},
+		{"backoff", unit("checks", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/0", State: supervisor.StateBackoff, ChecksPassing: true}}, false, time.Time{}},
+		{"local checks", unit("checks", "a"), []supervisor.Snapshot{local}, true, since},
+		{"local not passing yet", unit("checks", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/0", State: supervisor.StateRunning, ChecksPassing: true, LocalChecks: true}}, false, time.Time{}},
+		{"running mode ignores checks", unit("running", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/0", State: supervisor.StateRunning}}, true, time.Time{}},
+		{"manual: never", unit("manual", "a"), []supervisor.Snapshot{run}, false, time.Time{}},
+		{"a member missing", unit("checks", "a", "b"), []supervisor.Snapshot{run}, false, time.Time{}},
+		{"one member without local checks", unit("checks", "a", "b"), []supervisor.Snapshot{local, {Service: "b", Slot: "u/0", State: supervisor.StateRunning, ChecksPassing: true}}, true, time.Time{}},
+	} {
+		ok, got := agentHealthy(tc.snaps, "u/0", tc.u)
+		if ok != tc.ok || !got.Equal(tc.since) {
+			t.Errorf("%s: %v %v, want %v %v", tc.name, ok, got, tc.ok, tc.since)
+		}
+	}
+}
+
+// A slot of a unit with volumes runs with its directory in the node's
+// volume store (MARIPOSA_VOLUME_<NAME> derives from it); without a store
+// it is not handed to the runner; volumeSpecs gives the executor the
+// unit's volume blocks.
+func TestAgentFleetVolumeDir(t *testing.T) {
+	vol := &schema.Volume{Name: "data", Path: "data"}
+	units := map[string]cluster.UnitSpec{"kv": {Unit: cluster.Unit{Name: "kv", Placement: &schema.Placement{Count: 1, Exclusive: true,
+		Volumes: []*schema.Volume{vol}}}, Services: []*schema.Service{{Name: "kv"}}}}
+	for _, store := range []*volume.Store{nil, {Root: "/var/lib/m"}} {
+		a := newAgentFleet(nil, hclog.NewNullLogger())
+		a.units, a.volumes = units, store
+		a.Start(agent.Start{Slot: agent.SlotID{Unit: "kv", K: 0}, Index: 5, Session: "s"})
+		out, in := a.desiredLocked()
+		if store == nil {
+			if len(out) != 0 || len(in) != 0 {
+				t.Errorf("without a store: handed %+v", out)
+			}
+			continue
+		}
+		if len(out) != 1 || out[0].Slot.VolumeDir != "/var/lib/m/kv/0" || len(in) != 1 {
+			t.Errorf("handed %+v, want kv/0 with its volume directory", out)
+		}
+		if got := a.volumeSpecs("kv"); len(got) != 1 || got[0] != vol {
+			t.Errorf("volumeSpecs: %v", got)
+		}
 	}
 }

@@ -3,10 +3,12 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -233,5 +235,172 @@ service "api" {
 	}
 	if len(all) < 4 {
 		t.Errorf("only %d runs", len(all))
+	}
+}
+
+// A rolling deploy under MARIPOSA_FLEET_ENGINE=agent, on a real fleet (1
+// server, 1 client holding all 3 slots of a unit, max_parallel 1): `mariposa
+// deploy -wait` of v1, then of v2, each returns successful (the units'
+// records, judged by the step machine from the runner's health); the v2
+// children start one after the other, each at least about min_healthy_time
+// after the previous one (never more than max_parallel down or unproven at
+// once), in the same holds (MARIPOSA_SLOT_INDEX unchanged), and each
+// child's fenced write with its MARIPOSA_SLOT_INDEX passes after the
+// update.
+//
+// Mutation checks: with agentFleet running every slot at the unit's
+// current (desired) definition instead of its version's, the three v2
+// children start together at the desired change (the spacing fails); with
+// the health loop never telling the executor, deploy -wait of v1 never
+// returns (its timeout fails the test).
+func TestFleetAgentRollingDeploy(t *testing.T) {
+	consultest.SkipShort(t, "a fleet in -short mode")
+	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 1, Clients: 1})
+	c := cl.Servers[0].Client(t)
+	dir := t.TempDir()
+	child := filepath.Join(dir, "child.sh")
+	// Each start appends "<V> <slot> <unix ns>" to starts and leaves its
+	// environment and PID in env.<slot> (written whole, then renamed).
+	script := `#!/bin/sh
+d=` + dir + `
+trap 'exit 0' TERM INT
+echo "$V $MARIPOSA_INSTANCE $(date +%s%N)" >> "$d/starts"
+f="$d/env.$MARIPOSA_INSTANCE"
+{ env; echo "PID=$$"; } > "$f.$$"
+mv "$f.$$" "$f"
+while :; do sleep 1 & wait $!; done
+`
+	if err := os.WriteFile(child, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const minHealthy = 2 * time.Second
+	spec := func(v string) string {
+		return writeHCL(t, fmt.Sprintf(`
+service "web" {
+  command      = [%q]
+  version      = %q
+  env          = { V = %q }
+  count        = 3
+  max_per_node = 3
+  check "ready" {
+    args     = ["true"]
+    interval = "250ms"
+  }
+  update {
+    max_parallel     = 1
+    min_healthy_time = %q
+    healthy_deadline = "60s"
+  }
+  stop {
+    timeout = "2s"
+  }
+}
+`, child, v, v, minHealthy.String()))
+	}
+	for _, a := range cl.Clients {
+		startMariposa(t, a, agentEngine, "-cluster")
+	}
+	waitFor(t, 90*time.Second, "every supervisor live", func() (bool, string) {
+		live := passingInstances(c, "mariposa")
+		return len(live) == len(cl.Clients), fmt.Sprint(len(live))
+	})
+	deployWait := func(file string) {
+		t.Helper()
+		cmd := exec.Command(mariposaBin, "deploy", "-consul-addr", cl.Servers[0].HTTPAddr(), "-name", "web", "-wait", file)
+		timer := time.AfterFunc(3*time.Minute, func() { _ = cmd.Process.Kill() })
+		defer timer.Stop()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("deploy -wait: %v\n%s", err, out)
+		}
+	}
+	envOf := func(k int) map[string]string {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("env.%d", k)))
+		if err != nil {
+			return nil
+		}
+		env := map[string]string{}
+		for _, line := range strings.Split(string(b), "\n") {
+			if key, v, ok := strings.Cut(line, "="); ok {
+				env[key] = v
+			}
+		}
+		return env
+	}
+	running := func(v string) map[int]map[string]string {
+		t.Helper()
+		envs := map[int]map[string]string{}
+		waitFor(t, 90*time.Second, "every slot's child at "+v, func() (bool, string) {
+			for k := range 3 {
+				env := envOf(k)
+				pid, _ := strconv.Atoi(env["PID"])
+				if env["V"] != v || pid <= 0 || syscall.Kill(pid, 0) != nil {
+					return false, fmt.Sprintf("slot %d: %v", k, env)
+				}
+				envs[k] = env
+			}
+			return true, ""
+		})
+		return envs
+	}
+	fenced := func(env map[string]string) error {
+		idx, err := strconv.ParseUint(env["MARIPOSA_SLOT_INDEX"], 10, 64)
+		if err != nil || env["MARIPOSA_SLOT_SESSION"] == "" {
+			return fmt.Errorf("the child's environment: %v", env)
+		}
+		ok, resp, _, err := c.Txn().Txn(api.TxnOps{
+			{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: env["MARIPOSA_SLOT_KEY"], Index: idx}},
+			{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: env["MARIPOSA_SLOT_KEY"], Session: env["MARIPOSA_SLOT_SESSION"]}},
+			{KV: &api.KVTxnOp{Verb: api.KVSet, Key: "web-data", Value: []byte(env["PID"])}},
+		}, nil)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("refused: %v", resp.Errors)
+		}
+		return nil
+	}
+
+	deployWait(spec("v1"))
+	envs1 := running("v1")
+	deployWait(spec("v2"))
+	envs2 := running("v2")
+	for k := range 3 {
+		if envs2[k]["MARIPOSA_SLOT_INDEX"] != envs1[k]["MARIPOSA_SLOT_INDEX"] {
+			t.Errorf("slot %d: the update in the same hold changed the token %s -> %s", k, envs1[k]["MARIPOSA_SLOT_INDEX"], envs2[k]["MARIPOSA_SLOT_INDEX"])
+		}
+		if err := fenced(envs2[k]); err != nil {
+			t.Errorf("slot %d: the fenced write after the update with MARIPOSA_SLOT_INDEX %s: %v", k, envs2[k]["MARIPOSA_SLOT_INDEX"], err)
+		}
+	}
+	// The v2 starts: one per slot, each at least about min_healthy_time
+	// after the previous one (max_parallel 1: the next slot moves only
+	// once the previous one has been healthy that long).
+	b, err := os.ReadFile(filepath.Join(dir, "starts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []int64
+	slots := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[0] != "v2" {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[2], 10, 64)
+		if err != nil {
+			t.Fatalf("starts: %q", line)
+		}
+		starts = append(starts, ns)
+		slots[f[1]] = true
+	}
+	if len(starts) != 3 || len(slots) != 3 {
+		t.Fatalf("v2 started %d times in slots %v, want once in each of 3:\n%s", len(starts), slots, b)
+	}
+	sort.Slice(starts, func(i, j int) bool { return starts[i] < starts[j] })
+	for i := 1; i < len(starts); i++ {
+		if gap := time.Duration(starts[i] - starts[i-1]); gap < minHealthy*3/4 {
+			t.Errorf("v2 starts %v apart (max_parallel 1, min_healthy_time %s): more than one slot moved at once\n%s", gap, minHealthy, b)
+		}
 	}
 }

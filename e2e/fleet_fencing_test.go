@@ -202,8 +202,14 @@ service "api" {
 		t.Fatalf("deploy promote: %v\n%s", err, out)
 	}
 	waitFor(t, 90*time.Second, "the promoted deployment successful", func() (bool, string) {
-		st, _ := cluster.ReadDeployState(c, "api", 3)
-		return st != nil && st.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", st)
+		// As deploy -wait and status see it (cluster.Effective: the state
+		// or the units' records, whichever engine moved).
+		d, _, _, err := cluster.Watch(context.Background(), c, "api", 0)
+		if err != nil || d.State == nil || d.State.N != 3 {
+			return false, fmt.Sprint(err)
+		}
+		st := cluster.Effective(*d.State, d.Spec, d.Records)
+		return st.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", st)
 	})
 	_, envs = running("v3 running", at("v3"))
 	kept("after a canary's promotion", envs)

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
@@ -38,7 +40,13 @@ import (
 // Mutation checks, run by hand: with the semaphore's limit raised to the
 // count (rollout.go), the sampler sees fewer than 4 passing; with
 // heldBackLocked always false, the canary phase moves every instance.
+//
+// Under MARIPOSA_FLEET_ENGINE=agent the states are read as deploy -wait
+// reads them (cluster.Effective: the units' records), and the revert is
+// the step machine's: a record at the stable version (web/2), not a spec
+// 4, so the next deploy is spec 4.
 func TestFleetDeployments(t *testing.T) {
+	agentOn := os.Getenv("MARIPOSA_FLEET_ENGINE") == "agent"
 	consultest.SkipShort(t, "a fleet in -short mode")
 	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 3, Clients: 5})
 	c := cl.Servers[0].Client(t)
@@ -128,11 +136,7 @@ service "web" {
 		return func() { close(done); wg.Wait() }
 	}
 	state := func(n uint64) *cluster.DeployState {
-		st, err := cluster.ReadDeployState(c, "web", n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
+		return effectiveState(t, c, "web", n)
 	}
 
 	if code, out := deployWait(spec("v1", "exit 0", "")); code != 0 {
@@ -162,21 +166,32 @@ service "web" {
 		t.Fatalf("v2 processes by slot: %v", before)
 	}
 	code, out = deployWait(spec("v3", "exit 2", ""))
-	if code != 2 || !strings.Contains(out, "Deployment web/3 failed") || !strings.Contains(out, "auto_revert: spec 4 runs spec 2, the last successful one, again") {
+	revertSays := "auto_revert: spec 4 runs spec 2, the last successful one, again"
+	if agentOn {
+		revertSays = "(reverted to web/2)"
+	}
+	if code != 2 || !strings.Contains(out, "Deployment web/3 failed") || !strings.Contains(out, revertSays) {
 		t.Fatalf("deploy -wait v3: exit %d, want 2 with the revert\n%s", code, out)
 	}
 	st3 := state(3)
-	if st3 == nil || st3.Status != cluster.DeployFailed || st3.RevertedTo != 4 {
+	if st3 == nil || st3.Status != cluster.DeployFailed || (!agentOn && st3.RevertedTo != 4) {
 		t.Fatalf("state of spec 3: %+v", st3)
 	}
-	waitFor(t, 90*time.Second, "the revert (spec 4) successful", func() (bool, string) {
-		st := state(4)
-		return st != nil && st.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", st)
-	})
-	// The two instances on v3 went back to v2 and were healthy there for
-	// min_healthy_time (2s) before the revert could be successful.
-	if st := state(4); st.RevertOf != 3 || !st.Promoted || len(st.Canaries) != 0 || st.At.Sub(st.Started) < 2*time.Second {
-		t.Errorf("the revert's state: %+v (successful after %s)", st, st.At.Sub(st.Started))
+	if agentOn {
+		waitFor(t, 90*time.Second, "the revert (a record at web/2) successful", func() (bool, string) {
+			r := unitRecord(t, c, "web")
+			return r != nil && r.RevertOf != 0 && r.Version == "web/2" && r.Spec == "web/3" && r.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", r)
+		})
+	} else {
+		waitFor(t, 90*time.Second, "the revert (spec 4) successful", func() (bool, string) {
+			st := state(4)
+			return st != nil && st.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", st)
+		})
+		// The two instances on v3 went back to v2 and were healthy there for
+		// min_healthy_time (2s) before the revert could be successful.
+		if st := state(4); st.RevertOf != 3 || !st.Promoted || len(st.Canaries) != 0 || st.At.Sub(st.Started) < 2*time.Second {
+			t.Errorf("the revert's state: %+v (successful after %s)", st, st.At.Sub(st.Started))
+		}
 	}
 	if v := versions(); len(v["v2"]) != 6 {
 		t.Errorf("after the revert, passing by version: %v", v)
@@ -194,8 +209,13 @@ service "web" {
 			t.Errorf("slot %s stayed on v2 but its process changed: pid %d before, %d after", slot, pid, after[slot])
 		}
 	}
-	if a := auditActions(t, c, "web"); a["deploy-failed"] != 1 || a["deploy-revert"] != 1 || a["rollout-failed"] < 1 {
+	if a := auditActions(t, c, "web"); (!agentOn && (a["deploy-failed"] != 1 || a["rollout-failed"] < 1)) || a["deploy-revert"] != 1 ||
+		(agentOn && a["unhealthy"] < 1) {
 		t.Errorf("audit: %v", a)
+	}
+	next := uint64(5) // the revert was spec 4
+	if agentOn {
+		next = 4
 	}
 
 	// Two deploys at once: exactly one wins.
@@ -224,7 +244,7 @@ service "web" {
 	})
 	consistently(t, 4*time.Second, "five instances wait on v2 for the promotion", func() (bool, string) {
 		v := versions()
-		st := state(5)
+		st := state(next)
 		return len(v["v2"]) == 5 && st.Status == cluster.DeployRunning && !st.Promoted, fmt.Sprintf("%v %+v", v, st)
 	})
 	if out, err := exec.Command(mariposaBin, "status", "-consul-addr", cl.Servers[0].HTTPAddr(), "-verify", winner).CombinedOutput(); err == nil {
@@ -234,7 +254,7 @@ service "web" {
 		t.Fatalf("deploy promote: %v\n%s", err, out)
 	}
 	waitFor(t, 90*time.Second, "the promoted deployment successful", func() (bool, string) {
-		st := state(5)
+		st := state(next)
 		return st.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v %v", st, versions())
 	})
 	if out, err := exec.Command(mariposaBin, "status", "-consul-addr", cl.Servers[0].HTTPAddr(), "-verify", winner).CombinedOutput(); err != nil {
@@ -358,4 +378,51 @@ service "web" {
 	if a := auditActions(t, c, "web"); a["mark-healthy"] != 6 {
 		t.Errorf("audit: %v", a)
 	}
+}
+
+// effectiveState is spec n of deployment name's state as deploy -wait and
+// status read it (cluster.Effective: its state, or its units' records,
+// whichever engine moved); nil when it has none.
+func effectiveState(t *testing.T, c *api.Client, name string, n uint64) *cluster.DeployState {
+	t.Helper()
+	st, err := cluster.ReadDeployState(c, name, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st == nil {
+		return nil
+	}
+	p, _, err := c.KV().Get(cluster.SpecKey(name, n), nil)
+	if err != nil || p == nil {
+		t.Fatalf("spec %s/%d: %v", name, n, err)
+	}
+	spec, err := cluster.DecodeSpec(p.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := map[string]*cluster.UnitRecord{}
+	for _, u := range spec.Units() {
+		if r := unitRecord(t, c, u.Unit.Name); r != nil {
+			recs[u.Unit.Name] = r
+		}
+	}
+	eff := cluster.Effective(*st, spec, recs)
+	return &eff
+}
+
+// unitRecord is the unit's deployment record (nil: none).
+func unitRecord(t *testing.T, c *api.Client, unit string) *cluster.UnitRecord {
+	t.Helper()
+	p, _, err := c.KV().Get(cluster.RecordKey(unit), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p == nil {
+		return nil
+	}
+	r, err := cluster.DecodeUnitRecord(p.Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }

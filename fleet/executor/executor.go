@@ -257,9 +257,10 @@ func (e *Executor) InstanceStarted(slot agent.SlotID) {
 }
 
 // InstanceHealthy reports that the slot's instance, running version,
-// passes its checks.
-func (e *Executor) InstanceHealthy(slot agent.SlotID, version string) {
-	e.inbox.post(agent.InstanceHealthy{Slot: slot, Version: version})
+// passes its checks; since, when not zero, is when they passed where they
+// run (agent.InstanceHealthy's Since: min_healthy_time counts from there).
+func (e *Executor) InstanceHealthy(slot agent.SlotID, version string, since time.Time) {
+	e.inbox.post(agent.InstanceHealthy{Slot: slot, Version: version, Since: since})
 }
 
 // InstanceExited reports that the slot's instance is gone.

@@ -239,7 +239,7 @@ func (r *runner) checks(slot agent.SlotID, version string, gen int) {
 	}
 	time.AfterFunc(r.healthyAfter, func() {
 		if v, ok := r.rec.healthy(r.node, slot, gen); ok {
-			r.ex.InstanceHealthy(slot, v)
+			r.ex.InstanceHealthy(slot, v, time.Time{})
 		}
 	})
 }
