@@ -153,3 +153,48 @@ func TestUpgradeAdoptsHolds(t *testing.T) {
 		}
 	}
 }
+
+// An upgrade that fails after the handover (the exec refused) thaws the
+// executor: it goes on confirming its hold and running as before.
+func TestHandoverThawed(t *testing.T) {
+	db := agent.Unit{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1}
+	var (
+		mu   sync.Mutex
+		last time.Time // the last confirmation's send time
+	)
+	f := newFleet(t, fleetOptions{nodes: 1, faults: func(int) executor.Faults {
+		return executor.Faults{Stepped: func(in any) {
+			if cd, ok := in.(agent.ConfirmDone); ok && cd.Err == nil && cd.Held[agent.SlotID{Unit: "db", K: 0}] {
+				mu.Lock()
+				last = cd.Sent
+				mu.Unlock()
+			}
+		}}
+	}}, db)
+	f.waitSettled(30 * time.Second)
+	events := len(f.rec.log())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h, thaw, err := f.nodes[0].ex.Handover(ctx)
+	if err != nil || len(h.Slots) != 1 {
+		t.Fatalf("handover %+v: %v", h, err)
+	}
+	thawed := time.Now()
+	thaw()
+	thaw() // (twice is once)
+	if !consultest.WaitFor(5*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return last.After(thawed.Add(time.Second))
+	}) {
+		t.Fatal("no confirmation after the thaw: the executor stays parked")
+	}
+	for _, e := range f.rec.log()[events:] {
+		if !e.healthy {
+			t.Fatalf("the instance changed after a thawed handover: %+v", e)
+		}
+	}
+	if err := f.settled(db); err != nil {
+		t.Fatal(err)
+	}
+}
