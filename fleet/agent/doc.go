@@ -23,7 +23,11 @@
 // from is cluster.ChooseData's, applied where the data is); a slot whose
 // instance failed for good, held by every node until mariposa reset
 // (reset.go); the pause's held restarts and the node's queue
-// (intents.go). Reschedules are still decided by cluster.Fleet.
+// (intents.go); an upgrade in place (adopt.go): Config.Adopt starts the
+// agent with the previous image's session and holds running, no claim,
+// each exclusive hold bounded by that image's last confirmation, and
+// Handover says what to hand over. Reschedules are still decided by
+// cluster.Fleet.
 //
 // # A held slot
 //
