@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/executor"
 	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -43,6 +44,10 @@ type fleetMember struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	once   sync.Once
+
+	// adoptAgent: what the previous image's step machine handed over (an
+	// upgrade in place; fleetagent_adopt.go); nil none.
+	adoptAgent *executor.Handover
 }
 
 func newFleetMember(on bool, client *api.Client, log hclog.Logger) *fleetMember {

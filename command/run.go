@@ -245,8 +245,12 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	started := time.Now()
 	var adopt *supervisor.Handover
+	adoptedSlots := ""
 	if handed != nil {
 		adopt, started = handed.Runner, handed.Runner.Started
+		if handed.Fleet != nil {
+			adoptedSlots = handed.Fleet.Session
+		}
 		log.Info("upgraded in place", "from", handed.From, "to", version.String(), "instances", len(adopt.Instances))
 	}
 	control.SetVersion(version.String)
@@ -299,6 +303,9 @@ func (c *RunCommand) Run(args []string) int {
 	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
 	fl := newFleetMember(clusterMode, client, log)
 	fl.engine = engine
+	if handed != nil {
+		fl.adoptAgent = handed.Fleet
+	}
 	fl.auditRetention = audit.retention
 	if clusterMode {
 		// Slots with volume blocks keep their data here (and hand it
@@ -324,7 +331,7 @@ func (c *RunCommand) Run(args []string) int {
 	}
 	defer closeAudit()
 	r := supervisor.New(cfg, supervisor.Options{Client: client, ConsulConfig: ccfg, Logger: log, Sink: sink, LivenessTTL: liveness,
-		AllowSecondSupervisor: allowSecond, Started: started, SelfMeta: selfMeta, Adopt: adopt,
+		AllowSecondSupervisor: allowSecond, Started: started, SelfMeta: selfMeta, Adopt: adopt, AdoptedSlotSession: adoptedSlots,
 		OnOutput: func(l proc.Line) { rings.Add(l.Name, logring.Line{Stream: l.Stream, Text: l.Text}) },
 		Events:   func(e supervisor.Event) { logEvents(e); auditEvents(e); fl.event(e); httpAPI.event(e) },
 		Stopped:  fl.stopped,
@@ -351,7 +358,7 @@ func (c *RunCommand) Run(args []string) int {
 	fl.apiURL = handoffURL(client, httpAPI.boundAddr())
 	fl.start(r, cfg)
 	// The local control channel (mariposa restart, reset, logs).
-	up := &nodeUpgrader{r: r, sink: sink, log: log.Named("upgrade"), dev: devAgent != nil, busy: make(chan struct{}, 1)}
+	up := &nodeUpgrader{r: r, sink: sink, log: log.Named("upgrade"), dev: devAgent != nil, busy: make(chan struct{}, 1), fleet: fl}
 	srv, err := control.Listen(control.ResolvePath(controlSock), upgradeTarget{controlTarget{r}, up}, rings, log)
 	if err != nil {
 		c.UI.Error("mariposa run: " + err.Error())

@@ -18,6 +18,7 @@ import (
 	"github.com/mitchellh/cli"
 	"golang.org/x/sys/unix"
 
+	"github.com/mariposa-sh/mariposa/fleet/executor"
 	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/internal/proc"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -131,6 +132,10 @@ type upgradeState struct {
 	Version int                  `json:"version"` // upgradeStateVersion
 	From    string               `json:"from"`    // the build that wrote it
 	Runner  *supervisor.Handover `json:"runner"`
+	// Fleet is the fleet's step machine's part (MARIPOSA_FLEET_ENGINE=
+	// agent): its session and holds; absent under cluster.Fleet, whose
+	// slots are held by the runner's sessions.
+	Fleet *executor.Handover `json:"fleet,omitempty"`
 }
 
 // preflightAnswer is what "mariposa upgrade-preflight" prints.
@@ -243,6 +248,8 @@ type nodeUpgrader struct {
 	// upgrade does not hand over.
 	dev  bool
 	busy chan struct{} // one upgrade at a time
+	// fleet: run -cluster's fleet member (its step machine hands over).
+	fleet *fleetMember
 }
 
 func (u *nodeUpgrader) PrepareUpgrade(by string) (control.UpgradeResult, func(), error) {
@@ -273,8 +280,19 @@ func (u *nodeUpgrader) PrepareUpgrade(by string) (control.UpgradeResult, func(),
 		release()
 		return res, nil, err
 	}
+	var fh *executor.Handover
+	if u.fleet != nil {
+		var fthaw func()
+		if fh, fthaw, err = u.fleet.fleetHandover(ctx, h); err != nil {
+			thaw()
+			release()
+			return res, nil, err
+		}
+		rthaw := thaw
+		thaw = func() { fthaw(); rthaw() }
+	}
 	fail := func(err error) error { thaw(); release(); return err }
-	b, err := json.Marshal(upgradeState{Format: upgradeStateFormat, Version: upgradeStateVersion, From: version.String(), Runner: h})
+	b, err := json.Marshal(upgradeState{Format: upgradeStateFormat, Version: upgradeStateVersion, From: version.String(), Runner: h, Fleet: fh})
 	if err != nil {
 		return res, nil, fail(err)
 	}

@@ -89,6 +89,12 @@ type Options struct {
 	// not waited for, and its running children are adopted instead of
 	// started.
 	Adopt *Handover
+	// AdoptedSlotSession, with Adopt, is the session the count slots
+	// handed over are held under when it is not the node's lease's (the
+	// fleet's step machine holds them under its executor's own session,
+	// which it adopts itself): a slot's process handed over is kept when
+	// Consul shows its key held by it. "" the lease's (cluster.Fleet).
+	AdoptedSlotSession string
 }
 
 // Runner supervises every service of one configuration on this node.

@@ -303,7 +303,11 @@ func (r *Runner) adoptions(ctx context.Context, h *Handover) map[string]*Instanc
 			// it is not): killed at once otherwise, and reaped later
 			// (dropUnadopted); the fleet does not take the slot again.
 			l := r.leases.Lease(0, 0)
-			if mine := l.Session(); mine == "" || !r.confirmHandedOver(ctx, &a, a.SlotKey, mine, l.LockDelay()) {
+			mine := l.Session()
+			if s := r.opts.AdoptedSlotSession; s != "" {
+				mine = s
+			}
+			if mine == "" || !r.confirmHandedOver(ctx, &a, a.SlotKey, mine, l.LockDelay()) {
 				r.log.Warn("the slot handed over is no longer held by this node; stopping its process", "slot", a.Slot, "pid", a.Proc.Pid)
 				_ = syscall.Kill(-a.Proc.Pid, syscall.SIGKILL)
 				a.confirmBy = time.Time{}

@@ -465,6 +465,9 @@ type Config struct {
 	// Session, their instances running and confirmed at At (a simulation
 	// that starts from a placed fleet).
 	Warm *Warm
+	// Adopt, when set, starts the agent from what the previous image
+	// handed over in an upgrade in place (adopt.go).
+	Adopt *Adopt
 }
 
 // Warm is a placed start: the session and the held slots' fencing tokens.
@@ -481,6 +484,8 @@ type Agent struct {
 	rng     *rand.Rand
 	session string
 	asking  bool // CreateSession in flight
+	// adoptWait: adopted (adopt.go), no UnitsAnswer yet.
+	adoptWait bool
 	// sessionRetry: after a failed CreateSession, the next not before.
 	sessionRetry time.Time
 	units        map[string]Unit
@@ -667,6 +672,9 @@ func New(cfg Config) *Agent {
 			a.heldChanged()
 		}
 	}
+	if cfg.Adopt != nil {
+		a.adopt(cfg.Adopt)
+	}
 	return a
 }
 
@@ -719,6 +727,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			}
 		}
 	case UnitsAnswer:
+		a.adoptWait = false
 		a.units = map[string]Unit{}
 		for _, u := range in.Units {
 			a.units[u.Name] = u
@@ -1096,6 +1105,9 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			}
 			// Until the view or the token changes, the same again.
 			h.seen, h.seenIndex = view, h.index
+		}
+		if !ok && a.waitsForUnits() {
+			continue // adopted, the units not heard yet (adopt.go)
 		}
 		if (!ok || id.K >= u.Count) && h.phase == Restoring {
 			// No instance yet: its handoff passes on what it was to

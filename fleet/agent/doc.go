@@ -25,7 +25,11 @@
 // (reset.go); the pause's held restarts and the node's queue
 // (intents.go); with restart.on_exhausted = "reschedule", a failed
 // instance's slot moves with its penalty and history, or fails once the
-// history exhausts its attempts; a group fails as one (reschedule.go).
+// history exhausts its attempts; a group fails as one (reschedule.go);
+// an upgrade in place (adopt.go): Config.Adopt starts the agent with the
+// previous image's session and holds running, no claim, each exclusive
+// hold bounded by that image's last confirmation, and Handover says what
+// to hand over.
 //
 // Each decision comes with its Record, which Audits (records.go) places
 // in the transaction that carries it out or alone; Stats and Waiting

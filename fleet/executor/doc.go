@@ -131,7 +131,11 @@
 // key has no lock delay: another node takes it at once); then the session
 // is destroyed. Kill abandons everything as a crash would: no release, no
 // destroy, instances left to the caller (a crashed mariposa's children die
-// by the parent-death signal).
+// by the parent-death signal). Handover (adopt.go) is an upgrade in place's
+// stop: the loop parks after reporting the session and the holds (each
+// exclusive one confirmed afresh), nothing released or destroyed; the next
+// image's executor takes them with Config.Adopt: the session renewed at
+// once and watched, never created, the holds running without a claim.
 //
 // Not here yet (see website/internals/fleet-agent.md): a renewal that has
 // failed for a whole TTL does not end the session (only Consul saying it

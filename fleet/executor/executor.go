@@ -118,6 +118,10 @@ type Config struct {
 	// (cluster.FleetConfig.OnClaim's meaning; stats.go). Called from the
 	// loop: it must return at once.
 	OnClaim func(unit string, vacant time.Duration)
+	// Adopt, when set, is what the previous image's executor handed over
+	// (Handover) in an upgrade in place: its session and holds are taken
+	// on, not created or claimed (adopt.go).
+	Adopt *Handover
 }
 
 // Executor runs one node's agent.
@@ -225,12 +229,13 @@ func New(cfg Config) *Executor {
 	if cfg.Log == nil {
 		cfg.Log = hclog.NewNullLogger()
 	}
+	adoptConfig(&cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &Executor{cfg: cfg, log: cfg.Log, ctx: ctx, stop: cancel, done: make(chan struct{}), killed: make(chan struct{}),
 		units: map[string]*unitWatch{}, sessions: map[string]context.CancelFunc{}, reqs: make(chan struct{}, cfg.MaxRequests)}
 	e.inbox.ready = make(chan struct{}, 1)
 	e.ag = agent.New(agent.Config{Node: cfg.Node, Step: cfg.Step, LockDelay: cfg.LockDelay, Seed: cfg.Seed,
-		Detect: cfg.Detect, Faults: cfg.Faults.Agent, Control: cfg.Control})
+		Detect: cfg.Detect, Faults: cfg.Faults.Agent, Control: cfg.Control, Adopt: e.agentAdopt()})
 	return e
 }
 
@@ -241,6 +246,7 @@ func (e *Executor) Start() {
 	go e.watchMembers()
 	go e.watchFailing()
 	go e.watchPenalties()
+	e.startAdopted()
 	if e.cfg.Control {
 		go e.watchControl()
 	}
@@ -300,7 +306,7 @@ func (e *Executor) Kill() {
 func (e *Executor) run() {
 	defer close(e.done)
 	defer e.stop()
-	e.step(agent.UnitsAnswer{})
+	e.step(e.firstInput())
 	e.publishState()
 	for {
 		select {
@@ -432,6 +438,8 @@ func (e *Executor) handle(in any) {
 		e.handleVolumes(in)
 	case watchResumed:
 		e.resumed(in)
+	case handoverReq:
+		e.handover(in)
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
 		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
 		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
