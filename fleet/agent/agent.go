@@ -814,6 +814,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 				a.strays[in.Slot] = strayTry{index: v.Index, at: now}
 			}
 		}
+	case ConfirmProbed:
+		a.probed(in) // noleader.go
 	case ConfirmDone:
 		a.inflight = max(0, a.inflight-1)
 		if in.Err != nil {
