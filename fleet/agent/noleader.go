@@ -32,4 +32,11 @@ func (a *Agent) probed(in ConfirmProbed) {
 		return
 	}
 	a.failed = append(a.failed, holdrule.Attempt{Sent: in.Sent, Kind: holdrule.NoLeader})
+	if a.cfg.Faults.ProbeConfirms {
+		for _, h := range a.held {
+			if c := in.Sent.Add(-time.Nanosecond); c.After(h.confirmed) {
+				h.confirmed = c
+			}
+		}
+	}
 }
