@@ -67,3 +67,38 @@ func TestProbedElectionStretchesTheHold(t *testing.T) {
 		})
 	}
 }
+
+// A frozen process (SIGSTOP, a paused VM) that resumes long after its
+// last confirmation finds its exclusive holds lost at its first step,
+// whatever that step is: the deadlines are checked against the step's now,
+// and a late answer to a read sent before the freeze confirms nothing past
+// that read's send time, even with no-leader evidence from before the
+// freeze (internal/lease's clock-gap rule, by construction).
+func TestFreezeEndsTheHolds(t *testing.T) {
+	slot := SlotID{"db", 0}
+	for _, tc := range []struct {
+		name   string
+		before []any // stepped before the freeze, at t0 + 300 ms
+		resume any   // the first input after the freeze
+	}{
+		{"a tick", nil, Tick{}},
+		{"a late confirmation", nil, ConfirmDone{Sent: t0.Add(200 * time.Millisecond), Held: map[SlotID]bool{slot: true}}},
+		{"a late confirmation after a no-leader probe", []any{ConfirmProbed{Sent: t0.Add(250 * time.Millisecond), NoLeader: true}},
+			ConfirmDone{Sent: t0.Add(200 * time.Millisecond), Held: map[SlotID]bool{slot: true}}},
+		{"a late no-leader probe", nil, ConfirmProbed{Sent: t0.Add(250 * time.Millisecond), NoLeader: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, LockDelay: time.Second, Detect: 4 * time.Second,
+				Warm: &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{slot: 9}, Exclusive: map[string]bool{"db": true}}})}
+			m.step(UnitsAnswer{Units: []Unit{{Name: "db", Count: 1, Exclusive: true, MaxPerNode: 1}}})
+			m.now = t0.Add(300 * time.Millisecond)
+			for _, in := range tc.before {
+				m.step(in)
+			}
+			m.now = t0.Add(30 * time.Second) // resumed
+			if s, ok := find[Stop](m.step(tc.resume)); !ok || !s.Kill || s.Slot != slot {
+				t.Fatalf("the first step after the freeze did not kill the instance: %+v %v", s, ok)
+			}
+		})
+	}
+}
