@@ -435,6 +435,9 @@ type Faults struct {
 	// Volumes (volumes.go): the instance starts with its restore, not
 	// after it; the release goes without waiting for the handoff.
 	StartBeforeRestore, ReleaseBeforeHandoff bool
+	// ProbeConfirms: a probe that found no leader confirms the holds, as
+	// if no bound applied (noleader.go).
+	ProbeConfirms bool
 }
 
 // Config is a node's agent.
@@ -823,6 +826,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 				a.strays[in.Slot] = strayTry{index: v.Index, at: now}
 			}
 		}
+	case ConfirmProbed:
+		a.probed(in) // noleader.go
 	case ConfirmDone:
 		a.inflight = max(0, a.inflight-1)
 		if in.Err != nil {

@@ -10,8 +10,6 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
-	"github.com/mariposa-sh/mariposa/internal/holdrule"
-	"github.com/mariposa-sh/mariposa/internal/lease"
 )
 
 // maxTxnOps is Consul's limit of operations in one transaction.
@@ -233,19 +231,6 @@ func (e *Executor) release(a agent.Release, audit []agent.Record) {
 		e.log.Debug("release refused or unanswered", "slot", a.Slot.String(), "error", err)
 	}
 	e.inbox.post(sessionAns{session: a.Session, in: agent.ReleaseDone{Slot: a.Slot, OK: err == nil && ok}})
-}
-
-// confirm performs agent.Confirm: consistent reads of the keys, sent at
-// sent, 128 keys a transaction, all at once; any failure fails the whole.
-func (e *Executor) confirm(a agent.Confirm, sent time.Time) {
-	ctx, cancel := context.WithTimeout(e.ctx, e.cfg.LockDelay)
-	defer cancel()
-	done := agent.ConfirmDone{Sent: sent}
-	done.Held, done.Err = e.readHeld(ctx, a.Slots, a.Session)
-	if done.Err != nil {
-		done.NoLeader = lease.NoLeaderAnswer(done.Err) == holdrule.NoLeader
-	}
-	e.inbox.post(sessionAns{session: a.Session, in: done})
 }
 
 type shortRead struct{}

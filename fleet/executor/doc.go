@@ -36,7 +36,13 @@
 //     (cluster.FailedKey) with the "fail" audit record.
 //   - Confirm: one consistent read-only transaction (get-or-empty of each
 //     key, 128 per transaction) with its send time; a failure carries
-//     whether the server said it had no leader (internal/holdrule).
+//     whether the server said it had no leader (internal/holdrule). A read
+//     still unanswered after lock_delay/10 (a server without a leader
+//     holds it) is probed every lock_delay/10 as internal/lease probes its
+//     own (lease.ServerProbe: a stale read, /v1/status/leader); a probe
+//     that finds no leader is stepped at once as agent.ConfirmProbed, and
+//     a read that times out is a no-leader failure only if its probes (or
+//     a last one) found none (noleader.go).
 //   - Start, Stop: Instances.Start and Instances.Stop.
 //   - Wake: one timer, reset to the latest Wake; it steps agent.Tick.
 //   - Refresh: the unit's index watch asks now instead of at its pace.
@@ -137,12 +143,14 @@
 // image's executor takes them with Config.Adopt: the session renewed at
 // once and watched, never created, the holds running without a claim.
 //
+// A frozen process needs no clock-gap detection of its own: every step
+// checks the holds' deadlines against its now, so the first step after a
+// freeze (its overdue Wake, or the late answer of a read sent before it)
+// finds them lost, and a late answer confirms nothing past its send time.
+//
 // Not here yet (see website/internals/fleet-agent.md): a renewal that has
 // failed for a whole TTL does not end the session (only Consul saying it
-// is gone does; the exclusive holds are guarded by the watchdog anyway);
-// a confirmation read held by a server in an election is not probed with
-// stale reads as internal/lease does, so such a hold counts as unproven
-// (the strict rule); no clock-gap detection (a frozen process). A bucket
+// is gone does; the exclusive holds are guarded by the watchdog anyway). A bucket
 // shared by several units answers with all of them (pool.go: about U/B
 // units' bytes an answer instead of one; fleet/sim -buckets measures it).
 // Reschedules (restart.on_exhausted = "reschedule") wait for no delay

@@ -840,6 +840,10 @@ func (s *Sim) rpc(n *node, apply func() any, fail func() any) {
 			return
 		}
 		if n.reachable() && (!s.store.HasLeader() || n.minority) {
+			if c, ok := fail().(agent.ConfirmDone); ok {
+				s.heldConfirm(n, gen, c, apply) // noleader.go
+				return
+			}
 			// Its server answers, knowing no leader (an election, or a
 			// minority side): the failure comes back as an answer.
 			s.at(s.latency(), func() {

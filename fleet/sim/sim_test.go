@@ -113,6 +113,9 @@ func TestSimulationCatchesMutations(t *testing.T) {
 		// A failure-detection floor above Consul's: the minority side's
 		// holder outlives its hold.
 		{"detection floor overstated", func(c *Config) { c.Detect = 15 * time.Second }, "exclusive slot"},
+		// No bound: every no-leader probe of a held read counts as a
+		// confirmation.
+		{"no-leader probes confirm the holds", func(c *Config) { c.Faults.ProbeConfirms = true }, "exclusive slot"},
 		// Deployments.
 		{"updates without a rollout token", func(c *Config) { c.Faults.NoToken = true }, "down for an update at once"},
 		{"failed without its auto_revert", func(c *Config) { c.Faults.NoRevert = true }, "on the failed version"},

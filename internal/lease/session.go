@@ -464,37 +464,12 @@ func (l *Lease) probeWithin(ctx context.Context, key string, d time.Duration) ho
 // Either answer is an answer of the local agent relaying a server, as a
 // "No cluster leader" is (see holdrule). No answer proves nothing.
 func (l *Lease) serverProbe(ctx context.Context, key string) holdrule.Kind {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	kinds := make(chan holdrule.Kind, 2)
-	go func() { kinds <- l.staleProbe(ctx, key) }()
-	go func() { kinds <- l.leaderProbe(ctx) }()
-	for range 2 {
-		if <-kinds == holdrule.NoLeader {
-			return holdrule.NoLeader
-		}
-	}
-	return holdrule.Unproven
+	return ServerProbe(ctx, l.cfg.Client, key, l.t.probeAfter)
 }
 
-// staleProbe reads key with a stale read, which a server that has heard
-// from a leader since it started answers from its own state, with
-// X-Consul-KnownLeader (does it know a leader) and X-Consul-LastContact
-// (since when it has not heard from it; 0 on the leader). staleKind says
-// what that proves.
+// staleProbe is the stale half of serverProbe (staleProbe).
 func (l *Lease) staleProbe(ctx context.Context, key string) holdrule.Kind {
-	_, meta, err := l.cfg.Client.KV().Get(key, (&api.QueryOptions{AllowStale: true}).WithContext(ctx))
-	if err != nil {
-		return noLeaderAnswer(err)
-	}
-	return staleKind(meta, l.t.probeAfter)
-}
-
-// leaderProbe asks the server the local agent talks to which leader it
-// knows; leaderKind says what the answer proves.
-func (l *Lease) leaderProbe(ctx context.Context) holdrule.Kind {
-	addr, err := l.cfg.Client.Status().LeaderWithQueryOptions((&api.QueryOptions{}).WithContext(ctx))
-	return leaderKind(addr, err)
+	return staleProbe(ctx, l.cfg.Client, key, l.t.probeAfter)
 }
 
 // leaderKind: an empty answer to /v1/status/leader is a server's own "no
