@@ -85,9 +85,10 @@ var (
 )
 
 // pruneAudit deletes the fleet's audit days past retention, hourly, while
-// this node is the first live supervisor by name: one keys-only read an
-// hour, and no write unless a day is old.
-func pruneAudit(ctx context.Context, f *cluster.Fleet, client *api.Client, retention time.Duration, log hclog.Logger) {
+// this node is the first live supervisor by name (firstLive: the fleet
+// engine's, cluster.Fleet.FirstLive or executor.Executor.FirstLive): one
+// keys-only read an hour, and no write unless a day is old.
+func pruneAudit(ctx context.Context, firstLive func() bool, client *api.Client, retention time.Duration, log hclog.Logger) {
 	if retention <= 0 {
 		return
 	}
@@ -99,7 +100,7 @@ func pruneAudit(ctx context.Context, f *cluster.Fleet, client *api.Client, reten
 			return
 		case <-t.C:
 		}
-		if f.FirstLive() {
+		if firstLive() {
 			deleted, err := cluster.PruneAudit(ctx, client, time.Now(), retention)
 			for _, d := range deleted {
 				log.Info("deleted audit records past retention", "prefix", d, "retention", retention)

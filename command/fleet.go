@@ -89,13 +89,13 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 			Runner: r, Log: m.log, OnClaim: m.onClaim, Volumes: m.volumes, APIURL: m.apiURL, Adopting: r.Adopting})
 		f.SetLocal(cfg)
 		m.f.Store(f)
-		go pruneAudit(ctx, f, m.client, m.auditRetention, m.log.Named("audit"))
+		go pruneAudit(ctx, f.FirstLive, m.client, m.auditRetention, m.log.Named("audit"))
 		_ = f.Run(ctx)
 	}()
 }
 
-// waiting is what the fleet waits for (cluster.Fleet.Waiting), "" before
-// it runs.
+// waiting is what the fleet waits for (cluster.Fleet.Waiting, or the
+// step machine's: agentFleet.waiting), "" before it runs.
 func (m *fleetMember) waiting() string {
 	if a := m.ag.Load(); a != nil {
 		return a.waiting()
@@ -104,6 +104,18 @@ func (m *fleetMember) waiting() string {
 		return f.Waiting()
 	}
 	return ""
+}
+
+// stats is the fleet's figures for the metrics (cluster.Fleet.Stats, or
+// the executor's under the step machine); false before either runs.
+func (m *fleetMember) stats() (cluster.FleetStats, bool) {
+	if a := m.ag.Load(); a != nil {
+		return a.stats(), true
+	}
+	if f := m.f.Load(); f != nil {
+		return f.Stats(), true
+	}
+	return cluster.FleetStats{}, false
 }
 
 // joinNotes joins the liveness check's notes that are not empty, one a
@@ -119,6 +131,9 @@ func joinNotes(notes ...string) string {
 }
 
 func (m *fleetMember) event(e supervisor.Event) {
+	if a := m.ag.Load(); a != nil {
+		a.event(e)
+	}
 	if f := m.f.Load(); f != nil {
 		f.Event(e)
 	}
@@ -198,7 +213,9 @@ func (m *fleetMember) startAgent(ctx context.Context, r *supervisor.Runner, cfg 
 				return
 			}
 		}
-		m.ag.Store(startAgent(ctx, m.client, r, cfg, m.volumes, m.apiURL, m.log))
+		a := startAgent(ctx, m.client, r, cfg, m.volumes, m.apiURL, m.onClaim, m.log)
+		m.ag.Store(a)
+		go pruneAudit(ctx, a.ex.FirstLive, m.client, m.auditRetention, m.log.Named("audit"))
 		// The step machine decides the pauses' claims, not the runner's
 		// held restarts: those follow the pauses as on a node without
 		// -cluster (its queue included).

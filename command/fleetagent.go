@@ -95,7 +95,13 @@ type agentExecutor interface {
 	InstanceStarted(agent.SlotID)
 	InstanceHealthy(slot agent.SlotID, version string, since time.Time)
 	InstanceExited(agent.SlotID)
+	ServiceFailed(slot agent.SlotID, service, reason string)
 	Stop(context.Context) error
+	// Stats, Waiting and FirstLive are read by the metrics, the liveness
+	// check and the audit's retention.
+	Stats() cluster.FleetStats
+	Waiting() string
+	FirstLive() bool
 }
 
 // agentSlot is a held slot's instance as the runner runs it.
@@ -126,7 +132,9 @@ func newAgentFleet(apply func(context.Context, []supervisor.SlotInstance) (super
 
 // startAgent makes and starts the executor of node, after the runner's
 // own registration (its liveness check binds the session).
-func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, cfg *schema.Config, vols *volume.Store, apiURL string, log hclog.Logger) *agentFleet {
+// onClaim is told each claim this node makes (the claim delay metric).
+func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, cfg *schema.Config, vols *volume.Store, apiURL string,
+	onClaim func(unit string, vacant time.Duration), log hclog.Logger) *agentFleet {
 	a := newAgentFleet(r.ApplySlots, log.Named("agent"))
 	a.local = cluster.UnitsOf(cfg)
 	a.readUnit = func(version, unit string) (cluster.UnitSpec, error) { return cluster.ReadUnitAt(client, version, unit) }
@@ -149,6 +157,7 @@ func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, c
 		Instances: a,
 		Log:       log.Named("executor"),
 		Volumes:   ev,
+		OnClaim:   onClaim,
 	})
 	a.ex = ex
 	ex.Start()
@@ -212,9 +221,13 @@ func (a *agentFleet) setUnits() {
 	a.poke() // a deployed unit's definition may have changed
 }
 
-// agentUnits is the step machine's view of the units: what placement
-// needs of them (the constraints, affinities, spreads, resources and
-// volumes are not in the step machine yet).
+// agentUnits is the step machine's view of the units: their placement
+// (agent.UnitOf: count, exclusive, max_per_node, the placement block with
+// its constraints, affinities and spreads, resources, stickiness), what
+// their services do on exhausted restarts (agent.OnExhausted: reschedule,
+// a group failing as one), and Volumes for any volume (the executor
+// readies every claimed slot's volumes before its start, as the runner
+// needs their directory).
 func agentUnits(units map[string]cluster.UnitSpec) []agent.Unit {
 	out := make([]agent.Unit, 0, len(units))
 	for _, u := range units {
@@ -222,8 +235,10 @@ func agentUnits(units map[string]cluster.UnitSpec) []agent.Unit {
 		if p == nil {
 			continue
 		}
-		out = append(out, agent.Unit{Name: u.Unit.Name, Count: p.Count, Exclusive: p.Exclusive, MaxPerNode: p.MaxPerNode,
-			Volumes: len(p.Volumes) > 0})
+		au := agent.UnitOf(u.Unit)
+		au.Volumes = len(p.Volumes) > 0
+		au.Reschedule, au.Group = agent.OnExhausted(u)
+		out = append(out, au)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -602,8 +617,41 @@ func (a *agentFleet) release(ctx context.Context) {
 	}
 }
 
+// event takes the runner's events: a held slot's instance that failed for
+// good (supervisor.EventFailed, its restarts exhausted) is told to the
+// executor (ServiceFailed: the slot moves or fails) when its unit
+// reschedules (restart.on_exhausted = "reschedule") or is a group (it
+// fails as one), cluster.Fleet.Event's rule; otherwise the instance stays
+// failed in its slot, as under cluster.Fleet.
+func (a *agentFleet) event(e supervisor.Event) {
+	if e.Slot == "" || e.Kind != supervisor.EventFailed {
+		return
+	}
+	a.mu.Lock()
+	var id agent.SlotID
+	var h *agentSlot
+	for s, hs := range a.held {
+		if s.String() == e.Slot {
+			id, h = s, hs
+			break
+		}
+	}
+	if h == nil || h.def == nil || a.halted {
+		a.mu.Unlock()
+		return
+	}
+	resched, group := agent.OnExhausted(*h.def)
+	a.mu.Unlock()
+	if resched || group {
+		a.ex.ServiceFailed(id, e.Service, e.Reason)
+	}
+}
+
+// stats is the executor's (the metrics' fleet source).
+func (a *agentFleet) stats() cluster.FleetStats { return a.ex.Stats() }
+
 // waiting is the liveness check's fleet line under the step machine: the
-// slots this node runs (what it waits for is not reported yet).
+// slots this node runs, then what it waits for (Executor.Waiting).
 func (a *agentFleet) waiting() string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -615,6 +663,9 @@ func (a *agentFleet) waiting() string {
 	s := "fleet engine: agent (experimental)"
 	if len(names) > 0 {
 		s += "; running slots " + strings.Join(names, ", ")
+	}
+	if w := a.ex.Waiting(); w != "" {
+		s += "\n" + w
 	}
 	return s
 }

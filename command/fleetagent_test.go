@@ -35,18 +35,45 @@ func TestFleetEngine(t *testing.T) {
 	}
 }
 
+// agentUnits gives the step machine each unit's whole placement
+// (agent.UnitOf: the placement block, resources, stickiness, max_per_node
+// defaulted), what its services do on exhausted restarts
+// (agent.OnExhausted) and Volumes for any volume, as before. Mutation
+// checks: back to Count/Exclusive/MaxPerNode alone, the "web" and "kv"
+// rows fail (no Placement, Resources, Sticky); without OnExhausted, "job"
+// and "grp" fail; with UnitOf's Volumes (snapshot handoffs only), "kv"
+// fails.
 func TestAgentUnits(t *testing.T) {
+	webP := &schema.Placement{Count: 3, MaxPerNode: 1, Constraints: []*schema.Constraint{{Attribute: "${node.datacenter}", Value: "dc1"}}}
+	dbP := &schema.Placement{Count: 1, Exclusive: true}
+	kvP := &schema.Placement{Count: 1, Exclusive: true, Volumes: []*schema.Volume{{Name: "data", Path: "data", Handoff: schema.HandoffSticky}}}
+	jobP := &schema.Placement{Count: 2}
+	grpP := &schema.Placement{Count: 1}
 	units := map[string]cluster.UnitSpec{
-		"web":  {Unit: cluster.Unit{Name: "web", Placement: &schema.Placement{Count: 3, MaxPerNode: 1}}},
-		"db":   {Unit: cluster.Unit{Name: "db", Placement: &schema.Placement{Count: 1, Exclusive: true}}},
+		"web":  {Unit: cluster.Unit{Name: "web", Placement: webP, Resources: cluster.Reservation{CPU: 500, Memory: 256}}},
+		"db":   {Unit: cluster.Unit{Name: "db", Placement: dbP}},
 		"none": {Unit: cluster.Unit{Name: "none"}},
-		"kv": {Unit: cluster.Unit{Name: "kv", Placement: &schema.Placement{Count: 1, Exclusive: true,
-			Volumes: []*schema.Volume{{Name: "data", Path: "data"}}}}},
+		"kv":   {Unit: cluster.Unit{Name: "kv", Placement: kvP, HasVolume: true}},
+		"job": {Unit: cluster.Unit{Name: "job", Placement: jobP},
+			Services: []*schema.Service{{Name: "job", Restart: schema.Restart{OnExhausted: "reschedule"}}}},
+		"grp": {Unit: cluster.Unit{Name: "grp", Placement: grpP}, Services: []*schema.Service{{Name: "a"}, {Name: "b"}}},
 	}
-	want := []agent.Unit{{Name: "db", Count: 1, Exclusive: true}, {Name: "kv", Count: 1, Exclusive: true, Volumes: true},
-		{Name: "web", Count: 3, MaxPerNode: 1}}
-	if got := agentUnits(units); !slices.Equal(got, want) {
-		t.Errorf("agentUnits: %+v, want %+v", got, want)
+	dm := schema.DefaultMaxPerNode
+	want := []agent.Unit{
+		{Name: "db", Count: 1, Exclusive: true, MaxPerNode: dm, Placement: dbP},
+		{Name: "grp", Count: 1, MaxPerNode: dm, Placement: grpP, Group: true},
+		{Name: "job", Count: 2, MaxPerNode: dm, Placement: jobP, Reschedule: true},
+		{Name: "kv", Count: 1, Exclusive: true, MaxPerNode: dm, Volumes: true, Placement: kvP, Sticky: true},
+		{Name: "web", Count: 3, MaxPerNode: 1, Placement: webP, Resources: cluster.Reservation{CPU: 500, Memory: 256}},
+	}
+	got := agentUnits(units)
+	if len(got) != len(want) {
+		t.Fatalf("agentUnits: %+v, want %+v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("agentUnits[%d]: %+v, want %+v", i, got[i], want[i])
+		}
 	}
 }
 
@@ -55,7 +82,18 @@ type fakeExec struct {
 	mu     sync.Mutex
 	events []string
 	units  [][]agent.Unit
+	// stats, wait and first are what Stats, Waiting and FirstLive say.
+	stats cluster.FleetStats
+	wait  string
+	first bool
 }
+
+func (f *fakeExec) ServiceFailed(s agent.SlotID, service, reason string) {
+	f.add("failed " + s.String() + " " + service + ": " + reason)
+}
+func (f *fakeExec) Stats() cluster.FleetStats { return f.stats }
+func (f *fakeExec) Waiting() string           { return f.wait }
+func (f *fakeExec) FirstLive() bool           { return f.first }
 
 func (f *fakeExec) add(s string) { f.mu.Lock(); f.events = append(f.events, s); f.mu.Unlock() }
 func (f *fakeExec) SetUnits(u []agent.Unit) {
@@ -339,5 +377,72 @@ func TestAgentFleetVolumeDir(t *testing.T) {
 		if got := a.volumeSpecs("kv"); len(got) != 1 || got[0] != vol {
 			t.Errorf("volumeSpecs: %v", got)
 		}
+	}
+}
+
+// A held slot's instance that failed for good goes to the executor
+// (ServiceFailed) when its unit reschedules or is a group, as
+// cluster.Fleet.Event decides; a plain unit's failure, another event, an
+// event of a slot not held or of no slot do not. Mutation checks: with
+// fleetMember.event not calling agentFleet.event, or agentFleet.event
+// without its ServiceFailed, "job" and "grp" are not told (fails); without
+// the OnExhausted filter, "plain" is told (fails).
+func TestAgentFleetEventFailed(t *testing.T) {
+	ex := &fakeExec{}
+	a := newAgentFleet(nil, hclog.NewNullLogger())
+	a.ex = ex
+	defs := map[string]cluster.UnitSpec{
+		"job": {Unit: cluster.Unit{Name: "job", Placement: &schema.Placement{Count: 1}},
+			Services: []*schema.Service{{Name: "job", Restart: schema.Restart{OnExhausted: "reschedule"}}}},
+		"grp":   {Unit: cluster.Unit{Name: "grp", Placement: &schema.Placement{Count: 1}}, Services: []*schema.Service{{Name: "a"}, {Name: "b"}}},
+		"plain": {Unit: cluster.Unit{Name: "plain", Placement: &schema.Placement{Count: 1}}, Services: []*schema.Service{{Name: "plain"}}},
+	}
+	for name, u := range defs {
+		u := u
+		a.held[agent.SlotID{Unit: name, K: 0}] = &agentSlot{def: &u}
+	}
+	m := &fleetMember{}
+	m.ag.Store(a)
+	for _, e := range []supervisor.Event{
+		{Kind: supervisor.EventFailed, Slot: "job/0", Service: "job", Reason: "restarts exhausted"},
+		{Kind: supervisor.EventFailed, Slot: "grp/0", Service: "b", Reason: "restarts exhausted"},
+		{Kind: supervisor.EventFailed, Slot: "plain/0", Service: "plain", Reason: "restarts exhausted"},
+		{Kind: supervisor.EventExited, Slot: "job/0", Service: "job", Reason: "exit 1"},
+		{Kind: supervisor.EventFailed, Slot: "job/1", Service: "job", Reason: "not held"},
+		{Kind: supervisor.EventFailed, Service: "job", Reason: "no slot"},
+	} {
+		m.event(e)
+	}
+	want := []string{"failed job/0 job: restarts exhausted", "failed grp/0 b: restarts exhausted"}
+	if got := ex.seen(); !slices.Equal(got, want) {
+		t.Fatalf("told %v, want %v", got, want)
+	}
+}
+
+// Under the step machine the metrics read the executor's Stats, the
+// liveness check its Waiting lines after the slots run, and the audit's
+// retention its FirstLive. Mutation checks: fleetMember.stats reading
+// cluster.Fleet alone gives false (fails); waiting without the
+// executor's lines (fails).
+func TestAgentFleetStatsWaiting(t *testing.T) {
+	m := &fleetMember{}
+	if _, ok := m.stats(); ok {
+		t.Fatal("stats before any engine runs")
+	}
+	ex := &fakeExec{stats: cluster.FleetStats{Node: "n1", Ready: true, LiveNodes: 3}, wait: "slot api/2 free; rank 2, claiming in 400ms", first: true}
+	a := newAgentFleet(nil, hclog.NewNullLogger())
+	a.ex = ex
+	a.held[agent.SlotID{Unit: "db", K: 0}] = &agentSlot{}
+	m.ag.Store(a)
+	if st, ok := m.stats(); !ok || st.Node != "n1" || !st.Ready || st.LiveNodes != 3 {
+		t.Errorf("stats %+v, %v; want the executor's", st, ok)
+	}
+	want := "fleet engine: agent (experimental); running slots db/0\nslot api/2 free; rank 2, claiming in 400ms"
+	if got := m.waiting(); got != want {
+		t.Errorf("waiting %q, want %q", got, want)
+	}
+	ex.wait = ""
+	if got := m.waiting(); got != "fleet engine: agent (experimental); running slots db/0" {
+		t.Errorf("waiting with nothing to wait for: %q", got)
 	}
 }

@@ -81,12 +81,7 @@ func (n *nodeAPI) setup(ccfg *api.Config, fl *fleetMember) {
 			}
 			return nil
 		},
-		Fleet: func() (cluster.FleetStats, bool) {
-			if f := fl.f.Load(); f != nil {
-				return f.Stats(), true
-			}
-			return cluster.FleetStats{}, false
-		},
+		Fleet: fl.stats,
 	})
 	n.authClient = http.DefaultClient
 	if hc := ccfg.HttpClient; hc != nil {

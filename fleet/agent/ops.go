@@ -701,6 +701,19 @@ func (a *Agent) movable(id SlotID, u Unit) bool {
 		if v != nil && len(v.byNode[n]) >= max(1, u.MaxPerNode) {
 			continue
 		}
+		if u.Placement != nil || !u.Resources.IsZero() {
+			// Its constraints and capacity, as a ranking sees them.
+			view := cluster.View{}
+			if v != nil {
+				view.Holders = v.Holders
+			}
+			if !u.Resources.IsZero() {
+				view.Reserved = a.reserved()
+			}
+			if !cluster.Feasible(clusterUnit(u), a.nodes.infos()[a.nodes.positions()[n]], id.K, view).OK {
+				continue
+			}
+		}
 		return true
 	}
 	return false

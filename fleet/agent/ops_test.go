@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // opsMachine is a machine whose executor watches control/ (Config.Control).
@@ -404,6 +405,44 @@ func TestDrainDecisions(t *testing.T) {
 			p, ok := find[PublishDrain](acts)
 			if given != tc.given || !ok || len(p.Status.Stuck) != tc.stuck || p.Status.Done != tc.done || len(p.Status.Held) != 3 {
 				t.Fatalf("given %d, status %+v; want given %d, %d stuck, done %v: %v", given, p.Status, tc.given, tc.stuck, tc.done, acts)
+			}
+		})
+	}
+}
+
+// A drained slot that no other node may take (its constraint names this
+// node, or the other is full) is stuck: kept running here, not given, as
+// cluster.Fleet's drain decides (TestFleetDrainNowhere). Mutation check:
+// movable without the feasibility check gives the slot (fails).
+func TestDrainStuckByPlacement(t *testing.T) {
+	onMe := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "node.name", Value: "me"}}}
+	for _, tc := range []struct {
+		name  string
+		unit  Unit
+		info  map[string]cluster.NodeInfo
+		given int
+	}{
+		{name: "constraint names me", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1, Placement: onMe}},
+		{name: "n2 full", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{Memory: 512}},
+			info: map[string]cluster.NodeInfo{"n2": {Eligible: true, Capacity: &cluster.Capacity{Total: cluster.Reservation{CPU: 1000, Memory: 256}}}}},
+		{name: "no placement: given", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1}, given: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			warm := &Warm{Session: "s-me", At: t0, Held: map[SlotID]uint64{{"web", 0}: 11}}
+			m := opsMachine(t, Faults{}, warm, []string{"me", "n2"}, tc.unit)
+			if tc.info != nil {
+				m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "n2"}, Info: tc.info}})
+			}
+			m.step(slots("web", 11, Slot{K: 0, Node: "me", ModifyIndex: 11}))
+			m.step(ctlView(20, cluster.Control{}))
+			acts := m.step(ctlView(21, drain(time.Hour, false)))
+			given := len(releasesOf(acts, "web"))
+			if _, ok := find[Stop](acts); ok {
+				given++
+			}
+			p, ok := find[PublishDrain](acts)
+			if given != tc.given || !ok || len(p.Status.Stuck) != 1-tc.given {
+				t.Fatalf("given %d, status %+v; want given %d: %v", given, p.Status, tc.given, acts)
 			}
 		})
 	}

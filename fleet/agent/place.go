@@ -255,6 +255,27 @@ func (a *Agent) reserved() map[string]cluster.Reservation {
 		}
 		key.WriteString(name + "@" + strconv.FormatUint(idx, 10) + "/" + strconv.Itoa(a.units[name].Resources.CPU) + "/" + strconv.Itoa(a.units[name].Resources.Memory) + " ")
 	}
+	// This node's own holds its views do not show yet (a claim sent or
+	// answered before the index's next answer, which may come only at
+	// IdlePace) reserve too: without them, a unit deployed right after
+	// another ranks this node as if the other's slot were not here.
+	var mine []SlotID
+	for id := range a.held {
+		if u, ok := a.units[id.Unit]; ok && !u.Resources.IsZero() {
+			if v := a.slots[id.Unit]; v == nil || v.holder(id.K) != a.cfg.Node {
+				mine = append(mine, id)
+			}
+		}
+	}
+	slices.SortFunc(mine, func(x, y SlotID) int {
+		if x.Unit != y.Unit {
+			return strings.Compare(x.Unit, y.Unit)
+		}
+		return x.K - y.K
+	})
+	for _, id := range mine {
+		key.WriteString("+" + id.String() + " ")
+	}
 	if a.place.res != nil && a.place.resKey == key.String() {
 		return a.place.res
 	}
@@ -270,6 +291,9 @@ func (a *Agent) reserved() map[string]cluster.Reservation {
 				res[n] = res[n].Add(need)
 			}
 		}
+	}
+	for _, id := range mine {
+		res[a.cfg.Node] = res[a.cfg.Node].Add(a.units[id.Unit].Resources)
 	}
 	nodes := make([]string, 0, len(res))
 	for n := range res {

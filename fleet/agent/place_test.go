@@ -62,6 +62,9 @@ func TestPlacementInputs(t *testing.T) {
 		other []Unit
 		info  map[string]cluster.NodeInfo
 		in    []any // before the unit's slots answer
+		// claim: me claims this other unit's slot 0 (free in its first
+		// answer, and the claim answered) before the unit's slots answer.
+		claim string
 		want  int
 	}{
 		{name: "HRW alone", unit: Unit{Name: name, Count: 1, MaxPerNode: 1}, want: 1},
@@ -77,6 +80,10 @@ func TestPlacementInputs(t *testing.T) {
 			other: []Unit{big},
 			info:  map[string]cluster.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
 			in:    []any{slots("big", 3, Slot{K: 0, Node: "top", ModifyIndex: 3})}, want: 1},
+		{name: "capacity: me holds big, its index not answered yet", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 500}},
+			other: []Unit{big},
+			info:  map[string]cluster.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
+			claim: "big", want: -1},
 		{name: "penalty on top", unit: Unit{Name: name, Count: 1, MaxPerNode: 1},
 			in: []any{PenaltiesAnswer{Penalties: map[string]map[string]time.Time{name: {"top": t0.Add(time.Hour)}}}}, want: 0},
 		{name: "penalty ended", unit: Unit{Name: name, Count: 1, MaxPerNode: 1},
@@ -97,6 +104,12 @@ func TestPlacementInputs(t *testing.T) {
 			m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me", "top"}, Info: tc.info}})
 			for _, in := range tc.in {
 				m.step(in)
+			}
+			if tc.claim != "" {
+				if r := rankFor(m, m.step(slots(tc.claim, 2, Slot{K: 0, Released: true}))); r < 0 {
+					t.Fatalf("never claimed %s/0", tc.claim)
+				}
+				m.step(ClaimDone{Slot: SlotID{Unit: tc.claim, K: 0}, OK: true, Index: 42})
 			}
 			got := rankFor(m, m.step(slots(tc.unit.Name, 10, Slot{K: 0, Released: true})))
 			if got != tc.want {

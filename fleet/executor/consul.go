@@ -220,6 +220,9 @@ func (e *Executor) release(a agent.Release, audit []agent.Record) {
 		ops = append(ops, e.auditOp(r))
 	}
 	if a.Failed != nil {
+		// The slot value says failed and why, as cluster.Fleet's does
+		// (mariposa status, and the e2e tests, read it there).
+		ops[0].KV.Value = slotValue(e.cfg.Node, cluster.SlotFailed, a.Failed.Reason, time.Now())
 		ops = append(ops, e.failOps(a)...)
 	}
 	if a.Reschedule != nil {

@@ -56,6 +56,13 @@ func TestFailedSlotHeldUntilReset(t *testing.T) {
 	if a := f.audits("fail"); len(a) != 1 || a[0].Slot != id.String() || a[0].Node != h.name {
 		t.Fatalf("fail audit records %+v", a)
 	}
+	// The slot key says failed and why (cluster.Fleet's SlotValue).
+	if p, _, err := f.c.KV().Get(id.Key(), nil); err != nil || p == nil {
+		t.Fatalf("slot key: %v, %v", p, err)
+	} else if v, err := cluster.DecodeSlotValue(p.Value); err != nil || v.State != cluster.SlotFailed || v.Node != h.name ||
+		!strings.Contains(v.Reason, "restarts exhausted") {
+		t.Fatalf("slot value %+v (%v), want failed on %s with its reason", v, err, h.name)
+	}
 	// Nobody claims it: two other nodes, each free to, for well over
 	// their ranks' delays and the lock delay.
 	deadline := time.Now().Add(6 * time.Second)

@@ -2,6 +2,7 @@ package executor
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -21,8 +22,9 @@ import (
 
 // snapshot is what the loop last published.
 type snapshot struct {
-	stats   cluster.FleetStats
-	waiting []string
+	stats     cluster.FleetStats
+	waiting   []string
+	firstLive bool
 }
 
 // mostWaiting: Waiting lists at most this many slots (as
@@ -56,6 +58,29 @@ func (e *Executor) Waiting() string {
 	return strings.Join(s.waiting, "\n")
 }
 
+// FirstLive reports whether this node is the first live supervisor by
+// name as the loop last heard the members and the failing (false before
+// both have answered): cluster.Fleet.FirstLive's meaning, for the
+// housekeeping one node does for the fleet (pruning the audit log).
+func (e *Executor) FirstLive() bool {
+	s := e.snap.Load()
+	return s != nil && s.firstLive
+}
+
+// firstLive: no member that is not failing sorts before node; false
+// until both watches have answered.
+func firstLive(node string, members, failing []string, have bool) bool {
+	if !have {
+		return false
+	}
+	for _, n := range members {
+		if n < node && !slices.Contains(failing, n) {
+			return false
+		}
+	}
+	return true
+}
+
 // publishState publishes the agent's snapshot (from the loop).
 func (e *Executor) publishState() {
 	now := time.Now()
@@ -65,7 +90,7 @@ func (e *Executor) publishState() {
 	}
 	st := e.ag.Stats(now)
 	st.Ready = st.Ready && e.unitsSet // the agent starts with no units, before SetUnits
-	e.snap.Store(&snapshot{stats: st, waiting: w})
+	e.snap.Store(&snapshot{stats: st, waiting: w, firstLive: firstLive(e.cfg.Node, e.members, e.failing, e.haveMem && e.haveFail)})
 }
 
 // noteClaims keeps, for each Claim among acts, when the agent first saw
