@@ -474,6 +474,16 @@ func (s *Semaphore) monitor(idx uint64, lost chan struct{}, done chan struct{}) 
 	}
 }
 
+// waiting says whether a live contender key of this package waits.
+func waiting(pairs api.KVPairs) bool {
+	for _, p := range pairs {
+		if p.Session != "" && p.Flags == FlagWaiting {
+			return true
+		}
+	}
+	return false
+}
+
 // giveUp deletes the contender key of a waiter that stops waiting (its
 // successor wakes) or of a holder whose release failed, trying for a while
 // when Consul does not answer.
@@ -483,6 +493,9 @@ func (s *Semaphore) giveUp() {
 		return err == nil
 	}
 	if del() {
+		// The waiters behind may all have gone: the limit back for the
+		// older nodes, as a release does.
+		s.restoreLimit()
 		return
 	}
 	go func() {
@@ -518,10 +531,14 @@ func (s *Semaphore) Release() error {
 }
 
 // restoreLimit writes .lock's Limit back to limit when it reads -limit
-// and, this token given back, no session holds several: otherwise an
+// and, this token given back, no session holds several, and no waiter of
+// this package is there to do it with its acquisition: otherwise an
 // older node, which takes -limit for another limit, would stand aside
 // until some new node's next acquisition, and for good when none comes
-// (the last release of a batch left it negative). Best effort: a failed
+// (the last release of a batch left it negative). While new waiters
+// queue (a rollout under way), their acquisitions write the limit as it
+// should be, and a CAS here would only be one more write racing theirs.
+// A waiter that gives up instead looks again (giveUp). Best effort: a failed
 // CAS means another write moved .lock, and the acquisition that wrote it
 // set the limit as it should be. It is safe as an acquisition's CAS is:
 // the holders written are those of the read, pruned of the dead, and a
@@ -534,7 +551,7 @@ func (s *Semaphore) restoreLimit() {
 			return
 		}
 		d, err := Decide(pairs, s.o.Prefix, s.o.Name, s.o.Session, s.o.Limit, nil)
-		if err != nil || !d.Negative || d.Any || d.LockIdx == 0 {
+		if err != nil || !d.Negative || d.Any || d.LockIdx == 0 || waiting(pairs) {
 			return
 		}
 		l := d.Lock
