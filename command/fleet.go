@@ -213,7 +213,7 @@ func (m *fleetMember) startAgent(ctx context.Context, r *supervisor.Runner, cfg 
 				return
 			}
 		}
-		a := startAgent(ctx, m.client, r, cfg, m.volumes, m.apiURL, m.onClaim, m.log)
+		a := startAgent(ctx, m.client, r, cfg, m.volumes, m.apiURL, m.onClaim, m.log, m.adoptAgent)
 		m.ag.Store(a)
 		go pruneAudit(ctx, a.ex.FirstLive, m.client, m.auditRetention, m.log.Named("audit"))
 		// The step machine decides the pauses' claims, not the runner's

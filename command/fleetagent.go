@@ -134,7 +134,7 @@ func newAgentFleet(apply func(context.Context, []supervisor.SlotInstance) (super
 // own registration (its liveness check binds the session).
 // onClaim is told each claim this node makes (the claim delay metric).
 func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, cfg *schema.Config, vols *volume.Store, apiURL string,
-	onClaim func(unit string, vacant time.Duration), log hclog.Logger) *agentFleet {
+	onClaim func(unit string, vacant time.Duration), log hclog.Logger, adopt *executor.Handover) *agentFleet {
 	a := newAgentFleet(r.ApplySlots, log.Named("agent"))
 	a.local = cluster.UnitsOf(cfg)
 	a.readUnit = func(version, unit string) (cluster.UnitSpec, error) { return cluster.ReadUnitAt(client, version, unit) }
@@ -158,8 +158,12 @@ func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, c
 		Log:       log.Named("executor"),
 		Volumes:   ev,
 		OnClaim:   onClaim,
+		// An upgrade in place: the previous image's session and holds
+		// (fleetagent_adopt.go).
+		Adopt: adopt,
 	})
 	a.ex = ex
+	a.adoptHeld(adopt)
 	ex.Start()
 	go a.applyLoop(ctx)
 	go a.watchDeploy(ctx, client)
