@@ -1,9 +1,12 @@
 package cluster
 
 import (
+	"time"
+
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/schema"
+	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 // What `mariposa run -cluster` needs to feed the fleet's step machine
@@ -22,4 +25,39 @@ func ParseDeployments(pairs api.KVPairs, report func(key, msg string, err error)
 		report = func(string, string, error) {}
 	}
 	return parseDeployments(pairs, report)
+}
+
+// MergeUnits is every unit by name: the deployed ones (deployments by
+// name, in order; a unit deployed twice is told to dup and the first is
+// kept), then the node's own (a name deployed and also in the node's
+// files is the deployed one).
+func MergeUnits(remote map[string]*Deployment, local []UnitSpec, dup func(unit, deployment string)) map[string]UnitSpec {
+	out := map[string]UnitSpec{}
+	for _, n := range sortedKeys(remote) {
+		for _, u := range remote[n].Spec.Units() {
+			if _, seen := out[u.Unit.Name]; seen {
+				if dup != nil {
+					dup(u.Unit.Name, n)
+				}
+				continue
+			}
+			out[u.Unit.Name] = u
+		}
+	}
+	for _, u := range local {
+		if _, seen := out[u.Unit.Name]; !seen {
+			out[u.Unit.Name] = u
+		}
+	}
+	return out
+}
+
+// SlotHealthy says whether the instances of slot id ("<unit>/<k>", the
+// snapshots' Slot) are healthy per mode (an update block's health_check:
+// "checks" or "running"), and, with "checks" where mariposa runs every
+// check itself, since when they passed there (zero otherwise): the rule a
+// rollout of cluster.Fleet judges by (slotHealthy).
+func SlotHealthy(snaps []supervisor.Snapshot, id string, u UnitSpec, mode string) (bool, time.Time) {
+	ok, _, local, _ := slotHealthy(snaps, id, u, mode)
+	return ok, local
 }

@@ -266,22 +266,9 @@ func sortedKeys[V any](m map[string]V) []string {
 // units is every unit by name: deployed ones, then the node's own (a name
 // deployed and also in the node's files is the deployed one).
 func (f *Fleet) unitsLocked() map[string]UnitSpec {
-	out := map[string]UnitSpec{}
-	for _, n := range sortedKeys(f.remote) {
-		for _, u := range f.remote[n].Spec.Units() {
-			if _, dup := out[u.Unit.Name]; dup {
-				f.log.Error("a unit is deployed twice; keeping the first", "unit", u.Unit.Name, "deployment", n)
-				continue
-			}
-			out[u.Unit.Name] = u
-		}
-	}
-	for _, u := range f.local {
-		if _, dup := out[u.Unit.Name]; !dup {
-			out[u.Unit.Name] = u
-		}
-	}
-	return out
+	return MergeUnits(f.remote, f.local, func(unit, deployment string) {
+		f.log.Error("a unit is deployed twice; keeping the first", "unit", unit, "deployment", deployment)
+	})
 }
 
 // Run takes part in the fleet until ctx ends. It returns with the slots

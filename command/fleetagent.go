@@ -199,26 +199,9 @@ func (a *agentFleet) setUnits() {
 		a.mu.Unlock()
 		return
 	}
-	units := map[string]cluster.UnitSpec{}
-	names := make([]string, 0, len(a.remote))
-	for n := range a.remote {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		for _, u := range a.remote[n].Spec.Units() {
-			if _, dup := units[u.Unit.Name]; dup {
-				a.log.Error("a unit is deployed twice; keeping the first", "unit", u.Unit.Name, "deployment", n)
-				continue
-			}
-			units[u.Unit.Name] = u
-		}
-	}
-	for _, u := range a.local {
-		if _, dup := units[u.Unit.Name]; !dup {
-			units[u.Unit.Name] = u
-		}
-	}
+	units := cluster.MergeUnits(a.remote, a.local, func(unit, deployment string) {
+		a.log.Error("a unit is deployed twice; keeping the first", "unit", unit, "deployment", deployment)
+	})
 	a.units = units
 	a.mu.Unlock()
 	a.ex.SetUnits(agentUnits(units))
@@ -555,31 +538,7 @@ func agentHealthy(snaps []supervisor.Snapshot, id string, u cluster.UnitSpec) (b
 	if mode == schema.UpdateManual || len(u.Services) == 0 {
 		return false, time.Time{}
 	}
-	var since time.Time
-	allLocal := mode == schema.UpdateChecks
-	for _, svc := range u.Services {
-		var sn *supervisor.Snapshot
-		for i := range snaps {
-			if snaps[i].Slot == id && snaps[i].Service == svc.Name {
-				sn = &snaps[i]
-			}
-		}
-		switch {
-		case sn == nil || sn.State != supervisor.StateRunning:
-			return false, time.Time{}
-		case mode == schema.UpdateChecks && !sn.ChecksPassing:
-			return false, time.Time{}
-		case mode == schema.UpdateChecks && sn.LocalChecks && sn.LocalPassingSince.IsZero():
-			return false, time.Time{}
-		}
-		if allLocal = allLocal && sn.LocalChecks; allLocal && sn.LocalPassingSince.After(since) {
-			since = sn.LocalPassingSince
-		}
-	}
-	if !allLocal {
-		since = time.Time{}
-	}
-	return true, since
+	return cluster.SlotHealthy(snaps, id, u, mode)
 }
 
 // halt: the runner stops every instance now; no claims from here on (the
