@@ -167,33 +167,25 @@ func (m *fleetMember) stopped() {
 			m.cancel()
 		}
 		<-m.done
+		// A second signal (the runner's Killed) cuts the release short.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-m.killed:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		if a := m.ag.Load(); a != nil {
 			// The slots are released once the agent has seen their
-			// instances gone, unless a second signal cuts it short.
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() {
-				select {
-				case <-m.killed:
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
+			// instances gone.
 			a.release(ctx)
 			return
 		}
 		if f := m.f.Load(); f != nil {
 			// The handoffs published are served until the next holders
-			// have them (bounded), unless a second signal cuts it short.
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			go func() {
-				select {
-				case <-m.killed:
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
+			// have them (bounded).
 			f.Release(ctx, "mariposa stopped")
 		}
 	})
