@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
@@ -107,6 +109,16 @@ func (f *fakeExec) InstanceHealthy(s agent.SlotID, v string, since time.Time) {
 	f.add("healthy " + s.String() + " " + v + " " + since.UTC().Format(time.RFC3339))
 }
 func (f *fakeExec) Stop(context.Context) error { f.add("stop"); return nil }
+
+// waitFor waits for cond (5 s at most), or fails naming what and the
+// events seen.
+func (f *fakeExec) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	if !consultest.WaitFor(5*time.Second, cond) {
+		t.Fatalf("timed out waiting for %s; events %v", what, f.seen())
+	}
+}
+
 func (f *fakeExec) seen() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -122,7 +134,9 @@ func TestAgentFleetInstances(t *testing.T) {
 	var mu sync.Mutex
 	var applied [][]supervisor.SlotInstance
 	gate := make(chan struct{}, 16)
+	var entered atomic.Int32 // applies begun (each then waits at the gate)
 	apply := func(ctx context.Context, out []supervisor.SlotInstance) (supervisor.ApplyResult, error) {
+		entered.Add(1)
 		<-gate
 		mu.Lock()
 		applied = append(applied, out)
@@ -139,16 +153,7 @@ func TestAgentFleetInstances(t *testing.T) {
 	defer cancel()
 	go a.applyLoop(ctx)
 
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; events %v", what, ex.seen())
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	wait := func(what string, cond func() bool) { t.Helper(); ex.waitFor(t, what, cond) }
 	slot := agent.SlotID{Unit: "db", K: 1}
 	a.Start(agent.Start{Slot: slot, Index: 42, Session: "s1"})
 	if got := ex.seen(); len(got) != 0 {
@@ -168,6 +173,7 @@ func TestAgentFleetInstances(t *testing.T) {
 	}
 
 	// A kill: the channels close at once; the exit waits for the apply.
+	begun := entered.Load()
 	a.Stop(slot, true)
 	for _, c := range []<-chan struct{}{sl.Lost, sl.Expired} {
 		select {
@@ -176,7 +182,9 @@ func TestAgentFleetInstances(t *testing.T) {
 			t.Fatal("a kill left the exclusive hold's channels open")
 		}
 	}
-	time.Sleep(20 * time.Millisecond)
+	// The apply of the stop has begun and waits at the gate: an exit
+	// reported now would be one before the runner stopped the instance.
+	wait("the stop's apply", func() bool { return entered.Load() > begun })
 	if got := ex.seen(); len(got) != 1 {
 		t.Fatalf("the exit reported before the runner stopped the instance: %v", got)
 	}
@@ -242,7 +250,9 @@ func TestAgentFleetVersions(t *testing.T) {
 	}
 	passed := time.Date(2026, 11, 26, 18, 0, 0, 0, time.UTC)
 	var snaps []supervisor.Snapshot
+	var looks atomic.Int32 // the health loop's reads of the snapshots
 	a.snapshots = func() []supervisor.Snapshot {
+		looks.Add(1)
 		mu.Lock()
 		defer mu.Unlock()
 		return slices.Clone(snaps)
@@ -251,16 +261,7 @@ func TestAgentFleetVersions(t *testing.T) {
 	defer cancel()
 	go a.applyLoop(ctx)
 	go a.healthLoop(ctx)
-	wait := func(what string, cond func() bool) {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s; events %v", what, ex.seen())
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	wait := func(what string, cond func() bool) { t.Helper(); ex.waitFor(t, what, cond) }
 	cmds := func() map[int]string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -302,7 +303,10 @@ func TestAgentFleetVersions(t *testing.T) {
 		return slices.Contains(ev, "healthy web/0 web/3 "+passed.Format(time.RFC3339)) &&
 			slices.Contains(ev, "healthy web/1  0001-01-01T00:00:00Z")
 	})
-	time.Sleep(3 * healthEvery)
+	// Three more looks of the health loop (slot 2 is not healthy, so it
+	// goes on looking): none may report a slot and version again.
+	from := looks.Load()
+	wait("three more looks", func() bool { return looks.Load() >= from+3 })
 	n := 0
 	for _, e := range ex.seen() {
 		if strings.HasPrefix(e, "healthy ") {

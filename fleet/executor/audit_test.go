@@ -13,6 +13,11 @@ import (
 
 // auditOf is the audit records of unit (and of no slot, unit "").
 func (f *fleet) auditOf(unit string) []cluster.AuditEvent {
+	return f.auditWhere(func(e cluster.AuditEvent) bool { return e.Service == unit })
+}
+
+// auditWhere lists the audit records that keep says to keep.
+func (f *fleet) auditWhere(keep func(cluster.AuditEvent) bool) []cluster.AuditEvent {
 	f.t.Helper()
 	pairs, _, err := f.c.KV().List(cluster.AuditPrefix, nil)
 	if err != nil {
@@ -21,7 +26,7 @@ func (f *fleet) auditOf(unit string) []cluster.AuditEvent {
 	var out []cluster.AuditEvent
 	for _, p := range pairs {
 		var e cluster.AuditEvent
-		if json.Unmarshal(p.Value, &e) == nil && e.Service == unit {
+		if json.Unmarshal(p.Value, &e) == nil && keep(e) {
 			out = append(out, e)
 		}
 	}

@@ -1,7 +1,6 @@
 package executor_test
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -16,19 +15,7 @@ import (
 
 // audits lists the audit records of action.
 func (f *fleet) audits(action string) []cluster.AuditEvent {
-	f.t.Helper()
-	pairs, _, err := f.c.KV().List(cluster.AuditPrefix, nil)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	var out []cluster.AuditEvent
-	for _, p := range pairs {
-		var e cluster.AuditEvent
-		if json.Unmarshal(p.Value, &e) == nil && e.Action == action {
-			out = append(out, e)
-		}
-	}
-	return out
+	return f.auditWhere(func(e cluster.AuditEvent) bool { return e.Action == action })
 }
 
 // An instance that failed for good fails its slot on a real agent: its
@@ -65,19 +52,22 @@ func TestFailedSlotHeldUntilReset(t *testing.T) {
 	}
 	// Nobody claims it: two other nodes, each free to, for well over
 	// their ranks' delays and the lock delay.
+	// Each change of the slot key wakes the check (a blocking query),
+	// until the window ends.
 	deadline := time.Now().Add(6 * time.Second)
-	for time.Now().Before(deadline) {
-		keys, err := f.slotKeys(u.Name)
+	var idx uint64
+	for wait := time.Until(deadline); wait > 0; wait = time.Until(deadline) {
+		p, meta, err := f.c.KV().Get(id.Key(), &api.QueryOptions{WaitIndex: idx, WaitTime: wait})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p := keys[0]; p != nil && p.Session != "" {
+		if p != nil && p.Session != "" {
 			t.Fatalf("failed slot %s claimed before its reset", id)
 		}
 		if run := f.rec.runningOf(id); len(run) > 0 {
 			t.Fatalf("failed slot %s runs: %v", id, run)
 		}
-		time.Sleep(200 * time.Millisecond)
+		idx = meta.LastIndex
 	}
 	if err := executor.ResetSlot(f.c, u.Name, 0, "tester"); err != nil {
 		t.Fatal(err)
