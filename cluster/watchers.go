@@ -10,10 +10,12 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/internal/agenterr"
 )
 
 // watch runs a blocking query until ctx ends: fetch(index) returns the new
-// index; errors back off (capped at 5s) and are logged once per streak.
+// index; errors back off (capped at 5s; the local agent's, agenterr.Local,
+// are asked again at once) and are logged once per streak.
 func (f *Fleet) watch(ctx context.Context, what string, fetch func(q *api.QueryOptions) (uint64, error)) {
 	var index uint64
 	failures := 0
@@ -28,8 +30,15 @@ func (f *Fleet) watch(ctx context.Context, what string, fetch func(q *api.QueryO
 			if failures == 1 || failures%20 == 0 {
 				f.log.Warn("cannot read from Consul; retrying", "what", what, "error", err)
 			}
+			// Only a server's refusal backs off: the local agent's
+			// (starting, not joined yet) costs the servers nothing, and
+			// this node must see a deployment as soon as its peers do.
+			wait := min(100*time.Millisecond<<min(failures, 6), 5*time.Second)
+			if agenterr.Local(err) {
+				wait = agenterr.RetryLocal
+			}
 			select {
-			case <-time.After(min(100*time.Millisecond<<min(failures, 6), 5*time.Second)):
+			case <-time.After(wait):
 			case <-ctx.Done():
 			}
 			index = 0

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/internal/agenterr"
 )
 
 // blockWait is how long a blocking query waits at the server.
@@ -74,7 +76,8 @@ func (e *Executor) watchFailing() {
 // last index and returns the new one and what posts its answer, which
 // runs when the index moved (the first answer included). It asks again
 // at once when the wait ran out, no sooner than watchEvery after an
-// answer, a second after an error. The first answer after an error is
+// answer, a second after an error (agenterr.RetryLocal after the local
+// agent's own). The first answer after an error is
 // preceded by watchResumed (agent.WatchResumed).
 func (e *Executor) watch(ctx context.Context, name string, query func(q *api.QueryOptions) (uint64, func(), error)) {
 	var idx uint64
@@ -88,6 +91,12 @@ func (e *Executor) watch(ctx context.Context, name string, query func(q *api.Que
 		if err != nil {
 			e.log.Debug("watch failed", "watch", name, "error", err)
 			broken = true
+			if agenterr.Local(err) {
+				// The local agent's own refusal (starting, not joined):
+				// free for the servers, and the view must catch up at once.
+				sleep(ctx, agenterr.RetryLocal)
+				continue
+			}
 			sleep(ctx, time.Second)
 			continue
 		}
