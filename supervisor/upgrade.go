@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"golang.org/x/sys/unix"
 
 	"github.com/mariposa-sh/mariposa/internal/lease"
+	"github.com/mariposa-sh/mariposa/internal/monoclock"
 	"github.com/mariposa-sh/mariposa/internal/proc"
 )
 
@@ -512,24 +512,18 @@ func (r *Runner) awaitAdoption(ctx context.Context) {
 	}
 }
 
-// monotonicNanos is t on CLOCK_MONOTONIC, which both images of an upgrade
-// in place read alike (Go's own monotonic readings count from each
-// process's start).
+// monotonicNanos is t on CLOCK_MONOTONIC (monoclock), 0 when it cannot
+// be read.
 func monotonicNanos(t time.Time) int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return ts.Nano() - int64(time.Since(t))
+	ns, _ := monoclock.Nanos(t)
+	return ns
 }
 
-// fromMonotonicNanos is the moment ns (CLOCK_MONOTONIC) on this process's
-// clock.
+// fromMonotonicNanos is the moment ns on this process's clock; now
+// (treated as due) when the clock cannot be read.
 func fromMonotonicNanos(ns int64) time.Time {
-	var ts unix.Timespec
-	now := time.Now()
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return now // unknown: treated as due now
+	if at, ok := monoclock.Time(ns); ok {
+		return at
 	}
-	return now.Add(-time.Duration(ts.Nano() - ns))
+	return time.Now()
 }

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"golang.org/x/sys/unix"
 
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/internal/monoclock"
 )
 
 // An upgrade in place (website/upgrade.md) keeps the fleet's holds: the
@@ -211,23 +211,16 @@ func (e *Executor) firstInput() any {
 	return agent.UnitsAnswer{}
 }
 
-// monotonicNanos is t on CLOCK_MONOTONIC, which both images of an upgrade
-// in place read alike (supervisor's, for the fleet's own part).
+// monotonicNanos is t on CLOCK_MONOTONIC (monoclock), 0 when it cannot
+// be read.
 func monotonicNanos(t time.Time) int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return ts.Nano() - int64(time.Since(t))
+	ns, _ := monoclock.Nanos(t)
+	return ns
 }
 
-// fromMonotonicNanos is the moment ns (CLOCK_MONOTONIC) on this process's
-// clock.
+// fromMonotonicNanos is the moment ns on this process's clock; the zero
+// time (no confirmation) when the clock cannot be read.
 func fromMonotonicNanos(ns int64) time.Time {
-	var ts unix.Timespec
-	now := time.Now()
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return time.Time{} // unknown: no confirmation
-	}
-	return now.Add(-time.Duration(ts.Nano() - ns))
+	at, _ := monoclock.Time(ns)
+	return at
 }
