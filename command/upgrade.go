@@ -170,7 +170,7 @@ func preflight(exe string) (string, error) {
 	cmd := exec.CommandContext(ctx, exe, "upgrade-preflight", "-state-version", strconv.Itoa(upgradeStateVersion))
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
+	err := proc.Run(cmd) // as PID 1 too (the reaper)
 	var a preflightAnswer
 	jerr := json.Unmarshal(out.Bytes(), &a)
 	switch {

@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 	if hs := os.Getenv("PROC_TEST_AFTER_EXEC"); hs != "" {
 		os.Exit(afterExec(hs))
 	}
+	if os.Getenv("PROC_TEST_REAPER_RUN") != "" {
+		os.Exit(reaperRun(os.Getenv("PROC_TEST_REAPER_RUN") == "plain"))
+	}
 	if os.Getenv("PROC_TEST_EXEC_HELPER") != "" {
 		os.Exit(ServeForks(beforeExec))
 	}

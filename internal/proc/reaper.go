@@ -1,8 +1,11 @@
 package proc
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 )
@@ -17,6 +20,14 @@ type reaper struct {
 	// early holds the statuses of children handed over by an upgrade that
 	// exited before their adoption (ExpectAdoption).
 	early map[int]syscall.WaitStatus
+	// foreign: the children Run started, whose exec.Cmd waits for them.
+	foreign map[int]*foreignWait
+}
+
+// foreignWait is where the reaper puts the status of a child of Run.
+type foreignWait struct {
+	seen chan struct{}
+	ws   *syscall.WaitStatus
 }
 
 var (
@@ -76,6 +87,75 @@ func (r *reaper) reapAll() {
 			exited(ws, nil)
 			continue
 		}
+		if w, ok := r.foreign[pid]; ok {
+			delete(r.foreign, pid)
+			*w.ws = ws
+			close(w.seen)
+			continue
+		}
 		r.reaped++
+	}
+}
+
+// Run runs cmd, an exec.Cmd of code other than this package's (a volume
+// hook, an upgrade's preflight), as cmd.Run does, also when the reaper is
+// on (PID 1): the reaper's wait for any child could otherwise take cmd's
+// status first, and cmd.Wait would fail with ECHILD ("waitid: no child
+// processes") whatever cmd did. The reaper holds cmd's PID from its fork;
+// whichever of the two waits gets the status, Run returns it: nil, or a
+// *ReapedExit for a failure the reaper saw.
+func Run(cmd *exec.Cmd) error {
+	rp := activeReaper()
+	if rp == nil {
+		return cmd.Run()
+	}
+	var (
+		ws   syscall.WaitStatus
+		seen = make(chan struct{})
+	)
+	rp.mu.Lock()
+	if err := cmd.Start(); err != nil {
+		rp.mu.Unlock()
+		return err
+	}
+	pid := cmd.Process.Pid
+	w := &foreignWait{seen: seen, ws: &ws}
+	if rp.foreign == nil {
+		rp.foreign = map[int]*foreignWait{}
+	}
+	rp.foreign[pid] = w
+	rp.mu.Unlock()
+	err := cmd.Wait()
+	if !errors.Is(err, syscall.ECHILD) {
+		// cmd.Wait had the status: the PID is no longer ours to wait for
+		// (unless a later fork has it already).
+		rp.mu.Lock()
+		if rp.foreign[pid] == w {
+			delete(rp.foreign, pid)
+		}
+		rp.mu.Unlock()
+		return err
+	}
+	// The reaper had it (seen is closed under the reaper's lock as soon
+	// as it reaped it).
+	<-seen
+	if ws.Exited() && ws.ExitStatus() == 0 {
+		return nil
+	}
+	return &ReapedExit{Status: ws}
+}
+
+// ReapedExit is how Run reports a failed exit the reaper saw (where
+// cmd.Run would give an *exec.ExitError).
+type ReapedExit struct{ Status syscall.WaitStatus }
+
+func (e *ReapedExit) Error() string {
+	switch ws := e.Status; {
+	case ws.Signaled():
+		return "signal: " + ws.Signal().String()
+	case ws.Exited():
+		return "exit status " + strconv.Itoa(ws.ExitStatus())
+	default:
+		return "exited: status " + strconv.Itoa(int(ws))
 	}
 }

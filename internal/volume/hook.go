@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/internal/proc"
 )
 
 // hookWaitDelay bounds how long a killed hook's pipes are waited for.
@@ -36,7 +38,7 @@ func runHook(ctx context.Context, log hclog.Logger, what string, argv, env []str
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = hookWaitDelay
 	start := time.Now()
-	err := cmd.Run()
+	err := proc.Run(cmd) // as PID 1 too (the reaper)
 	if cmd.Process != nil {
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
@@ -49,9 +51,13 @@ func runHook(ctx context.Context, log hclog.Logger, what string, argv, env []str
 		err = fmt.Errorf("%s killed after %s: %w", msg, time.Since(start).Round(time.Millisecond), cerr)
 	} else {
 		var ee *exec.ExitError
-		if errors.As(err, &ee) {
+		var re *proc.ReapedExit
+		switch {
+		case errors.As(err, &ee):
 			err = fmt.Errorf("%s failed: %s", msg, ee.ProcessState)
-		} else {
+		case errors.As(err, &re):
+			err = fmt.Errorf("%s failed: %s", msg, re)
+		default:
 			err = fmt.Errorf("%s: %w", msg, err)
 		}
 	}
