@@ -596,7 +596,7 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 			if !moved {
 				why = "no other node took the slot within " + handoffTimeout.String()
 			}
-			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "drain", Reason: "the old instance stops: " + why})
+			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "orphan-stop", Reason: "drained: the old instance stops: " + why})
 		}
 		delete(a.ops.handoffs, id)
 	}
@@ -625,11 +625,11 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 			if !past {
 				a.ops.handoffs[id] = &handoff{since: now}
 			}
-			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "drain", Reason: "drained from " + a.cfg.Node + ": stop, then release"}))
+			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "release", Reason: "drained from " + a.cfg.Node + ": stop, then release"}))
 		} else {
 			a.ops.handoffs[id] = &handoff{since: now, releasing: true}
 			out = append(out, Release{Slot: id, Session: a.session},
-				Record{Slot: id, Action: "drain", Reason: "drained from " + a.cfg.Node + ": released; its instance runs until another node holds the slot"})
+				Record{Slot: id, Action: "release", Reason: "drained from " + a.cfg.Node + ": released; its instance runs until another node holds the slot (at most " + handoffTimeout.String() + ")"})
 		}
 	}
 	// Claims whose answer was lost: read their keys (a second apart).
