@@ -20,8 +20,7 @@ package agent
 //     Record.Deferred): the slot's Release carries it (Release.Audit)
 //     when it comes; lost before, the "lost" record says so.
 //   - Alone: a decision with no transaction (a hold lost and its instance
-//     killed, an orphan stopped): its own transaction, the audit record
-//     only.
+//     killed): its own transaction, the audit record only.
 //   - Logged: a claim, an update or a failed slot's release held back
 //     ("hold"): not a decision of this node but the effect of one
 //     recorded already, by whoever made it: the storm brake's record,
