@@ -274,6 +274,15 @@ func ResetSlot(client *api.Client, unit string, k int, by string) error {
 	if err != nil {
 		return fmt.Errorf("slot %s/%d: %w", unit, k, err)
 	}
+	if v.State != SlotFailed {
+		// Nothing to clear (a released slot is claimed as it is); no
+		// record of a reset that did nothing.
+		state := v.State
+		if state == "" {
+			state = "no state"
+		}
+		return fmt.Errorf("slot %s/%d has not failed (%s): nothing to reset", unit, k, state)
+	}
 	now := time.Now().UTC()
 	nv := SlotValue{Node: v.Node, State: SlotReleased, Since: now, Reason: "reset by " + by}
 	ops := api.TxnOps{

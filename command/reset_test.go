@@ -1,6 +1,7 @@
 package command
 
 import (
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -82,5 +83,33 @@ func TestResetFailedSlotOfTheStepMachine(t *testing.T) {
 	if code := (&ResetCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), "web/2"}); code != 1 ||
 		!strings.Contains(ui.ErrorWriter.String(), "never been held") {
 		t.Fatalf("second reset: exit %d %q", code, ui.ErrorWriter.String())
+	}
+}
+
+// mariposa reset UNIT/K of a slot that has not failed, on either engine
+// (a released slot key, no failed mark), is refused and writes nothing: no
+// "reset" record of a reset that did nothing, the slot key untouched.
+// Mutation check: without cluster.ResetSlot's state check, the reset
+// rewrites the released slot's key and writes its record.
+func TestResetRefusesSlotNotFailed(t *testing.T) {
+	agent := consultest.NewDev(t)
+	c := agent.Client(t)
+	v := cluster.SlotValue{Node: "n1", State: cluster.SlotReleased, Since: time.Now(), Reason: "scaled down"}
+	b, _ := json.Marshal(v)
+	if _, err := c.KV().Put(&api.KVPair{Key: cluster.SlotKey("web", 1), Value: b}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before, _, _ := c.KV().Get(cluster.SlotKey("web", 1), nil)
+	ui := cli.NewMockUi()
+	if code := (&ResetCommand{UI: ui}).Run([]string{"-consul-addr", agent.HTTPAddr(), "web/1"}); code != 1 ||
+		!strings.Contains(ui.ErrorWriter.String(), "has not failed") {
+		t.Fatalf("exit %d: %q", code, ui.ErrorWriter.String())
+	}
+	after, _, _ := c.KV().Get(cluster.SlotKey("web", 1), nil)
+	if after == nil || after.ModifyIndex != before.ModifyIndex {
+		t.Fatalf("the slot key was written: %+v", after)
+	}
+	if pairs, _, err := c.KV().List(cluster.AuditPrefix, nil); err != nil || len(pairs) != 0 {
+		t.Fatalf("audit records %v %v", pairs, err)
 	}
 }

@@ -31,6 +31,20 @@ func kvIndex(t *testing.T, c *api.Client) uint64 {
 	return meta.LastIndex
 }
 
+// keysSince lists the keys under mariposa/ written after index idx (a
+// key deleted since shows only in the index).
+func keysSince(t *testing.T, c *api.Client, idx uint64) []string {
+	t.Helper()
+	pairs, _, _ := c.KV().List(cluster.Prefix, &api.QueryOptions{RequireConsistent: true})
+	var moved []string
+	for _, p := range pairs {
+		if p.ModifyIndex > idx {
+			moved = append(moved, fmt.Sprintf("%s@%d", p.Key, p.ModifyIndex))
+		}
+	}
+	return moved
+}
+
 // The audit log of one node of a fleet, end to end: the node's audit file
 // holds its instance's events as JSON lines; the fleet deletes an audit day
 // past retention shortly after it starts; mariposa events prints the
@@ -51,7 +65,10 @@ func TestFleetAuditIdle(t *testing.T) {
 	waitFor(t, 30*time.Second, "the supervisor live", func() (bool, string) {
 		return len(passingInstances(c, "mariposa")) == 1, ""
 	})
-	deploy(t, agent, writeHCL(t, `
+	// -wait: the deployment ends (its instance healthy for
+	// min_healthy_time, 10 s, then successful) before the fleet is idle:
+	// a deployment under way writes its holder's status and its moves.
+	deploy(t, agent, "-wait", writeHCL(t, `
 service "idle" {
   command = ["sleep", "600"]
   count   = 1
@@ -103,7 +120,8 @@ service "idle" {
 	records, _, _ := c.KV().Keys(cluster.AuditPrefix, "", nil)
 	const idle = 20 * time.Second
 	consistently(t, idle, "nothing written while idle", func() (bool, string) {
-		return kvIndex(t, c) == idx, fmt.Sprint(kvIndex(t, c))
+		now := kvIndex(t, c)
+		return now == idx, fmt.Sprintf("index %d -> %d, keys written since: %v", idx, now, keysSince(t, c, idx))
 	})
 	after := kvIndex(t, c)
 	fi2, _ := os.Stat(auditFile)
@@ -111,14 +129,7 @@ service "idle" {
 	t.Logf("idle for %s: KV index under mariposa/ %d -> %d, audit records %d -> %d, audit file %d -> %d bytes",
 		idle, idx, after, len(records), len(records2), fi.Size(), fi2.Size())
 	if after != idx || len(records2) != len(records) {
-		changed, _, _ := c.KV().List(cluster.Prefix, &api.QueryOptions{RequireConsistent: true})
-		var moved []string
-		for _, p := range changed {
-			if p.ModifyIndex > idx {
-				moved = append(moved, p.Key)
-			}
-		}
-		t.Errorf("the idle fleet wrote under mariposa/: index %d -> %d, keys %v", idx, after, moved)
+		t.Errorf("the idle fleet wrote under mariposa/: index %d -> %d, keys %v", idx, after, keysSince(t, c, idx))
 	}
 	if fi2.Size() != fi.Size() {
 		t.Errorf("the idle node wrote to its audit file: %d -> %d bytes", fi.Size(), fi2.Size())

@@ -632,6 +632,9 @@ type assignment struct {
 	ext                string // Extra.Key
 	free               []int
 	mine               map[int]Place
+	// of: per slot of mine, how many nodes may hold it (its feasible
+	// nodes: the queue's "rank 1 of 3", as cluster.Fleet's).
+	of map[int]int
 }
 
 // Ranking is where each feasible node stands for each free slot of a
@@ -1256,7 +1259,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					}
 					continue
 				}
-				tk, fresh, may, out2 := a.gateClaim(now, u, v, k, d, out)
+				tk, fresh, may, out2 := a.gateClaim(now, u, v, k, d, claimRank{me.Rank, r.asg.of[k]}, out)
 				if out = out2; !may {
 					continue
 				}
@@ -1325,15 +1328,23 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 	}
 	asg := a.rank(u, v, nodes, free, x)
 	mine := map[int]Place{}
+	of := map[int]int{}
 	if i, ok := asg.pos[a.cfg.Node]; ok { // Of, the node looked up once
 		for _, k := range free {
 			if ps := asg.places[k]; i < len(ps) && ps[i].Rank >= 0 {
 				mine[k] = ps[i]
+				n := 0
+				for _, p := range ps {
+					if p.Rank >= 0 {
+						n++
+					}
+				}
+				of[k] = n
 			}
 		}
 	}
 	a.stepAside(u.Name, asg, mine, now)
-	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine}, true
+	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine, of: of}, true
 	return mine
 }
 

@@ -272,7 +272,9 @@ func (a *Agent) intents(now time.Time) []cluster.Intent {
 	var out []cluster.Intent
 	for id, hb := range a.ops.held {
 		if hb.kind == holdPause {
-			out = append(out, cluster.Intent{Kind: "claim", Target: id.String(), Detail: hb.why})
+			// The node's place, as cluster.Fleet's queue says it (the
+			// pause is the queue's reason to exist).
+			out = append(out, cluster.Intent{Kind: "claim", Target: id.String(), Detail: hb.rank.String()})
 		}
 	}
 	for id, what := range a.pq.updates {

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -208,4 +210,86 @@ func TestDeployPauseHoldsRevert(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The queue's claims, as cluster.Fleet's (cluster/pause.go): a claim of a
+// free slot whose time has come is held while placement is paused (the
+// fleet's or the unit's pause, of scope placement or all; not deploy),
+// and listed with the node's place among the nodes that may hold it
+// ("rank 1 of 3", what mariposa queue prints); each node lists its own.
+// Mutation check: with the detail the pause's reason (the old one), or
+// with a pause of deploys holding claims, the table fails.
+func TestQueueClaimIntents(t *testing.T) {
+	nodes := []string{"me", "n2", "n3"}
+	web := Unit{Name: "web", Count: 2, MaxPerNode: 1}
+	rank := DefaultRank(web, NewSlotsView("web", 6, []Slot{{K: 0, Released: true}, {K: 1, Released: true}}),
+		&NodesView{Index: 1, Nodes: nodes}, []int{0, 1})
+	for _, tc := range []struct {
+		name string
+		ctl  cluster.Control
+		want []string // "<kind> <target>: <detail>"
+	}{
+		{"the fleet's placement paused", pause("", cluster.PausePlacement), claimsOf(rank, 0, 1)},
+		{"the fleet paused (all)", pause("", cluster.PauseAll), claimsOf(rank, 0, 1)},
+		{"the unit's placement paused", pause("web", cluster.PausePlacement), claimsOf(rank, 0, 1)},
+		{"another unit paused", pause("db", cluster.PausePlacement), nil},
+		{"deploys paused: claims go on", pause("", cluster.PauseDeploy), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := opsMachine(t, Faults{}, nil, nodes, web)
+			var list []cluster.Intent
+			published, claims := false, 0
+			step := func(in any) {
+				for _, a := range m.step(in) {
+					switch a := a.(type) {
+					case PublishIntents:
+						list, published = a.List, true
+						m.step(IntentsPublished{List: a.List, OK: true})
+					case Claim:
+						claims++
+					}
+				}
+			}
+			step(ctlView(20, tc.ctl))
+			step(slots("web", 6, Slot{K: 0, Released: true}, Slot{K: 1, Released: true}))
+			for range 10 { // every rank's time
+				m.now = m.now.Add(time.Second)
+				step(Tick{})
+			}
+			var got []string
+			for _, in := range list {
+				if in.Node != "me" || in.ID != cluster.IntentID("me", in.Kind, in.Target) {
+					t.Fatalf("entry %+v", in)
+				}
+				got = append(got, in.Kind+" "+in.Target+": "+in.Detail)
+			}
+			if !slices.Equal(got, tc.want) || published != (tc.want != nil) {
+				t.Fatalf("queue %q (published %v), want %q", got, published, tc.want)
+			}
+			if (claims == 0) != (tc.want != nil) {
+				t.Fatalf("%d claims with queue %q", claims, got)
+			}
+		})
+	}
+}
+
+// claimsOf is "claim web/k: rank r of n" for the slots where "me" ranks
+// first (max_per_node 1: it claims one; the pause holds each whose time
+// came, as cluster.Fleet's).
+func claimsOf(r Ranking, ks ...int) []string {
+	var out []string
+	for _, k := range ks {
+		p, ok := r.Of(k, "me")
+		if !ok {
+			continue
+		}
+		n := 0
+		for _, q := range r.places[k] {
+			if q.Rank >= 0 {
+				n++
+			}
+		}
+		out = append(out, fmt.Sprintf("claim web/%d: rank %d of %d", k, p.Rank+1, n))
+	}
+	return out
 }

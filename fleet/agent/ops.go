@@ -153,7 +153,16 @@ const (
 type heldBack struct {
 	kind int
 	why  string
+	// rank: a claim held by a pause, the node's place for it (the
+	// queue's detail, "rank 1 of 3" as cluster.Fleet's).
+	rank claimRank
 }
+
+// claimRank is a node's first-round rank for a slot, of how many nodes
+// may hold it.
+type claimRank struct{ rank, of int }
+
+func (c claimRank) String() string { return fmt.Sprintf("rank %d of %d", c.rank+1, c.of) }
 
 type handoff struct {
 	since     time.Time
@@ -457,7 +466,7 @@ func (a *Agent) holdBack(id SlotID, kind int, why string, out []any) []any {
 // controls decide, and returns the budget's CAS when the claim is a
 // takeover, or fresh when it may be of a slot never held (Claim.Fresh). d is the slot's claim delay (a claim waiting for the budget
 // keeps its rank's distance).
-func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Duration, out []any) (tk *TakeoverCAS, fresh, may bool, _ []any) {
+func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Duration, rank claimRank, out []any) (tk *TakeoverCAS, fresh, may bool, _ []any) {
 	if !a.cfg.Control {
 		return nil, false, true, out
 	}
@@ -471,7 +480,11 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 	}
 	id := SlotID{u.Name, k}
 	if r, ok := ctl.Paused(u.Name, cluster.PausePlacement); ok && !a.cfg.Faults.IgnorePause {
-		return nil, false, false, a.holdBack(id, holdPause, "claims paused: "+r.Why(), out)
+		out = a.holdBack(id, holdPause, "claims paused: "+r.Why(), out)
+		hb := a.ops.held[id]
+		hb.rank = rank // the latest ranking's (the queue lists it)
+		a.ops.held[id] = hb
+		return nil, false, false, out
 	}
 	if r, failed := a.failedIn(ctl, id); failed {
 		return nil, false, false, a.holdBack(id, holdFailed, "failed on "+r.Node+": "+r.Reason+" (mariposa reset "+id.String()+")", out)
@@ -596,7 +609,7 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 			if !moved {
 				why = "no other node took the slot within " + handoffTimeout.String()
 			}
-			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "drain", Reason: "the old instance stops: " + why})
+			out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "orphan-stop", Reason: "drained: the old instance stops: " + why})
 		}
 		delete(a.ops.handoffs, id)
 	}
@@ -625,11 +638,11 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 			if !past {
 				a.ops.handoffs[id] = &handoff{since: now}
 			}
-			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "drain", Reason: "drained from " + a.cfg.Node + ": stop, then release"}))
+			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "release", Reason: "drained from " + a.cfg.Node + ": stop, then release"}))
 		} else {
 			a.ops.handoffs[id] = &handoff{since: now, releasing: true}
 			out = append(out, Release{Slot: id, Session: a.session},
-				Record{Slot: id, Action: "drain", Reason: "drained from " + a.cfg.Node + ": released; its instance runs until another node holds the slot"})
+				Record{Slot: id, Action: "release", Reason: "drained from " + a.cfg.Node + ": released; its instance runs until another node holds the slot (at most " + handoffTimeout.String() + ")"})
 		}
 	}
 	// Claims whose answer was lost: read their keys (a second apart).

@@ -322,15 +322,18 @@ func TestDrainOneAtATime(t *testing.T) {
 	}
 	acts := step(ctlView(21, drain(time.Hour, false)))
 	s, ok := find[Stop](acts)
-	if !ok || s.Slot != (SlotID{"db", 0}) || s.Kill || len(records(acts, "drain")) != 1 {
+	// One vocabulary with cluster.Fleet's (website/operations.md): a
+	// drained slot's record is a "release" saying "drained from".
+	if !ok || s.Slot != (SlotID{"db", 0}) || s.Kill || len(records(acts, "release")) != 1 ||
+		!strings.HasPrefix(records(acts, "release")[0].Reason, "drained from me") || len(records(acts, "drain")) != 0 {
 		t.Fatalf("first: %v", acts)
 	}
 	if _, ok := find[Release](acts); ok {
 		t.Fatalf("two slots at once: %v", acts)
 	}
 	r, ok := find[Release](step(InstanceExited{Slot: s.Slot}))
-	if !ok || r.Slot != s.Slot {
-		t.Fatal("the exclusive slot not released after its stop")
+	if !ok || r.Slot != s.Slot || r.Audit.Action != "release" {
+		t.Fatalf("the exclusive slot not released after its stop with its record: %+v", r)
 	}
 	if web := releasesOf(step(ReleaseDone{Slot: s.Slot, OK: true}), "web"); len(web) > 0 {
 		t.Fatal("the next slot before db/0 is held elsewhere")

@@ -13,26 +13,33 @@ package agent
 //   - Riding: it goes in the transaction of an action of the same step,
 //     the one that carries the decision out: a Claim or Release of the
 //     same slot (a takeover, a stray's release, a drain's release, a
-//     failed handoff's release), PublishDrain ("drain-status") or
-//     PublishIntents ("queue").
+//     failed handoff's release: a drain's is a "release" whose reason
+//     says "drained from", as cluster.Fleet's).
 //   - Deferred: a decision to stop (or hand off) and then release
 //     (scaled down, a drain's stop, a reschedule after a failed restore;
 //     Record.Deferred): the slot's Release carries it (Release.Audit)
 //     when it comes; lost before, the "lost" record says so.
 //   - Alone: a decision with no transaction (a hold lost and its instance
-//     killed, an orphan stopped): its own transaction, the audit record
-//     only.
+//     killed): its own transaction, the audit record only.
 //   - Logged: a claim, an update or a failed slot's release held back
 //     ("hold"): not a decision of this node but the effect of one
 //     recorded already, by whoever made it: the storm brake's record,
 //     the takeovers' records and log (the budget), the pause's record
-//     (and the node's queue, written with its "queue" record, lists each
-//     held claim and update), the failed slot's "fail" record. Written
+//     (and the node's queue lists each held claim and update), the
+//     failed slot's "fail" record. Written
 //     alone, every node placed for a slot would write one when its claim
 //     time comes, O(nodes x vacancies) writes in the storm the brake and
 //     the budget are there to damp (fleet/sim -ops, 50 nodes, seeds
 //     1-3: 18.2 transactions per vacancy instead of 7.9). The executor
-//     logs them; Waiting shows them while they last.
+//     logs them; Waiting shows them while they last. So are the node's
+//     queue ("queue": a report of what the pause holds back, whose
+//     record is the pause's), a drain's status ("drain-status": a report
+//     for the drain's watchers, not a decision) and the stop of a drained slot's old instance
+//     ("orphan-stop": its release's record said it runs until another
+//     node holds the slot, or handoffTimeout): cluster.Fleet writes
+//     none of them, and mariposa events shows one vocabulary for both
+//     engines (website/operations.md: the operator's "drain", then a
+//     "release" per slot).
 
 // Where says where a Record is written (see Audits).
 type Where int
@@ -49,6 +56,9 @@ const (
 // written: the actions whose records the decision's own transaction
 // writes, from the action itself.
 var written = map[string]bool{"claim": true, "fail": true, "storm-brake": true, "restore": true}
+
+// logged: the actions logged, never written (see Audits).
+var logged = map[string]bool{"hold": true, "queue": true, "drain-status": true, "orphan-stop": true}
 
 // Audits sorts one step's Records: riding[i] are the records that go in
 // the transaction of acts[i]; alone are written in a transaction of their
@@ -81,7 +91,7 @@ func AuditPlace(acts []any, r Record) (Where, int) {
 		return Written, -1
 	case r.Deferred:
 		return Deferred, -1
-	case r.Action == "hold":
+	case logged[r.Action]:
 		return Logged, -1
 	}
 	for i, a := range acts {
@@ -92,14 +102,6 @@ func AuditPlace(acts []any, r Record) (Where, int) {
 			}
 		case Release:
 			if a.Slot == r.Slot {
-				return Riding, i
-			}
-		case PublishDrain:
-			if r.Action == "drain-status" {
-				return Riding, i
-			}
-		case PublishIntents:
-			if r.Action == "queue" {
 				return Riding, i
 			}
 		}

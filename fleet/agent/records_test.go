@@ -26,15 +26,14 @@ func TestAuditPlace(t *testing.T) {
 		{"lost: killed, no transaction", []any{Stop{Slot: db, Kill: true}, Record{Slot: db, Action: "lost"}}, 1, Alone, -1},
 		{"scaled down: the coming release", []any{Stop{Slot: db}, Record{Slot: db, Action: "release", Reason: "scaled down", Deferred: true}}, 1, Deferred, -1},
 		{"stray: its release", []any{Release{Slot: other}, Release{Slot: db}, Record{Slot: db, Action: "release", Reason: "stray"}}, 2, Riding, 1},
-		{"drain of a shared slot: its release", []any{Release{Slot: db}, Record{Slot: db, Action: "drain"}}, 1, Riding, 0},
-		{"orphan stopped by the drain: alone", []any{Stop{Slot: db}, Record{Slot: db, Action: "drain", Reason: "the old instance stops"}}, 1, Alone, -1},
+		{"drain of a shared slot: its release", []any{Release{Slot: db}, Record{Slot: db, Action: "release", Reason: "drained from n1"}}, 1, Riding, 0},
+		{"orphan stopped by the drain: its release said so", []any{Stop{Slot: db}, Record{Slot: db, Action: "orphan-stop", Reason: "the old instance stops"}}, 1, Logged, -1},
 		{"takeover: its claim", []any{Claim{Slot: other}, Claim{Slot: db}, Record{Slot: db, Action: "takeover"}}, 2, Riding, 1},
 		{"a claim held back: its cause is recorded", []any{Record{Slot: db, Action: "hold"}}, 0, Logged, -1},
 		{"an update held back beside the queue: still its cause's", []any{Record{Slot: db, Action: "hold"}, PublishIntents{}}, 0, Logged, -1},
 		{"handoff failed: its release", []any{Record{Slot: db, Action: "handoff-failed"}, Release{Slot: db}}, 0, Riding, 1},
-		{"drain-status: its publish", []any{PublishDrain{}, Record{Action: "drain-status"}}, 1, Riding, 0},
-		{"queue: its publish", []any{Record{Action: "queue"}, PublishIntents{}}, 0, Riding, 1},
-		{"queue without its publish: alone", []any{Record{Action: "queue"}}, 0, Alone, -1},
+		{"drain-status: a report, logged", []any{PublishDrain{}, Record{Action: "drain-status"}}, 1, Logged, -1},
+		{"queue: a report, logged", []any{Record{Action: "queue"}, PublishIntents{}}, 0, Logged, -1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w, at := AuditPlace(tc.acts, tc.acts[tc.rec].(Record))

@@ -22,8 +22,17 @@ func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
 	if r.Slot.K >= 0 && r.Slot.Unit != "" {
 		slot = r.Slot.String()
 	}
-	return cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: r.Slot.Unit, Slot: slot,
-		Action: r.Action, Reason: r.Reason})
+	ev := cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: r.Slot.Unit, Slot: slot,
+		Action: r.Action, Reason: r.Reason}
+	switch r.Action {
+	case "release":
+		// What moved, as cluster.Fleet's release says it
+		// (website/operations.md: this node -> released).
+		ev.From, ev.To = e.cfg.Node, cluster.SlotReleased
+	case "claim":
+		ev.To = e.cfg.Node
+	}
+	return cluster.AuditOp(ev)
 }
 
 // claimOpsFor is a claim's transaction (fleet/sim's claimOpsFor): a slot

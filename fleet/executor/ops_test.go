@@ -142,23 +142,21 @@ func TestDrainDoneOnlyWhenEmpty(t *testing.T) {
 	}
 	f.waitSettled(30 * time.Second)
 	f.checkNoOverlap()
-	// The drain's decisions are recorded in their transactions: web/0's
-	// release with its "drain" record, each status published with its
-	// "drain-status" record (no slot). Mutation checks: publishDrain
-	// without its records, or release without the step's, fails it.
+	// The drain's decisions are recorded in their transactions, in
+	// cluster.Fleet's vocabulary (website/operations.md): web/0's
+	// release is a "release" record, drained node -> released, saying
+	// "drained from"; no "drain" record of a slot, and the statuses
+	// (reports, not decisions) none. Mutation checks: release without
+	// the step's records, or the agent's old "drain" action, fails it.
 	released := false
 	for _, e := range f.auditOf(u.Name) {
-		if e.Action == "drain" && e.Node == d.name && e.Slot == "web/0" && strings.Contains(e.Reason, ": released;") {
+		if e.Action == "release" && e.Node == d.name && e.Slot == "web/0" && strings.Contains(e.Reason, "drained from "+d.name+": released;") &&
+			e.From == d.name && e.To == cluster.SlotReleased {
 			released = true
 		}
 	}
-	statuses := 0
-	for _, e := range f.auditOf("") {
-		if e.Action == "drain-status" && e.Node == d.name && e.Slot == "" {
-			statuses++
-		}
-	}
-	if !released || statuses == 0 {
-		t.Fatalf("drain records: web/0's release %v, %d statuses; %v %v", released, statuses, countActions(f.auditOf(u.Name)), countActions(f.auditOf("")))
+	n := countActions(f.auditOf(u.Name))["drain"] + countActions(f.auditOf(""))["drain-status"]
+	if !released || n != 0 {
+		t.Fatalf("drain records: web/0's release %v, %d drain or drain-status; %v %v", released, n, countActions(f.auditOf(u.Name)), countActions(f.auditOf("")))
 	}
 }

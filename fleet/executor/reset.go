@@ -121,8 +121,9 @@ func (e *Executor) actQueue(a any, audit []agent.Record) bool {
 	return true
 }
 
-// publishIntents writes the node's queue (deletes it when empty), with
-// the "queue" record, in one transaction.
+// publishIntents writes the node's queue (deletes it when empty); the
+// "queue" record is logged, not written (agent.Audits), as cluster.Fleet
+// writes none.
 func (e *Executor) publishIntents(a agent.PublishIntents, audit []agent.Record) {
 	op := &api.KVTxnOp{Verb: api.KVDelete, Key: cluster.IntentsKey(e.cfg.Node)}
 	if len(a.List) > 0 {

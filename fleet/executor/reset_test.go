@@ -80,7 +80,10 @@ func TestFailedSlotHeldUntilReset(t *testing.T) {
 }
 
 // While paused, a node's queue (nodes/<node>/intents, mariposa queue)
-// lists the claims the pause holds back; the resume deletes it.
+// lists the claims the pause holds back, each with the node's place
+// ("rank 1 of 1": the other node holds web/0 at max_per_node 1; as
+// cluster.Fleet's); the resume deletes it. The queue is
+// a report, not a decision: no audit record (cluster.Fleet writes none).
 func TestQueuePublishedWhilePaused(t *testing.T) {
 	u := agent.Unit{Name: "web", Count: 1, MaxPerNode: 1}
 	f := newFleet(t, fleetOptions{nodes: 2, control: true}, u)
@@ -100,7 +103,8 @@ func TestQueuePublishedWhilePaused(t *testing.T) {
 		t.Fatal("no queue while paused")
 	}
 	for _, in := range queue {
-		if in.Kind != "claim" || in.Target != "web/1" || in.ID != cluster.IntentID(in.Node, "claim", "web/1") {
+		if in.Kind != "claim" || in.Target != "web/1" || in.ID != cluster.IntentID(in.Node, "claim", "web/1") ||
+			in.Detail != "rank 1 of 1" {
 			t.Fatalf("queue %+v", queue)
 		}
 	}
@@ -118,5 +122,8 @@ func TestQueuePublishedWhilePaused(t *testing.T) {
 		return err == nil
 	}) {
 		t.Fatal("the queue is still there after the resume")
+	}
+	if a := f.audits("queue"); len(a) != 0 {
+		t.Fatalf("queue audit records %+v", a)
 	}
 }
