@@ -1177,7 +1177,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
 			}
 			u, ok := r.unit, r.ok
-			if !ok || u.Count == 0 {
+			if !ok || u.Count == 0 || !a.servicesHeard(u) {
 				continue
 			}
 			// Free as the view says: every node with this view ranks the
