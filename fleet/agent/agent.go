@@ -92,6 +92,7 @@ func (s SlotID) ClaimedKey() string { return "mariposa/claimed/" + s.Unit + "/" 
 func IndexView(unit string, index uint64, keys []string) *SlotsView {
 	prefix := IndexPrefix(unit)
 	by := map[int]Slot{}
+	delays := map[int][]string{}
 	var order []int
 	for _, key := range keys {
 		rest, ok := strings.CutPrefix(key, prefix)
@@ -99,11 +100,32 @@ func IndexView(unit string, index uint64, keys []string) *SlotsView {
 			continue
 		}
 		ks, node, held := strings.Cut(rest, "/")
+		var after time.Time
+		if !held {
+			if k, until, ok := parseDelayKey(ks); ok {
+				ks, after = k, until
+			}
+		}
 		k, err := strconv.Atoi(ks)
 		if err != nil || k < 0 || (held && node == "") {
 			continue
 		}
 		sl, seen := by[k]
+		if !after.IsZero() {
+			// A reschedule's mark, beside the released mark or the
+			// holder's entry: the slot's delay, and a key for the next
+			// claim to delete.
+			if !seen {
+				order = append(order, k)
+			}
+			sl.K = k
+			if after.After(sl.After) {
+				sl.After = after
+			}
+			by[k] = sl
+			delays[k] = append(delays[k], key)
+			continue
+		}
 		if !seen {
 			order = append(order, k)
 		}
@@ -119,7 +141,11 @@ func IndexView(unit string, index uint64, keys []string) *SlotsView {
 	for _, k := range order {
 		slots = append(slots, by[k])
 	}
-	return NewSlotsView(unit, index, slots)
+	v := NewSlotsView(unit, index, slots)
+	if len(delays) > 0 {
+		v.delays = delays
+	}
+	return v
 }
 
 // Slot is one slot as the unit's index watch answered it (CLUSTER.md
@@ -137,6 +163,10 @@ type Slot struct {
 	// and is not released was freed by an invalidation, and Consul
 	// refuses to lock it for the lock delay.
 	Released bool
+	// After: the slot was released by a reschedule (DelayKey): no claim
+	// of it before this time (cluster.NextDelay's delay after the
+	// failure; the latest when the index shows several).
+	After time.Time
 }
 
 // SlotsView is one answer of the watch on a unit's index, immutable once
@@ -150,7 +180,14 @@ type SlotsView struct {
 	byNode  map[string][]int
 	nodeOf  []string // by slot number: the holder, "" free
 	dense   []Slot   // Slots by slot number (the zero Slot where none)
+	// delays: per slot, the reschedules' marks the index shows
+	// (DelayKey), which the next claim deletes.
+	delays map[int][]string
 }
+
+// DelayKeys are the reschedules' marks of slot k the view shows
+// (DelayKey; Slot.After is the latest's time).
+func (v *SlotsView) DelayKeys(k int) []string { return v.delays[k] }
 
 // slot is Slots[k] without a map lookup (a node reads it for every slot
 // it holds at every answer).
@@ -321,6 +358,11 @@ type (
 		// CheckFailed: the transaction checks that the slot's failed
 		// mark (cluster.FailedKey) does not exist (reset.go; FailedOp).
 		CheckFailed bool
+		// Delays: the reschedules' marks of the slot its view showed
+		// (DelayKey, past by now): the transaction deletes them and the
+		// slot's DelayGuardKey. With none, it checks that the guard does
+		// not exist: a refusal is Taken, a newer view first.
+		Delays []string
 	}
 	// Release: unlock the slot key (answer: ReleaseDone). Failed: the
 	// slot failed (reset.go): the same transaction sets its failed mark.
@@ -429,6 +471,9 @@ type Faults struct {
 	// penalized node neither knows its penalty before the watch on
 	// penalty/ says it nor steps aside; rankings leave the penalties out.
 	IgnoreAttempts, NoStepAside, IgnorePenalties bool
+	// NoRescheduleDelay: a rescheduled slot is claimed without waiting
+	// for its delay (Slot.After).
+	NoRescheduleDelay bool
 	// LogEveryTakeover: every takeover writes the budget's log (as
 	// cluster.Fleet does), none rides on a fresh one of its lost node.
 	LogEveryTakeover bool
@@ -1180,7 +1225,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
 			}
 			u, ok := r.unit, r.ok
-			if !ok || u.Count == 0 {
+			if !ok || u.Count == 0 || !a.servicesHeard(u) {
 				continue
 			}
 			// Free as the view says: every node with this view ranks the
@@ -1245,7 +1290,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k]) {
+				sl := v.slot(k)
+				if !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
@@ -1253,6 +1299,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					when = when.Add(a.cfg.LockDelay)
 				}
 				when = maxTime(when, vac.notBefore)
+				when, _ = a.afterReschedule(when, vac, sl, d)
 				if now.Before(when) {
 					if t, ok := a.waitAt[name]; !ok || when.Before(t) {
 						a.setWait(r, name, when)
@@ -1267,7 +1314,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
-					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control})
+					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, Delays: v.DelayKeys(k)})
 			}
 		}
 		for _, name := range dirty {

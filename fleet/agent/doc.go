@@ -8,7 +8,8 @@
 //
 // It holds the slot protocol (CLUSTER.md section 3): the node's session,
 // rank-ordered claims (cluster.Assign's ranks by AssignRanks over the
-// inputs cluster.Fleet's View has, place.go; ClaimDelay,
+// inputs cluster.Fleet's View has, the nodes of the services a placement
+// names among them, place.go; ClaimDelay,
 // SecondRoundDelay), the
 // hold, the exclusive holder's confirmations and watchdog, scale-down,
 // strays (a claim Consul applied whose answer was lost) and the loss of
@@ -24,8 +25,10 @@
 // instance failed for good, held by every node until mariposa reset
 // (reset.go); the pause's held restarts and the node's queue
 // (intents.go); with restart.on_exhausted = "reschedule", a failed
-// instance's slot moves with its penalty and history, or fails once the
-// history exhausts its attempts; a group fails as one (reschedule.go);
+// instance's slot moves with its penalty and history, and is claimed
+// again only after its reschedule delay (a mark in the unit's index,
+// DelayKey, and its guard, DelayGuardKey), or fails once the history
+// exhausts its attempts; a group fails as one (reschedule.go);
 // an upgrade in place (adopt.go): Config.Adopt starts the agent with the
 // previous image's session and holds running, no claim, each exclusive
 // hold bounded by that image's last confirmation, and Handover says what

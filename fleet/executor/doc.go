@@ -128,7 +128,10 @@
 // the first. For placement (place.go): penalty/ (agent.PenaltiesAnswer)
 // and, once per unit whose volumes keep data on the node, its slot keys'
 // last holders (agent.PreviousAnswer); a unit's index answers wait for
-// both. The units come from the caller (SetUnits; agent.UnitOf).
+// both. And one blocking query per service the units' placements name
+// (service.<name>: its catalog entries, agent.ServicesAnswer), started
+// and stopped with the units; the agent holds such a unit's claims until
+// each has answered. The units come from the caller (SetUnits; agent.UnitOf).
 //
 // # Stopping
 //
@@ -153,8 +156,7 @@
 // is gone does; the exclusive holds are guarded by the watchdog anyway). A bucket
 // shared by several units answers with all of them (pool.go: about U/B
 // units' bytes an answer instead of one; fleet/sim -buckets measures it).
-// Reschedules (restart.on_exhausted = "reschedule") wait for no delay
-// before the next claim (cluster.NextDelay's): the next holder claims at
-// once. ServiceFailed reads the slot's history before the agent hears the
-// failure; a reschedule's release writes the penalty and the history.
+// ServiceFailed reads the slot's history before the agent hears the
+// failure; a reschedule's release writes the penalty, the history and
+// the delay's mark and guard (agent.DelayKey, agent.DelayGuardKey).
 package executor

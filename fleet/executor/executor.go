@@ -146,9 +146,10 @@ type Executor struct {
 	// reqs: the places of the requests at once (pool.go).
 	reqs     chan struct{}
 	members  []string
-	info     infoMap         // the members' attributes and capacity (place.go)
-	prevRead map[string]bool // Sticky units whose previous holders were read (place.go)
-	penHeard bool            // the penalties' watch has answered (place.go)
+	info     infoMap                       // the members' attributes and capacity (place.go)
+	prevRead map[string]bool               // Sticky units whose previous holders were read (place.go)
+	penHeard bool                          // the penalties' watch has answered (place.go)
+	svcWatch map[string]context.CancelFunc // the watches of the services the units name (place.go)
 	failing  []string
 	haveMem  bool
 	haveFail bool
@@ -358,6 +359,7 @@ func (e *Executor) handle(in any) {
 			return
 		}
 		e.watchUnits(in.units)
+		e.followServices(in.units)
 		e.step(agent.UnitsAnswer{Units: in.units})
 		e.unitsSet = true
 		e.readPrevious(in.units)
@@ -434,6 +436,8 @@ func (e *Executor) handle(in any) {
 		e.previousRead(in)
 	case agent.PenaltiesAnswer:
 		e.penaltiesAnswer(in)
+	case agent.ServicesAnswer:
+		e.servicesAnswer(in)
 	case handedOff, handoffsServed:
 		e.handleVolumes(in)
 	case watchResumed:
