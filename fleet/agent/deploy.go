@@ -326,11 +326,11 @@ type holdDeploy struct {
 	failed                bool
 	// said: the healthy status this hold has written, or that its
 	// status shows (healthyKey: its version's).
-	said string
-	token                 int // -1: none
-	taking, returning     bool
-	takingT               int    // the token being taken
-	tokenIdx              uint64 // the token key's ModifyIndex once taken
+	said              string
+	token             int // -1: none
+	taking, returning bool
+	takingT           int    // the token being taken
+	tokenIdx          uint64 // the token key's ModifyIndex once taken
 	// strays: tokens this session holds for the slot unknown to it, and
 	// the view index at which their return was last sent.
 	strays     map[int]uint64
