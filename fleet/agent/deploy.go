@@ -198,9 +198,9 @@ type (
 	// restarted since). min_healthy_time counts again from the next
 	// InstanceHealthy, from that report (cluster.Fleet's nextStreak: a
 	// streak after a break counts from the look that sees it healthy
-	// again). A break after the slot's status said it healthy at Version
-	// changes nothing written (as cluster.Fleet: status's count reads
-	// the catalog for what is true now).
+	// again). A break after the streak lasted min_healthy_time changes
+	// nothing (as cluster.Fleet's rollout, which stops looking then;
+	// status's count reads the catalog for what is true now).
 	InstanceUnhealthy struct {
 		Slot    SlotID
 		Version string
@@ -323,7 +323,11 @@ type holdDeploy struct {
 	// next streak counts from the report that says it healthy again.
 	healthySince, started time.Time
 	broke                 bool
-	failed                bool
+	// lasted: when the instance had been healthy at version for
+	// min_healthy_time without a break (zero: not yet); a break after
+	// that changes nothing.
+	lasted time.Time
+	failed bool
 	// said: the healthy status this hold has written, or that its
 	// status shows (healthyKey: its version's).
 	said              string
@@ -389,6 +393,15 @@ func (a *Agent) startVersion(id SlotID, now time.Time) string {
 	return ver
 }
 
+// minHealthyFor is the unit's min_healthy_time: its deployment record's
+// update block's, else minHealthy.
+func (a *Agent) minHealthyFor(unit string) time.Duration {
+	if v := a.dep.views[unit]; v != nil && v.Record != nil {
+		return v.Record.Update.MinHealthyTime
+	}
+	return a.minHealthy(unit)
+}
+
 // minHealthy is the min_healthy_time of a unit with no deployment
 // record: its own update block's (the default without one).
 func (a *Agent) minHealthy(unit string) time.Duration {
@@ -427,6 +440,7 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 			break
 		}
 		switch {
+		case !hd.lasted.IsZero():
 		case hd.healthySince.IsZero() && hd.broke:
 			hd.healthySince = now
 		case hd.healthySince.IsZero():
@@ -440,10 +454,17 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 			d.unsaid[in.Slot] = true
 		}
 	case InstanceUnhealthy:
-		if hd := d.holds[in.Slot]; hd != nil && hd.version == in.Version && !hd.healthySince.IsZero() {
-			hd.healthySince, hd.broke = time.Time{}, true
-			delete(d.unsaid, in.Slot)
+		hd := d.holds[in.Slot]
+		if hd == nil || hd.version != in.Version || hd.healthySince.IsZero() || !hd.lasted.IsZero() {
+			break
 		}
+		if due := hd.healthySince.Add(a.minHealthyFor(in.Slot.Unit)); !now.Before(due) {
+			// It had lasted (the step at that time not taken yet).
+			hd.lasted = due
+			break
+		}
+		hd.healthySince, hd.broke = time.Time{}, true
+		delete(d.unsaid, in.Slot)
 	case TokenDone:
 		hd := d.holds[in.Slot]
 		if hd == nil || !hd.taking {
@@ -635,7 +656,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 				continue
 			}
 			h.phase = Updating
-			hd.version, hd.healthySince, hd.started, hd.failed, hd.broke, hd.said = target, time.Time{}, now, false, false, ""
+			hd.version, hd.healthySince, hd.started, hd.failed, hd.broke, hd.said, hd.lasted = target, time.Time{}, now, false, false, "", time.Time{}
 			delete(d.unsaid, id)
 			out = append(out, Update{Slot: id, Index: h.index, Session: a.session, From: from, To: target})
 			continue
@@ -648,8 +669,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		switch {
 		case healthy, hd.saidHealthy():
 			// Healthy at its version for min_healthy_time once: a break
-			// after that fails nothing (as cluster.Fleet's rollout,
-			// which stops looking then).
+			// after that fails nothing.
 		case !hd.healthySince.IsZero() || hd.started.IsZero() || up.HealthyDeadline <= 0:
 		case !hd.failed && now.Before(hd.started.Add(up.HealthyDeadline)):
 			at(hd.started.Add(up.HealthyDeadline))
@@ -722,14 +742,21 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 // slot claimed again after a deployment counts as healthy in status once
 // it is.
 func (a *Agent) sayHealthy(now time.Time, id SlotID, h *held, hd *holdDeploy, v *DeployView, min time.Duration, rec *Deployment, out []any, at func(time.Time)) (bool, []any) {
-	if h.phase != Running || hd.healthySince.IsZero() {
+	if h.phase != Running {
 		return false, out
 	}
-	due := hd.healthySince.Add(min)
-	if now.Before(due) {
-		at(due)
-		return false, out
+	if hd.lasted.IsZero() {
+		if hd.healthySince.IsZero() {
+			return false, out
+		}
+		due := hd.healthySince.Add(min)
+		if now.Before(due) {
+			at(due)
+			return false, out
+		}
+		hd.lasted = due
 	}
+	due := hd.lasted
 	if s, ok := v.Status[id.K]; ok && s.Version == hd.version && s.HealthyAt != nil && s.Index == h.index {
 		hd.said = hd.healthyKey()
 	}

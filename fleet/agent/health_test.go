@@ -137,11 +137,12 @@ func TestHoldSaysHealthy(t *testing.T) {
 // nextStreak): a break reported during it (a check failing, a member
 // stopped or restarted) starts it over from the report that says the
 // instance healthy again; a later pass where the checks run moves its
-// start there; a break after the status said it healthy changes nothing.
+// start there; a break after it lasted min_healthy_time changes nothing.
 //
 // Mutation-checked: with InstanceUnhealthy ignored, the rows with a break
 // publish at 1.1 s; with the healthy reports' later Since ignored, the
-// later-pass row publishes at 1.05 s.
+// later-pass row publishes at 1.05 s; with a break undoing a streak that
+// had lasted, the last two rows never publish (or once).
 func TestMinHealthyIsContinuous(t *testing.T) {
 	web := Unit{Name: "web", Count: 3, MaxPerNode: 1}
 	done := &Deployment{N: 1, Version: "v1", From: "v1", Stable: "v1", Status: cluster.DeploySuccessful, Update: upd}
@@ -171,6 +172,11 @@ func TestMinHealthyIsContinuous(t *testing.T) {
 		{"a break after it was said: nothing more", []at{{ms(100), healthy(0)},
 			{ms(1200), PublishDone{Slot: id, Kind: "healthy", Version: "v1", OK: true}}, {ms(1500), broke}, {ms(1700), healthy(0)}},
 			[]time.Duration{ms(1100)}},
+		{"a break reported after min_healthy_time, before its step: it had lasted", []at{{ms(100), healthy(0)}, {ms(1100), broke}},
+			[]time.Duration{ms(1100)}},
+		{"a break after it lasted, its status refused: said again all the same", []at{{ms(100), healthy(0)},
+			{ms(1150), PublishDone{Slot: id, Kind: "healthy", Version: "v1"}}, {ms(1200), broke}},
+			[]time.Duration{ms(1100), ms(2150)}},
 		{"a break at another version: not this streak's", []at{{ms(100), healthy(0)}, {ms(600), InstanceUnhealthy{Slot: id, Version: "v0"}}},
 			[]time.Duration{ms(1100)}},
 	} {
