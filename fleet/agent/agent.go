@@ -907,7 +907,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 				out = a.lose(id, h, "slot key not held by this node's session", out)
 			}
 		}
-	case DeployAnswer, InstanceHealthy, TokenDone, ReturnDone, PublishDone, MoveDone:
+	case DeployAnswer, InstanceHealthy, InstanceUnhealthy, TokenDone, ReturnDone, PublishDone, MoveDone:
 		out = a.stepDeploy(now, in, out)
 	case RestoreDone, HandoffDone:
 		out = a.stepVolumes(now, in, out)

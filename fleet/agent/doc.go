@@ -106,7 +106,10 @@
 //   - a slot's status: its holder only, about its own hold: the version
 //     it moves to (before the instance changes, so that no deployment is
 //     judged on a health the slot had at another version), healthy after
-//     min_healthy_time, or failed after healthy_deadline (Publish). It is
+//     min_healthy_time without a break (InstanceUnhealthy starts it over;
+//     said by every hold, a deployment running or not, as cluster.Fleet's
+//     holders: status counts a slot claimed again once it is), or failed
+//     after healthy_deadline (Publish). It is
 //     fenced, check-session and check-index (the fencing token) on the
 //     slot's lock key, and the lock key itself is never written while
 //     held: MARIPOSA_SLOT_INDEX stays valid across every update.

@@ -270,6 +270,13 @@ func (e *Executor) InstanceHealthy(slot agent.SlotID, version string, since time
 	e.inbox.post(agent.InstanceHealthy{Slot: slot, Version: version, Since: since})
 }
 
+// InstanceUnhealthy reports that the slot's instance, running version and
+// reported healthy, is not any more (a break, or a restart): its
+// min_healthy_time counts again (agent.InstanceUnhealthy).
+func (e *Executor) InstanceUnhealthy(slot agent.SlotID, version string) {
+	e.inbox.post(agent.InstanceUnhealthy{Slot: slot, Version: version})
+}
+
 // InstanceExited reports that the slot's instance is gone.
 func (e *Executor) InstanceExited(slot agent.SlotID) { e.inbox.post(agent.InstanceExited{Slot: slot}) }
 
@@ -444,7 +451,7 @@ func (e *Executor) handle(in any) {
 		e.resumed(in)
 	case handoverReq:
 		e.handover(in)
-	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
+	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy, agent.InstanceUnhealthy,
 		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
 		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
 		e.step(in)
