@@ -150,6 +150,7 @@ type Executor struct {
 	prevRead map[string]bool               // Sticky units whose previous holders were read (place.go)
 	penHeard bool                          // the penalties' watch has answered (place.go)
 	svcWatch map[string]context.CancelFunc // the watches of the services the units name (place.go)
+	svcSeen  map[string]uint64             // each watched service's catalog index last stepped (ServiceIndex)
 	failing  []string
 	haveMem  bool
 	haveFail bool
@@ -443,7 +444,7 @@ func (e *Executor) handle(in any) {
 		e.previousRead(in)
 	case agent.PenaltiesAnswer:
 		e.penaltiesAnswer(in)
-	case agent.ServicesAnswer:
+	case serviceAnswer:
 		e.servicesAnswer(in)
 	case handedOff, handoffsServed:
 		e.handleVolumes(in)

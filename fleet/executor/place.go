@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -193,6 +194,11 @@ func (e *Executor) followServices(units []agent.Unit) {
 		if !keep[name] {
 			cancel()
 			delete(e.svcWatch, name)
+			if _, ok := e.svcSeen[name]; ok {
+				seen := maps.Clone(e.svcSeen)
+				delete(seen, name)
+				e.svcSeen = seen
+			}
 		}
 	}
 }
@@ -205,15 +211,39 @@ func (e *Executor) watchService(ctx context.Context, name string) {
 			return 0, nil, err
 		}
 		nodes := cluster.ServiceCounts(ss)
-		return meta.LastIndex, func() { e.inbox.post(agent.ServicesAnswer{Service: name, Nodes: nodes}) }, nil
+		idx := meta.LastIndex
+		return idx, func() { e.inbox.post(serviceAnswer{agent.ServicesAnswer{Service: name, Nodes: nodes}, idx}) }, nil
 	})
 }
 
 // servicesAnswer steps a service's answer while it is still watched (an
 // answer posted before its watch stopped is dropped: the agent has
 // forgotten the service, and must not take it as heard).
-func (e *Executor) servicesAnswer(in agent.ServicesAnswer) {
+func (e *Executor) servicesAnswer(in serviceAnswer) {
 	if _, ok := e.svcWatch[in.Service]; ok {
-		e.step(in)
+		e.step(in.ServicesAnswer)
+		seen := maps.Clone(e.svcSeen)
+		if seen == nil {
+			seen = map[string]uint64{}
+		}
+		seen[in.Service] = in.index
+		e.svcSeen = seen // a new map: the snapshots share the old one
 	}
+}
+
+// serviceAnswer is a service's answer with the catalog index it is of.
+type serviceAnswer struct {
+	agent.ServicesAnswer
+	index uint64
+}
+
+// ServiceIndex is the catalog index of the last answer of service name
+// (a service a unit's placement names) the loop has stepped, as of its
+// last batch; 0 before one (or when no unit names it). What a node has
+// placed by: a claim after ServiceIndex >= i saw the catalog as of i.
+func (e *Executor) ServiceIndex(name string) uint64 {
+	if s := e.snap.Load(); s != nil {
+		return s.services[name]
+	}
+	return 0
 }

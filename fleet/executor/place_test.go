@@ -203,6 +203,22 @@ func TestExecutorsPlaceByServices(t *testing.T) {
 		}
 	}
 	register(f.c, moved)
+	// Every node has placed by the move before the new slot (a user
+	// deploys after the move, not within the watches' 100 ms pacing).
+	_, meta, err := f.c.Catalog().Service("db", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !consultest.WaitFor(10*time.Second, func() bool {
+		for _, n := range f.nodes {
+			if n.ex.ServiceIndex("db") < meta.LastIndex {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the nodes did not see db move (catalog index %d) within 10s", meta.LastIndex)
+	}
 	cache.Count = 2
 	f.setUnits(cache)
 	f.waitSettled(45 * time.Second)
