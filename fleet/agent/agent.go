@@ -24,6 +24,10 @@ type Unit struct {
 	// "snapshot"): a claim restores before Start, a release hands off
 	// first (volumes.go).
 	Volumes bool
+	// CopyEvery: the unit's volumes with replicas push a copy of the
+	// holder's data to other nodes this often (the least interval of
+	// them; 0: none): a running hold's PushCopies (volumes.go).
+	CopyEvery time.Duration
 	// Placement is the unit's placement block (constraints, affinities,
 	// spreads, scheduler_algorithm; nil: none); Count, MaxPerNode and
 	// Exclusive above override its own. Resources is what each slot
@@ -344,11 +348,15 @@ type (
 	}
 	// Start the slot's instance with its fencing token, at Version (the
 	// unit's deployment's target for the slot; "" the unit has none).
+	// Volumes says how its volumes were readied when it was more than
+	// finding them in place (RestoreDone.Note; the supervisor check
+	// carries it, supervisor.SlotInfo.Volumes).
 	Start struct {
 		Slot    SlotID
 		Index   uint64
 		Session string
 		Version string
+		Volumes string
 	}
 	// Stop the slot's instance (Kill: at once).
 	Stop struct {
@@ -408,6 +416,10 @@ type held struct {
 	seenIndex uint64
 	volReady  bool // its volumes were readied for this term (volumes.go)
 	volumes   bool // its unit had volumes when it was claimed
+	// copyAt: when its next periodic copy is due (zero: not planned
+	// yet); copying: a PushCopies is on its way (volumes.go).
+	copyAt  time.Time
+	copying bool
 
 	// release: the decision its Release carries (records.go).
 	release Record
@@ -537,6 +549,7 @@ type Agent struct {
 	// before (volumes.go).
 	volBackoff map[SlotID]time.Time
 	volRetry   map[SlotID]volRetry // handoffs to send again
+	copies     bool                // a unit has CopyEvery (volumes.go)
 	// rs: the failed slots (reset.go); pq: the pause's held restarts and
 	// the node's queue (intents.go).
 	rs resetState
@@ -732,8 +745,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case UnitsAnswer:
 		a.adoptWait = false
 		a.units = map[string]Unit{}
+		a.copies = false
 		for _, u := range in.Units {
 			a.units[u.Name] = u
+			a.copies = a.copies || u.CopyEvery > 0
 		}
 		for name, r := range a.recs {
 			old := r.unit
@@ -861,7 +876,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 	case DeployAnswer, InstanceHealthy, TokenDone, ReturnDone, PublishDone, MoveDone:
 		out = a.stepDeploy(now, in, out)
-	case RestoreDone, HandoffDone:
+	case RestoreDone, HandoffDone, CopiesDone:
 		out = a.stepVolumes(now, in, out)
 	case InstanceFailed:
 		out = a.stepFail(now, in, out)

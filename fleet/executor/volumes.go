@@ -30,8 +30,9 @@ import (
 //     node's copy, restore the planned handoff from the node that serves
 //     it (its node API, with the session in the request), start empty, or
 //     on_missing ("fail": RestoreDone.Missing; "empty"; "latest": the
-//     newer of this node's copy and the last handoff's snapshot where its
-//     node still serves it). Then the generation is this term's fencing
+//     newest copy there is, cluster.RestoreLatest: a periodic copy on
+//     another node, this node's own, or the last handoff's snapshot where
+//     its node still serves it). Then the generation is this term's fencing
 //     index, and a restored handoff is acknowledged (its Restored, CAS on
 //     the handoff) with the restore's audit record. A new Restore of a
 //     slot cancels the one on its way and waits for it to end: two never
@@ -43,6 +44,16 @@ import (
 //     (the hold is not this session's). With Ready false (the volumes
 //     were never ready here) the handoff it was to restore is passed on
 //     (ForwardedBy), if it is the one planned for this term.
+//   - PushCopies (the agent's periodic copies, every Unit.CopyEvery while
+//     the instance runs): for each moving volume with replicas,
+//     cluster.PushCopies, as cluster.Fleet's copyLoop: a snapshot file,
+//     pushed to that many live fleet nodes' APIs, recorded in
+//     volumes/<unit>/<k>/<volume>/copies with a check-session on the
+//     slot key (only the holder records copies).
+//
+// The volumes belong to their unit's user (Volumes.Owner,
+// cluster.VolumeOwner: its first service with a user): their directories
+// are given to it, and the snapshot and restore hooks run as it.
 //
 // A stopping executor (Stop) that published handoffs of its own data ends
 // only once each has been acknowledged by its next holder (Restored) or
@@ -51,10 +62,9 @@ import (
 // caller's node API must serve the snapshots until Stop returns. A Stop
 // whose context ends first ends at once.
 //
-// Not here yet (cluster.Fleet does them): the periodic copies
-// (replicas) and their use by on_missing = "latest", the volumes' owner
-// (a service's user: hooks run as mariposa's), and adoption after an
-// upgrade in place.
+// Across an upgrade in place the holds are adopted with their volumes
+// ready (agent.AdoptSlot.Volumes): the data on the node is the term's, no
+// restore; a handoff after it is of the node's own data.
 
 // Volumes is what the executor needs to perform the volumes' actions.
 type Volumes struct {
@@ -64,6 +74,9 @@ type Volumes struct {
 	APIURL string
 	// Specs are a unit's volume blocks (nil: none).
 	Specs func(unit string) []*schema.Volume
+	// Owner is the user a unit's volumes belong to (cluster.VolumeOwner;
+	// nil func or nil answer: mariposa's own).
+	Owner func(unit string) (*volume.RunAs, error)
 }
 
 // restoreRun is a restore on its way: cancel ends it, done is closed when
@@ -98,10 +111,26 @@ func (e *Executor) actVolumes(a any) bool {
 		}()
 	case agent.PushHandoff:
 		go func() { e.inbox.post(sessionAns{session: a.Session, in: e.pushHandoff(a)}) }()
+	case agent.PushCopies:
+		go func() { e.inbox.post(sessionAns{session: a.Session, in: e.pushCopies(a)}) }()
 	default:
 		return false
 	}
 	return true
+}
+
+// owned is ctx with the user unit's volumes belong to (their hooks run as
+// it), and that user (nil: mariposa's own).
+func (e *Executor) owned(ctx context.Context, unit string) (context.Context, *volume.RunAs, error) {
+	v := e.cfg.Volumes
+	if v == nil || v.Owner == nil {
+		return ctx, nil, nil
+	}
+	ra, err := v.Owner(unit)
+	if err != nil {
+		return ctx, nil, err
+	}
+	return volume.WithRunAs(ctx, ra), ra, nil
 }
 
 func (e *Executor) volumeSpecs(unit string) (vols []*schema.Volume, moving []*schema.Volume) {
@@ -189,8 +218,16 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, a
 		return "", nil, errors.New("no volume store on this node")
 	}
 	u, k := a.Slot.Unit, a.Slot.K
+	ctx, owner, err := e.owned(ctx, u)
+	if err != nil {
+		return "", nil, err
+	}
 	for _, v := range vols {
-		if _, err := vc.Store.Ensure(u, k, v.Path); err != nil {
+		live, err := vc.Store.Ensure(u, k, v.Path)
+		if err == nil {
+			err = volume.Own(live, owner)
+		}
+		if err != nil {
 			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 	}
@@ -253,7 +290,7 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, a
 	default:
 		var notes []string
 		for _, v := range moving {
-			n, err := e.onMissing(ctx, a, v, ho, local)
+			n, err := e.onMissing(ctx, a, v, ho)
 			if err != nil {
 				return "", nil, err
 			}
@@ -291,7 +328,7 @@ func (e *Executor) fetch(ctx context.Context, a agent.Restore, v *schema.Volume,
 }
 
 // onMissing readies v when the newest data was lost with a node.
-func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Volume, ho *cluster.Handoff, local uint64) (string, error) {
+func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Volume, ho *cluster.Handoff) (string, error) {
 	store := e.cfg.Volumes.Store
 	switch v.OnMissing {
 	case schema.OnMissingFail:
@@ -299,22 +336,8 @@ func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Vol
 	case schema.OnMissingEmpty:
 		return v.Name + " started empty (on_missing = \"empty\")", store.Empty(a.Slot.Unit, a.Slot.K, v.Path)
 	}
-	// latest: the last handoff's snapshot if it is newer than this node's
-	// copy and its node serves it; else this node's copy.
-	if ho != nil && ho.Node != e.cfg.Node && ho.TermIndex > local {
-		if d, err := e.fetch(ctx, a, v, ho); err == nil {
-			return d + fmt.Sprintf(", an older handoff's (generation %d): the writes after it are lost", ho.TermIndex), nil
-		} else {
-			e.log.Warn("an older handoff could not be restored", "slot", a.Slot.String(), "volume", v.Name, "error", err)
-		}
-	}
-	if local != 0 {
-		return fmt.Sprintf("%s kept this node's copy (generation %d), the newest there is", v.Name, local), nil
-	}
-	if err := store.Empty(a.Slot.Unit, a.Slot.K, v.Path); err != nil {
-		return "", err
-	}
-	return v.Name + " started empty: no copy of its data could be reached (on_missing = \"latest\")", nil
+	return cluster.RestoreLatest(ctx, cluster.LatestRestore{Client: e.cfg.Client, Store: store, Self: e.cfg.Node, Session: a.Session,
+		Unit: a.Slot.Unit, K: a.Slot.K, Volume: v, Handoff: ho, Log: e.log})
 }
 
 // pushHandoff performs agent.PushHandoff.
@@ -390,6 +413,10 @@ func (e *Executor) handoffValue(ctx context.Context, a agent.PushHandoff, lockIn
 	if vc.APIURL == "" {
 		return nil, "", errors.New("this node's HTTP API is off: nothing could serve the snapshot")
 	}
+	ctx, _, err := e.owned(ctx, a.Slot.Unit)
+	if err != nil {
+		return nil, "", err
+	}
 	ho := &cluster.Handoff{Node: e.cfg.Node, URL: vc.APIURL, LockIndex: lockIndex, TermIndex: a.Index, Volumes: map[string]volume.Meta{}}
 	note := "data handed off"
 	for _, v := range moving {
@@ -411,6 +438,45 @@ func (e *Executor) handoffValue(ctx context.Context, a agent.PushHandoff, lockIn
 	}
 	ho.At = time.Now()
 	return ho, note, nil
+}
+
+// pushCopies performs agent.PushCopies: one copy of each moving volume
+// with replicas (cluster.PushCopies); OK when every one was recorded.
+func (e *Executor) pushCopies(a agent.PushCopies) agent.CopiesDone {
+	done := agent.CopiesDone{Slot: a.Slot, Index: a.Index}
+	_, moving := e.volumeSpecs(a.Slot.Unit)
+	vc := e.cfg.Volumes
+	if vc == nil || vc.Store == nil {
+		done.Note = "no volume store on this node"
+		return done
+	}
+	ctx, _, err := e.owned(e.ctx, a.Slot.Unit)
+	if err != nil {
+		done.Note = err.Error()
+		return done
+	}
+	var failed []string
+	for _, v := range moving {
+		if v.Replicas <= 0 {
+			continue
+		}
+		// A copy is bounded as a restore of it would be.
+		vctx, cancel := context.WithTimeout(ctx, max(v.RestoreTimeout, 10*e.cfg.Request))
+		err := cluster.PushCopies(vctx, cluster.CopyPush{Client: e.cfg.Client, Store: vc.Store, Self: e.cfg.Node, Unit: a.Slot.Unit, K: a.Slot.K,
+			Volume: v, Key: a.Slot.Key(), Session: a.Session, TermIndex: a.Index, Log: e.log})
+		cancel()
+		if err != nil {
+			if e.ctx.Err() == nil {
+				e.log.Warn("a periodic copy failed; trying again at the next interval", "slot", a.Slot.String(), "volume", v.Name, "error", err)
+			}
+			failed = append(failed, fmt.Sprintf("%s: %v", v.Name, err))
+		}
+	}
+	done.OK = len(failed) == 0
+	if !done.OK {
+		done.Note = fmt.Sprint(failed)
+	}
+	return done
 }
 
 // Inputs of the loop about handoffs.
