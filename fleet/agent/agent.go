@@ -415,6 +415,10 @@ type held struct {
 	seen      *SlotsView
 	seenIndex uint64
 	volReady  bool // its volumes were readied for this term (volumes.go)
+	// prev: the slot's previous holder as this node saw it when it
+	// claimed ("" unknown; kept for a Sticky unit, place.go): its
+	// Restore's Prev.
+	prev string
 	volumes   bool // its unit had volumes when it was claimed
 	// copyAt: when its next periodic copy is due (zero: not planned
 	// yet); copying: a PushCopies is on its way (volumes.go).
@@ -1275,7 +1279,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				if out = out2; !may {
 					continue
 				}
-				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
+				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now, prev: a.place.prev[name][k]}
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,

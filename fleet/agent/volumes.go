@@ -63,11 +63,14 @@ const (
 type (
 	// Restore: ready the slot's volumes for the term whose fencing token
 	// is Index, held by Session, before its instance starts (answer:
-	// RestoreDone).
+	// RestoreDone). Prev is the slot's previous holder as this node saw
+	// it in the unit's index ("" unknown): cluster.ChooseData's PrevNode
+	// and the restore record's From.
 	Restore struct {
 		Slot    SlotID
 		Index   uint64
 		Session string
+		Prev    string
 	}
 	// RestoreDone answers Restore. Missing: the data could not be handed
 	// off and on_missing = "fail" (the slot is not claimed again by this
@@ -134,7 +137,7 @@ func (a *Agent) claimed(now time.Time, id SlotID, h *held, out []any) []any {
 	if a.rec(id.Unit).unit.Volumes {
 		h.volumes = true
 		h.phase = Restoring
-		out = append(out, Restore{Slot: id, Index: h.index, Session: a.session})
+		out = append(out, Restore{Slot: id, Index: h.index, Session: a.session, Prev: h.prev})
 		if !a.cfg.Faults.StartBeforeRestore {
 			return out
 		}

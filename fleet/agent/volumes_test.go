@@ -378,3 +378,40 @@ func TestVolumesPeriodicCopies(t *testing.T) {
 		t.Fatalf("a copy without replicas: %+v", p)
 	}
 }
+
+// A claim's restore names the slot's previous holder as this node saw it
+// in the unit's index (Restore.Prev: cluster.ChooseData's PrevNode and
+// the restore record's From, as cluster.Fleet's), for a unit whose
+// volumes keep data (Sticky); "" when it never saw one.
+func TestVolumesRestoreNamesPrevious(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		seen bool
+		want string
+	}{
+		{"held by another before", true, "other"},
+		{"never seen held", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := dbVol
+			u.Sticky = true
+			m := newMachine(t, u)
+			if tc.seen {
+				m.step(slots("db", 4, Slot{K: 0, Node: "other", ModifyIndex: 4}))
+			}
+			w, ok := find[Wake](m.step(slots("db", 5, Slot{K: 0, Released: true})))
+			if !ok {
+				t.Fatal("no wake for the claim")
+			}
+			m.now = w.At
+			c, ok := find[Claim](m.step(Tick{}))
+			if !ok {
+				t.Fatal("no claim")
+			}
+			r, ok := find[Restore](m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42}))
+			if !ok || r.Prev != tc.want {
+				t.Fatalf("restore %+v %v, want Prev %q", r, ok, tc.want)
+			}
+		})
+	}
+}

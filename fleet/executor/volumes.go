@@ -178,7 +178,7 @@ var errNotHeld = errors.New("the slot is not held by this session")
 // restore performs agent.Restore.
 func (e *Executor) restore(ctx context.Context, a agent.Restore) agent.RestoreDone {
 	done := agent.RestoreDone{Slot: a.Slot, Index: a.Index}
-	note, ack, err := e.readyVolumes(ctx, a)
+	note, from, ack, err := e.readyVolumes(ctx, a)
 	if err != nil {
 		done.Note = err.Error()
 		done.Missing = errors.Is(err, errVolumeMissing)
@@ -191,7 +191,7 @@ func (e *Executor) restore(ctx context.Context, a agent.Restore) agent.RestoreDo
 	}
 	e.log.Info("volumes ready", "slot", a.Slot.String(), "how", note)
 	rec := cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: a.Slot.Unit, Slot: a.Slot.String(),
-		Action: "restore", To: e.cfg.Node, Reason: note, TermIndex: a.Index})
+		Action: "restore", From: from, To: e.cfg.Node, Reason: note, TermIndex: a.Index})
 	rctx, cancel := e.request()
 	defer cancel()
 	// The record and the acknowledgement the old holder waits for, in one
@@ -209,18 +209,20 @@ func (e *Executor) restore(ctx context.Context, a agent.Restore) agent.RestoreDo
 var errVolumeMissing = errors.New("volume data missing")
 
 // readyVolumes readies the slot's volumes for the term a.Index (see the
-// top of this file); it returns what it did and the acknowledgement of a
-// restored handoff.
-func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, api.TxnOps, error) {
+// top of this file); it returns what it did, the previous holder as far
+// as it knows (the record's From: a.Prev, or the node of the handoff
+// restored) and the acknowledgement of a restored handoff.
+func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (note, from string, ack api.TxnOps, err error) {
+	from = a.Prev
 	vc := e.cfg.Volumes
 	vols, moving := e.volumeSpecs(a.Slot.Unit)
 	if len(vols) > 0 && (vc == nil || vc.Store == nil) {
-		return "", nil, errors.New("no volume store on this node")
+		return "", "", nil, errors.New("no volume store on this node")
 	}
 	u, k := a.Slot.Unit, a.Slot.K
 	ctx, owner, err := e.owned(ctx, u)
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	for _, v := range vols {
 		live, err := vc.Store.Ensure(u, k, v.Path)
@@ -228,44 +230,49 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, a
 			err = volume.Own(live, owner)
 		}
 		if err != nil {
-			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			return "", "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 	}
 	if len(moving) == 0 {
-		return "", nil, nil
+		return "", "", nil, nil
 	}
 	key, err := e.heldKey(ctx, a.Slot, a.Session)
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	ho, hoIndex, err := e.readHandoff(ctx, a.Slot)
 	if err != nil {
-		return "", nil, fmt.Errorf("read the handoff: %w", err)
+		return "", "", nil, fmt.Errorf("read the handoff: %w", err)
 	}
 	var local uint64
 	for i, v := range moving {
 		g, err := vc.Store.Generation(u, k, v.Path)
 		if err != nil {
-			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			return "", "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 		if i == 0 || g < local {
 			local = g
 		}
 	}
-	// Who held the slot before is not known here; that someone did is,
-	// when there is a handoff, a copy of its data on this node, or its
+	// Who held the slot before: as the agent saw it in the unit's index
+	// (Restore.Prev); when it did not, that someone did is known when
+	// there is a handoff, a copy of its data on this node, or its
 	// ClaimedKey was created by an earlier claim than this term's.
-	prev := ""
-	if ho != nil || local != 0 {
+	prev := a.Prev
+	switch {
+	case prev != "":
+	case ho != nil || local != 0:
 		prev = "(an earlier holder)"
-	} else if p, _, err := e.cfg.Client.KV().Get(a.Slot.ClaimedKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)); err != nil {
-		return "", nil, fmt.Errorf("read whether the slot was held before: %w", err)
-	} else if p != nil && p.CreateIndex < a.Index {
-		prev = "(an earlier holder)"
+	default:
+		p, _, err := e.cfg.Client.KV().Get(a.Slot.ClaimedKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return "", "", nil, fmt.Errorf("read whether the slot was held before: %w", err)
+		}
+		if p != nil && p.CreateIndex < a.Index {
+			prev = "(an earlier holder)"
+		}
 	}
 	choice, why := cluster.ChooseData(cluster.DataCandidates{Self: e.cfg.Node, LockIndex: key.LockIndex, PrevNode: prev, Handoff: ho, Local: local})
-	var note string
-	var ack api.TxnOps
 	switch choice {
 	case cluster.DataEmpty:
 	case cluster.DataKeep:
@@ -275,7 +282,7 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, a
 		for _, v := range moving {
 			d, err := e.fetch(ctx, a, v, ho)
 			if err != nil {
-				return "", nil, err
+				return "", "", nil, err
 			}
 			done = append(done, d)
 		}
@@ -283,28 +290,34 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, a
 		acked.Restored = &cluster.HandoffAck{Node: e.cfg.Node, TermIndex: a.Index, At: time.Now()}
 		b, err := json.Marshal(acked)
 		if err != nil {
-			return "", nil, err
+			return "", "", nil, err
 		}
 		ack = api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: cluster.HandoffKey(u, k), Value: b, Index: hoIndex}}}
+		if from == "" {
+			from = ho.Node
+		}
 		note = fmt.Sprintf("restored the handoff of %s (generation %d): %v", ho.At.Format(time.RFC3339), ho.TermIndex, done)
 	default:
 		var notes []string
 		for _, v := range moving {
 			n, err := e.onMissing(ctx, a, v, ho)
 			if err != nil {
-				return "", nil, err
+				return "", "", nil, err
 			}
 			notes = append(notes, n)
 		}
 		note = fmt.Sprintf("the last holder was lost without a handoff: %v", notes)
+		if a.Prev != "" {
+			note = fmt.Sprintf("the last holder (%s) was lost without a handoff: %v", a.Prev, notes)
+		}
 	}
 	// The volumes hold this term's data from now on.
 	for _, v := range moving {
 		if err := vc.Store.SetGeneration(u, k, v.Path, a.Index); err != nil {
-			return "", nil, fmt.Errorf("volume %s: recording its generation: %w", v.Name, err)
+			return "", "", nil, fmt.Errorf("volume %s: recording its generation: %w", v.Name, err)
 		}
 	}
-	return note, ack, nil
+	return note, from, ack, nil
 }
 
 // fetch restores v from the handoff ho's snapshot.
@@ -332,7 +345,7 @@ func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Vol
 	store := e.cfg.Volumes.Store
 	switch v.OnMissing {
 	case schema.OnMissingFail:
-		return "", fmt.Errorf("%w: volume %s: the last holder gave no handoff, and on_missing is \"fail\"", errVolumeMissing, v.Name)
+		return "", fmt.Errorf("%w: volume %s: the last holder%s gave no handoff, and on_missing is \"fail\"", errVolumeMissing, v.Name, prevName(a.Prev))
 	case schema.OnMissingEmpty:
 		return v.Name + " started empty (on_missing = \"empty\")", store.Empty(a.Slot.Unit, a.Slot.K, v.Path)
 	}
@@ -527,12 +540,23 @@ func (e *Executor) servedHandoffs() bool {
 			others++
 		}
 	}
-	if len(e.handed) == 0 || others == 0 {
+	if len(e.handed) == 0 {
 		e.serving = 2
 		return true
 	}
 	e.serving = 1
 	handed := e.handed
+	if others == 0 {
+		// Nobody to take the data: it stays here, and says so (as
+		// cluster.Fleet's awaitRestore).
+		go func() {
+			defer e.inbox.post(handoffsServed{})
+			for id, gen := range handed {
+				e.recordUnserved(id, gen, "no other supervisor is live to take the slot")
+			}
+		}()
+		return false
+	}
 	limit := cluster.HandoffClaimWindow
 	for id := range handed {
 		_, moving := e.volumeSpecs(id.Unit)
@@ -550,7 +574,7 @@ func (e *Executor) servedHandoffs() bool {
 			go func() {
 				defer wg.Done()
 				if why := e.awaitRestore(ctx, id, gen); why != "" {
-					e.log.Warn("no longer serving the slot's handoff: the data stays on this node", "slot", id.String(), "reason", why)
+					e.recordUnserved(id, gen, why)
 				}
 			}()
 		}
@@ -588,5 +612,30 @@ func (e *Executor) awaitRestore(ctx context.Context, id agent.SlotID, gen uint64
 				return fmt.Sprintf("no node claimed the slot within %s", cluster.HandoffClaimWindow)
 			}
 		}
+	}
+}
+
+// prevName is " (<node>)" for a known previous holder, "" otherwise.
+func prevName(node string) string {
+	if node == "" {
+		return ""
+	}
+	return " (" + node + ")"
+}
+
+// recordUnserved records that this node stopped serving the handoff of
+// slot id's data (generation gen) before a next holder had it
+// (cluster.Fleet's handoff-unserved record): the data stays on this node,
+// and the next holders' restores fail (and pass the handoff on) until it
+// serves it again.
+func (e *Executor) recordUnserved(id agent.SlotID, gen uint64, why string) {
+	reason := why + "; the slot's data stays on this node, which serves it again once its mariposa runs"
+	e.log.Warn("no longer serving the slot's handoff", "slot", id.String(), "reason", reason)
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Request)
+	defer cancel()
+	rec := cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: id.Unit, Slot: id.String(), Action: "handoff-unserved",
+		From: e.cfg.Node, Reason: reason, TermIndex: gen})
+	if _, _, _, err := e.cfg.Client.Txn().Txn(api.TxnOps{rec}, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
+		e.log.Warn("could not record that the handoff is no longer served", "slot", id.String(), "error", err)
 	}
 }

@@ -224,6 +224,42 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 	if ho.Node != first.node || ho.TermIndex != token || ho.Restored.Node != next.node {
 		t.Fatalf("handoff %+v (restored %+v), want from %s at generation %d, restored by %s", ho, ho.Restored, first.node, token, next.node)
 	}
+	// The restore's record names where the data came from, as
+	// cluster.Fleet's does (From: the previous holder).
+	var rec cluster.AuditEvent
+	for _, e := range audits(t, c) {
+		if e.Action == "restore" && e.To == next.node {
+			rec = e
+		}
+	}
+	if rec.From != first.node {
+		t.Fatalf("the restore record %+v, want from %s", rec, first.node)
+	}
+}
+
+// A stop with no other fleet node live to take the data (cluster.Fleet's
+// awaitRestore): it ends at once and records handoff-unserved (the data
+// stays on the node).
+//
+// Mutation-checked: without the record (the executor ended silently, as
+// it did) this fails.
+func TestVolumeUnservedRecorded(t *testing.T) {
+	spec := []*schema.Volume{{Name: "data", Path: "data", Handoff: schema.HandoffSnapshot, OnMissing: schema.OnMissingLatest, RestoreTimeout: time.Minute}}
+	c, runners := volumeFleet(t, agent.Faults{}, spec)
+	first, next, token := running(t, runners)
+	next.ex.Kill()
+	registerNode(t, c, next.node, api.HealthCritical)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := first.ex.Stop(ctx); err != nil {
+		t.Fatalf("stop %s: %v", first.node, err)
+	}
+	for _, e := range audits(t, c) {
+		if e.Action == "handoff-unserved" && e.Node == first.node && e.TermIndex == token {
+			return
+		}
+	}
+	t.Fatalf("no handoff-unserved record of %s at generation %d: %+v", first.node, token, audits(t, c))
 }
 
 // A holder lost without a handoff (its mariposa killed, its session
