@@ -418,8 +418,8 @@ type held struct {
 	// prev: the slot's previous holder as this node saw it when it
 	// claimed ("" unknown; kept for a Sticky unit, place.go): its
 	// Restore's Prev.
-	prev string
-	volumes   bool // its unit had volumes when it was claimed
+	prev    string
+	volumes bool // its unit had volumes when it was claimed
 	// copyAt: when its next periodic copy is due (zero: not planned
 	// yet); copying: a PushCopies is on its way (volumes.go).
 	copyAt  time.Time
