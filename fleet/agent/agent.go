@@ -649,6 +649,7 @@ type assignment struct {
 	ext                string // Extra.Key
 	free               []int
 	mine               map[int]Place
+	in                 bool // this node was among the nodes ranked
 }
 
 // Ranking is where each feasible node stands for each free slot of a
@@ -1337,14 +1338,18 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 		// Not when this node had a place only in slots filled since:
 		// cluster.Assign gave it one slot in turn (max_per_node), another
 		// node took that one, and with no claim time coming it would
-		// never rank again (TestTakenClaimRanksAgain).
-		if !force && subset(free, c.free) && (len(c.mine) == 0 || placedIn(c.mine, free)) {
+		// never rank again (TestTakenClaimRanksAgain). Nor when this node
+		// was not among the nodes ranked (draining, or not live then):
+		// back among them, it has no claim time either
+		// (TestUndrainedNodeClaimsAgain).
+		if !force && c.in && subset(free, c.free) && (len(c.mine) == 0 || placedIn(c.mine, free)) {
 			return c.mine
 		}
 	}
 	asg := a.rank(u, v, nodes, free, x)
 	mine := map[int]Place{}
-	if i, ok := asg.pos[a.cfg.Node]; ok { // Of, the node looked up once
+	i, in := asg.pos[a.cfg.Node]
+	if in { // Of, the node looked up once
 		for _, k := range free {
 			if ps := asg.places[k]; i < len(ps) && ps[i].Rank >= 0 {
 				mine[k] = ps[i]
@@ -1352,7 +1357,7 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 		}
 	}
 	a.stepAside(u.Name, asg, mine, now)
-	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine}, true
+	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine, in: in}, true
 	return mine
 }
 
