@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/control"
 )
 
 // TestFleetVolumeKeptAcrossUpgrade: website/upgrade.md says a slot with
@@ -140,5 +142,56 @@ service "notes" {
 	ho := handoffOf(t, c, "notes", 0)
 	if ho.Node != first || ho.ForwardedBy != "" || ho.TermIndex != held.ModifyIndex || ho.Restored == nil || ho.Restored.Node != second {
 		t.Errorf("the handoff after the upgraded holder stopped: %+v, want %s's own (generation %d) restored by %s", ho, first, held.ModifyIndex, second)
+	}
+}
+
+// TestUpgradeAgainAtOnce: a second upgrade in place the moment the new
+// build answers its control socket, before its fleet has taken back the
+// slot the first one handed over. The handover waits for that (as a stop
+// does): the slot's instance keeps its PID and its key its session. (It
+// handed over neither the process nor the hold, which were not yet the
+// runner's nor the fleet's, and the next build killed the process as
+// one nobody handed it; TestFleetVolumeKeptAcrossUpgrade saw it now and
+// then.)
+//
+// Mutation-checked: without Runner.Handover's wait for the adoption, the
+// slot's instance is killed.
+func TestUpgradeAgainAtOnce(t *testing.T) {
+	n := startUpgradeNodeOpt(t, true)
+	before := n.pids(t)
+	held, _, err := n.c.KV().Get(n.fenced, nil)
+	if err != nil || held == nil || held.Session == "" {
+		t.Fatalf("slot key: %+v %v", held, err)
+	}
+	cl := control.NewClient(n.m.sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	upgrade := func() {
+		t.Helper()
+		res, err := cl.Upgrade(ctx)
+		if err != nil {
+			t.Fatalf("upgrade: %v", err)
+		}
+		// Polled with no pause: the next upgrade goes the moment the new
+		// image answers.
+		for {
+			v, err := cl.Version(ctx)
+			if err == nil && v.PID == res.PID && v.Image != "" && v.Image != res.Image {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("no answer from the new image: %v", err)
+			}
+		}
+	}
+	upgrade()
+	upgrade()
+	after := n.pids(t)
+	if after["slot"] != before["slot"] {
+		t.Fatalf("the slot's instance: pid %d before the upgrades, %d after", before["slot"], after["slot"])
+	}
+	now, _, err := n.c.KV().Get(n.fenced, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || now == nil || now.Session != held.Session || now.ModifyIndex != held.ModifyIndex {
+		t.Fatalf("the slot key after the upgrades: %+v %v, was session %s modify index %d", now, err, held.Session, held.ModifyIndex)
 	}
 }
