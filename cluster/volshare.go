@@ -64,11 +64,14 @@ type CopyPush struct {
 	Key       string
 	Session   string
 	TermIndex uint64
-	Log       hclog.Logger
+	// Owner is the user the volume belongs to (VolumeOwner; nil:
+	// mariposa's own): its snapshot hook runs as it.
+	Owner *volume.RunAs
+	Log   hclog.Logger
 }
 
 // PushCopies takes one snapshot file of the volume (after its snapshot
-// hook, run as ctx's volume.RunAs), pushes it to Volume.Replicas live
+// hook, run as Owner), pushes it to Volume.Replicas live
 // fleet nodes (CopyPeers), then records the copies that arrived in
 // CopiesKey, in a transaction that checks the slot's session: only the
 // holder records copies.
@@ -78,7 +81,7 @@ func PushCopies(ctx context.Context, p CopyPush) error {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	m, err := p.Store.SnapshotFile(ctx, u, k, v.Path, v.Snapshot, os.Environ())
+	m, err := p.Store.SnapshotFile(volume.WithRunAs(ctx, p.Owner), u, k, v.Path, v.Snapshot, os.Environ())
 	if err != nil {
 		return err
 	}

@@ -740,10 +740,15 @@ func (f *Fleet) copyLoop(ctx context.Context, id string, h *heldSlot) {
 	}
 }
 
-// pushCopies pushes one periodic copy of h's volume v (PushCopies).
+// pushCopies pushes one periodic copy of h's volume v (PushCopies), its
+// snapshot hook run as the volumes' owner.
 func (f *Fleet) pushCopies(ctx context.Context, h *heldSlot, v *schema.Volume) error {
+	owner, err := volumeOwner(h.unit)
+	if err != nil {
+		return err
+	}
 	return PushCopies(ctx, CopyPush{Client: f.cfg.Client, Store: f.cfg.Volumes, Self: f.cfg.Node, Unit: h.unit.Unit.Name, K: h.k,
-		Volume: v, Key: h.term.Key, Session: h.term.Session, TermIndex: h.term.Index, Log: f.log})
+		Volume: v, Key: h.term.Key, Session: h.term.Session, TermIndex: h.term.Index, Owner: owner, Log: f.log})
 }
 
 // volumeOwner is the user a unit's volumes belong to, and their hooks run

@@ -463,7 +463,7 @@ func (e *Executor) pushCopies(a agent.PushCopies) agent.CopiesDone {
 		done.Note = "no volume store on this node"
 		return done
 	}
-	ctx, _, err := e.owned(e.ctx, a.Slot.Unit)
+	ctx, owner, err := e.owned(e.ctx, a.Slot.Unit)
 	if err != nil {
 		done.Note = err.Error()
 		return done
@@ -476,7 +476,7 @@ func (e *Executor) pushCopies(a agent.PushCopies) agent.CopiesDone {
 		// A copy is bounded as a restore of it would be.
 		vctx, cancel := context.WithTimeout(ctx, max(v.RestoreTimeout, 10*e.cfg.Request))
 		err := cluster.PushCopies(vctx, cluster.CopyPush{Client: e.cfg.Client, Store: vc.Store, Self: e.cfg.Node, Unit: a.Slot.Unit, K: a.Slot.K,
-			Volume: v, Key: a.Slot.Key(), Session: a.Session, TermIndex: a.Index, Log: e.log})
+			Volume: v, Key: a.Slot.Key(), Session: a.Session, TermIndex: a.Index, Owner: owner, Log: e.log})
 		cancel()
 		if err != nil {
 			if e.ctx.Err() == nil {
