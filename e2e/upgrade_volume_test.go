@@ -146,16 +146,17 @@ service "notes" {
 }
 
 // TestUpgradeAgainAtOnce: a second upgrade in place the moment the new
-// build answers its control socket, before its fleet has taken back the
-// slot the first one handed over. The handover waits for that (as a stop
-// does): the slot's instance keeps its PID and its key its session. (It
-// handed over neither the process nor the hold, which were not yet the
-// runner's nor the fleet's, and the next build killed the process as
-// one nobody handed it; TestFleetVolumeKeptAcrossUpgrade saw it now and
-// then.)
+// build answers its control socket, before it is ready (its previous
+// image's strays not yet killed) and before its fleet has taken back the
+// slot the first one handed over. The upgrade waits for both: the slot's
+// instance keeps its PID and its key its session and fencing token.
 //
-// Mutation-checked: without Runner.Handover's wait for the adoption, the
-// slot's instance is killed.
+// Mutation-checked: without PrepareUpgrade's wait for the runner to be
+// ready, the preflight's child is killed as a stray and the upgrade
+// refused. (The wait in Runner.Handover for the fleet to take the slot
+// back is TestHandoverWaitsForAdoption's: here the preflight's run
+// usually gives the fleet the time; TestFleetVolumeKeptAcrossUpgrade
+// once saw the slot's process handed over by neither image and killed.)
 func TestUpgradeAgainAtOnce(t *testing.T) {
 	n := startUpgradeNodeOpt(t, true)
 	before := n.pids(t)
