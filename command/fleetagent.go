@@ -163,7 +163,7 @@ func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, c
 	node := r.Node()
 	var ev *executor.Volumes
 	if vols != nil {
-		ev = &executor.Volumes{Store: vols, APIURL: apiURL, Specs: a.volumeSpecs}
+		ev = &executor.Volumes{Store: vols, APIURL: apiURL, Specs: a.volumeSpecs, Owner: a.volumeOwner}
 	}
 	ex := executor.New(executor.Config{
 		Client: client,
@@ -200,6 +200,19 @@ func (a *agentFleet) volumeSpecs(unit string) []*schema.Volume {
 		return p.Volumes
 	}
 	return nil
+}
+
+// volumeOwner is executor.Volumes' Owner: the user the unit's volumes
+// belong to, as cluster.Fleet's (cluster.VolumeOwner: its first service
+// with a user; nil: mariposa's own).
+func (a *agentFleet) volumeOwner(unit string) (*volume.RunAs, error) {
+	a.mu.Lock()
+	u, ok := a.units[unit]
+	a.mu.Unlock()
+	if !ok {
+		return nil, nil
+	}
+	return cluster.VolumeOwner(u)
 }
 
 // setLocal takes the node's files (a reload).
@@ -479,7 +492,7 @@ func (a *agentFleet) desiredLocked() ([]supervisor.SlotInstance, map[agent.SlotI
 			continue // not read yet, or the unit is gone (the agent stops the slot)
 		}
 		sl := supervisor.Slot{SlotInfo: supervisor.SlotInfo{Unit: id.Unit, Index: id.K, Key: id.Key(),
-			Session: h.start.Session, Term: h.start.Index}}
+			Session: h.start.Session, Term: h.start.Index, Volumes: h.start.Volumes}}
 		if p := u.Unit.Placement; p != nil && len(p.Volumes) > 0 {
 			if a.volumes == nil {
 				continue // never claimed: the executor's restore fails without a store

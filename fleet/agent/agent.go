@@ -24,6 +24,10 @@ type Unit struct {
 	// "snapshot"): a claim restores before Start, a release hands off
 	// first (volumes.go).
 	Volumes bool
+	// CopyEvery: the unit's volumes with replicas push a copy of the
+	// holder's data to other nodes this often (the least interval of
+	// them; 0: none): a running hold's PushCopies (volumes.go).
+	CopyEvery time.Duration
 	// Placement is the unit's placement block (constraints, affinities,
 	// spreads, scheduler_algorithm; nil: none); Count, MaxPerNode and
 	// Exclusive above override its own. Resources is what each slot
@@ -386,11 +390,15 @@ type (
 	}
 	// Start the slot's instance with its fencing token, at Version (the
 	// unit's deployment's target for the slot; "" the unit has none).
+	// Volumes says how its volumes were readied when it was more than
+	// finding them in place (RestoreDone.Note; the supervisor check
+	// carries it, supervisor.SlotInfo.Volumes).
 	Start struct {
 		Slot    SlotID
 		Index   uint64
 		Session string
 		Version string
+		Volumes string
 	}
 	// Stop the slot's instance (Kill: at once).
 	Stop struct {
@@ -449,7 +457,15 @@ type held struct {
 	seen      *SlotsView
 	seenIndex uint64
 	volReady  bool // its volumes were readied for this term (volumes.go)
-	volumes   bool // its unit had volumes when it was claimed
+	// prev: the slot's previous holder as this node saw it when it
+	// claimed ("" unknown; kept for a Sticky unit, place.go): its
+	// Restore's Prev.
+	prev    string
+	volumes bool // its unit had volumes when it was claimed
+	// copyAt: when its next periodic copy is due (zero: not planned
+	// yet); copying: a PushCopies is on its way (volumes.go).
+	copyAt  time.Time
+	copying bool
 
 	// release: the decision its Release carries (records.go).
 	release Record
@@ -582,6 +598,7 @@ type Agent struct {
 	// before (volumes.go).
 	volBackoff map[SlotID]time.Time
 	volRetry   map[SlotID]volRetry // handoffs to send again
+	copies     bool                // a unit has CopyEvery (volumes.go)
 	// rs: the failed slots (reset.go); pq: the pause's held restarts and
 	// the node's queue (intents.go).
 	rs resetState
@@ -680,6 +697,7 @@ type assignment struct {
 	// of: per slot of mine, how many nodes may hold it (its feasible
 	// nodes: the queue's "rank 1 of 3", as cluster.Fleet's).
 	of map[int]int
+	in bool // this node was among the nodes ranked
 }
 
 // Ranking is where each feasible node stands for each free slot of a
@@ -780,8 +798,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case UnitsAnswer:
 		a.adoptWait = false
 		a.units = map[string]Unit{}
+		a.copies = false
 		for _, u := range in.Units {
 			a.units[u.Name] = u
+			a.copies = a.copies || u.CopyEvery > 0
 		}
 		for name, r := range a.recs {
 			old := r.unit
@@ -909,7 +929,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 	case DeployAnswer, InstanceHealthy, InstanceUnhealthy, TokenDone, ReturnDone, PublishDone, MoveDone:
 		out = a.stepDeploy(now, in, out)
-	case RestoreDone, HandoffDone:
+	case RestoreDone, HandoffDone, CopiesDone:
 		out = a.stepVolumes(now, in, out)
 	case InstanceFailed:
 		out = a.stepFail(now, in, out)
@@ -1310,7 +1330,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				if out = out2; !may {
 					continue
 				}
-				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
+				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now, prev: a.place.prev[name][k]}
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
@@ -1368,15 +1388,19 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 		// Not when this node had a place only in slots filled since:
 		// cluster.Assign gave it one slot in turn (max_per_node), another
 		// node took that one, and with no claim time coming it would
-		// never rank again (TestTakenClaimRanksAgain).
-		if !force && subset(free, c.free) && (len(c.mine) == 0 || placedIn(c.mine, free)) {
+		// never rank again (TestTakenClaimRanksAgain). Nor when this node
+		// was not among the nodes ranked (draining, or not live then):
+		// back among them, it has no claim time either
+		// (TestUndrainedNodeClaimsAgain).
+		if !force && c.in && subset(free, c.free) && (len(c.mine) == 0 || placedIn(c.mine, free)) {
 			return c.mine
 		}
 	}
 	asg := a.rank(u, v, nodes, free, x)
 	mine := map[int]Place{}
 	of := map[int]int{}
-	if i, ok := asg.pos[a.cfg.Node]; ok { // Of, the node looked up once
+	i, in := asg.pos[a.cfg.Node]
+	if in { // Of, the node looked up once
 		for _, k := range free {
 			if ps := asg.places[k]; i < len(ps) && ps[i].Rank >= 0 {
 				mine[k] = ps[i]
@@ -1391,7 +1415,7 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 		}
 	}
 	a.stepAside(u.Name, asg, mine, now)
-	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine, of: of}, true
+	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine, of: of, in: in}, true
 	return mine
 }
 

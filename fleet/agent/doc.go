@@ -21,7 +21,9 @@
 // slot whose unit has volumes restores its data before its instance
 // starts, and a slot given up gracefully publishes its handoff before its
 // release, on cluster's keys and codec (which copy a new holder starts
-// from is cluster.ChooseData's, applied where the data is); a slot whose
+// from is cluster.ChooseData's, applied where the data is); a running
+// hold of a unit with replicas pushes its periodic copies every
+// Unit.CopyEvery (PushCopies, one at a time); a slot whose
 // instance failed for good, held by every node until mariposa reset
 // (reset.go); the pause's held restarts and the node's queue
 // (intents.go); with restart.on_exhausted = "reschedule", a failed

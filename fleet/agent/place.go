@@ -70,14 +70,18 @@ type PreviousAnswer struct {
 // UnitOf is a cluster unit as the agent ranks it: its count, exclusivity
 // and max_per_node, its whole placement block, its resources, whether its
 // volumes keep data on the node (stickiness, as cluster.Fleet's: for
-// "sticky" and "snapshot" handoffs) and whether they move with the slot
-// (Volumes: a "snapshot" handoff).
+// "sticky" and "snapshot" handoffs), whether they move with the slot
+// (Volumes: a "snapshot" handoff) and how often a holder pushes copies
+// (CopyEvery: the least interval of the moving volumes with replicas).
 func UnitOf(cu cluster.Unit) Unit {
 	u := Unit{Name: cu.Name, Placement: cu.Placement, Resources: cu.Resources, Sticky: cu.HasVolume}
 	if p := cu.Placement; p != nil {
 		u.Count, u.Exclusive, u.MaxPerNode = max(p.Count, 0), p.Exclusive, p.MaxPerNode
 		for _, v := range p.Volumes {
 			u.Volumes = u.Volumes || (v != nil && v.Handoff == schema.HandoffSnapshot)
+			if v != nil && v.Handoff == schema.HandoffSnapshot && v.Replicas > 0 && v.Interval > 0 && (u.CopyEvery == 0 || v.Interval < u.CopyEvery) {
+				u.CopyEvery = v.Interval
+			}
 		}
 	}
 	if u.MaxPerNode <= 0 {

@@ -88,8 +88,12 @@
 //     of the slot cancels and waits for the one on its way); PushHandoff
 //     snapshots the stopped volumes and sets the handoff in a transaction
 //     guarded by check-session and check-index (the fencing token) on the
-//     slot key, before the Release. A stopping executor ends once the
-//     handoffs it published while stopping are acknowledged (bounded).
+//     slot key, before the Release; PushCopies pushes the periodic
+//     copies (cluster.PushCopies), which on_missing = "latest" restores
+//     (cluster.RestoreLatest); the volumes belong to Volumes.Owner (hooks
+//     run as it). A stopping executor ends once the handoffs it published
+//     while stopping are acknowledged (bounded), or records
+//     handoff-unserved.
 //
 // # What it tells operators
 //
