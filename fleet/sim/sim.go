@@ -286,6 +286,11 @@ type instance struct {
 	session string
 	running bool
 	version string
+	// reclaimed: its node claimed its slot again with a new session
+	// while it ran (an orphan's reclaim, fleet/agent/stopafter.go): it
+	// runs on with the token it started with, and its next update starts
+	// it with the new one.
+	reclaimed bool
 }
 
 type node struct {
@@ -683,6 +688,9 @@ func (s *Sim) act(n *node, a any) {
 				return agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: err == nil && !delay}
 			}
 			s.claimApplied(n, a.Slot, from, takeover)
+			if inst := n.inst[a.Slot]; inst != nil {
+				inst.reclaimed = true
+			}
 			s.checkMaxPerNode(a.Slot.Unit)
 			if lose {
 				s.note("%s claim %s applied, answer lost", n.name, a.Slot)

@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+)
+
+// A slot lost with its node (CLUSTER.md section 3; cluster.Fleet's
+// reconcile): the three rules that follow an invalidation.
+//
+//   - node_lost_after (reschedule block): another node takes over a slot
+//     freed by an invalidation only that long after it saw the slot free,
+//     so that a rebooting node can come back to it; the node that held it
+//     claims it back at once (lostWait).
+//   - stop_after (a non-exclusive unit): a holder whose session has not
+//     been renewed for TTL/2 + stop_after (cut off from Consul) stops its
+//     instance, and another node takes over such a slot only after
+//     stop_after + TTL/2 + the longest stop + 1 s, so that the two never
+//     run at once (stopDue, lostWait).
+//   - an orphan (a non-exclusive hold whose session was lost, its
+//     instance running) is claimed again at once with the new session
+//     when the index shows its slot free: its instance goes on, the same
+//     process (reclaimOrphan). It stops when another node holds the slot,
+//     or at its stop_after.
+//
+// And the slot key's record of the loss (Config.MarkLost): the sessions
+// have behavior delete, so that an invalidation removes the index entries
+// with the locks in one Raft write; the slot key goes with them. The first
+// live node by name other than the lost holder writes it back, without a
+// session, naming the holder with state held (check-not-exists: a claim
+// made since wins), as behavior release leaves cluster.Fleet's: mariposa
+// status says "lost" and names the node.
+
+// lostWait is how long after a vacancy is seen a node other than the lost
+// holder from waits, beyond the rank's delay, to take over a slot of u
+// freed by an invalidation (at least the lock delay).
+func (a *Agent) lostWait(u Unit, from string) time.Duration {
+	wait := a.cfg.LockDelay
+	if from == a.cfg.Node {
+		return wait
+	}
+	if p := u.Placement; p != nil {
+		wait = max(wait, p.Reschedule.NodeLostAfter)
+		if !u.Exclusive && p.StopAfter > 0 && a.cfg.TTL > 0 {
+			// A cut-off holder decides to stop at most TTL/2 plus
+			// stop_after after its last renewal, and its stop takes up
+			// to the unit's longest; a second more for scheduling.
+			wait = max(wait, p.StopAfter+a.cfg.TTL/2+u.MaxStop+time.Second)
+		}
+	}
+	return wait
+}
+
+// stopDue is when a non-exclusive hold of u must stop its instance for its
+// stop_after, its session last renewed at renewed; false: never.
+func (a *Agent) stopDue(u Unit, renewed time.Time) (time.Time, bool) {
+	p := u.Placement
+	if u.Exclusive || p == nil || p.StopAfter <= 0 || a.cfg.TTL <= 0 || renewed.IsZero() {
+		return time.Time{}, false
+	}
+	return renewed.Add(a.cfg.TTL/2 + p.StopAfter), true
+}
+
+// cutOffReason is the record's reason of a stop for stop_after.
+func cutOffReason(u Unit) string {
+	return fmt.Sprintf("cut off from Consul for longer than stop_after (%s)", u.Placement.StopAfter)
+}
+
+// markLost: the slots of unit the new view shows freed by an invalidation
+// (lost, with their holders in the unit's invalidated) get their keys
+// back from this node if it is the first live node by name other than the
+// holder.
+func (a *Agent) markLost(unit string, lost []int, out []any) []any {
+	if !a.cfg.MarkLost || len(lost) == 0 || a.nodes == nil {
+		return out
+	}
+	r := a.rec(unit)
+	for _, k := range lost {
+		from := r.invalidated[k]
+		first := ""
+		for _, n := range a.nodes.Nodes {
+			if n != from && (first == "" || n < first) {
+				first = n
+			}
+		}
+		if first == a.cfg.Node {
+			out = append(out, MarkLost{Slot: SlotID{unit, k}, Node: from})
+		}
+	}
+	return out
+}
+
+// reclaimOrphan: h, this node's orphan of id (its session lost, its
+// instance running), is claimed again with the new session now that the
+// view shows the slot free; no rank, no wait (the node was its holder),
+// and no takeover of the budget's.
+func (a *Agent) reclaimOrphan(now time.Time, u Unit, v *SlotsView, id SlotID, h *held, out []any) []any {
+	if !h.cut || h.reclaim || h.phase == Stopping || h.lost {
+		return out
+	}
+	if a.cfg.Control {
+		a.ops.init()
+		a.ops.lostFrom[id] = a.cfg.Node // it was this node's
+	}
+	_, _, may, out := a.gateClaim(now, u, v, id.K, 0, out)
+	if !may {
+		return out
+	}
+	h.reclaim, h.sent = true, now
+	a.heldChanged()
+	return append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, From: a.cfg.Node, CheckFailed: a.cfg.Control})
+}
+
+// reclaimDone takes the answer of an orphan's claim: held again, its
+// instance running on under the new term; refused or unanswered, it stays
+// an orphan (a claim applied whose answer was lost is then held by the
+// session unknown to the agent: the slot shows held by this node, so no
+// other claims it, and the orphan runs on until its stop_after or the
+// session's loss).
+func (a *Agent) reclaimDone(now time.Time, in ClaimDone, h *held, out []any) []any {
+	h.reclaim = false
+	a.heldChanged()
+	if !in.OK {
+		if in.Taken {
+			if v := a.slots[in.Slot.Unit]; v != nil {
+				a.refused[in.Slot] = v.Index
+			}
+			out = append(out, Refresh{Units: []string{in.Slot.Unit}})
+		}
+		a.markDirty(in.Slot.Unit)
+		return out
+	}
+	h.orphan, h.cut = false, false
+	h.index, h.confirmed, h.acked, h.seen = in.Index, h.sent, now, nil
+	if a.dep != nil {
+		if hd := a.dep.holds[in.Slot]; hd != nil {
+			// Its status and rollout token went with the old session
+			// (behavior delete): said and taken again under the new one.
+			hd.pub, hd.stamped, hd.pubRetry = "", "", time.Time{}
+			hd.token, hd.tokenIdx, hd.taking, hd.returning = -1, 0, false, false
+		}
+	}
+	return append(out, Record{Slot: in.Slot, Action: "claim", Reason: "its own lost slot, its instance still running"})
+}
