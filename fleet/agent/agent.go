@@ -504,8 +504,8 @@ type Config struct {
 	// claimant waits for it (stopafter.go). 0: stop_after is not applied.
 	TTL time.Duration
 	// MarkLost: a slot this node sees freed by an invalidation gets its
-	// key back (MarkLost), from the first live node by name other than
-	// its holder: the sessions have behavior delete (the index entries
+	// key back (MarkLost), from the first live nodes by name other than
+	// its holder (MarkLostWriters): the sessions have behavior delete (the index entries
 	// must go with them), and this leaves the slot key as behavior
 	// release would (stopafter.go).
 	MarkLost bool

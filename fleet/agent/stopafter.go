@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -26,8 +27,8 @@ import (
 // And the slot key's record of the loss (Config.MarkLost): the sessions
 // have behavior delete, so that an invalidation removes the index entries
 // with the locks in one Raft write; the slot key goes with them. The first
-// live node by name other than the lost holder writes it back, without a
-// session, naming the holder with state held (check-not-exists: a claim
+// live nodes by name other than the lost holder (MarkLostWriters) write it
+// back, without a session, naming the holder with state held (check-not-exists: a claim
 // made since wins), as behavior release leaves cluster.Fleet's: mariposa
 // status says "lost" and names the node.
 
@@ -66,10 +67,16 @@ func cutOffReason(u Unit) string {
 	return fmt.Sprintf("cut off from Consul for longer than stop_after (%s)", u.Placement.StopAfter)
 }
 
+// MarkLostWriters is how many nodes write a lost slot's key back: the
+// first live nodes by name other than its holder (check-not-exists: one
+// write is applied). More than one, because a view may not show yet that
+// a node lost in the same failure is gone (a storm takes several nodes).
+const MarkLostWriters = 3
+
 // markLost: the slots of unit the new view shows freed by an invalidation
 // (lost, with their holders in the unit's invalidated) get their keys
-// back from this node if it is the first live node by name other than the
-// holder.
+// back from this node if it is among the MarkLostWriters first live nodes
+// by name other than the holder and the nodes known failing.
 func (a *Agent) markLost(unit string, lost []int, out []any) []any {
 	if !a.cfg.MarkLost || len(lost) == 0 || a.nodes == nil {
 		return out
@@ -77,13 +84,13 @@ func (a *Agent) markLost(unit string, lost []int, out []any) []any {
 	r := a.rec(unit)
 	for _, k := range lost {
 		from := r.invalidated[k]
-		first := ""
+		ahead := 0 // live nodes before this one by name
 		for _, n := range a.nodes.Nodes {
-			if n != from && (first == "" || n < first) {
-				first = n
+			if n != from && n < a.cfg.Node && !slices.Contains(a.nodes.Failing, n) {
+				ahead++
 			}
 		}
-		if first == a.cfg.Node {
+		if ahead < MarkLostWriters {
 			out = append(out, MarkLost{Slot: SlotID{unit, k}, Node: from})
 		}
 	}

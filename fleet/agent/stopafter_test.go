@@ -170,3 +170,33 @@ func TestOrphanClaimedBack(t *testing.T) {
 		t.Fatal("stopped its own hold")
 	}
 }
+
+// A slot freed by an invalidation gets its key back (MarkLost, naming its
+// holder) from the first MarkLostWriters live nodes by name other than
+// the holder and the nodes known failing; the others write nothing.
+func TestMarkLostWriters(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		holder  string
+		nodes   []string
+		failing []string
+		want    bool
+	}{
+		{name: "among the first", holder: "x", nodes: []string{"a", "b", "me", "x"}, want: true},
+		{name: "the holder is not counted", holder: "a", nodes: []string{"a", "b", "c", "me"}, want: true},
+		{name: "behind three", holder: "x", nodes: []string{"a", "b", "c", "me", "x"}, want: false},
+		{name: "a failing node is not counted", holder: "x", nodes: []string{"a", "b", "c", "me", "x"}, failing: []string{"b"}, want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			holder := tc.holder
+			u := Unit{Name: "api", Count: 1, MaxPerNode: 1}
+			m := newMachineWith(t, Config{MarkLost: true}, tc.nodes, u)
+			m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: tc.nodes, Failing: tc.failing}})
+			m.step(slots("api", 5, Slot{K: 0, Node: holder, ModifyIndex: 5}))
+			ml, ok := find[MarkLost](m.step(slots("api", 9, Slot{K: 0})))
+			if ok != tc.want || ok && (ml.Node != holder || ml.Slot != (SlotID{"api", 0})) {
+				t.Fatalf("mark lost %+v %v, want %v", ml, ok, tc.want)
+			}
+		})
+	}
+}
