@@ -429,7 +429,8 @@ type held struct {
 	cut     bool
 	renewed time.Time
 	reclaim bool
-	rec     *unitRec // its unit
+	retry   time.Time // its claim back not before
+	rec     *unitRec  // its unit
 	// seen and seenIndex: the view and token the last look at the view
 	// found this hold not taken by another session with.
 	seen      *SlotsView
@@ -570,6 +571,11 @@ type Agent struct {
 	// index of the view that showed them free: not claimed again until a
 	// newer view.
 	refused map[SlotID]uint64
+	// ownLost: slots this node held until it lost them (its session, its
+	// watchdog, a release refused while cut off): claimed back as its own,
+	// no takeover (stopafter.go), until a view shows them another's or
+	// released.
+	ownLost map[SlotID]bool
 	// dep: the units' deployments (deploy.go); nil until one is heard of.
 	dep *deployState
 	// ops: pause, drain, the storm brake and the takeover budget (ops.go).
@@ -709,7 +715,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{},
 		dirty: map[string]bool{}, waitAt: map[string]time.Time{},
-		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}}
+		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, ownLost: map[SlotID]bool{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -791,6 +797,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			a.holdsGen++ // the holds' loop reads the unit's view
 		}
 		out = a.markLost(in.View.Unit, a.noteInvalidated(r, r.view, in.View), out)
+		a.noteOwnLost(in.View)
 		a.notePrevious(a.units[in.View.Unit], r.view, in.View)
 		a.slots[in.View.Unit] = in.View
 		r.view = in.View
@@ -861,10 +868,14 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			}
 			break
 		}
+		delete(a.ownLost, in.Slot)
 		h.index, h.confirmed, h.acked, h.phase = in.Index, h.sent, now, Starting
 		out = append(a.claimed(now, in.Slot, h, out), Record{Slot: in.Slot, Action: "claim"})
 	case ReleaseDone:
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
+			if !in.OK {
+				a.ownLost[in.Slot] = true // perhaps still ours; perhaps lost (cut off)
+			}
 			delete(a.held, in.Slot)
 			a.heldChanged()
 			a.markDirty(in.Slot.Unit)
@@ -1063,6 +1074,7 @@ func (a *Agent) loseSession(out []any) []any {
 		case h.exclusive:
 			out = a.lose(id, h, "session lost", out)
 		default:
+			a.ownLost[id] = true
 			h.orphan, h.cut, h.renewed, h.reclaim = true, true, a.renewed, false
 		}
 	}
@@ -1076,6 +1088,7 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 		return out
 	}
 	h.lost = true
+	a.ownLost[id] = true
 	if h.phase.noInstance() {
 		delete(a.held, id)
 		a.heldChanged()
@@ -1330,7 +1343,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					// this node saw no earlier than since), so the ranks
 					// start after it; another node than its holder waits
 					// node_lost_after and stop_after too (stopafter.go).
-					when = when.Add(a.lostWait(u, r.invalidated[k]))
+					when = when.Add(a.lostWait(u, a.lastHolder(r, id)))
 				}
 				when = maxTime(when, vac.notBefore)
 				if now.Before(when) {
@@ -1347,7 +1360,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
-					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, From: r.invalidated[k]})
+					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, From: a.lastHolder(r, id)})
 			}
 		}
 		for _, name := range dirty {

@@ -97,12 +97,47 @@ func (a *Agent) markLost(unit string, lost []int, out []any) []any {
 	return out
 }
 
+// lastHolder is who held slot id of r's unit last as this node knows:
+// itself for a slot it lost (ownLost), or the holder its views showed
+// before the invalidation; "" unknown.
+func (a *Agent) lastHolder(r *unitRec, id SlotID) string {
+	if a.ownLost[id] {
+		return a.cfg.Node
+	}
+	return r.invalidated[id.K]
+}
+
+// noteOwnLost forgets the lost slots of v's unit that v shows released or
+// held by another node.
+func (a *Agent) noteOwnLost(v *SlotsView) {
+	for id := range a.ownLost {
+		if id.Unit != v.Unit {
+			continue
+		}
+		if s := v.slot(id.K); s.Released || s.Node != "" && s.Node != a.cfg.Node {
+			delete(a.ownLost, id)
+		}
+	}
+}
+
 // reclaimOrphan: h, this node's orphan of id (its session lost, its
 // instance running), is claimed again with the new session now that the
 // view shows the slot free; no rank, no wait (the node was its holder),
 // and no takeover of the budget's.
 func (a *Agent) reclaimOrphan(now time.Time, u Unit, v *SlotsView, id SlotID, h *held, out []any) []any {
 	if !h.cut || h.reclaim || h.phase == Stopping || h.lost {
+		return out
+	}
+	if idx, ok := a.refused[id]; ok {
+		if idx >= v.Index {
+			return out // refused on this view: a newer one first
+		}
+		delete(a.refused, id)
+	}
+	if now.Before(h.retry) {
+		if t, ok := a.waitAt[id.Unit]; !ok || h.retry.Before(t) {
+			a.setWait(a.rec(id.Unit), id.Unit, h.retry)
+		}
 		return out
 	}
 	if a.cfg.Control {
@@ -134,9 +169,15 @@ func (a *Agent) reclaimDone(now time.Time, in ClaimDone, h *held, out []any) []a
 			}
 			out = append(out, Refresh{Units: []string{in.Slot.Unit}})
 		}
+		if !in.Taken {
+			// Refused for the lock delay, or no answer: not again for a
+			// tenth of the lock delay (as a claim's).
+			h.retry = now.Add(a.cfg.LockDelay / 10)
+		}
 		a.markDirty(in.Slot.Unit)
 		return out
 	}
+	delete(a.ownLost, in.Slot)
 	h.orphan, h.cut = false, false
 	h.index, h.confirmed, h.acked, h.seen = in.Index, h.sent, now, nil
 	if a.dep != nil {
