@@ -1067,6 +1067,9 @@ func (a *Agent) loseSession(out []any) []any {
 	a.session, a.inflight, a.failed = "", 0, nil
 	for _, id := range a.heldIDs() { // in slot order, as the trace needs
 		h := a.held[id]
+		if h.phase != Claiming {
+			a.ownLost[id] = true // (a release on its way: its answer is dropped)
+		}
 		switch {
 		case h.phase.noInstance():
 			delete(a.held, id)
@@ -1074,7 +1077,6 @@ func (a *Agent) loseSession(out []any) []any {
 		case h.exclusive:
 			out = a.lose(id, h, "session lost", out)
 		default:
-			a.ownLost[id] = true
 			h.orphan, h.cut, h.renewed, h.reclaim = true, true, a.renewed, false
 		}
 	}

@@ -208,29 +208,42 @@ func TestMarkLostWriters(t *testing.T) {
 // who held it): claimed back as cluster.Fleet claims its own lost slots,
 // no fresh claim, no takeover, not held back by the storm brake.
 func TestOwnLostSlotClaimedBack(t *testing.T) {
-	u := Unit{Name: "lazy", Count: 1, MaxPerNode: 1, Placement: &schema.Placement{StopAfter: 2 * time.Second}}
-	m := newMachineWith(t, Config{TTL: 10 * time.Second, LockDelay: time.Second, Control: true}, []string{"me", "x"}, u)
-	m.step(ctlView(20, cluster.Control{Storm: &cluster.StormRecord{At: t0}}))
-	c, _, ok := runUntil[Claim](m, m.step(slots("lazy", 5)), m.now.Add(5*time.Second))
-	if !ok {
-		t.Fatal("no claim")
-	}
-	acts := m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
-	acts = append(acts, m.step(InstanceStarted{Slot: c.Slot})...)
-	acts = append(acts, m.step(slots("lazy", 42, Slot{K: 0, Node: "me", ModifyIndex: 42}))...)
-	if _, _, ok := runUntil[Stop](m, acts, t0.Add(7*time.Second)); !ok {
-		t.Fatal("not stopped for stop_after")
-	}
-	if _, ok := find[Release](m.step(InstanceExited{Slot: c.Slot})); !ok {
-		t.Fatal("no release")
-	}
-	m.step(ReleaseDone{Slot: c.Slot}) // refused: cut off
-	m.step(WatchResumed{})
-	m.step(SessionLost{})
-	m.step(SessionCreated{ID: "s-2"})
-	m.now = m.now.Add(time.Second)
-	again, _, ok := runUntil[Claim](m, m.step(slots("lazy", 50, Slot{K: 0})), m.now.Add(5*time.Second))
-	if !ok || again.From != "me" || again.Fresh || again.Takeover != nil {
-		t.Fatalf("own lost slot claimed back as %+v %v, want a claim of its own (no fresh claim, no takeover)", again, ok)
+	for _, tc := range []struct {
+		name string
+		// lostFirst: the session's loss comes before the release's
+		// answer (which the executor then drops: another session's).
+		lostFirst bool
+	}{{name: "release refused"}, {name: "session lost during the release", lostFirst: true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := Unit{Name: "lazy", Count: 1, MaxPerNode: 1, Placement: &schema.Placement{StopAfter: 2 * time.Second}}
+			m := newMachineWith(t, Config{TTL: 10 * time.Second, LockDelay: time.Second, Control: true}, []string{"me", "x"}, u)
+			m.step(ctlView(20, cluster.Control{Storm: &cluster.StormRecord{At: t0}}))
+			c, _, ok := runUntil[Claim](m, m.step(slots("lazy", 5)), m.now.Add(5*time.Second))
+			if !ok {
+				t.Fatal("no claim")
+			}
+			acts := m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
+			acts = append(acts, m.step(InstanceStarted{Slot: c.Slot})...)
+			acts = append(acts, m.step(slots("lazy", 42, Slot{K: 0, Node: "me", ModifyIndex: 42}))...)
+			if _, _, ok := runUntil[Stop](m, acts, t0.Add(7*time.Second)); !ok {
+				t.Fatal("not stopped for stop_after")
+			}
+			if _, ok := find[Release](m.step(InstanceExited{Slot: c.Slot})); !ok {
+				t.Fatal("no release")
+			}
+			if !tc.lostFirst {
+				m.step(ReleaseDone{Slot: c.Slot}) // refused: cut off
+			}
+			m.step(WatchResumed{})
+			m.step(SessionLost{})
+			// The index answers (the slot free) before the new session
+			// is made.
+			m.now = m.now.Add(time.Second)
+			m.step(slots("lazy", 50, Slot{K: 0}))
+			again, _, ok := runUntil[Claim](m, m.step(SessionCreated{ID: "s-2"}), m.now.Add(5*time.Second))
+			if !ok || again.From != "me" || again.Fresh || again.Takeover != nil {
+				t.Fatalf("own lost slot claimed back as %+v %v, want a claim of its own (no fresh claim, no takeover)", again, ok)
+			}
+		})
 	}
 }

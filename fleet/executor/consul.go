@@ -209,6 +209,11 @@ func (e *Executor) claim(a agent.Claim, audit []agent.Record) {
 		delay := strings.Contains(what, "lock delay")
 		done = agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: !delay}
 		if strings.Contains(what, "invalid session") {
+			// Not another session's hold: the view is not stale, and
+			// nothing would move it (the agent would wait for a newer one
+			// for good). Refused, tried again after a tenth of the lock
+			// delay, by when the session's loss is known.
+			done = agent.ClaimDone{Slot: a.Slot}
 			go e.checkSession(a.Session) // a request of its own: not within this one's place
 		}
 	case len(r.Results) == 0 || r.Results[0].KV == nil:
