@@ -430,7 +430,13 @@ type held struct {
 	renewed time.Time
 	reclaim bool
 	retry   time.Time // its claim back not before
-	rec     *unitRec  // its unit
+	// unsure: its claim back got no answer, at this view index: a newer
+	// view that shows the slot this node's holds it under the new
+	// session, unknown (a stray): released (unclaiming), then claimed
+	// back again.
+	unsure     uint64
+	unclaiming bool
+	rec        *unitRec // its unit
 	// seen and seenIndex: the view and token the last look at the view
 	// found this hold not taken by another session with.
 	seen      *SlotsView
@@ -872,6 +878,14 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		h.index, h.confirmed, h.acked, h.phase = in.Index, h.sent, now, Starting
 		out = append(a.claimed(now, in.Slot, h, out), Record{Slot: in.Slot, Action: "claim"})
 	case ReleaseDone:
+		if h := a.held[in.Slot]; h != nil && h.unclaiming {
+			h.unclaiming = false
+			if in.OK {
+				h.unsure = 0
+			}
+			a.markDirty(in.Slot.Unit)
+			break
+		}
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
 			if !in.OK {
 				a.ownLost[in.Slot] = true // perhaps still ours; perhaps lost (cut off)
@@ -1151,6 +1165,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		case h.orphan:
 			// Stop once another node holds the slot, or at its
 			// stop_after (stopafter.go).
+			out = a.orphanStray(id, h, view, out)
 			if view != nil && view.slot(id.K).Node != "" && view.slot(id.K).Node != a.cfg.Node && h.phase != Stopping {
 				h.phase = Stopping
 				out = append(out, Stop{Slot: id})
@@ -1339,12 +1354,15 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k] != "") {
+				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k] != "" || a.ops.existed[id]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
 					// start after it; another node than its holder waits
 					// node_lost_after and stop_after too (stopafter.go).
+					// A slot this node never saw held that was claimed
+					// before (its fresh claim refused: ops.existed) may
+					// have been lost so as well: this node started since.
 					when = when.Add(a.lostWait(u, a.lastHolder(r, id)))
 				}
 				when = maxTime(when, vac.notBefore)

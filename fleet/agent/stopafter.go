@@ -125,7 +125,7 @@ func (a *Agent) noteOwnLost(v *SlotsView) {
 // view shows the slot free; no rank, no wait (the node was its holder),
 // and no takeover of the budget's.
 func (a *Agent) reclaimOrphan(now time.Time, u Unit, v *SlotsView, id SlotID, h *held, out []any) []any {
-	if !h.cut || h.reclaim || h.phase == Stopping || h.lost {
+	if !h.cut || h.reclaim || h.unclaiming || h.phase == Stopping || h.lost {
 		return out
 	}
 	if idx, ok := a.refused[id]; ok {
@@ -153,6 +153,18 @@ func (a *Agent) reclaimOrphan(now time.Time, u Unit, v *SlotsView, id SlotID, h 
 	return append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, From: a.cfg.Node, CheckFailed: a.cfg.Control})
 }
 
+// orphanStray: an orphan whose claim back got no answer, and a view newer
+// than that answer shows the slot this node's: the claim was applied, the
+// hold unknown; it is released (the instance runs on), and claimed back
+// again once the slot shows free.
+func (a *Agent) orphanStray(id SlotID, h *held, view *SlotsView, out []any) []any {
+	if h.unsure == 0 || h.unclaiming || h.reclaim || view == nil || view.Index <= h.unsure || view.slot(id.K).Node != a.cfg.Node || a.session == "" {
+		return out
+	}
+	h.unclaiming = true
+	return append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
+}
+
 // reclaimDone takes the answer of an orphan's claim: held again, its
 // instance running on under the new term; refused or unanswered, it stays
 // an orphan (a claim applied whose answer was lost is then held by the
@@ -174,11 +186,19 @@ func (a *Agent) reclaimDone(now time.Time, in ClaimDone, h *held, out []any) []a
 			// tenth of the lock delay (as a claim's).
 			h.retry = now.Add(a.cfg.LockDelay / 10)
 		}
+		if in.Lost {
+			// Perhaps applied: a newer view that shows it this node's
+			// finds the stray (orphanStray).
+			h.unsure = 1
+			if v := a.slots[in.Slot.Unit]; v != nil {
+				h.unsure = v.Index
+			}
+		}
 		a.markDirty(in.Slot.Unit)
 		return out
 	}
 	delete(a.ownLost, in.Slot)
-	h.orphan, h.cut = false, false
+	h.orphan, h.cut, h.unsure = false, false, 0
 	h.index, h.confirmed, h.acked, h.seen = in.Index, h.sent, now, nil
 	if a.dep != nil {
 		if hd := a.dep.holds[in.Slot]; hd != nil {
