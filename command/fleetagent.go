@@ -258,6 +258,9 @@ func agentUnits(units map[string]cluster.UnitSpec) []agent.Unit {
 		au := agent.UnitOf(u.Unit)
 		au.Volumes = len(p.Volumes) > 0
 		au.Reschedule, au.Group = agent.OnExhausted(u)
+		for _, sv := range u.Services {
+			au.MaxStop = max(au.MaxStop, sv.Stop.Drain+sv.Stop.Timeout)
+		}
 		out = append(out, au)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })

@@ -40,6 +40,10 @@ type Unit struct {
 	// policy is Placement.Reschedule); Group: several services share the
 	// slot and fail as one (reschedule.go; OnExhausted reads both).
 	Reschedule, Group bool
+	// MaxStop is the longest its services' stop may take (drain, then
+	// the stop signal's timeout): a takeover of a slot lost with its
+	// node waits for it after stop_after (stopafter.go).
+	MaxStop time.Duration
 }
 
 // SlotID names a slot: the key slots/<Unit>/<K>.
@@ -296,6 +300,11 @@ type (
 	}
 	// SessionLost: the node's session is gone (invalidated).
 	SessionLost struct{}
+	// SessionRenewed: a renewal of the session sent at Sent was answered
+	// (the session is alive). Its absence for TTL/2 + stop_after stops
+	// the instances of non-exclusive units with a stop_after (cut off
+	// from Consul: stopafter.go).
+	SessionRenewed struct{ Sent time.Time }
 	// ClaimDone answers Claim. Lost: no answer came back (it may have
 	// been applied).
 	ClaimDone struct {
@@ -367,6 +376,18 @@ type (
 		// slot's DelayGuardKey. With none, it checks that the guard does
 		// not exist: a refusal is Taken, a newer view first.
 		Delays []string
+		// From: the slot's last holder as this node knows it ("" none
+		// known): the claim's audit record names it.
+		From string
+	}
+	// MarkLost: write the slot key of a slot freed by an invalidation
+	// back, without a session, naming its last holder (Node) with state
+	// held, unless the key exists (check-not-exists): what a session of
+	// behavior release leaves, so that mariposa status says "lost" and
+	// the key names the holder to wait for (stopafter.go; Config.MarkLost).
+	MarkLost struct {
+		Slot SlotID
+		Node string
 	}
 	// Release: unlock the slot key (answer: ReleaseDone). Failed: the
 	// slot failed (reset.go): the same transaction sets its failed mark.
@@ -451,7 +472,21 @@ type held struct {
 	confirmed time.Time // send time of the last read that showed the hold
 	lost      bool      // the hold ended: stop without releasing
 	orphan    bool      // non-exclusive, session lost: keep running
-	rec       *unitRec  // its unit
+	// cut: an orphan of a lost session (not a drain's), claimed again
+	// when its slot shows free (stopafter.go); renewed: that session's
+	// last renewal (its stop_after runs from it); reclaim: its claim with
+	// the new session is on its way (its instance keeps running).
+	cut     bool
+	renewed time.Time
+	reclaim bool
+	retry   time.Time // its claim back not before
+	// unsure: its claim back got no answer, at this view index: a newer
+	// view that shows the slot this node's holds it under the new
+	// session, unknown (a stray): released (unclaiming), then claimed
+	// back again.
+	unsure     uint64
+	unclaiming bool
+	rec        *unitRec // its unit
 	// seen and seenIndex: the view and token the last look at the view
 	// found this hold not taken by another session with.
 	seen      *SlotsView
@@ -532,6 +567,16 @@ type Config struct {
 	// Adopt, when set, starts the agent from what the previous image
 	// handed over in an upgrade in place (adopt.go).
 	Adopt *Adopt
+	// TTL is the session's TTL (renewed every TTL/2): a non-exclusive
+	// unit's stop_after counts from TTL/2 after the last renewal, and a
+	// claimant waits for it (stopafter.go). 0: stop_after is not applied.
+	TTL time.Duration
+	// MarkLost: a slot this node sees freed by an invalidation gets its
+	// key back (MarkLost), from the first live nodes by name other than
+	// its holder (MarkLostWriters): the sessions have behavior delete (the index entries
+	// must go with them), and this leaves the slot key as behavior
+	// release would (stopafter.go).
+	MarkLost bool
 }
 
 // Warm is a placed start: the session and the held slots' fencing tokens.
@@ -552,14 +597,17 @@ type Agent struct {
 	adoptWait bool
 	// sessionRetry: after a failed CreateSession, the next not before.
 	sessionRetry time.Time
-	units        map[string]Unit
-	slots        map[string]*SlotsView
-	nodes        *NodesView
-	held         map[SlotID]*held
-	heldSorted   []SlotID // held's IDs in order; nil when held changed
-	holdsGen     uint64   // moved by every change of the holds (heldChanged)
-	holdsMemo    holdsMemo
-	heldCounted  bool // the units' nHeld count held as it is
+	// renewed: the send time of the session's last answered renewal
+	// (its creation's answer at first): stop_after (stopafter.go).
+	renewed     time.Time
+	units       map[string]Unit
+	slots       map[string]*SlotsView
+	nodes       *NodesView
+	held        map[SlotID]*held
+	heldSorted  []SlotID // held's IDs in order; nil when held changed
+	holdsGen    uint64   // moved by every change of the holds (heldChanged)
+	holdsMemo   holdsMemo
+	heldCounted bool // the units' nHeld count held as it is
 	// inflight: confirmations sent and not answered. They are sent every
 	// lock_delay/5 whether or not the last one came back (each carries
 	// its send time, so a slow answer costs nothing), up to maxInflight.
@@ -590,6 +638,11 @@ type Agent struct {
 	// index of the view that showed them free: not claimed again until a
 	// newer view.
 	refused map[SlotID]uint64
+	// ownLost: slots this node held until it lost them (its session, its
+	// watchdog, a release refused while cut off): claimed back as its own,
+	// no takeover (stopafter.go), until a view shows them another's or
+	// released.
+	ownLost map[SlotID]bool
 	// dep: the units' deployments (deploy.go); nil until one is heard of.
 	dep *deployState
 	// ops: pause, drain, the storm brake and the takeover budget (ops.go).
@@ -624,7 +677,8 @@ type unitRec struct {
 	// invalidated: free slots this node saw held and then free without a
 	// release (the index cannot say so: the holder's keys are deleted
 	// with its session), until a view shows them held or released.
-	invalidated map[int]bool
+	// It keeps the holder that was lost ("?" when not known).
+	invalidated map[int]string
 	// wait mirrors waitAt[unit] (hasWait: set); nHeld counts the holds of
 	// the unit (kept by heldIDs).
 	wait    time.Time
@@ -733,7 +787,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{},
 		dirty: map[string]bool{}, waitAt: map[string]time.Time{},
-		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}}
+		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, ownLost: map[SlotID]bool{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -816,7 +870,8 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		if a.heldIDs(); r.nHeld > 0 {
 			a.holdsGen++ // the holds' loop reads the unit's view
 		}
-		a.noteInvalidated(r, r.view, in.View)
+		out = a.markLost(in.View.Unit, a.noteInvalidated(r, r.view, in.View), out)
+		a.noteOwnLost(in.View)
 		a.notePrevious(a.units[in.View.Unit], r.view, in.View)
 		a.slots[in.View.Unit] = in.View
 		r.view = in.View
@@ -835,6 +890,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		a.asking = false
 		if in.Err == nil {
 			a.session = in.ID
+			a.renewed = now
 			a.dirtyAll()
 		} else {
 			// Not at once again (no leader, the agent away): a second on.
@@ -842,8 +898,16 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 	case SessionLost:
 		out = a.loseSession(out)
+	case SessionRenewed:
+		if in.Sent.After(a.renewed) {
+			a.renewed = in.Sent
+		}
 	case ClaimDone:
 		h := a.held[in.Slot]
+		if h != nil && h.reclaim {
+			out = a.reclaimDone(now, in, h, out)
+			break
+		}
 		if h == nil || h.phase != Claiming {
 			break
 		}
@@ -878,10 +942,22 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			}
 			break
 		}
+		delete(a.ownLost, in.Slot)
 		h.index, h.confirmed, h.acked, h.phase = in.Index, h.sent, now, Starting
 		out = append(a.claimed(now, in.Slot, h, out), Record{Slot: in.Slot, Action: "claim"})
 	case ReleaseDone:
+		if h := a.held[in.Slot]; h != nil && h.unclaiming {
+			h.unclaiming = false
+			if in.OK {
+				h.unsure = 0
+			}
+			a.markDirty(in.Slot.Unit)
+			break
+		}
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
+			if !in.OK {
+				a.ownLost[in.Slot] = true // perhaps still ours; perhaps lost (cut off)
+			}
 			delete(a.held, in.Slot)
 			a.heldChanged()
 			a.markDirty(in.Slot.Unit)
@@ -1040,7 +1116,7 @@ func (a *Agent) vacantOf(unit string) map[int]vacancy {
 
 // noteInvalidated keeps, across answers, which free slots were freed
 // without a release.
-func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) {
+func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) (lost []int) {
 	inv := r.invalidated
 	for k := range inv { // (nil, or not empty: see below)
 		if s := v.slot(k); s.Node != "" || s.Released {
@@ -1051,7 +1127,7 @@ func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) {
 		inv, r.invalidated = nil, nil // an empty map costs its range
 	}
 	if old == nil {
-		return
+		return nil
 	}
 	for k, n := range old.nodeOf {
 		if n == "" || v.holder(k) != "" {
@@ -1059,18 +1135,23 @@ func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) {
 		}
 		if s := v.slot(k); !s.Released {
 			if inv == nil {
-				inv = map[int]bool{}
+				inv = map[int]string{}
 				r.invalidated = inv
 			}
-			inv[k] = true
+			inv[k] = n
+			lost = append(lost, k)
 		}
 	}
+	return lost
 }
 
 func (a *Agent) loseSession(out []any) []any {
 	a.session, a.inflight, a.failed = "", 0, nil
 	for _, id := range a.heldIDs() { // in slot order, as the trace needs
 		h := a.held[id]
+		if h.phase != Claiming {
+			a.ownLost[id] = true // (a release on its way: its answer is dropped)
+		}
 		switch {
 		case h.phase.noInstance():
 			delete(a.held, id)
@@ -1078,7 +1159,7 @@ func (a *Agent) loseSession(out []any) []any {
 		case h.exclusive:
 			out = a.lose(id, h, "session lost", out)
 		default:
-			h.orphan = true
+			h.orphan, h.cut, h.renewed, h.reclaim = true, true, a.renewed, false
 		}
 	}
 	return out
@@ -1091,6 +1172,7 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 		return out
 	}
 	h.lost = true
+	a.ownLost[id] = true
 	if h.phase.noInstance() {
 		delete(a.held, id)
 		a.heldChanged()
@@ -1149,14 +1231,41 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 		u, ok, view := h.rec.unit, h.rec.ok, h.rec.view
 		switch {
 		case h.orphan:
-			// Stop once another node holds the slot.
+			// Stop once another node holds the slot, or at its
+			// stop_after (stopafter.go).
+			out = a.orphanStray(id, h, view, out)
 			if view != nil && view.slot(id.K).Node != "" && view.slot(id.K).Node != a.cfg.Node && h.phase != Stopping {
 				h.phase = Stopping
 				out = append(out, Stop{Slot: id})
+			} else if due, ok := a.stopDue(u, h.renewed); ok && h.cut && h.phase != Stopping {
+				if now.Before(due) {
+					at(due)
+					if until.IsZero() || due.Before(until) {
+						until = due
+					}
+				} else {
+					h.phase = Stopping
+					out = append(out, Stop{Slot: id}, Record{Slot: id, Action: "lost", Reason: cutOffReason(u)})
+				}
 			}
 			continue
 		case h.lost || h.phase == Claiming || h.phase == Releasing || h.phase == HandingOff:
 			continue
+		}
+		if due, ok := a.stopDue(u, a.renewed); ok && h.phase != Stopping && h.phase != Restoring {
+			if now.Before(due) {
+				at(due)
+				if until.IsZero() || due.Before(until) {
+					until = due
+				}
+			} else {
+				// stop_after: cut off from Consul; the release follows
+				// the stop (refused while cut off: the key is then left
+				// to the invalidation).
+				h.phase = Stopping
+				out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "release", Reason: cutOffReason(u)}))
+				continue
+			}
 		}
 		if h.exclusive && !a.cfg.Faults.NoWatchdog {
 			deadline := a.rule.Deadline(h.confirmed, a.failed)
@@ -1277,7 +1386,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			}
 			for _, k := range free {
 				id := SlotID{name, k}
-				if _, ok := a.held[id]; ok {
+				if h, ok := a.held[id]; ok {
+					if h.orphan {
+						out = a.reclaimOrphan(now, u, v, id, h, out)
+					}
 					continue
 				}
 				if mine >= max(1, u.MaxPerNode) {
@@ -1311,12 +1423,16 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				}
 				when := vac.since.Add(d)
 				sl := v.slot(k)
-				if !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k]) {
+				if !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k] != "" || a.ops.existed[id]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
-					// start after it.
-					when = when.Add(a.cfg.LockDelay)
+					// start after it; another node than its holder waits
+					// node_lost_after and stop_after too (stopafter.go).
+					// A slot this node never saw held that was claimed
+					// before (its fresh claim refused: ops.existed) may
+					// have been lost so as well: this node started since.
+					when = when.Add(a.lostWait(u, a.lastHolder(r, id)))
 				}
 				when = maxTime(when, vac.notBefore)
 				when, _ = a.afterReschedule(when, vac, sl, d)
@@ -1334,7 +1450,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
-					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, Delays: v.DelayKeys(k)})
+					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, Delays: v.DelayKeys(k), From: a.lastHolder(r, id)})
 			}
 		}
 		for _, name := range dirty {

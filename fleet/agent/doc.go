@@ -82,7 +82,13 @@
 //	    gone
 //
 // A non-exclusive slot whose session is lost keeps its instance running
-// (an orphan) until another node holds the slot, then stops it. A hold
+// (an orphan) until another node holds the slot, then stops it; its node
+// claims it back with its next session as soon as the index shows it free
+// (the instance runs on), and a unit's stop_after stops it once the
+// session has not been renewed for TTL/2 + stop_after, as it stops a
+// held one cut off from Consul. Other nodes take over a slot lost by an
+// invalidation after node_lost_after, and after stop_after's bound
+// (stopafter.go). A hold
 // restoring or handing off has no instance: lost, it is dropped (and the
 // unit looked at again: Consul may still show it this session's, a stray
 // to release).

@@ -551,6 +551,9 @@ func (a *Agent) takeoverFrom(v *SlotsView, k int) (string, bool) {
 	if v.slot(k).Released {
 		return "", false
 	}
+	if a.ownLost[SlotID{v.Unit, k}] {
+		return a.cfg.Node, true // its own (stopafter.go), whatever the views missed
+	}
 	if n, ok := a.ops.lostFrom[SlotID{v.Unit, k}]; ok {
 		return n, true
 	}

@@ -78,7 +78,7 @@ func (a *Agent) Stats(now time.Time) cluster.FleetStats {
 				ss.State = cluster.SlotStatHeld
 			case failed:
 				ss.State = cluster.SlotStatFailed
-			case v != nil && !sl.Released && (sl.ModifyIndex > 0 || (r != nil && r.invalidated[k])):
+			case v != nil && !sl.Released && (sl.ModifyIndex > 0 || (r != nil && r.invalidated[k] != "")):
 				ss.State, ss.Node = cluster.SlotStatLost, a.ops.lostFrom[id]
 			}
 			if r != nil && (ss.State == cluster.SlotStatFree || ss.State == cluster.SlotStatLost) {
@@ -195,7 +195,7 @@ func (a *Agent) Waiting(now time.Time) []string {
 				}
 				when := vac.since.Add(d)
 				why := ""
-				if !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k]) {
+				if !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k] != "") {
 					when, why = when.Add(a.cfg.LockDelay), ", after the lock delay"
 				}
 				when = maxTime(when, vac.notBefore)

@@ -115,12 +115,17 @@ func TestTakeoverAudited(t *testing.T) {
 	f := newFleet(t, fleetOptions{nodes: 3, control: true}, web)
 	f.waitSettled(30 * time.Second)
 	id := agent.SlotID{Unit: "web", K: 0}
+	// Its holder crashed: a node taking its own lost slot back is no
+	// takeover (agent/stopafter.go), so another node must take it.
+	a := f.holderOf(id)
+	a.ex.Kill()
+	f.rec.killNode(a.name)
 	keys, _ := f.slotKeys("web")
 	if _, err := f.c.Session().Destroy(keys[0].Session, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.waitSettled(30 * time.Second)
-	b := f.holderOf(id) // the node that lost it may take it back
+	b := f.holderOf(id)
 	var takeover, claim bool
 	for _, e := range f.auditOf("web") {
 		if e.Slot == id.String() && e.Node == b.name {

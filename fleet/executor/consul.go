@@ -102,6 +102,7 @@ func (e *Executor) renew(ctx context.Context, id string) {
 		case <-time.After(wait):
 		}
 		rctx, cancel := context.WithTimeout(ctx, e.cfg.Request)
+		sent := time.Now()
 		entry, _, err := e.cfg.Client.Session().Renew(id, (&api.WriteOptions{}).WithContext(rctx))
 		cancel()
 		switch {
@@ -115,7 +116,27 @@ func (e *Executor) renew(ctx context.Context, id string) {
 			return
 		default:
 			wait = e.cfg.TTL / 2
+			// stop_after counts from the last renewal (agent/stopafter.go).
+			e.inbox.post(sessionAns{session: id, in: agent.SessionRenewed{Sent: sent}})
 		}
+	}
+}
+
+// markLost performs agent.MarkLost: the slot key, deleted with its
+// holder's session (behavior delete), written back without a session as
+// behavior release would leave it (cluster.Fleet's), unless a claim made
+// it since. Nothing is fed back: no decision depends on it.
+func (e *Executor) markLost(a agent.MarkLost) {
+	ctx, cancel := e.request()
+	defer cancel()
+	v, _ := json.Marshal(cluster.SlotValue{Node: a.Node, State: cluster.SlotHeld, Since: time.Now().UTC(),
+		Reason: "lost: its node's session was invalidated"})
+	ok, _, _, err := e.cfg.Client.Txn().Txn(api.TxnOps{
+		kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.Key()}),
+		kv(&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.Key(), Value: v}),
+	}, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil || !ok {
+		e.log.Debug("lost slot's key not written back (claimed since, or no answer)", "slot", a.Slot.String(), "error", err)
 	}
 }
 
@@ -188,6 +209,11 @@ func (e *Executor) claim(a agent.Claim, audit []agent.Record) {
 		delay := strings.Contains(what, "lock delay")
 		done = agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: !delay}
 		if strings.Contains(what, "invalid session") {
+			// Not another session's hold: the view is not stale, and
+			// nothing would move it (the agent would wait for a newer one
+			// for good). Refused, tried again after a tenth of the lock
+			// delay, by when the session's loss is known.
+			done = agent.ClaimDone{Slot: a.Slot}
 			go e.checkSession(a.Session) // a request of its own: not within this one's place
 		}
 	case len(r.Results) == 0 || r.Results[0].KV == nil:

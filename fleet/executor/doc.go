@@ -23,7 +23,12 @@
 //     node checks, behavior delete (the index entries go with the locks
 //     when it is invalidated). It is renewed every TTL/2 and watched (a
 //     blocking query on its info): Consul saying it is gone is
-//     agent.SessionLost.
+//     agent.SessionLost; each renewal answered is agent.SessionRenewed
+//     with its send time (stop_after counts from the last).
+//   - MarkLost: the slot key of a slot lost with its holder's session
+//     (deleted with it) written back without a session, naming the
+//     holder with state held, check-not-exists first: the layout behavior
+//     release gives cluster.Fleet's keys (mariposa status says "lost").
 //   - Claim: one transaction, all or nothing: lock the slot key and its
 //     index entry, delete the released mark. Refused for the lock delay
 //     (LockDelay) or because another session holds the key (Taken); a
@@ -154,6 +159,11 @@
 // checks the holds' deadlines against its now, so the first step after a
 // freeze (its overdue Wake, or the late answer of a read sent before it)
 // finds them lost, and a late answer confirms nothing past its send time.
+//
+// Config.TTL goes to the agent too: a non-exclusive unit's stop_after
+// stops its instances when the session has not been renewed for TTL/2 +
+// stop_after, and node_lost_after and stop_after hold a lost slot back
+// from the other nodes (agent/stopafter.go).
 //
 // Not here yet (see website/internals/fleet-agent.md): a renewal that has
 // failed for a whole TTL does not end the session (only Consul saying it

@@ -237,7 +237,8 @@ func New(cfg Config) *Executor {
 		units: map[string]*unitWatch{}, sessions: map[string]context.CancelFunc{}, reqs: make(chan struct{}, cfg.MaxRequests)}
 	e.inbox.ready = make(chan struct{}, 1)
 	e.ag = agent.New(agent.Config{Node: cfg.Node, Step: cfg.Step, LockDelay: cfg.LockDelay, Seed: cfg.Seed,
-		Detect: cfg.Detect, Faults: cfg.Faults.Agent, Control: cfg.Control, Adopt: e.agentAdopt()})
+		Detect: cfg.Detect, Faults: cfg.Faults.Agent, Control: cfg.Control, Adopt: e.agentAdopt(),
+		TTL: cfg.TTL, MarkLost: true})
 	return e
 }
 
@@ -550,6 +551,8 @@ func (e *Executor) act(a any, audit []agent.Record) {
 		go e.publishDrain(a, audit)
 	case agent.CheckHeld:
 		go e.checkHeld(a)
+	case agent.MarkLost:
+		go e.markLost(a)
 	default:
 		if !e.actVolumes(a) && !e.actQueue(a, audit) {
 			e.log.Error("executor: unknown action", "action", a)

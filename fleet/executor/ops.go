@@ -75,7 +75,13 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time, audit ...agent.Recor
 	case a.Released:
 		why = "released by its holder"
 	}
-	ops = append(ops, e.auditOp(agent.Record{Slot: a.Slot, Action: "claim", Reason: why}))
+	claim := e.auditOp(agent.Record{Slot: a.Slot, Action: "claim", Reason: why})
+	if a.From != "" {
+		// The slot's last holder (cluster.Fleet's claim record names it).
+		claim = cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: a.Slot.Unit, Slot: a.Slot.String(),
+			Action: "claim", Reason: why, From: a.From, To: e.cfg.Node})
+	}
+	ops = append(ops, claim)
 	for _, r := range audit {
 		ops = append(ops, e.auditOp(r)) // the step's records it carries out (a takeover's)
 	}

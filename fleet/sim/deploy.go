@@ -466,7 +466,7 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 		}, func() any { return agent.ReturnDone{Slot: a.Slot, T: a.T} })
 	case agent.Update:
 		s.note("%s update %s %s -> %s index %d", n.name, a.Slot, a.From, a.To, a.Index)
-		if old := n.inst[a.Slot]; old != nil && old.index != a.Index {
+		if old := n.inst[a.Slot]; old != nil && old.index != a.Index && !old.reclaimed {
 			s.violate("slot %s on %s: the fencing token moved across an update (%d -> %d)", a.Slot, n.name, old.index, a.Index)
 		}
 		s.markDown(n, a.Slot)

@@ -47,6 +47,7 @@ import (
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/fleet/consulmodel"
 	"github.com/mariposa-sh/mariposa/internal/holdrule"
+	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // Config is one simulation.
@@ -98,6 +99,11 @@ type Config struct {
 	// reserve resources that some nodes have no room for, and no
 	// instance may start on a node they exclude (place.go).
 	Placement bool
+	// NodeLostAfter: every third unit (from the second) holds a slot
+	// lost with its node that long for the node (reschedule's
+	// node_lost_after; fleet/agent/stopafter.go): no other node may start
+	// it sooner after the loss, and the full count is due that much later.
+	NodeLostAfter time.Duration
 	// Trace, when set, receives every line of the trace.
 	Trace func(line string)
 }
@@ -289,6 +295,11 @@ type instance struct {
 	session string
 	running bool
 	version string
+	// reclaimed: its node claimed its slot again with a new session
+	// while it ran (an orphan's reclaim, fleet/agent/stopafter.go): it
+	// runs on with the token it started with, and its next update starts
+	// it with the new one.
+	reclaimed bool
 }
 
 type node struct {
@@ -409,7 +420,7 @@ func Run(cfg Config) Result {
 	s.setup()
 	s.opsWarm()
 	s.faults()
-	end := cfg.LossAt + cfg.Settle
+	end := cfg.LossAt + cfg.Settle + cfg.NodeLostAfter
 	var same int
 	for !s.q.empty() && s.q.peek().at <= end {
 		e := s.q.pop()
@@ -530,6 +541,7 @@ func (s *Sim) setup() {
 			map[string]string{aliveCheck(n.name): api.HealthPassing}))
 	}
 	s.placeInit()
+	s.lostAfterInit()
 	s.reschedSetup()
 	// A placed fleet: slot k of unit i on node (i*count + k) mod N (of
 	// the nodes its placement allows: warmNode).
@@ -686,6 +698,9 @@ func (s *Sim) act(n *node, a any) {
 				return agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: err == nil && !delay}
 			}
 			s.claimApplied(n, a.Slot, from, takeover)
+			if inst := n.inst[a.Slot]; inst != nil {
+				inst.reclaimed = true
+			}
 			s.checkMaxPerNode(a.Slot.Unit)
 			if lose {
 				s.note("%s claim %s applied, answer lost", n.name, a.Slot)
@@ -1140,6 +1155,9 @@ func (s *Sim) startInstance(n *node, a agent.Start) {
 	n.inst[a.Slot] = inst
 	s.running[a.Slot] = append(s.running[a.Slot], inst)
 	if t, ok := s.lostAt[a.Slot]; ok {
+		if d := lostAfter(u); d > 0 && s.now-t < d {
+			s.violate("slot %s lost with its node taken over by %s %v after the loss, before node_lost_after (%v)", a.Slot, n.name, s.now-t, d)
+		}
 		s.res.Recovery = append(s.res.Recovery, s.now-t)
 		delete(s.lostAt, a.Slot)
 	}
@@ -1428,6 +1446,35 @@ func (s *Sim) setCount(unit string, count int) {
 	}
 }
 
+// lostAfterInit gives every third unit (from the second) the
+// configuration's node_lost_after.
+func (s *Sim) lostAfterInit() {
+	if s.cfg.NodeLostAfter <= 0 {
+		return
+	}
+	for i, u := range s.units {
+		if i%3 != 1 {
+			continue
+		}
+		var p schema.Placement
+		if u.Placement != nil {
+			p = *u.Placement
+		}
+		p.Reschedule.NodeLostAfter = s.cfg.NodeLostAfter
+		u.Placement = &p
+		s.units[i] = u
+		s.byU[u.Name] = u
+	}
+}
+
+// lostAfter is u's node_lost_after.
+func lostAfter(u agent.Unit) time.Duration {
+	if u.Placement == nil {
+		return 0
+	}
+	return u.Placement.Reschedule.NodeLostAfter
+}
+
 func (s *Sim) finalCheck() {
 	live := 0
 	for _, n := range s.nodes {
@@ -1452,7 +1499,7 @@ func (s *Sim) finalCheck() {
 			case len(live) == 0 && s.volWaiting(id):
 				s.note("slot %s waits for its data on a holder that does not serve it", id)
 			case len(live) == 0:
-				s.violate("slot %s has no running instance %v after the last fault", id, s.cfg.Settle)
+				s.violate("slot %s has no running instance %v after the last fault", id, s.cfg.Settle+lostAfter(u))
 			case u.Exclusive && len(live) > 1:
 				s.violate("exclusive slot %s runs on %v", id, live)
 			}

@@ -173,3 +173,33 @@ func BenchmarkSim(b *testing.B) {
 		b.ReportMetric(float64(r.BytesServed)/1024/float64(max(1, r.SlotChanges)), "KB/slot-change")
 	}
 }
+
+// TestSimulationNodeLostAfter: the chaos run with the operator's controls
+// (the executor's configuration) and node_lost_after on every third unit (fleet/agent/stopafter.go): no slot lost with its node is
+// started elsewhere sooner after the loss, and the full count is back
+// within the settle time plus node_lost_after.
+func TestSimulationNodeLostAfter(t *testing.T) {
+	waited := 0
+	for seed := uint64(1); seed <= 5; seed++ {
+		c := opsConfig(seed) // with the controls, as the executor runs it
+		c.NodeLostAfter = 20 * time.Second
+		r := Run(c)
+		for _, v := range r.Violations {
+			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v -volumes=%v -placement=%v -ops -node-lost-after 20s -trace)", v, *nodes, seed, *deploys, *volumes, *placement)
+		}
+		if t.Failed() {
+			return
+		}
+		if r.Lost == 0 || len(r.Recovery) != r.Lost {
+			t.Fatalf("seed %d: nothing was lost or recovered: %+v", seed, r)
+		}
+		for _, d := range r.Recovery {
+			if d >= c.NodeLostAfter {
+				waited++
+			}
+		}
+	}
+	if waited == 0 {
+		t.Fatal("no lost slot waited for node_lost_after")
+	}
+}

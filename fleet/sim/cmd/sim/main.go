@@ -33,6 +33,7 @@ func main() {
 	storm := flag.Bool("storm", false, "the storm brake's scenario: 60% of the nodes lost, resumed 20 s later")
 	volumes := flag.Bool("volumes", false, "a volume that moves with the slots on every exclusive unit: handoffs and restores, and their invariants")
 	buckets := flag.Int("buckets", 0, "bytes as the executor's bucketed watches serve them (fleet/executor's Config.Buckets; 0: a unit's watches of its own)")
+	lostAfter := flag.Duration("node-lost-after", 0, "node_lost_after on every third unit, and the invariant that no slot lost with its node starts elsewhere sooner")
 	placement := flag.Bool("placement", false, "a constraint on the nodes' meta on some units, resources that some nodes have no room for on others, and the invariant that no instance starts where they exclude it")
 	flag.Parse()
 	// The simulation allocates fast and keeps little: collecting at four
@@ -65,7 +66,7 @@ func main() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys, Ops: *ops, Storm: *storm, Volumes: *volumes, Buckets: *buckets, Placement: *placement}
+			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys, Ops: *ops, Storm: *storm, Volumes: *volumes, Buckets: *buckets, Placement: *placement, NodeLostAfter: *lostAfter}
 			if *trace {
 				cfg.Trace = func(l string) { fmt.Println(l) }
 			}
