@@ -247,7 +247,12 @@ type (
 	// NodesAnswer: a new answer of the watch on the live fleet nodes.
 	NodesAnswer struct{ View *NodesView }
 	// UnitsAnswer: the units this node runs its part of.
-	UnitsAnswer struct{ Units []Unit }
+	UnitsAnswer struct {
+		Units []Unit
+		// Stopping: the node is stopping (mariposa stopped): no units,
+		// and the releases say so.
+		Stopping bool
+	}
 	// SessionCreated answers CreateSession (ID "" with Err: failed).
 	SessionCreated struct {
 		ID  string
@@ -367,6 +372,11 @@ type (
 		Slot   SlotID
 		Action string
 		Reason string
+		// From and To: what moved, as website/operations.md's table
+		// says for the action (a claim: the previous holder; a
+		// rollout's records: the version). The executor fills what
+		// it knows (a claim's To, a release's From and To).
+		From, To string
 		// Deferred: a decision to stop and then release, which the
 		// slot's Release carries (Release.Audit; records.go).
 		Deferred bool
@@ -489,6 +499,8 @@ type Agent struct {
 	asking  bool // CreateSession in flight
 	// adoptWait: adopted (adopt.go), no UnitsAnswer yet.
 	adoptWait bool
+	// stopping: the last UnitsAnswer said the node stops.
+	stopping bool
 	// sessionRetry: after a failed CreateSession, the next not before.
 	sessionRetry time.Time
 	units        map[string]Unit
@@ -733,7 +745,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			}
 		}
 	case UnitsAnswer:
-		a.adoptWait = false
+		a.adoptWait, a.stopping = false, in.Stopping
 		a.units = map[string]Unit{}
 		for _, u := range in.Units {
 			a.units[u.Name] = u
@@ -814,7 +826,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			break
 		}
 		h.index, h.confirmed, h.acked, h.phase = in.Index, h.sent, now, Starting
-		out = append(a.claimed(now, in.Slot, h, out), Record{Slot: in.Slot, Action: "claim"})
+		out = a.claimed(now, in.Slot, h, out) // its record went with the claim (records.go)
 	case ReleaseDone:
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
 			delete(a.held, in.Slot)
@@ -1121,10 +1133,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// No instance yet: its handoff passes on what it was to
 			// restore (volumes.go).
 			h.phase = HandingOff
-			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, h.then(Record{Slot: id, Action: "release", Reason: "scaled down"}))
+			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, h.then(a.scaledDown(id, u, ok)))
 		} else if (!ok || id.K >= u.Count) && h.phase != Stopping {
 			h.phase = Stopping
-			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "release", Reason: "scaled down"}))
+			out = append(out, Stop{Slot: id}, h.then(a.scaledDown(id, u, ok)))
 		}
 	}
 	if ids != nil || len(a.held) == 0 {
@@ -1267,7 +1279,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
-					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control})
+					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control},
+					claimRecord(id, me.Rank, tk, a.lastHolder(v, k)))
 			}
 		}
 		for _, name := range dirty {

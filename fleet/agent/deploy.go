@@ -558,7 +558,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 				// decision's record; the instance changes once it is
 				// written.
 				out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: target}}, "updating",
-					Record{Slot: id, Action: "update", Reason: fmt.Sprintf("deployment %d: %s -> %s", rec.N, from, target)}, out)
+					Record{Slot: id, Action: "update", From: from, To: target, Reason: fmt.Sprintf("deployment %d: %s -> %s", rec.N, from, target)}, out)
 				continue
 			}
 			h.phase = Updating
@@ -578,7 +578,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			if s, ok := v.Status[id.K]; !ok || s.Version != hd.version || s.HealthyAt == nil || s.Index != h.index {
 				t := hd.healthySince.Add(up.MinHealthyTime)
 				out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version, HealthyAt: &t}}, "healthy",
-					Record{Slot: id, Action: "healthy", Reason: fmt.Sprintf("deployment %d: %s healthy for min_healthy_time", rec.N, hd.version)}, out)
+					Record{Slot: id, Action: "healthy", To: hd.version, Reason: fmt.Sprintf("deployment %d: %s healthy for min_healthy_time", rec.N, hd.version)}, out)
 			}
 		case !hd.healthySince.IsZero() || hd.started.IsZero() || up.HealthyDeadline <= 0:
 		case !hd.failed && now.Before(hd.started.Add(up.HealthyDeadline)):
@@ -589,7 +589,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			hd.failed = true
 			why := fmt.Sprintf("not healthy within healthy_deadline (%s) at %s", up.HealthyDeadline, hd.version)
 			out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version}, Failed: why}, "failed",
-				Record{Slot: id, Action: "unhealthy", Reason: why}, out)
+				Record{Slot: id, Action: "rollout-failed", To: hd.version, Reason: why}, out)
 		}
 		// The token goes back once the slot is healthy at its target, or
 		// when the deployment no longer runs. A failed instance keeps it

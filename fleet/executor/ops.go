@@ -23,13 +23,15 @@ func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
 		slot = r.Slot.String()
 	}
 	ev := cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: r.Slot.Unit, Slot: slot,
-		Action: r.Action, Reason: r.Reason}
+		Action: r.Action, From: r.From, To: r.To, Reason: r.Reason}
 	switch r.Action {
 	case "release":
 		// What moved, as cluster.Fleet's release says it
 		// (website/operations.md: this node -> released).
 		ev.From, ev.To = e.cfg.Node, cluster.SlotReleased
 	case "claim":
+		// The previous holder (Record.From, where the agent knows it)
+		// -> this node.
 		ev.To = e.cfg.Node
 	}
 	return cluster.AuditOp(ev)
@@ -50,17 +52,18 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time, audit ...agent.Recor
 	}
 	// The claim's audit record goes with it (as cluster.Fleet's), before
 	// the failed mark's check and the budget's compare-and-set, which
-	// stay the last ops (Claim.FailedOp, Claim.Refusal).
-	why := "claimed"
-	switch {
-	case a.Takeover != nil:
-		why = "a takeover"
-	case a.Released:
-		why = "released by its holder"
+	// stay the last ops (Claim.FailedOp, Claim.Refusal): the agent's
+	// (agent.Audits: its rank, a takeover's "takeover from a lost
+	// node"), or, without one, a plain claim.
+	if len(audit) == 0 {
+		why := "claimed"
+		if a.Takeover != nil {
+			why = "takeover from a lost node"
+		}
+		audit = []agent.Record{{Slot: a.Slot, Action: "claim", Reason: why}}
 	}
-	ops = append(ops, e.auditOp(agent.Record{Slot: a.Slot, Action: "claim", Reason: why}))
 	for _, r := range audit {
-		ops = append(ops, e.auditOp(r)) // the step's records it carries out (a takeover's)
+		ops = append(ops, e.auditOp(r))
 	}
 	if a.CheckFailed {
 		// The slot's failed mark must not exist (reset.go; Claim.FailedOp).
