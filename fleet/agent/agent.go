@@ -377,6 +377,9 @@ type (
 		// rollout's records: the version). The executor fills what
 		// it knows (a claim's To, a release's From and To).
 		From, To string
+		// Deployment: a deployment's record (moveRecords) names the
+		// deployment as its service, and the unit as its slot.
+		Deployment string
 		// Deferred: a decision to stop and then release, which the
 		// slot's Release carries (Release.Audit; records.go).
 		Deferred bool

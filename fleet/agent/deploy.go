@@ -265,6 +265,9 @@ type (
 		CAS   uint64
 		Next  Deployment
 		Audit Record
+		// Also: a second record of the move, in its transaction (a
+		// revert's: "deploy-failed", then "deploy-revert"); zero: none.
+		Also Record
 	}
 )
 
@@ -638,8 +641,8 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		} else if what == "deploy-promote" {
 			reason = "auto_promote: every canary healthy"
 		}
-		out = append(out, MoveDeployment{Unit: unit, CAS: v.RecordIndex, Next: *next,
-			Audit: Record{Slot: SlotID{unit, -1}, Action: what, Reason: fmt.Sprintf("deployment %d: %s", v.Record.N, reason)}})
+		rec, also := moveRecords(unit, what, v.Record, next, fmt.Sprintf("deployment %d: %s", v.Record.N, reason))
+		out = append(out, MoveDeployment{Unit: unit, CAS: v.RecordIndex, Next: *next, Audit: rec, Also: also})
 	}
 	return out
 }

@@ -287,7 +287,8 @@ func TestUnhealthyFailsAndReverts(t *testing.T) {
 	}
 	acts = m.step(deployView(11, d, map[int]Status{0: p.Status}, map[int]Token{0: {"s-me", 0, 0}}))
 	mv, ok := find[MoveDeployment](acts)
-	if !ok || mv.CAS != 10 || mv.Next.RevertOf != 2 || mv.Next.Version != "v1" || mv.Audit.Action != "deploy-revert" {
+	if !ok || mv.CAS != 10 || mv.Next.RevertOf != 2 || mv.Next.Version != "v1" || mv.Audit.Action != "deploy-failed" ||
+		mv.Also.Action != "deploy-revert" || mv.Also.To != "v1" {
 		t.Fatalf("judge: %+v %v", mv, acts)
 	}
 	// Not twice on the same view.

@@ -2,7 +2,10 @@ package agent
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/mariposa-sh/mariposa/cluster"
 )
 
 // Where each decision's audit record is written (project rule: "every
@@ -185,4 +188,34 @@ func (a *Agent) scaledDown(id SlotID, u Unit, ok bool) Record {
 		why = fmt.Sprintf("count is %d", u.Count)
 	}
 	return Record{Slot: id, Action: "release", Reason: why}
+}
+
+// moveRecords are the records of the judge's move of unit's deployment
+// from cur to next, in cluster.Fleet's shape (website/operations.md):
+// named by the deployment (its service) and the unit (its slot), to the
+// spec number (cur.Spec's, "<name>/<n>"); a revert is "deploy-failed" then
+// "deploy-revert" (from the failed spec to the stable one it runs again),
+// in one transaction.
+func moveRecords(unit, what string, cur, next *Deployment, reason string) (Record, Record) {
+	id := SlotID{unit, -1}
+	name, n, err := cluster.ParseSpecVersion(cur.Spec)
+	if err != nil {
+		n = cur.N // no spec: the unit's deployment number
+	}
+	spec := strconv.FormatUint(n, 10)
+	r := Record{Slot: id, Action: what, To: spec, Reason: reason, Deployment: name}
+	if what != "deploy-revert" {
+		return r, Record{}
+	}
+	r.Action = "deploy-failed"
+	if next.Ended != nil {
+		r.Reason = next.Ended.Reason
+	}
+	rv := Record{Slot: id, Action: "deploy-revert", From: spec, To: next.Version, Deployment: name,
+		Reason: "auto_revert to stable version " + next.Version}
+	if _, m, err := cluster.ParseSpecVersion(next.Version); err == nil {
+		rv.To = strconv.FormatUint(m, 10)
+		rv.Reason = fmt.Sprintf("auto_revert to stable spec %d (%s)", m, next.Version)
+	}
+	return r, rv
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"github.com/mariposa-sh/mariposa/cluster"
+
 	"testing"
 )
 
@@ -126,6 +128,37 @@ func TestReleaseReasonsAsCluster(t *testing.T) {
 			r, ok := find[Release](acts)
 			if !ok || r.Audit.Action != "release" || r.Audit.Reason != tc.want {
 				t.Fatalf("release %+v %v, want its record saying %q", r, ok, tc.want)
+			}
+		})
+	}
+}
+
+// The judge's records in cluster.Fleet's shape (website/operations.md):
+// the deployment as the service, the unit as the slot, to its spec number;
+// a revert is deploy-failed then deploy-revert (failed spec -> the stable
+// one) in the move's transaction. Mutation check: moveRecords returning
+// the revert alone (no deploy-failed) fails the revert's row.
+func TestMoveRecordsAsCluster(t *testing.T) {
+	cur := &Deployment{N: 2, Version: "app/3", Stable: "app/1", Spec: "app/3"}
+	for _, tc := range []struct {
+		what       string
+		next       *Deployment
+		want, also Record
+	}{
+		{"deploy-successful", &Deployment{N: 2, Version: "app/3"},
+			Record{Slot: SlotID{"web", -1}, Action: "deploy-successful", To: "3", Reason: "why", Deployment: "app"}, Record{}},
+		{"deploy-promote", &Deployment{N: 2, Version: "app/3", Promoted: true},
+			Record{Slot: SlotID{"web", -1}, Action: "deploy-promote", To: "3", Reason: "why", Deployment: "app"}, Record{}},
+		{"deploy-failed", &Deployment{N: 2, Version: "app/3"},
+			Record{Slot: SlotID{"web", -1}, Action: "deploy-failed", To: "3", Reason: "why", Deployment: "app"}, Record{}},
+		{"deploy-revert", &Deployment{N: 3, Version: "app/1", RevertOf: 2, Ended: &cluster.RecordOutcome{N: 2, Reason: "slot 0: not healthy"}},
+			Record{Slot: SlotID{"web", -1}, Action: "deploy-failed", To: "3", Reason: "slot 0: not healthy", Deployment: "app"},
+			Record{Slot: SlotID{"web", -1}, Action: "deploy-revert", From: "3", To: "1", Reason: "auto_revert to stable spec 1 (app/1)", Deployment: "app"}},
+	} {
+		t.Run(tc.what, func(t *testing.T) {
+			r, also := moveRecords("web", tc.what, cur, tc.next, "why")
+			if r != tc.want || also != tc.also {
+				t.Fatalf("moveRecords = %+v, %+v; want %+v, %+v", r, also, tc.want, tc.also)
 			}
 		})
 	}

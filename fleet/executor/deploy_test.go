@@ -390,6 +390,13 @@ func TestAutoRevert(t *testing.T) {
 	if bad != block.MaxParallel {
 		t.Errorf("%d instances went to the bad version, want %d (one batch of max_parallel before the failure)", bad, block.MaxParallel)
 	}
+	// Its records, as cluster.Fleet's (website/operations.md): the
+	// instance's rollout-failed, then the judge's deploy-failed and
+	// deploy-revert in one transaction. Mutation check: the executor
+	// without MoveDeployment.Also writes no deploy-revert (fails).
+	if a := countActions(f.auditOf(u.Name)); a["rollout-failed"] < 1 || a["deploy-failed"] != 1 || a["deploy-revert"] != 1 || a["unhealthy"] != 0 {
+		t.Errorf("audit records %v, want rollout-failed, 1 deploy-failed, 1 deploy-revert", a)
+	}
 	if most, why := updating(f.rec.log(), u.Name, block.MinHealthyTime); most > block.MaxParallel {
 		t.Errorf("%d instances down for an update at once, max_parallel %d: %v", most, block.MaxParallel, why)
 	}

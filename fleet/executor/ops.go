@@ -34,6 +34,9 @@ func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
 		// -> this node.
 		ev.To = e.cfg.Node
 	}
+	if r.Deployment != "" {
+		ev.Service, ev.Slot = r.Deployment, r.Slot.Unit
+	}
 	return cluster.AuditOp(ev)
 }
 
@@ -158,6 +161,9 @@ func (e *Executor) moveDeployment(a agent.MoveDeployment) {
 		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: agent.RecordKey(a.Unit), Index: a.CAS}))
 	}
 	ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVSet, Key: agent.RecordKey(a.Unit), Value: b}), e.auditOp(a.Audit))
+	if a.Also.Action != "" {
+		ops = append(ops, e.auditOp(a.Also)) // a revert's, after its deploy-failed
+	}
 	ok, _, err := e.txn(ops)
 	if err != nil || !ok {
 		e.log.Debug("deployment move refused or unanswered", "unit", a.Unit, "action", a.Audit.Action, "error", err)
