@@ -27,7 +27,7 @@ import (
 //   - Deferred: a decision to stop (or hand off) and then release
 //     (scaled down, a drain's stop, a reschedule after a failed restore;
 //     Record.Deferred): the slot's Release carries it (Release.Audit)
-//     when it comes; lost before, the "lost" record says so.
+//     when it comes; lost before, the "lost" log line says so.
 //   - Alone: a decision with no transaction: its own transaction, the
 //     audit record only (none is made so today).
 //   - Logged: a claim, an update or a failed slot's release held back
@@ -139,9 +139,8 @@ func (h *held) then(r Record) Record {
 }
 
 // claimRecord is a claim's record, as cluster.Fleet writes it: its rank
-// (the first round's, or the second's HRW rank: the one its delay came
-// from), "takeover from a lost node" for a takeover, from the slot's
-// previous holder where this node knows it.
+// in the unit's ranking, "takeover from a lost node" for a takeover, from
+// the slot's previous holder where this node knows it.
 func claimRecord(id SlotID, rank int, tk *TakeoverCAS, prev string) Record {
 	r := Record{Slot: id, Action: "claim", Reason: fmt.Sprintf("rank %d", rank), From: prev}
 	if tk != nil {
