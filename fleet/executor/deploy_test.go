@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -407,6 +408,17 @@ func TestAutoRevert(t *testing.T) {
 	for k := range u.Count {
 		if after[k].ModifyIndex != before[k].ModifyIndex || after[k].Session != before[k].Session {
 			t.Errorf("web/%d moved across the revert: index %d -> %d", k, before[k].ModifyIndex, after[k].ModifyIndex)
+		}
+	}
+	// The holders' records carry their fencing token (term_index), the
+	// one their slot key has (never written while held).
+	for _, e := range f.auditOf(u.Name) {
+		if e.Action != "update" && e.Action != "healthy" && e.Action != "rollout-failed" {
+			continue
+		}
+		k, _ := strconv.Atoi(strings.TrimPrefix(e.Slot, u.Name+"/"))
+		if e.TermIndex == 0 || e.TermIndex != after[k].ModifyIndex || e.To == "" {
+			t.Errorf("holder's record %+v: want term_index %d and a version", e, after[k].ModifyIndex)
 		}
 	}
 	f.checkNoOverlap()

@@ -17,13 +17,17 @@ import (
 // writeBrake, checkHeld and publishDrain.
 
 // auditOp is the decision's audit record, in the decision's transaction.
-func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
+func (e *Executor) auditOp(r agent.Record) *api.TxnOp { return e.auditOpAt(r, 0) }
+
+// auditOpAt is auditOp for a decision of the slot's holder under fencing
+// token index (term_index, as cluster.Fleet's holders write it).
+func (e *Executor) auditOpAt(r agent.Record, index uint64) *api.TxnOp {
 	slot := ""
 	if r.Slot.K >= 0 && r.Slot.Unit != "" {
 		slot = r.Slot.String()
 	}
 	ev := cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: r.Slot.Unit, Slot: slot,
-		Action: r.Action, From: r.From, To: r.To, Reason: r.Reason}
+		Action: r.Action, From: r.From, To: r.To, Reason: r.Reason, TermIndex: index}
 	switch r.Action {
 	case "release":
 		// What moved, as cluster.Fleet's release says it
@@ -141,7 +145,7 @@ func (e *Executor) publish(a agent.Publish) {
 		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session}),
 		kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: a.Slot.Key(), Index: a.Index}),
 		kv(&api.KVTxnOp{Verb: api.KVLock, Key: a.Slot.StatusKey(), Session: a.Session, Value: b}),
-		e.auditOp(a.Audit),
+		e.auditOpAt(a.Audit, a.Index),
 	})
 	if err != nil || !ok {
 		e.log.Debug("publish refused or unanswered", "slot", a.Slot.String(), "kind", a.Kind, "error", err)
