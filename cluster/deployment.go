@@ -769,6 +769,32 @@ func VersionOf(sp *Spec, unit string) string {
 	return ""
 }
 
+// agentSlotVersion is the version slot k of unit runs under the step
+// machine, held with fencing token index: the version its holder's status
+// (UnitStatusKey) says in this hold, else the one a slot claimed under the
+// unit's record starts at (UnitRecord.StartVersion), if the hold is newer
+// than the record; "" when neither says. The op checks that what it read
+// has not moved.
+func agentSlotVersion(client *api.Client, unit string, k int, index uint64) (string, *api.TxnOp, error) {
+	sp, _, err := client.KV().Get(UnitStatusKey(unit, k), &api.QueryOptions{RequireConsistent: true})
+	if err != nil {
+		return "", nil, err
+	}
+	var st HoldStatus
+	if sp != nil && json.Unmarshal(sp.Value, &st) == nil && st.Index == index && st.Version != "" {
+		return st.Version, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: sp.Key, Index: sp.ModifyIndex}}, nil
+	}
+	rp, _, err := client.KV().Get(RecordKey(unit), &api.QueryOptions{RequireConsistent: true})
+	if err != nil || rp == nil || rp.ModifyIndex >= index {
+		return "", nil, err
+	}
+	r, err := DecodeUnitRecord(rp.Value)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", rp.Key, err)
+	}
+	return r.StartVersion(k), &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: rp.Key, Index: rp.ModifyIndex}}, nil
+}
+
 // MarkHealthy is an operator saying that slot k of unit is healthy at the
 // version it runs (health_check = "manual"): rollout/<unit>/<version>/
 // healthy/<k> and its record, in one transaction that fails if the slot
@@ -800,6 +826,19 @@ func MarkHealthy(client *api.Client, unit string, k int, by string) (string, err
 	}
 	if hs := holdStatus(s, st); hs != nil {
 		v.Version = hs.Version
+	}
+	if v.Version == "" {
+		// The step machine's slot keys carry no version (the key is never
+		// written while held): its holder's status says it, else the
+		// record it was claimed under.
+		ver, check, err := agentSlotVersion(client, unit, k, p.ModifyIndex)
+		if err != nil {
+			return "", err
+		}
+		v.Version = ver
+		if check != nil {
+			checks = append(checks, check)
+		}
 	}
 	if v.Version == "" {
 		return "", fmt.Errorf("slot %s/%d does not say which version it runs (its node's mariposa is older)", unit, k)

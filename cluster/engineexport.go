@@ -61,3 +61,10 @@ func SlotHealthy(snaps []supervisor.Snapshot, id string, u UnitSpec, mode string
 	ok, _, local, _ := slotHealthy(snaps, id, u, mode)
 	return ok, local
 }
+
+// SlotHealth is SlotHealthy with the members' PIDs (a restart, other
+// PIDs, breaks a healthy streak: nextStreak).
+func SlotHealth(snaps []supervisor.Snapshot, id string, u UnitSpec, mode string) (bool, []int, time.Time) {
+	ok, pids, local, _ := slotHealthy(snaps, id, u, mode)
+	return ok, pids, local
+}

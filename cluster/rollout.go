@@ -372,11 +372,18 @@ func ManualHealthKey(unit, version string, k int) string {
 // watchMark follows key with a blocking query until ctx ends; the result
 // says whether the key exists, as last read.
 func (f *Fleet) watchMark(ctx context.Context, key string) func() bool {
+	return WatchKeyExists(ctx, f.cfg.Client, key)
+}
+
+// WatchKeyExists follows key with a blocking query until ctx ends; the
+// result says whether the key exists, as last read (an operator's mark
+// of health_check = "manual", for both engines).
+func WatchKeyExists(ctx context.Context, client *api.Client, key string) func() bool {
 	var seen atomic.Bool
 	go func() {
 		var index uint64
 		for ctx.Err() == nil {
-			p, meta, err := f.cfg.Client.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
+			p, meta, err := client.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
 			if err != nil {
 				select {
 				case <-ctx.Done():

@@ -79,6 +79,16 @@ func (d *UnitRecord) Target(k int) string {
 	return ""
 }
 
+// StartVersion is the version a slot claimed under d starts at (the step
+// machine's Start): its target, or the version the deployment comes from
+// when it has none (a failed deployment).
+func (d *UnitRecord) StartVersion(k int) string {
+	if v := d.Target(k); v != "" {
+		return v
+	}
+	return d.From
+}
+
 // DecodeUnitRecord reads a stored record.
 func DecodeUnitRecord(b []byte) (*UnitRecord, error) {
 	var d UnitRecord

@@ -16,7 +16,6 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/internal/users"
 	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
@@ -340,65 +339,13 @@ func (f *Fleet) readyVolumes(ctx context.Context, h *heldSlot) (string, api.TxnO
 			}
 			notes = append(notes, v.Name+" started empty (on_missing = \"empty\")")
 		default:
-			// latest: the newest copy there is (newestFirst): this node's
-			// own, a periodic copy on another node, or an older handoff's
-			// snapshot when its node still serves it.
-			var cands []dataCopy
-			if c, err := f.latestCopy(ctx, u, k, v.Name); err != nil {
-				return "", nil, fmt.Errorf("read the copies of volume %s: %w", v.Name, err)
-			} else if c != nil {
-				cands = append(cands, dataCopy{Kind: copyPeriodic, From: c.Node, Gen: c.TermIndex, At: c.TakenAt,
-					url: volume.LatestCopyURL(c.URL, u, k, v.Path, c.SHA256), sha: c.SHA256, size: c.Size})
-			}
-			if ho != nil {
-				if m, ok := ho.Volumes[v.Name]; ok && ho.Node != f.cfg.Node {
-					cands = append(cands, dataCopy{Kind: copyHandoff, From: ho.Node, Gen: ho.TermIndex, At: ho.At,
-						url: volume.SnapshotURL(ho.URL, u, k, v.Path, m.SHA256), sha: m.SHA256, size: m.Size, raw: ho.HookFailed[v.Name] != ""})
-				}
-			}
-			mine, err := store.Generation(u, k, v.Path)
+			// latest: the newest copy there is (RestoreLatest).
+			n, err := RestoreLatest(ctx, LatestRestore{Client: f.cfg.Client, Store: store, Self: f.cfg.Node, Session: h.term.Session,
+				Unit: u, K: k, Volume: v, Handoff: ho, Now: f.cfg.Now, Log: f.log})
 			if err != nil {
-				return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
-			}
-			if mine == 0 && ho != nil && ho.Node == f.cfg.Node {
-				mine = ho.TermIndex // recorded by no generation: this node's own handoff (an older mariposa)
-			}
-			if mine != 0 {
-				at := time.Time{}
-				if ho != nil && ho.TermIndex == mine {
-					at = ho.At
-				}
-				cands = append(cands, dataCopy{Kind: copyLocal, From: f.cfg.Node, Gen: mine, At: at})
-			}
-			newestFirst(cands)
-			restored := false
-			for _, c := range cands {
-				if c.Kind == copyLocal {
-					notes = append(notes, fmt.Sprintf("%s kept this node's copy (generation %d), the newest there is: the writes after it are lost", v.Name, c.Gen))
-					restored = true
-					break
-				}
-				src := volume.Source{URL: c.url, SHA256: c.sha, Size: c.size, Header: http.Header{SessionHeader: {h.term.Session}}}
-				hook := v.Restore
-				if c.raw {
-					hook = nil
-				}
-				if _, err := store.Restore(ctx, u, k, v.Path, src, hook, os.Environ(), v.RestoreTimeout); err != nil {
-					f.log.Warn("a copy could not be restored; trying an older one", "slot", slotName(u, k), "volume", v.Name, "from", c.From, "error", err)
-					continue
-				}
-				notes = append(notes, fmt.Sprintf("%s restored from the copy of %s on %s (generation %d): the writes after it are lost (up to %s)",
-					v.Name, c.At.Format(time.RFC3339), c.From, c.Gen, f.cfg.Now().Sub(c.At).Round(time.Second)))
-				restored = true
-				break
-			}
-			if restored {
-				continue
-			}
-			if err := store.Empty(u, k, v.Path); err != nil {
 				return "", nil, err
 			}
-			notes = append(notes, v.Name+" started empty: no copy of its data could be reached (on_missing = \"latest\")")
+			notes = append(notes, n)
 		}
 	}
 	return fmt.Sprintf("the last holder (%s) was lost without a handoff: %v", h.prevNode, notes), nil, nil
@@ -733,36 +680,6 @@ func DecodeCopies(b []byte) ([]VolumeCopy, error) {
 	return cs, nil
 }
 
-// copyPeers picks n live supervisors other than this node to push slot k's
-// copies to, with their node API URLs: the live ones in name order,
-// rotated by k so that the slots of a unit spread their copies.
-func (f *Fleet) copyPeers(ctx context.Context, k, n int) ([]VolumeCopy, error) {
-	es, _, err := f.cfg.Client.Health().Service("mariposa", "", true, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return nil, err
-	}
-	var peers []VolumeCopy
-	for _, e := range es {
-		if e.Node.Node == f.cfg.Node || e.Service.Meta[checks.FleetMetaKey] != checks.FleetMetaValue {
-			continue // only a fleet node keeps copies
-		}
-		u := apiURLOf(e)
-		if u == "" {
-			continue
-		}
-		peers = append(peers, VolumeCopy{Node: e.Node.Node, URL: u})
-	}
-	sort.Slice(peers, func(i, j int) bool { return peers[i].Node < peers[j].Node })
-	if len(peers) == 0 {
-		return nil, nil
-	}
-	var out []VolumeCopy
-	for i := 0; i < n && i < len(peers); i++ {
-		out = append(out, peers[(k+i)%len(peers)])
-	}
-	return out, nil
-}
-
 // apiURLOf is the node API of a mariposa service entry (meta http_api),
 // with the node's address in place of an unspecified host.
 func apiURLOf(e *api.ServiceEntry) string {
@@ -823,67 +740,15 @@ func (f *Fleet) copyLoop(ctx context.Context, id string, h *heldSlot) {
 	}
 }
 
-// pushCopies takes one snapshot file of v and pushes it to v.Replicas
-// peers, then records the copies that arrived.
+// pushCopies pushes one periodic copy of h's volume v (PushCopies), its
+// snapshot hook run as the volumes' owner.
 func (f *Fleet) pushCopies(ctx context.Context, h *heldSlot, v *schema.Volume) error {
-	u, k := h.unit.Unit.Name, h.k
-	m, err := f.cfg.Volumes.SnapshotFile(ctx, u, k, v.Path, v.Snapshot, os.Environ())
+	owner, err := volumeOwner(h.unit)
 	if err != nil {
 		return err
 	}
-	peers, err := f.copyPeers(ctx, k, v.Replicas)
-	if err != nil {
-		return fmt.Errorf("finding peers: %w", err)
-	}
-	var got []VolumeCopy
-	for _, p := range peers {
-		pctx, cancel := context.WithTimeout(ctx, v.RestoreTimeout)
-		_, err := f.cfg.Volumes.Push(pctx, u, k, v.Path, volume.Peer{URL: p.URL, Header: http.Header{SessionHeader: {h.term.Session}}})
-		cancel()
-		if err != nil {
-			f.log.Warn("could not push a copy", "slot", slotName(u, k), "volume", v.Name, "to", p.Node, "error", err)
-			continue
-		}
-		got = append(got, VolumeCopy{Node: p.Node, URL: p.URL, SHA256: m.SHA256, Size: m.Size, TakenAt: m.TakenAt, TermIndex: h.term.Index})
-	}
-	if len(got) == 0 {
-		return errors.New("no peer took the copy")
-	}
-	b, err := json.Marshal(got)
-	if err != nil {
-		return err
-	}
-	ok, resp, _, err := f.cfg.Client.Txn().Txn(api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: h.term.Key, Session: h.term.Session}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: CopiesKey(u, k, v.Name), Value: b}},
-	}, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("recording the copies: %v", resp.Errors)
-	}
-	return nil
-}
-
-// latestCopy is the newest recorded copy of a volume, if any.
-func (f *Fleet) latestCopy(ctx context.Context, unit string, k int, vol string) (*VolumeCopy, error) {
-	p, _, err := f.cfg.Client.KV().Get(CopiesKey(unit, k, vol), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil || p == nil {
-		return nil, err
-	}
-	cs, err := DecodeCopies(p.Value)
-	if err != nil {
-		f.log.Warn("ignoring a copies record that cannot be read", "slot", slotName(unit, k), "volume", vol, "error", err)
-		return nil, nil
-	}
-	var best *VolumeCopy
-	for i := range cs {
-		if best == nil || cs[i].TakenAt.After(best.TakenAt) {
-			best = &cs[i]
-		}
-	}
-	return best, nil
+	return PushCopies(ctx, CopyPush{Client: f.cfg.Client, Store: f.cfg.Volumes, Self: f.cfg.Node, Unit: h.unit.Unit.Name, K: h.k,
+		Volume: v, Key: h.term.Key, Session: h.term.Session, TermIndex: h.term.Index, Owner: owner, Log: f.log})
 }
 
 // volumeOwner is the user a unit's volumes belong to, and their hooks run

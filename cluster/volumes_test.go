@@ -442,3 +442,46 @@ func TestNewestFirst(t *testing.T) {
 		}
 	}
 }
+
+// The snapshot hook of a periodic copy runs as the volumes' owner (a
+// service's user), as a planned handoff's does (website/reference/
+// resources.md: the snapshot and restore hooks run as it). Both engines
+// push copies with PushCopies, which takes the owner.
+//
+// Mutation-checked: with cluster.Fleet's pushCopies passing no Owner (as
+// it did), the hook runs as root and this fails.
+func TestPeriodicCopyHookRunsAsOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("needs root (a volume's owner)")
+		}
+		t.Skip("needs root (a volume's owner)")
+	}
+	c := consultest.NewDev(t).Client(t)
+	ctx := context.Background()
+	n := newVolumeNode(t, c, "n1")
+	// The owner must reach the store (t.TempDir's parents are 0700).
+	for d := filepath.Dir(n.store.Dir("db", 0, "data")); strings.HasPrefix(d, os.TempDir()) && d != os.TempDir(); d = filepath.Dir(d) {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := n.take(t, "")
+	v := h.unit.Unit.Placement.Volumes[0]
+	v.Replicas, v.Snapshot = 1, []string{"sh", "-c", "id -u > copy.uid"}
+	h.unit.Services[0].User = "nobody"
+	if _, _, err := n.f.prepareVolumes(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	// No other node to take the copy: the push fails after the hook ran.
+	if err := n.f.pushCopies(ctx, h, v); err == nil || !strings.Contains(err.Error(), "no peer") {
+		t.Fatalf("push: %v, want no peer", err)
+	}
+	b, err := os.ReadFile(filepath.Join(n.store.Dir("db", 0, "data"), "copy.uid"))
+	if err != nil || strings.TrimSpace(string(b)) != "65534" {
+		t.Fatalf("the periodic copy's hook ran as uid %q (%v), want nobody's 65534", b, err)
+	}
+}

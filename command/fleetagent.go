@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ type agentFleet struct {
 	readUnit  func(version, unit string) (cluster.UnitSpec, error)
 	snapshots func() []supervisor.Snapshot
 	volumes   *volume.Store
+	// watchKey follows a key until ctx ends: whether it exists, as last
+	// read (cluster.WatchKeyExists; a manual health mark).
+	watchKey func(ctx context.Context, key string) func() bool
 
 	kick chan struct{} // a change of held or units: apply
 
@@ -94,6 +98,7 @@ type agentExecutor interface {
 	SetUnits([]agent.Unit)
 	InstanceStarted(agent.SlotID)
 	InstanceHealthy(slot agent.SlotID, version string, since time.Time)
+	InstanceUnhealthy(slot agent.SlotID, version string)
 	InstanceExited(agent.SlotID)
 	ServiceFailed(slot agent.SlotID, service, reason string)
 	Stop(context.Context) error
@@ -115,10 +120,24 @@ type agentSlot struct {
 	killed        bool
 	reported      bool // InstanceStarted posted
 	// def: the definition the runner was last handed for the slot (kept
-	// while the next version's cannot be read yet); healthy: the
-	// InstanceHealthy of start.Version posted.
-	def     *cluster.UnitSpec
-	healthy bool
+	// while the next version's cannot be read yet); health: what the
+	// executor was told of start.Version's health (nextHealth).
+	def    *cluster.UnitSpec
+	health slotHealth
+	// mark: with health_check = "manual", whether an operator marked the
+	// slot healthy at markVersion (mariposa deploy health), as a watch
+	// of its key last read; markStop ends that watch.
+	mark        func() bool
+	markVersion string
+	markStop    context.CancelFunc
+}
+
+// dropMark ends h's watch of its manual mark, if any.
+func (h *agentSlot) dropMark() {
+	if h.markStop != nil {
+		h.markStop()
+	}
+	h.mark, h.markStop, h.markVersion = nil, nil, ""
 }
 
 // defKey names a unit's definition at a version in agentFleet.defs.
@@ -139,11 +158,12 @@ func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, c
 	a.local = cluster.UnitsOf(cfg)
 	a.readUnit = func(version, unit string) (cluster.UnitSpec, error) { return cluster.ReadUnitAt(client, version, unit) }
 	a.snapshots = r.Snapshots
+	a.watchKey = func(ctx context.Context, key string) func() bool { return cluster.WatchKeyExists(ctx, client, key) }
 	a.volumes = vols
 	node := r.Node()
 	var ev *executor.Volumes
 	if vols != nil {
-		ev = &executor.Volumes{Store: vols, APIURL: apiURL, Specs: a.volumeSpecs}
+		ev = &executor.Volumes{Store: vols, APIURL: apiURL, Specs: a.volumeSpecs, Owner: a.volumeOwner}
 	}
 	ex := executor.New(executor.Config{
 		Client: client,
@@ -180,6 +200,19 @@ func (a *agentFleet) volumeSpecs(unit string) []*schema.Volume {
 		return p.Volumes
 	}
 	return nil
+}
+
+// volumeOwner is executor.Volumes' Owner: the user the unit's volumes
+// belong to, as cluster.Fleet's (cluster.VolumeOwner: its first service
+// with a user; nil: mariposa's own).
+func (a *agentFleet) volumeOwner(unit string) (*volume.RunAs, error) {
+	a.mu.Lock()
+	u, ok := a.units[unit]
+	a.mu.Unlock()
+	if !ok {
+		return nil, nil
+	}
+	return cluster.VolumeOwner(u)
 }
 
 // setLocal takes the node's files (a reload).
@@ -303,6 +336,7 @@ func (a *agentFleet) Stop(slot agent.SlotID, kill bool) {
 			close(h.expired)
 			close(h.lost)
 		}
+		h.dropMark()
 		delete(a.held, slot)
 	}
 	if a.gone {
@@ -322,7 +356,8 @@ func (a *agentFleet) Update(u agent.Update) {
 	defer a.mu.Unlock()
 	if h := a.held[u.Slot]; h != nil {
 		h.start.Version = u.To
-		h.reported, h.healthy = false, false
+		h.reported, h.health = false, slotHealth{}
+		h.dropMark()
 	}
 	a.poke()
 }
@@ -457,7 +492,7 @@ func (a *agentFleet) desiredLocked() ([]supervisor.SlotInstance, map[agent.SlotI
 			continue // not read yet, or the unit is gone (the agent stops the slot)
 		}
 		sl := supervisor.Slot{SlotInfo: supervisor.SlotInfo{Unit: id.Unit, Index: id.K, Key: id.Key(),
-			Session: h.start.Session, Term: h.start.Index}}
+			Session: h.start.Session, Term: h.start.Index, Volumes: h.start.Volumes}}
 		if p := u.Unit.Placement; p != nil && len(p.Volumes) > 0 {
 			if a.volumes == nil {
 				continue // never claimed: the executor's restore fails without a store
@@ -479,13 +514,16 @@ func (a *agentFleet) desiredLocked() ([]supervisor.SlotInstance, map[agent.SlotI
 }
 
 // healthEvery: how often healthLoop looks at the runner's snapshots while
-// a held slot is not yet reported healthy at its version.
+// a held slot is not yet reported healthy at its version, or may still
+// break within its min_healthy_time.
 const healthEvery = 200 * time.Millisecond
 
 // healthLoop tells the executor when a held slot's instance is healthy at
-// its version (InstanceHealthy, once per version of a hold), from the
-// runner's snapshots: agentHealthy's rule. The step machine counts
-// min_healthy_time from Since and judges the deployment.
+// its version (InstanceHealthy) and when it breaks within its
+// min_healthy_time (InstanceUnhealthy), from the runner's snapshots:
+// agentHealthy's rule, and nextHealth's. The step machine counts
+// min_healthy_time from Since, over a streak without a break, and says
+// the slot healthy (its status) once it has lasted.
 func (a *agentFleet) healthLoop(ctx context.Context) {
 	t := time.NewTicker(healthEvery)
 	defer t.Stop()
@@ -495,10 +533,11 @@ func (a *agentFleet) healthLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		now := time.Now()
 		a.mu.Lock()
 		waiting := false
 		for _, h := range a.held {
-			if h.reported && !h.healthy {
+			if h.reported && h.health.watching(now) {
 				waiting = true
 				break
 			}
@@ -508,37 +547,130 @@ func (a *agentFleet) healthLoop(ctx context.Context) {
 			continue
 		}
 		snaps := a.snapshots()
+		now = time.Now()
 		a.mu.Lock()
 		for id, h := range a.held {
-			if !h.reported || h.healthy || h.def == nil || a.halted {
+			if !h.reported || h.def == nil || a.halted || !h.health.watching(now) {
 				continue
 			}
-			ok, since := agentHealthy(snaps, id.String(), *h.def)
-			if ok {
-				h.healthy = true
-				a.ex.InstanceHealthy(id, h.start.Version, since)
+			ok, pids, since := agentHealth(snaps, id.String(), *h.def)
+			if ok && manualHealth(*h.def) {
+				ok = a.markedLocked(ctx, id, h)
+			}
+			var say []string
+			h.health, say = nextHealth(h.health, ok, pids, since, now, minHealthyOf(*h.def))
+			for _, w := range say {
+				if w == "healthy" {
+					a.ex.InstanceHealthy(id, h.start.Version, h.health.since)
+				} else {
+					a.ex.InstanceUnhealthy(id, h.start.Version)
+				}
 			}
 		}
 		a.mu.Unlock()
 	}
 }
 
+// markedLocked: whether slot id's instance is marked healthy at the
+// version it runs (health_check = "manual": cluster.ManualHealthKey, which
+// mariposa deploy health writes); the key is watched from the first ask
+// for a version until the slot moves on or goes.
+func (a *agentFleet) markedLocked(ctx context.Context, id agent.SlotID, h *agentSlot) bool {
+	if h.start.Version == "" || a.watchKey == nil {
+		return false // deploy health names the version the slot says it runs
+	}
+	if h.mark == nil || h.markVersion != h.start.Version {
+		h.dropMark()
+		mctx, cancel := context.WithCancel(ctx)
+		h.mark, h.markStop, h.markVersion = a.watchKey(mctx, cluster.ManualHealthKey(id.Unit, h.start.Version, id.K)), cancel, h.start.Version
+	}
+	return h.mark()
+}
+
+// slotHealth is what the executor has been told of a slot's health at its
+// version.
+type slotHealth struct {
+	// healthy: reported healthy (InstanceHealthy), and no break reported
+	// since; since: the Since reported with it; pids: the members'
+	// processes it was about; until: the looks for a break go on until
+	// then (the slot's min_healthy_time after the report, and a margin
+	// for the step machine to say it).
+	healthy bool
+	since   time.Time
+	pids    []int
+	until   time.Time
+}
+
+// healthMargin: the looks for a break go on this long past the
+// min_healthy_time that follows a healthy report.
+const healthMargin = 2 * time.Second
+
+// watching: a look at the slot may have news (not healthy yet, or a
+// break within min_healthy_time).
+func (s slotHealth) watching(now time.Time) bool { return !s.healthy || now.Before(s.until) }
+
+// nextHealth is s after a look at now that found the slot healthy or not
+// (agentHealth), its members' PIDs and since when its checks passed where
+// they run (local, zero when unknown), given its unit's min_healthy_time,
+// and what to tell the executor, in order: "healthy" (InstanceHealthy,
+// Since the new s.since) or "unhealthy" (InstanceUnhealthy). As
+// cluster.Fleet's nextStreak: a break seen, or a restart (other PIDs),
+// ends the streak; a later local pass than the one reported moves its
+// start there.
+func nextHealth(s slotHealth, ok bool, pids []int, local, now time.Time, minHealthy time.Duration) (slotHealth, []string) {
+	var say []string
+	switch {
+	case !ok:
+		if s.healthy {
+			say = append(say, "unhealthy")
+		}
+		return slotHealth{}, say
+	case s.healthy && !slices.Equal(pids, s.pids):
+		say = append(say, "unhealthy") // restarted
+	case s.healthy && local.After(s.since):
+	case s.healthy:
+		return s, nil
+	}
+	return slotHealth{healthy: true, since: local, pids: slices.Clone(pids), until: now.Add(minHealthy + healthMargin)}, append(say, "healthy")
+}
+
+// minHealthyOf is u's min_healthy_time.
+func minHealthyOf(u cluster.UnitSpec) time.Duration {
+	if p := u.Unit.Placement; p != nil {
+		return p.Update.MinHealthyTime
+	}
+	return schema.DefaultUpdateMinHealthyTime
+}
+
+// manualHealth: u's instances are healthy only once marked so
+// (health_check = "manual").
+func manualHealth(u cluster.UnitSpec) bool {
+	p := u.Unit.Placement
+	return p != nil && p.Update.HealthCheck == schema.UpdateManual
+}
+
 // agentHealthy says whether every member of u runs in slot id (its
 // snapshots' Slot) and is healthy per its update block's health_check:
 // "checks" (the default), running with its checks passing in the catalog
 // and, where mariposa runs every check itself, in its own runs, since is
-// then when they passed there (the latest of the members'); "running",
-// running. "manual" is never healthy here (not supported under the step
-// machine yet).
+// then when they passed there (the latest of the members'); "running"
+// and "manual", running (a manual slot then needs its mark too:
+// markedLocked).
 func agentHealthy(snaps []supervisor.Snapshot, id string, u cluster.UnitSpec) (bool, time.Time) {
+	ok, _, since := agentHealth(snaps, id, u)
+	return ok, since
+}
+
+// agentHealth is agentHealthy with the members' PIDs.
+func agentHealth(snaps []supervisor.Snapshot, id string, u cluster.UnitSpec) (bool, []int, time.Time) {
 	mode := schema.UpdateChecks
 	if p := u.Unit.Placement; p != nil && p.Update.HealthCheck != "" {
 		mode = p.Update.HealthCheck
 	}
-	if mode == schema.UpdateManual || len(u.Services) == 0 {
-		return false, time.Time{}
+	if len(u.Services) == 0 {
+		return false, nil, time.Time{}
 	}
-	return cluster.SlotHealthy(snaps, id, u, mode)
+	return cluster.SlotHealth(snaps, id, u, mode)
 }
 
 // halt: the runner stops every instance now; no claims from here on (the

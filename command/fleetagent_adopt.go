@@ -34,6 +34,10 @@ func (a *agentFleet) adoptHeld(h *executor.Handover) {
 	for _, s := range h.Slots {
 		as := &agentSlot{start: agent.Start{Slot: s.Slot(), Index: s.Index, Session: h.Session, Version: s.Version},
 			exclusive: s.Exclusive, reported: true}
+		if s.Volumes {
+			// As cluster.Fleet's adoption says it (the supervisor check).
+			as.start.Volumes = "kept across an upgrade in place"
+		}
 		if s.Exclusive {
 			as.lost, as.expired = make(chan struct{}), make(chan struct{})
 		}

@@ -2,6 +2,7 @@ package command
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -107,6 +108,9 @@ func (f *fakeExec) InstanceStarted(s agent.SlotID) { f.add("started " + s.String
 func (f *fakeExec) InstanceExited(s agent.SlotID)  { f.add("exited " + s.String()) }
 func (f *fakeExec) InstanceHealthy(s agent.SlotID, v string, since time.Time) {
 	f.add("healthy " + s.String() + " " + v + " " + since.UTC().Format(time.RFC3339))
+}
+func (f *fakeExec) InstanceUnhealthy(s agent.SlotID, v string) {
+	f.add("unhealthy " + s.String() + " " + v)
 }
 func (f *fakeExec) Stop(context.Context) error { f.add("stop"); return nil }
 
@@ -345,7 +349,8 @@ func TestAgentHealthy(t *testing.T) {
 		{"local checks", unit("checks", "a"), []supervisor.Snapshot{local}, true, since},
 		{"local not passing yet", unit("checks", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/0", State: supervisor.StateRunning, ChecksPassing: true, LocalChecks: true}}, false, time.Time{}},
 		{"running mode ignores checks", unit("running", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/0", State: supervisor.StateRunning}}, true, time.Time{}},
-		{"manual: never", unit("manual", "a"), []supervisor.Snapshot{run}, false, time.Time{}},
+		{"manual: running (and marked: markedLocked)", unit("manual", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/0", State: supervisor.StateRunning}}, true, time.Time{}},
+		{"manual: not running", unit("manual", "a"), []supervisor.Snapshot{{Service: "a", Slot: "u/0", State: supervisor.StateBackoff}}, false, time.Time{}},
 		{"a member missing", unit("checks", "a", "b"), []supervisor.Snapshot{run}, false, time.Time{}},
 		{"one member without local checks", unit("checks", "a", "b"), []supervisor.Snapshot{local, {Service: "b", Slot: "u/0", State: supervisor.StateRunning, ChecksPassing: true}}, true, time.Time{}},
 	} {
@@ -448,5 +453,112 @@ func TestAgentFleetStatsWaiting(t *testing.T) {
 	ex.wait = ""
 	if got := m.waiting(); got != "fleet engine: agent (experimental); running slots db/0" {
 		t.Errorf("waiting with nothing to wait for: %q", got)
+	}
+}
+
+// What the health loop tells the executor after each look at a slot
+// (nextHealth): healthy once, a break or a restart within the looks, a
+// later pass where the checks run; min_healthy_time's streak is the step
+// machine's (fleet/agent's TestMinHealthyIsContinuous).
+//
+// Mutation-checked: with a healthy slot's break not told (the loop
+// stopping at the first healthy report, as before), the break and
+// restart rows fail.
+func TestNextHealth(t *testing.T) {
+	now := time.Date(2026, 11, 26, 18, 0, 0, 0, time.UTC)
+	local := now.Add(-100 * time.Millisecond)
+	healthy := slotHealth{healthy: true, since: local, pids: []int{7}, until: now.Add(3 * time.Second)}
+	for _, tc := range []struct {
+		name  string
+		s     slotHealth
+		ok    bool
+		pids  []int
+		local time.Time
+		say   string
+		want  slotHealth
+	}{
+		{"not healthy yet: nothing", slotHealth{}, false, nil, time.Time{}, "", slotHealth{}},
+		{"healthy: told, looks go on for min_healthy_time and the margin", slotHealth{}, true, []int{7}, local, "healthy",
+			slotHealth{healthy: true, since: local, pids: []int{7}, until: now.Add(time.Second + healthMargin)}},
+		{"still healthy: nothing", healthy, true, []int{7}, local, "", healthy},
+		{"a break: told", healthy, false, nil, time.Time{}, "unhealthy", slotHealth{}},
+		{"restarted (other PIDs): a break, then healthy again", healthy, true, []int{8}, local, "unhealthy healthy",
+			slotHealth{healthy: true, since: local, pids: []int{8}, until: now.Add(time.Second + healthMargin)}},
+		{"passed again where the checks run: the later pass told", healthy, true, []int{7}, now, "healthy",
+			slotHealth{healthy: true, since: now, pids: []int{7}, until: now.Add(time.Second + healthMargin)}},
+		{"an earlier pass: nothing", healthy, true, []int{7}, local.Add(-time.Second), "", healthy},
+	} {
+		got, say := nextHealth(tc.s, tc.ok, tc.pids, tc.local, now, time.Second)
+		if strings.Join(say, " ") != tc.say || fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: %q %+v, want %q %+v", tc.name, say, got, tc.say, tc.want)
+		}
+	}
+	if !(slotHealth{}).watching(now) || !healthy.watching(now) || healthy.watching(healthy.until) {
+		t.Error("watching: looks go on until healthy and then until its until")
+	}
+}
+
+// health_check = "manual" under the step machine: a running instance is
+// healthy only once its mark at the version it runs exists (mariposa
+// deploy health, cluster.ManualHealthKey), watched from then on; an
+// update needs a mark at its new version.
+//
+// Mutation-checked: with the mark not asked (manual as "running"), the
+// slot is told healthy before it is marked.
+func TestAgentFleetManualHealth(t *testing.T) {
+	apply := func(ctx context.Context, out []supervisor.SlotInstance) (supervisor.ApplyResult, error) {
+		return supervisor.ApplyResult{}, nil
+	}
+	ex := &fakeExec{}
+	a := newAgentFleet(apply, hclog.NewNullLogger())
+	a.ex = ex
+	def := cluster.UnitSpec{Unit: cluster.Unit{Name: "web", Placement: &schema.Placement{Count: 1,
+		Update: schema.Update{HealthCheck: schema.UpdateManual, MinHealthyTime: time.Second}}},
+		Services: []*schema.Service{{Name: "web", Command: []string{"x"}}}}
+	a.readUnit = func(version, unit string) (cluster.UnitSpec, error) { return def, nil }
+	var mu sync.Mutex
+	marks := map[string]bool{}
+	watched := map[string]int{}
+	a.watchKey = func(ctx context.Context, key string) func() bool {
+		mu.Lock()
+		watched[key]++
+		mu.Unlock()
+		return func() bool { mu.Lock(); defer mu.Unlock(); return marks[key] }
+	}
+	var looks atomic.Int32 // the health loop's reads of the snapshots
+	a.snapshots = func() []supervisor.Snapshot {
+		looks.Add(1)
+		return []supervisor.Snapshot{{Service: "web", Slot: "web/0", State: supervisor.StateRunning, PID: 9}}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.applyLoop(ctx)
+	go a.healthLoop(ctx)
+	id := agent.SlotID{Unit: "web", K: 0}
+	a.Start(agent.Start{Slot: id, Index: 7, Session: "s", Version: "web/1"})
+	ex.waitFor(t, "started", func() bool { return slices.Contains(ex.seen(), "started web/0") })
+	key1 := cluster.ManualHealthKey("web", "web/1", 0)
+	ex.waitFor(t, "the mark watched", func() bool { mu.Lock(); defer mu.Unlock(); return watched[key1] == 1 })
+	from := looks.Load()
+	ex.waitFor(t, "three more looks", func() bool { return looks.Load() >= from+3 })
+	if slices.ContainsFunc(ex.seen(), func(e string) bool { return strings.HasPrefix(e, "healthy") }) {
+		t.Fatalf("healthy before its mark: %v", ex.seen())
+	}
+	mu.Lock()
+	marks[key1] = true
+	mu.Unlock()
+	ex.waitFor(t, "healthy once marked", func() bool { return slices.Contains(ex.seen(), "healthy web/0 web/1 0001-01-01T00:00:00Z") })
+	// An update: the mark was for web/1.
+	a.Update(agent.Update{Slot: id, Index: 7, Session: "s", From: "web/1", To: "web/2"})
+	key2 := cluster.ManualHealthKey("web", "web/2", 0)
+	ex.waitFor(t, "the new version's mark watched", func() bool { mu.Lock(); defer mu.Unlock(); return watched[key2] == 1 })
+	mu.Lock()
+	marks[key2] = true
+	mu.Unlock()
+	ex.waitFor(t, "healthy at web/2 once marked", func() bool { return slices.Contains(ex.seen(), "healthy web/0 web/2 0001-01-01T00:00:00Z") })
+	mu.Lock()
+	defer mu.Unlock()
+	if watched[key1] != 1 || watched[key2] != 1 {
+		t.Errorf("watches %v: one per version", watched)
 	}
 }

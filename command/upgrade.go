@@ -263,6 +263,16 @@ func (u *nodeUpgrader) PrepareUpgrade(by string) (control.UpgradeResult, func(),
 		return res, nil, errors.New("an upgrade is already under way")
 	}
 	release := func() { <-u.busy }
+	// Just after an upgrade in place (or the start), this image may still
+	// be taking over: its previous image's strays are killed before it is
+	// ready (the preflight's child would be one), and the fleet then takes
+	// back the slots handed over (Runner.Handover waits for that).
+	select {
+	case <-u.r.Ready():
+	case <-time.After(10 * time.Second):
+		release()
+		return res, nil, errors.New("mariposa is still starting: try again")
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		release()

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -275,6 +276,30 @@ service "flaky" {
 	}
 	if reschedules == 0 {
 		t.Errorf("no reschedule by the other node was followed (%d records by it)", others)
+	}
+	// The reschedule delay (1s, then 2s: exponential): the claim that
+	// follows a reschedule comes no sooner than its delay after it (less
+	// the moments between the failure and its record).
+	evs := make([]cluster.AuditEvent, 0, len(all))
+	for _, e := range all {
+		evs = append(evs, e)
+	}
+	sort.Slice(evs, func(i, j int) bool { return evs[i].At.Before(evs[j].At) })
+	n := 0
+	for i, e := range evs {
+		if e.Action != "reschedule" {
+			continue
+		}
+		delay := time.Second << n
+		n++
+		for _, next := range evs[i+1:] {
+			if next.Action == "claim" {
+				if gap := next.At.Sub(e.At); gap < delay-250*time.Millisecond {
+					t.Errorf("%s claimed by %s %s after its reschedule by %s: before the reschedule delay (%s)", next.Slot, next.Node, gap, e.Node, delay)
+				}
+				break
+			}
+		}
 	}
 	t.Logf("slowest record of another node: %s", slowest)
 }

@@ -341,8 +341,10 @@ service "web" {
 		}
 		return n
 	}
+	// state is spec n's status as deploy -wait reads it, whichever engine
+	// moved it (its state, or its unit's record under the step machine).
 	state := func(n uint64) string {
-		st, _ := cluster.ReadDeployState(c, "web", n)
+		st := effectiveState(t, c, "web", n)
 		if st == nil {
 			return ""
 		}

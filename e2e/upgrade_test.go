@@ -20,6 +20,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/lease"
 )
 
 // upgradeVersion is the version string of the rebuilt binary.
@@ -124,6 +125,9 @@ type upgradeNode struct {
 	apiAddr  string
 	services []string
 	keys     []string // the leader keys
+	// fenced: the fleet's slot key (with fleet): its ModifyIndex is the
+	// instance's fencing token, which an upgrade must not move.
+	fenced string
 }
 
 func startUpgradeNode(t testing.TB) *upgradeNode { return startUpgradeNodeOpt(t, false) }
@@ -145,6 +149,7 @@ service "slot" {
 `, childBin)
 		n.services = append(n.services, "slot")
 		n.keys = append(n.keys, cluster.SlotKey("slot", 0))
+		n.fenced = cluster.SlotKey("slot", 0)
 		flags = append([]string{"-cluster"}, flags...)
 	}
 	n.bin = filepath.Join(t.TempDir(), "mariposa")
@@ -281,6 +286,8 @@ func (n *upgradeNode) sample(t *testing.T, pids map[string]int) *upSample {
 					bad("leader key %s: %v", k, err)
 				case kv == nil || kv.Session != lock.Session || kv.LockIndex != lock.LockIndex:
 					bad("leader key %s changed hands: %+v, was session %s lock index %d", k, kv, lock.Session, lock.LockIndex)
+				case k == n.fenced && kv.ModifyIndex != lock.ModifyIndex:
+					bad("slot key %s written: modify index %d, was %d (the instance's fencing token)", k, kv.ModifyIndex, lock.ModifyIndex)
 				}
 			}
 			s.mu.Lock()
@@ -328,8 +335,14 @@ func TestUpgradeInPlace(t *testing.T) { testUpgradeInPlace(t, false) }
 
 // TestUpgradeInPlaceFleetNode: the same on a fleet node (run -cluster)
 // that also holds an exclusive count slot: the slot's key keeps its
-// session and lock index (the fleet takes it again without a write), its
-// instance its PID.
+// session, lock index and modify index (the fleet takes it again without
+// a write: the instance's fencing token stays valid), its instance its
+// PID, watched past the session's TTL (two TTLs and the lock delay): a
+// new image that did not adopt the session would lose the slot in that
+// window. Mutation-checked under MARIPOSA_FLEET_ENGINE=agent: with the
+// executor's adopted session left unrenewed (startAdopted without
+// startSession), the slot key is deleted with the session and this fails;
+// it passed with the sampling window of about 2 s.
 func TestUpgradeInPlaceFleetNode(t *testing.T) { testUpgradeInPlace(t, true) }
 
 func testUpgradeInPlace(t *testing.T, fleet bool) {
@@ -358,6 +371,19 @@ func testUpgradeInPlace(t *testing.T, fleet bool) {
 	// the elector's first round are done by then.
 	from := s.count()
 	waitFor(t, 20*time.Second, "samples after the upgrade", func() (bool, string) { return s.count() >= from+100, "" })
+	if fleet {
+		// On, past the session's TTL: Consul invalidates a session not
+		// renewed between one and two TTLs after its last renewal, and
+		// the slot key goes with it. Only a new image that took the
+		// previous one's session and holds over (adoption) keeps the
+		// slot's key, session and fencing token unchanged so long; one
+		// that did not (a session of its own, or the handed-over session
+		// left unrenewed) is seen here.
+		past := began.Add(2*lease.DefaultTTL + lease.DefaultLockDelay + 2*time.Second)
+		waitFor(t, time.Until(past)+30*time.Second, "samples past the session's TTL", func() (bool, string) {
+			return time.Now().After(past) && s.count() >= from+200, fmt.Sprint(s.count()-from, " samples")
+		})
+	}
 	if vs := s.end(); len(vs) > 0 {
 		t.Fatalf("the upgrade was seen:\n%s", strings.Join(vs, "\n"))
 	}

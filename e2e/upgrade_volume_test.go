@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
+	"github.com/mariposa-sh/mariposa/internal/control"
 )
 
 // TestFleetVolumeKeptAcrossUpgrade: website/upgrade.md says a slot with
@@ -140,5 +142,57 @@ service "notes" {
 	ho := handoffOf(t, c, "notes", 0)
 	if ho.Node != first || ho.ForwardedBy != "" || ho.TermIndex != held.ModifyIndex || ho.Restored == nil || ho.Restored.Node != second {
 		t.Errorf("the handoff after the upgraded holder stopped: %+v, want %s's own (generation %d) restored by %s", ho, first, held.ModifyIndex, second)
+	}
+}
+
+// TestUpgradeAgainAtOnce: a second upgrade in place the moment the new
+// build answers its control socket, before it is ready (its previous
+// image's strays not yet killed) and before its fleet has taken back the
+// slot the first one handed over. The upgrade waits for both: the slot's
+// instance keeps its PID and its key its session and fencing token.
+//
+// Mutation-checked: without PrepareUpgrade's wait for the runner to be
+// ready, the preflight's child is killed as a stray and the upgrade
+// refused. (The wait in Runner.Handover for the fleet to take the slot
+// back is TestHandoverWaitsForAdoption's: here the preflight's run
+// usually gives the fleet the time; TestFleetVolumeKeptAcrossUpgrade
+// once saw the slot's process handed over by neither image and killed.)
+func TestUpgradeAgainAtOnce(t *testing.T) {
+	n := startUpgradeNodeOpt(t, true)
+	before := n.pids(t)
+	held, _, err := n.c.KV().Get(n.fenced, nil)
+	if err != nil || held == nil || held.Session == "" {
+		t.Fatalf("slot key: %+v %v", held, err)
+	}
+	cl := control.NewClient(n.m.sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	upgrade := func() {
+		t.Helper()
+		res, err := cl.Upgrade(ctx)
+		if err != nil {
+			t.Fatalf("upgrade: %v", err)
+		}
+		// Polled with no pause: the next upgrade goes the moment the new
+		// image answers.
+		for {
+			v, err := cl.Version(ctx)
+			if err == nil && v.PID == res.PID && v.Image != "" && v.Image != res.Image {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("no answer from the new image: %v", err)
+			}
+		}
+	}
+	upgrade()
+	upgrade()
+	after := n.pids(t)
+	if after["slot"] != before["slot"] {
+		t.Fatalf("the slot's instance: pid %d before the upgrades, %d after", before["slot"], after["slot"])
+	}
+	now, _, err := n.c.KV().Get(n.fenced, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || now == nil || now.Session != held.Session || now.ModifyIndex != held.ModifyIndex {
+		t.Fatalf("the slot key after the upgrades: %+v %v, was session %s modify index %d", now, err, held.Session, held.ModifyIndex)
 	}
 }

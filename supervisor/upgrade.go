@@ -195,7 +195,18 @@ func (l *loop) boot() input {
 // returns what the next image adopts. thaw undoes it all (the upgrade
 // failed; nothing was handed over). An instance starting or stopping fails
 // it: try again.
+//
+// Just after an upgrade in place, the processes of count slots it handed
+// over wait for the fleet to take their slots back; handed over before
+// that, no image would have them (neither this runner's instances nor
+// the fleet's holds): the next image would kill them as processes nobody
+// handed it. So it first waits for the fleet, as a stop does
+// (awaitAdoption: bounded by adoptWait and ctx).
 func (r *Runner) Handover(ctx context.Context) (h *Handover, thaw func(), err error) {
+	if r.slotsAwaitingAdoption() {
+		r.log.Info("upgrading once the fleet has taken back the slots the last upgrade handed over")
+		r.awaitAdoption(ctx)
+	}
 	r.mu.Lock()
 	var ins []*Instance
 	for _, k := range r.order {

@@ -3,8 +3,15 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"os"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/mariposa-sh/mariposa/internal/lease"
+	"github.com/mariposa-sh/mariposa/internal/proc"
 )
 
 // CLOCK_MONOTONIC carries a moment from one image to the next: a moment
@@ -65,5 +72,40 @@ func TestConfirmHold(t *testing.T) {
 				t.Errorf("confirmBy set to %v", a.confirmBy)
 			}
 		})
+	}
+}
+
+// Just after an upgrade in place, a handed-over process of a count slot
+// waits for the fleet to take its slot back; an upgrade asked meanwhile
+// hands over only once it has (or the wait is given up): handed over
+// before, the process would be in neither this runner's instances nor
+// the fleet's holds, and the next image would kill it as a stray.
+//
+// Mutation-checked: without Handover's wait, it hands over at once and
+// this fails.
+func TestHandoverWaitsForAdoption(t *testing.T) {
+	r := localRunner(t, cfgOf())
+	r.leases = lease.NewManager(lease.Config{Client: r.opts.Client, Node: "n1", Log: hclog.NewNullLogger()})
+	a := &InstanceHandoff{Key: "slot-0", Slot: "slot/0", Proc: &proc.Handoff{Pid: os.Getpid()}}
+	r.opts.Adopt = &Handover{Instances: []InstanceHandoff{*a}}
+	r.mu.Lock()
+	r.pending, r.pendingSet = map[string]*InstanceHandoff{a.Key: a}, true
+	r.mu.Unlock()
+	// The fleet takes the slot back a little later.
+	var taken atomic.Bool
+	time.AfterFunc(300*time.Millisecond, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		taken.Store(true)
+		delete(r.pending, a.Key)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, thaw, err := r.Handover(ctx)
+	if err == nil {
+		thaw()
+	}
+	if !taken.Load() {
+		t.Fatalf("handed over (%v) before the fleet took back the slot the last upgrade handed over", err)
 	}
 }

@@ -24,6 +24,10 @@ type Unit struct {
 	// "snapshot"): a claim restores before Start, a release hands off
 	// first (volumes.go).
 	Volumes bool
+	// CopyEvery: the unit's volumes with replicas push a copy of the
+	// holder's data to other nodes this often (the least interval of
+	// them; 0: none): a running hold's PushCopies (volumes.go).
+	CopyEvery time.Duration
 	// Placement is the unit's placement block (constraints, affinities,
 	// spreads, scheduler_algorithm; nil: none); Count, MaxPerNode and
 	// Exclusive above override its own. Resources is what each slot
@@ -92,6 +96,7 @@ func (s SlotID) ClaimedKey() string { return "mariposa/claimed/" + s.Unit + "/" 
 func IndexView(unit string, index uint64, keys []string) *SlotsView {
 	prefix := IndexPrefix(unit)
 	by := map[int]Slot{}
+	delays := map[int][]string{}
 	var order []int
 	for _, key := range keys {
 		rest, ok := strings.CutPrefix(key, prefix)
@@ -99,11 +104,32 @@ func IndexView(unit string, index uint64, keys []string) *SlotsView {
 			continue
 		}
 		ks, node, held := strings.Cut(rest, "/")
+		var after time.Time
+		if !held {
+			if k, until, ok := parseDelayKey(ks); ok {
+				ks, after = k, until
+			}
+		}
 		k, err := strconv.Atoi(ks)
 		if err != nil || k < 0 || (held && node == "") {
 			continue
 		}
 		sl, seen := by[k]
+		if !after.IsZero() {
+			// A reschedule's mark, beside the released mark or the
+			// holder's entry: the slot's delay, and a key for the next
+			// claim to delete.
+			if !seen {
+				order = append(order, k)
+			}
+			sl.K = k
+			if after.After(sl.After) {
+				sl.After = after
+			}
+			by[k] = sl
+			delays[k] = append(delays[k], key)
+			continue
+		}
 		if !seen {
 			order = append(order, k)
 		}
@@ -119,7 +145,11 @@ func IndexView(unit string, index uint64, keys []string) *SlotsView {
 	for _, k := range order {
 		slots = append(slots, by[k])
 	}
-	return NewSlotsView(unit, index, slots)
+	v := NewSlotsView(unit, index, slots)
+	if len(delays) > 0 {
+		v.delays = delays
+	}
+	return v
 }
 
 // Slot is one slot as the unit's index watch answered it (CLUSTER.md
@@ -137,6 +167,10 @@ type Slot struct {
 	// and is not released was freed by an invalidation, and Consul
 	// refuses to lock it for the lock delay.
 	Released bool
+	// After: the slot was released by a reschedule (DelayKey): no claim
+	// of it before this time (cluster.NextDelay's delay after the
+	// failure; the latest when the index shows several).
+	After time.Time
 }
 
 // SlotsView is one answer of the watch on a unit's index, immutable once
@@ -150,7 +184,14 @@ type SlotsView struct {
 	byNode  map[string][]int
 	nodeOf  []string // by slot number: the holder, "" free
 	dense   []Slot   // Slots by slot number (the zero Slot where none)
+	// delays: per slot, the reschedules' marks the index shows
+	// (DelayKey), which the next claim deletes.
+	delays map[int][]string
 }
+
+// DelayKeys are the reschedules' marks of slot k the view shows
+// (DelayKey; Slot.After is the latest's time).
+func (v *SlotsView) DelayKeys(k int) []string { return v.delays[k] }
 
 // slot is Slots[k] without a map lookup (a node reads it for every slot
 // it holds at every answer).
@@ -326,6 +367,11 @@ type (
 		// CheckFailed: the transaction checks that the slot's failed
 		// mark (cluster.FailedKey) does not exist (reset.go; FailedOp).
 		CheckFailed bool
+		// Delays: the reschedules' marks of the slot its view showed
+		// (DelayKey, past by now): the transaction deletes them and the
+		// slot's DelayGuardKey. With none, it checks that the guard does
+		// not exist: a refusal is Taken, a newer view first.
+		Delays []string
 	}
 	// Release: unlock the slot key (answer: ReleaseDone). Failed: the
 	// slot failed (reset.go): the same transaction sets its failed mark.
@@ -349,11 +395,15 @@ type (
 	}
 	// Start the slot's instance with its fencing token, at Version (the
 	// unit's deployment's target for the slot; "" the unit has none).
+	// Volumes says how its volumes were readied when it was more than
+	// finding them in place (RestoreDone.Note; the supervisor check
+	// carries it, supervisor.SlotInfo.Volumes).
 	Start struct {
 		Slot    SlotID
 		Index   uint64
 		Session string
 		Version string
+		Volumes string
 	}
 	// Stop the slot's instance (Kill: at once).
 	Stop struct {
@@ -420,7 +470,15 @@ type held struct {
 	seen      *SlotsView
 	seenIndex uint64
 	volReady  bool // its volumes were readied for this term (volumes.go)
-	volumes   bool // its unit had volumes when it was claimed
+	// prev: the slot's previous holder as this node saw it when it
+	// claimed ("" unknown; kept for a Sticky unit, place.go): its
+	// Restore's Prev.
+	prev    string
+	volumes bool // its unit had volumes when it was claimed
+	// copyAt: when its next periodic copy is due (zero: not planned
+	// yet); copying: a PushCopies is on its way (volumes.go).
+	copyAt  time.Time
+	copying bool
 
 	// release: the decision its Release carries (records.go).
 	release Record
@@ -442,6 +500,9 @@ type Faults struct {
 	// penalized node neither knows its penalty before the watch on
 	// penalty/ says it nor steps aside; rankings leave the penalties out.
 	IgnoreAttempts, NoStepAside, IgnorePenalties bool
+	// NoRescheduleDelay: a rescheduled slot is claimed without waiting
+	// for its delay (Slot.After).
+	NoRescheduleDelay bool
 	// LogEveryTakeover: every takeover writes the budget's log (as
 	// cluster.Fleet does), none rides on a fresh one of its lost node.
 	LogEveryTakeover bool
@@ -552,6 +613,7 @@ type Agent struct {
 	// before (volumes.go).
 	volBackoff map[SlotID]time.Time
 	volRetry   map[SlotID]volRetry // handoffs to send again
+	copies     bool                // a unit has CopyEvery (volumes.go)
 	// rs: the failed slots (reset.go); pq: the pause's held restarts and
 	// the node's queue (intents.go).
 	rs resetState
@@ -650,6 +712,7 @@ type assignment struct {
 	// of: per slot of mine, how many nodes may hold it (its feasible
 	// nodes: the queue's "rank 1 of 3", as cluster.Fleet's).
 	of map[int]int
+	in bool // this node was among the nodes ranked
 }
 
 // Ranking is where each feasible node stands for each free slot of a
@@ -750,8 +813,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 	case UnitsAnswer:
 		a.adoptWait, a.stopping = false, in.Stopping
 		a.units = map[string]Unit{}
+		a.copies = false
 		for _, u := range in.Units {
 			a.units[u.Name] = u
+			a.copies = a.copies || u.CopyEvery > 0
 		}
 		for name, r := range a.recs {
 			old := r.unit
@@ -877,9 +942,9 @@ func (a *Agent) Step(now time.Time, in any) []any {
 				out = a.lose(id, h, "slot key not held by this node's session", out)
 			}
 		}
-	case DeployAnswer, InstanceHealthy, TokenDone, ReturnDone, PublishDone, MoveDone:
+	case DeployAnswer, InstanceHealthy, InstanceUnhealthy, TokenDone, ReturnDone, PublishDone, MoveDone:
 		out = a.stepDeploy(now, in, out)
-	case RestoreDone, HandoffDone:
+	case RestoreDone, HandoffDone, CopiesDone:
 		out = a.stepVolumes(now, in, out)
 	case InstanceFailed:
 		out = a.stepFail(now, in, out)
@@ -1195,7 +1260,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				out = append(out, Release{Slot: id, Session: a.session}, Record{Slot: id, Action: "release", Reason: "stray"})
 			}
 			u, ok := r.unit, r.ok
-			if !ok || u.Count == 0 {
+			if !ok || u.Count == 0 || !a.servicesHeard(u) {
 				continue
 			}
 			// Free as the view says: every node with this view ranks the
@@ -1260,7 +1325,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
-				if sl := v.slot(k); !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k]) {
+				sl := v.slot(k)
+				if !sl.Released && (sl.ModifyIndex > 0 || r.invalidated[k]) {
 					// Freed by an invalidation: Consul refuses a lock
 					// for the lock delay from when it was freed (which
 					// this node saw no earlier than since), so the ranks
@@ -1268,6 +1334,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					when = when.Add(a.cfg.LockDelay)
 				}
 				when = maxTime(when, vac.notBefore)
+				when, _ = a.afterReschedule(when, vac, sl, d)
 				if now.Before(when) {
 					if t, ok := a.waitAt[name]; !ok || when.Before(t) {
 						a.setWait(r, name, when)
@@ -1278,11 +1345,11 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				if out = out2; !may {
 					continue
 				}
-				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now}
+				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now, prev: a.place.prev[name][k]}
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
-					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control},
+					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, Delays: v.DelayKeys(k)},
 					claimRecord(id, me.Rank, tk, a.lastHolder(v, k)))
 			}
 		}
@@ -1337,15 +1404,19 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 		// Not when this node had a place only in slots filled since:
 		// cluster.Assign gave it one slot in turn (max_per_node), another
 		// node took that one, and with no claim time coming it would
-		// never rank again (TestTakenClaimRanksAgain).
-		if !force && subset(free, c.free) && (len(c.mine) == 0 || placedIn(c.mine, free)) {
+		// never rank again (TestTakenClaimRanksAgain). Nor when this node
+		// was not among the nodes ranked (draining, or not live then):
+		// back among them, it has no claim time either
+		// (TestUndrainedNodeClaimsAgain).
+		if !force && c.in && subset(free, c.free) && (len(c.mine) == 0 || placedIn(c.mine, free)) {
 			return c.mine
 		}
 	}
 	asg := a.rank(u, v, nodes, free, x)
 	mine := map[int]Place{}
 	of := map[int]int{}
-	if i, ok := asg.pos[a.cfg.Node]; ok { // Of, the node looked up once
+	i, in := asg.pos[a.cfg.Node]
+	if in { // Of, the node looked up once
 		for _, k := range free {
 			if ps := asg.places[k]; i < len(ps) && ps[i].Rank >= 0 {
 				mine[k] = ps[i]
@@ -1360,7 +1431,7 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 		}
 	}
 	a.stepAside(u.Name, asg, mine, now)
-	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine, of: of}, true
+	r.asg, r.hasAsg = assignment{slotsIdx: v.Index, nodesIdx: nodes.Index, count: u.Count, ext: x.Key, free: free, mine: mine, of: of, in: in}, true
 	return mine
 }
 

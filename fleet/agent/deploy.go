@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // Deployments in the step machine (CLUSTER.md section 5, with the one
@@ -183,10 +184,26 @@ type (
 	// set, is when they passed where they run (mariposa's own runs of an
 	// args check, before the catalog shows it): min_healthy_time counts
 	// from there (healthyFrom). Zero: from this input.
+	//
+	// Said again when Since moves later (the checks broke and passed
+	// again where they run before the catalog showed the break): the
+	// streak then counts from the later Since.
 	InstanceHealthy struct {
 		Slot    SlotID
 		Version string
 		Since   time.Time
+	}
+	// InstanceUnhealthy: the slot's instance at Version, said healthy
+	// before, is not any more (a check failing, a member not running, or
+	// restarted since). min_healthy_time counts again from the next
+	// InstanceHealthy, from that report (cluster.Fleet's nextStreak: a
+	// streak after a break counts from the look that sees it healthy
+	// again). A break after the streak lasted min_healthy_time changes
+	// nothing (as cluster.Fleet's rollout, which stops looking then;
+	// status's count reads the catalog for what is true now).
+	InstanceUnhealthy struct {
+		Slot    SlotID
+		Version string
 	}
 	// TokenDone answers TakeToken; ReturnDone answers ReturnToken.
 	TokenDone struct {
@@ -286,6 +303,10 @@ type deployState struct {
 	busy   bool
 	holds  map[SlotID]*holdDeploy
 	moving map[string]*move
+	// unsaid: holds healthy at their version whose status does not say
+	// so yet (every hold says it, a deployment running or not: status's
+	// healthy count after a re-claim).
+	unsaid map[SlotID]bool
 }
 
 type move struct {
@@ -299,14 +320,24 @@ type move struct {
 type holdDeploy struct {
 	version string
 	// healthySince: since when the instance at version passes its checks
-	// (zero: not yet); started: when it started at version, for
-	// healthy_deadline (zero: running from before this agent).
+	// without a break (zero: not now); started: when it started at
+	// version, for healthy_deadline (zero: running from before this
+	// agent); broke: healthy at version and then not, since started: the
+	// next streak counts from the report that says it healthy again.
 	healthySince, started time.Time
-	failed                bool
-	token                 int // -1: none
-	taking, returning     bool
-	takingT               int    // the token being taken
-	tokenIdx              uint64 // the token key's ModifyIndex once taken
+	broke                 bool
+	// lasted: when the instance had been healthy at version for
+	// min_healthy_time without a break (zero: not yet); a break after
+	// that changes nothing.
+	lasted time.Time
+	failed bool
+	// said: the healthy status this hold has written, or that its
+	// status shows (healthyKey: its version's).
+	said              string
+	token             int // -1: none
+	taking, returning bool
+	takingT           int    // the token being taken
+	tokenIdx          uint64 // the token key's ModifyIndex once taken
 	// strays: tokens this session holds for the slot unknown to it, and
 	// the view index at which their return was last sent.
 	strays     map[int]uint64
@@ -340,7 +371,8 @@ func healthyFrom(since, started, now time.Time) time.Time {
 
 func (a *Agent) deps() *deployState {
 	if a.dep == nil {
-		a.dep = &deployState{views: map[string]*DeployView{}, holds: map[SlotID]*holdDeploy{}, moving: map[string]*move{}}
+		a.dep = &deployState{views: map[string]*DeployView{}, holds: map[SlotID]*holdDeploy{}, moving: map[string]*move{},
+			unsaid: map[SlotID]bool{}}
 	}
 	return a.dep
 }
@@ -351,16 +383,35 @@ func (a *Agent) startVersion(id SlotID, now time.Time) string {
 	if a.dep == nil {
 		return ""
 	}
+	// A new hold: nothing of a previous hold of the slot carries over
+	// (its health, its status said).
+	delete(a.dep.unsaid, id)
 	v := a.dep.views[id.Unit]
 	if v == nil || v.Record == nil {
+		delete(a.dep.holds, id)
 		return ""
 	}
-	ver := v.Record.Target(id.K)
-	if ver == "" {
-		ver = v.Record.From
-	}
+	ver := v.Record.StartVersion(id.K)
 	a.dep.holds[id] = &holdDeploy{version: ver, started: now, token: -1}
 	return ver
+}
+
+// minHealthyFor is the unit's min_healthy_time: its deployment record's
+// update block's, else minHealthy.
+func (a *Agent) minHealthyFor(unit string) time.Duration {
+	if v := a.dep.views[unit]; v != nil && v.Record != nil {
+		return v.Record.Update.MinHealthyTime
+	}
+	return a.minHealthy(unit)
+}
+
+// minHealthy is the min_healthy_time of a unit with no deployment
+// record: its own update block's (the default without one).
+func (a *Agent) minHealthy(unit string) time.Duration {
+	if p := a.units[unit].Placement; p != nil {
+		return p.Update.MinHealthyTime
+	}
+	return schema.DefaultUpdateMinHealthyTime
 }
 
 func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
@@ -388,9 +439,35 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 			hd = &holdDeploy{version: in.Version, token: -1}
 			d.holds[in.Slot] = hd
 		}
-		if hd.version == in.Version && hd.healthySince.IsZero() {
-			hd.healthySince = healthyFrom(in.Since, hd.started, now)
+		if hd.version != in.Version {
+			break
 		}
+		switch {
+		case !hd.lasted.IsZero():
+		case hd.healthySince.IsZero() && hd.broke:
+			hd.healthySince = now
+		case hd.healthySince.IsZero():
+			hd.healthySince = healthyFrom(in.Since, hd.started, now)
+		case in.Since.After(hd.healthySince):
+			// Broke and passed again where the checks run, before the
+			// catalog showed the break: the streak starts over there.
+			hd.healthySince = earliest(in.Since, now)
+		}
+		if hd.said != hd.healthyKey() {
+			d.unsaid[in.Slot] = true
+		}
+	case InstanceUnhealthy:
+		hd := d.holds[in.Slot]
+		if hd == nil || hd.version != in.Version || hd.healthySince.IsZero() || !hd.lasted.IsZero() {
+			break
+		}
+		if due := hd.healthySince.Add(a.minHealthyFor(in.Slot.Unit)); !now.Before(due) {
+			// It had lasted (the step at that time not taken yet).
+			hd.lasted = due
+			break
+		}
+		hd.healthySince, hd.broke = time.Time{}, true
+		delete(d.unsaid, in.Slot)
 	case TokenDone:
 		hd := d.holds[in.Slot]
 		if hd == nil || !hd.taking {
@@ -418,6 +495,9 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 			hd.pub, hd.pubRetry = "", now.Add(time.Second)
 		case in.OK && in.Kind == "updating":
 			hd.stamped = in.Version
+		case in.OK && in.Kind == "healthy" && in.Version == hd.version:
+			hd.said = hd.healthyKey()
+			delete(d.unsaid, in.Slot)
 		}
 	case MoveDone:
 		if m := d.moving[in.Unit]; m != nil {
@@ -437,9 +517,9 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 	if d == nil {
 		return out
 	}
-	if d.session == a.session && d.active == 0 && !d.busy {
-		// No deployment runs, no token is held or on its way: nothing
-		// moves (most steps of a fleet).
+	if d.session == a.session && d.active == 0 && !d.busy && len(d.unsaid) == 0 {
+		// No deployment runs, no token is held or on its way, no hold
+		// has a health to say: nothing moves (most steps of a fleet).
 		return out
 	}
 	if d.session != a.session {
@@ -477,6 +557,12 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session, Index: hd.tokenIdx})
 		}
 		delete(d.holds, id)
+		delete(d.unsaid, id)
+	}
+	for id := range d.unsaid {
+		if d.holds[id] == nil {
+			delete(d.unsaid, id)
+		}
 	}
 	if a.session == "" {
 		return out
@@ -487,13 +573,21 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		if hd != nil && (hd.token >= 0 || hd.taking || hd.returning) {
 			busy = true
 		}
-		if hd == nil || v == nil || v.Record == nil || h.lost || h.orphan {
+		if hd == nil || v == nil || h.lost || h.orphan {
+			continue
+		}
+		if v.Record == nil {
+			// No deployment: the hold says when it is healthy.
+			_, out = a.sayHealthy(now, id, h, hd, v, a.minHealthy(id.Unit), nil, out, at)
 			continue
 		}
 		rec, up := v.Record, v.Record.Update
 		running := rec.Status == cluster.DeployRunning
 		if !running && hd.token < 0 && !hd.returning && len(v.Tokens) == 0 {
-			continue // nothing moves, nothing to give back
+			// Nothing moves, nothing to give back: the hold says when
+			// it is healthy.
+			_, out = a.sayHealthy(now, id, h, hd, v, up.MinHealthyTime, rec, out, at)
+			continue
 		}
 		if !hd.taking && !hd.returning {
 			// A token this session holds for the slot that it does not
@@ -565,24 +659,20 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 				continue
 			}
 			h.phase = Updating
-			hd.version, hd.healthySince, hd.started, hd.failed = target, time.Time{}, now, false
+			hd.version, hd.healthySince, hd.started, hd.failed, hd.broke, hd.said, hd.lasted = target, time.Time{}, now, false, false, "", time.Time{}
+			delete(d.unsaid, id)
 			out = append(out, Update{Slot: id, Index: h.index, Session: a.session, From: from, To: target})
 			continue
 		}
 		if h.phase != Running {
 			continue
 		}
-		healthy := !hd.healthySince.IsZero() && !now.Before(hd.healthySince.Add(up.MinHealthyTime))
-		if !hd.healthySince.IsZero() && !healthy {
-			at(hd.healthySince.Add(up.MinHealthyTime))
-		}
+		var healthy bool
+		healthy, out = a.sayHealthy(now, id, h, hd, v, up.MinHealthyTime, rec, out, at)
 		switch {
-		case healthy && running:
-			if s, ok := v.Status[id.K]; !ok || s.Version != hd.version || s.HealthyAt == nil || s.Index != h.index {
-				t := hd.healthySince.Add(up.MinHealthyTime)
-				out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version, HealthyAt: &t}}, "healthy",
-					Record{Slot: id, Action: "healthy", To: hd.version, Reason: fmt.Sprintf("deployment %d: %s healthy for min_healthy_time", rec.N, hd.version)}, out)
-			}
+		case healthy, hd.saidHealthy():
+			// Healthy at its version for min_healthy_time once: a break
+			// after that fails nothing.
 		case !hd.healthySince.IsZero() || hd.started.IsZero() || up.HealthyDeadline <= 0:
 		case !hd.failed && now.Before(hd.started.Add(up.HealthyDeadline)):
 			at(hd.started.Add(up.HealthyDeadline))
@@ -645,6 +735,65 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		out = append(out, MoveDeployment{Unit: unit, CAS: v.RecordIndex, Next: *next, Audit: rec, Also: also})
 	}
 	return out
+}
+
+// sayHealthy: whether the hold's instance has been healthy at its version
+// without a break for min (min_healthy_time) at now, and then its status
+// saying so, fenced, unless it does already; rec is the unit's record
+// (nil: none), named in the audit record while it runs. A hold says it
+// whether a deployment runs or not, as cluster.Fleet's holders do: a
+// slot claimed again after a deployment counts as healthy in status once
+// it is.
+func (a *Agent) sayHealthy(now time.Time, id SlotID, h *held, hd *holdDeploy, v *DeployView, min time.Duration, rec *Deployment, out []any, at func(time.Time)) (bool, []any) {
+	if h.phase != Running {
+		return false, out
+	}
+	if hd.lasted.IsZero() {
+		if hd.healthySince.IsZero() {
+			return false, out
+		}
+		due := hd.healthySince.Add(min)
+		if now.Before(due) {
+			at(due)
+			return false, out
+		}
+		hd.lasted = due
+	}
+	due := hd.lasted
+	if s, ok := v.Status[id.K]; ok && s.Version == hd.version && s.HealthyAt != nil && s.Index == h.index {
+		hd.said = hd.healthyKey()
+	}
+	if hd.said == hd.healthyKey() {
+		delete(a.dep.unsaid, id)
+		return true, out
+	}
+	reason := hd.version + " healthy for min_healthy_time"
+	if rec != nil && rec.Status == cluster.DeployRunning {
+		reason = fmt.Sprintf("deployment %d: %s", rec.N, reason)
+	}
+	out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version, HealthyAt: &due}}, "healthy",
+		Record{Slot: id, Action: "healthy", To: hd.version, Reason: reason}, out)
+	if hd.pub == "" && hd.pubRetry.After(now) {
+		at(hd.pubRetry)
+	}
+	return true, out
+}
+
+// saidHealthy: the hold's status says (or is being written to say) that
+// it is healthy at its version.
+func (hd *holdDeploy) saidHealthy() bool {
+	return hd.said == hd.healthyKey() || hd.pub == hd.healthyKey()
+}
+
+// healthyKey names the healthy status at the hold's version, as publish
+// names what it sent (pub).
+func (hd *holdDeploy) healthyKey() string { return hd.version + "|healthy" }
+
+func earliest(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
 }
 
 // publish sends st unless the same was sent already.

@@ -8,7 +8,8 @@
 //
 // It holds the slot protocol (CLUSTER.md section 3): the node's session,
 // rank-ordered claims (cluster.Assign's ranks by AssignRanks over the
-// inputs cluster.Fleet's View has, place.go; ClaimDelay,
+// inputs cluster.Fleet's View has, the nodes of the services a placement
+// names among them, place.go; ClaimDelay,
 // SecondRoundDelay), the
 // hold, the exclusive holder's confirmations and watchdog, scale-down,
 // strays (a claim Consul applied whose answer was lost) and the loss of
@@ -20,12 +21,16 @@
 // slot whose unit has volumes restores its data before its instance
 // starts, and a slot given up gracefully publishes its handoff before its
 // release, on cluster's keys and codec (which copy a new holder starts
-// from is cluster.ChooseData's, applied where the data is); a slot whose
+// from is cluster.ChooseData's, applied where the data is); a running
+// hold of a unit with replicas pushes its periodic copies every
+// Unit.CopyEvery (PushCopies, one at a time); a slot whose
 // instance failed for good, held by every node until mariposa reset
 // (reset.go); the pause's held restarts and the node's queue
 // (intents.go); with restart.on_exhausted = "reschedule", a failed
-// instance's slot moves with its penalty and history, or fails once the
-// history exhausts its attempts; a group fails as one (reschedule.go);
+// instance's slot moves with its penalty and history, and is claimed
+// again only after its reschedule delay (a mark in the unit's index,
+// DelayKey, and its guard, DelayGuardKey), or fails once the history
+// exhausts its attempts; a group fails as one (reschedule.go);
 // an upgrade in place (adopt.go): Config.Adopt starts the agent with the
 // previous image's session and holds running, no claim, each exclusive
 // hold bounded by that image's last confirmation, and Handover says what
@@ -103,7 +108,10 @@
 //   - a slot's status: its holder only, about its own hold: the version
 //     it moves to (before the instance changes, so that no deployment is
 //     judged on a health the slot had at another version), healthy after
-//     min_healthy_time, or failed after healthy_deadline (Publish). It is
+//     min_healthy_time without a break (InstanceUnhealthy starts it over;
+//     said by every hold, a deployment running or not, as cluster.Fleet's
+//     holders: status counts a slot claimed again once it is), or failed
+//     after healthy_deadline (Publish). It is
 //     fenced, check-session and check-index (the fencing token) on the
 //     slot's lock key, and the lock key itself is never written while
 //     held: MARIPOSA_SLOT_INDEX stays valid across every update.

@@ -3,6 +3,7 @@ package agent
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -26,6 +27,13 @@ import (
 //     which moves only when a penalty is written);
 //   - what the nodes' slots reserve (View.Reserved), summed from the
 //     index views of the units with resources the agent already has;
+//   - for a unit whose constraints or affinities name service.<name>
+//     attributes, the nodes each such service runs on (NodeInfo.Services:
+//     ServicesAnswer, one watch per service named, which moves only when
+//     that service's instances do); such a unit claims nothing before
+//     every service it names has answered once, so that no ranking lacks
+//     them (an anti-affinity, a not_set constraint, would otherwise place
+//     on the very nodes they exclude);
 //   - for a unit whose volumes keep data on the node (Sticky), each free
 //     slot's previous holder (View.Previous): the node its index showed
 //     holding it before it was freed, released or lost, as this agent saw
@@ -43,6 +51,14 @@ type PenaltiesAnswer struct {
 	Penalties map[string]map[string]time.Time
 }
 
+// ServicesAnswer: a new answer of the watch on a service that a unit's
+// placement names (service.<name>): its instances per node, every
+// instance counted, passing or not (cluster.ServiceCounts).
+type ServicesAnswer struct {
+	Service string
+	Nodes   map[string]int
+}
+
 // PreviousAnswer: the node each slot of Unit was last claimed by (read
 // once, for a Sticky unit, from the slots' claimed keys): a free slot's
 // previous holder when this agent has not seen it held.
@@ -54,14 +70,18 @@ type PreviousAnswer struct {
 // UnitOf is a cluster unit as the agent ranks it: its count, exclusivity
 // and max_per_node, its whole placement block, its resources, whether its
 // volumes keep data on the node (stickiness, as cluster.Fleet's: for
-// "sticky" and "snapshot" handoffs) and whether they move with the slot
-// (Volumes: a "snapshot" handoff).
+// "sticky" and "snapshot" handoffs), whether they move with the slot
+// (Volumes: a "snapshot" handoff) and how often a holder pushes copies
+// (CopyEvery: the least interval of the moving volumes with replicas).
 func UnitOf(cu cluster.Unit) Unit {
 	u := Unit{Name: cu.Name, Placement: cu.Placement, Resources: cu.Resources, Sticky: cu.HasVolume}
 	if p := cu.Placement; p != nil {
 		u.Count, u.Exclusive, u.MaxPerNode = max(p.Count, 0), p.Exclusive, p.MaxPerNode
 		for _, v := range p.Volumes {
 			u.Volumes = u.Volumes || (v != nil && v.Handoff == schema.HandoffSnapshot)
+			if v != nil && v.Handoff == schema.HandoffSnapshot && v.Replicas > 0 && v.Interval > 0 && (u.CopyEvery == 0 || v.Interval < u.CopyEvery) {
+				u.CopyEvery = v.Interval
+			}
 		}
 	}
 	if u.MaxPerNode <= 0 {
@@ -82,12 +102,15 @@ func clusterUnit(u Unit) cluster.Unit {
 }
 
 // Extra is what a ranking needs beyond the unit, its index view and the
-// nodes: cluster.View's Penalties (those running), Previous and Reserved.
-// Equal Keys mean equal contents (a memo's key).
+// nodes: cluster.View's Penalties (those running), Previous and Reserved,
+// and the nodes of the services the unit's placement names (Services: per
+// service, per node, its instances; NodeInfo.Services). Equal Keys mean
+// equal contents (a memo's key).
 type Extra struct {
 	Penalties map[string]time.Time
 	Previous  map[int]string
 	Reserved  map[string]cluster.Reservation
+	Services  map[string]map[string]int
 	Key       string
 }
 
@@ -102,6 +125,82 @@ type placeState struct {
 	// resSum names res's contents: views that moved without moving a
 	// reservation rank as before (and share a ranking in the simulator).
 	resSum string
+	// svc: per service a unit's placement names, its instances per node
+	// (the last ServicesAnswer; a service missing: not heard yet), and
+	// svcGen, moved by every answer that changed it (Extra.Key).
+	svc    map[string]map[string]int
+	svcGen map[string]uint64
+	// named: per unit, the services its placement names
+	// (cluster.ServicesNamed), for that placement block.
+	named map[string]namedServices
+}
+
+// namedServices caches cluster.ServicesNamed of one placement block.
+type namedServices struct {
+	p     *schema.Placement
+	names []string
+}
+
+// servicesNamed are the services u's placement names by service.<name>
+// attributes (kept while its placement block is the same).
+func (a *Agent) servicesNamed(u Unit) []string {
+	if u.Placement == nil {
+		return nil
+	}
+	if c, ok := a.place.named[u.Name]; ok && c.p == u.Placement {
+		return c.names
+	}
+	if a.place.named == nil {
+		a.place.named = map[string]namedServices{}
+	}
+	names := cluster.ServicesNamed(u.Placement)
+	a.place.named[u.Name] = namedServices{p: u.Placement, names: names}
+	return names
+}
+
+// ServicesNamed lists, sorted and once each, the services the units'
+// placements name by service.<name> attributes: those the executor
+// watches (ServicesAnswer).
+func ServicesNamed(units []Unit) []string {
+	var out []string
+	for _, u := range units {
+		out = append(out, cluster.ServicesNamed(u.Placement)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// servicesHeard: every service u's placement names has answered once
+// (until then u claims nothing; its first ranking has them all).
+func (a *Agent) servicesHeard(u Unit) bool {
+	for _, name := range a.servicesNamed(u) {
+		if _, ok := a.place.svc[name]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// servicesAnswer takes a service's nodes; the units that name it are
+// ranked again when they changed.
+func (a *Agent) servicesAnswer(in ServicesAnswer) {
+	if old, ok := a.place.svc[in.Service]; ok && maps.Equal(old, in.Nodes) {
+		return
+	}
+	if a.place.svc == nil {
+		a.place.svc, a.place.svcGen = map[string]map[string]int{}, map[string]uint64{}
+	}
+	nodes := in.Nodes
+	if nodes == nil {
+		nodes = map[string]int{} // heard: none
+	}
+	a.place.svc[in.Service] = nodes
+	a.place.svcGen[in.Service]++
+	for name, u := range a.units {
+		if slices.Contains(a.servicesNamed(u), in.Service) {
+			a.markDirty(name)
+		}
+	}
 }
 
 // notePrevious keeps the previous holders of a Sticky unit's slots from
@@ -145,6 +244,8 @@ func (a *Agent) stepPlace(in any) bool {
 				a.markDirty(name)
 			}
 		}
+	case ServicesAnswer:
+		a.servicesAnswer(in)
 	case PreviousAnswer:
 		if a.place.prev == nil {
 			a.place.prev = map[string]map[int]string{}
@@ -163,6 +264,18 @@ func (a *Agent) stepPlace(in any) bool {
 		if _, ok := a.units[in.Unit]; ok {
 			a.markDirty(in.Unit)
 		}
+	case UnitsAnswer:
+		// A service no unit names any more is forgotten: named again,
+		// its watch starts again and the units wait for its answer.
+		if len(a.place.svc) > 0 {
+			named := ServicesNamed(in.Units)
+			for name := range a.place.svc {
+				if _, found := slices.BinarySearch(named, name); !found {
+					delete(a.place.svc, name)
+				}
+			}
+		}
+		return false
 	case NodesAnswer:
 		// New attributes or capacity (the members' answer, not a node
 		// failing or back): every unit is ranked again, even one whose
@@ -231,6 +344,14 @@ func (a *Agent) extra(u Unit, v *SlotsView, now time.Time) Extra {
 	if !u.Resources.IsZero() {
 		x.Reserved = a.reserved()
 		key.WriteString(";r " + a.place.resSum)
+	}
+	if names := a.servicesNamed(u); len(names) > 0 {
+		x.Services = make(map[string]map[string]int, len(names))
+		key.WriteString(";v")
+		for _, name := range names {
+			x.Services[name] = a.place.svc[name]
+			key.WriteString(" " + name + "@" + strconv.FormatUint(a.place.svcGen[name], 10))
+		}
 	}
 	x.Key = key.String()
 	return x
@@ -323,6 +444,10 @@ func (a *Agent) rank(u Unit, v *SlotsView, nodes *NodesView, free []int, x Extra
 // the unit's placement, its index view, the live nodes with their
 // attributes and capacity, and x.
 func DefaultRankWith(u Unit, v *SlotsView, nodes *NodesView, free []int, x Extra) Ranking {
-	view := cluster.View{Nodes: nodes.infos(), Holders: v.Holders, Penalties: x.Penalties, Previous: x.Previous, Reserved: x.Reserved}
+	infos := nodes.infos()
+	if len(x.Services) > 0 {
+		infos = cluster.WithServices(infos, x.Services) // a copy: the view's are shared
+	}
+	view := cluster.View{Nodes: infos, Holders: v.Holders, Penalties: x.Penalties, Previous: x.Previous, Reserved: x.Reserved}
 	return Ranking{pos: nodes.positions(), places: cluster.AssignRanks(clusterUnit(u), free, view, time.Time{})}
 }

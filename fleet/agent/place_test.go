@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -45,8 +46,10 @@ func rankFor(m *machine, acts []any) int {
 }
 
 // The step machine ranks as cluster.Fleet places: a constraint excludes a
-// node, a full node is not feasible, a penalty moves a slot, stickiness
-// prefers the previous holder. "me" ranks second by HRW alone; each case
+// node (on its meta, or on the services it runs: service.<name>, which
+// also hold the unit's claims back until their first answer), a full node
+// is not feasible, a penalty moves a slot, stickiness prefers the
+// previous holder. "me" ranks second by HRW alone; each case
 // gives it the first place, or none.
 func TestPlacementInputs(t *testing.T) {
 	name := placeUnit(t)
@@ -56,6 +59,9 @@ func TestPlacementInputs(t *testing.T) {
 	}
 	notZ1 := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${node.meta.zone}", Operator: "!=", Value: "z1"}}}
 	big := Unit{Name: "big", Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 800}}
+	withDB := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "service.db", Operator: schema.OpIsSet}}}
+	notWithDB := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${service.db}", Operator: schema.OpIsNotSet}}}
+	nearDB := &schema.Placement{Affinities: []*schema.Affinity{{Attribute: "service.db", Operator: schema.OpIsSet, Weight: 100}}}
 	cases := []struct {
 		name  string
 		unit  Unit
@@ -88,6 +94,20 @@ func TestPlacementInputs(t *testing.T) {
 			in: []any{PenaltiesAnswer{Penalties: map[string]map[string]time.Time{name: {"top": t0.Add(time.Hour)}}}}, want: 0},
 		{name: "penalty ended", unit: Unit{Name: name, Count: 1, MaxPerNode: 1},
 			in: []any{PenaltiesAnswer{Penalties: map[string]map[string]time.Time{name: {"top": t0.Add(-time.Second)}}}}, want: 1},
+		{name: "service.db is_set: db runs on me", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: withDB},
+			in: []any{ServicesAnswer{Service: "db", Nodes: map[string]int{"me": 1}}}, want: 0},
+		{name: "service.db is_set: db runs on top", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: withDB},
+			in: []any{ServicesAnswer{Service: "db", Nodes: map[string]int{"top": 2}}}, want: -1},
+		{name: "service.db not_set: db runs on top", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: notWithDB},
+			in: []any{ServicesAnswer{Service: "db", Nodes: map[string]int{"top": 1}}}, want: 0},
+		{name: "service.db not_set: db not heard yet, no claim", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: notWithDB},
+			want: -1},
+		{name: "service.db not_set: another service heard, not db", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: notWithDB},
+			in: []any{ServicesAnswer{Service: "dbx", Nodes: map[string]int{"me": 1}}}, want: -1},
+		{name: "affinity to service.db: db runs on me", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: nearDB},
+			in: []any{ServicesAnswer{Service: "db", Nodes: map[string]int{"me": 1}}}, want: 0},
+		{name: "affinity to service.db: db runs nowhere", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: nearDB},
+			in: []any{ServicesAnswer{Service: "db"}}, want: 1},
 		{name: "sticky: me held it last (read)", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Sticky: true},
 			in: []any{PreviousAnswer{Unit: name, Previous: map[int]string{0: "me"}}}, want: 0},
 		{name: "not sticky: previous ignored", unit: Unit{Name: name, Count: 1, MaxPerNode: 1},
@@ -156,5 +176,56 @@ func TestNewNodeInfoRanksAgain(t *testing.T) {
 	info := map[string]cluster.NodeInfo{"me": {Meta: map[string]string{"zone": "z1"}, Eligible: true}}
 	if got := rankFor(m, m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me"}, Info: info}})); got != 0 {
 		t.Fatalf("rank %d with the node's meta, want 0", got)
+	}
+}
+
+// A unit whose constraint names a service is ranked again when that
+// service's nodes change (ServicesAnswer), without a new answer of its
+// index; a unit that names another service is not.
+func TestServicesAnswerRanksAgain(t *testing.T) {
+	withDB := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "service.db", Operator: schema.OpIsSet}}}
+	u := Unit{Name: "cache", Count: 1, MaxPerNode: 1, Placement: withDB}
+	m := &machine{t: t, a: New(Config{Node: "me", Seed: 1}), now: t0}
+	m.step(UnitsAnswer{Units: []Unit{u}})
+	m.step(SessionCreated{ID: "s-me"})
+	m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me", "top"}}})
+	m.step(ServicesAnswer{Service: "db", Nodes: map[string]int{"top": 1}})
+	if got := rankFor(m, m.step(slots("cache", 10, Slot{K: 0, Released: true}))); got != -1 {
+		t.Fatalf("ranked %d while db runs on top only", got)
+	}
+	if got := rankFor(m, m.step(ServicesAnswer{Service: "other", Nodes: map[string]int{"me": 1}})); got != -1 {
+		t.Fatalf("ranked %d on another service's answer", got)
+	}
+	if got := rankFor(m, m.step(ServicesAnswer{Service: "db", Nodes: map[string]int{"me": 1}})); got != 0 {
+		t.Fatalf("rank %d once db runs on me, want 0", got)
+	}
+}
+
+// The services a unit's placement names, for the executor's watches.
+func TestServicesNamed(t *testing.T) {
+	c := func(attr string) *schema.Constraint {
+		return &schema.Constraint{Attribute: attr, Operator: schema.OpIsSet}
+	}
+	a := func(attr string) *schema.Affinity {
+		return &schema.Affinity{Attribute: attr, Operator: schema.OpIsSet, Weight: 50}
+	}
+	for _, tc := range []struct {
+		name  string
+		units []Unit
+		want  []string
+	}{
+		{"none", []Unit{{Name: "web"}}, nil},
+		{"node meta only", []Unit{{Name: "web", Placement: &schema.Placement{Constraints: []*schema.Constraint{c("node.meta.zone")}}}}, nil},
+		{"a constraint", []Unit{{Name: "web", Placement: &schema.Placement{Constraints: []*schema.Constraint{c("service.db")}}}}, []string{"db"}},
+		{"interpolated, an affinity, sorted, once", []Unit{
+			{Name: "web", Placement: &schema.Placement{Constraints: []*schema.Constraint{c("${service.redis}"), c("service.db")}}},
+			{Name: "api", Placement: &schema.Placement{Affinities: []*schema.Affinity{a("service.db"), a("node.name")}}}}, []string{"db", "redis"}},
+		{"an empty name is none", []Unit{{Name: "web", Placement: &schema.Placement{Constraints: []*schema.Constraint{c("service.")}}}}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ServicesNamed(tc.units); !slices.Equal(got, tc.want) {
+				t.Fatalf("ServicesNamed: %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

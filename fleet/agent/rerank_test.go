@@ -3,6 +3,8 @@ package agent
 import (
 	"testing"
 	"time"
+
+	"github.com/mariposa-sh/mariposa/cluster"
 )
 
 // A claim refused because another node took the slot (Taken) must not
@@ -102,4 +104,51 @@ func TestTakenClaimRanksAgain(t *testing.T) {
 			t.Fatalf("%v never claimed", want)
 		})
 	}
+}
+
+// A node that was draining when a slot fell vacant (so not among the
+// nodes ranked for it) claims it once its drain is undone: the ranking
+// made without it is not kept as if only the free slots had shrunk.
+// Found by TestFleetVolumeStopHandsOff under the agent engine (e2e): the
+// slot came back to no node, and its data stayed unserved.
+func TestUndrainedNodeClaimsAgain(t *testing.T) {
+	u := Unit{Name: "notes", Count: 1, Exclusive: true, MaxPerNode: 1}
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Control: true})}
+	m.step(UnitsAnswer{Units: []Unit{u}})
+	m.step(SessionCreated{ID: "s-me"})
+	m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"me", "other"}}})
+	drain := cluster.Control{Drains: map[string]cluster.DrainRecord{"me": {Node: "me", Deadline: t0.Add(time.Hour)}}}
+	m.step(ControlAnswer{View: &ControlView{Index: 2, Control: drain}})
+	acts := m.step(slots("notes", 10, Slot{K: 0, Released: true}))
+	for range 10 {
+		if c, ok := find[Claim](acts); ok {
+			t.Fatalf("claimed while draining: %+v", c)
+		}
+		w, ok := find[Wake](acts)
+		if !ok || w.At.After(t0.Add(time.Minute)) {
+			break
+		}
+		m.now = w.At
+		acts = m.step(Tick{})
+	}
+	// The drain undone; the slot still free as the same view says
+	// (another node claimed and released it meanwhile: the index's keys
+	// are the same, so no newer answer comes).
+	m.now = m.now.Add(100 * time.Millisecond)
+	acts = m.step(ControlAnswer{View: &ControlView{Index: 3}})
+	for range 20 {
+		if c, ok := find[Claim](acts); ok {
+			if c.Slot != (SlotID{"notes", 0}) {
+				t.Fatalf("claim %+v", c)
+			}
+			return
+		}
+		w, ok := find[Wake](acts)
+		if !ok {
+			t.Fatalf("no claim and no wake after the undo: %+v", acts)
+		}
+		m.now = w.At
+		acts = m.step(Tick{})
+	}
+	t.Fatal("no claim after the undo")
 }

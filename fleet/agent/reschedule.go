@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
@@ -36,8 +37,19 @@ import (
 //     (InstanceFailed.Service); the whole slot stops, and moves
 //     (reschedule) or fails with "member <service> failed: <reason>".
 //
-// Not yet: the reschedule delay (cluster.NextDelay's delay before the
-// next claim of a rescheduled slot): the next holder claims at once.
+//   - The reschedule delay (cluster.NextDelay's delay after the failure,
+//     reschedule.delay and its function): the release also sets the
+//     slot's DelayKey in the unit's index, whose name carries the time
+//     the slot may be claimed from (Rescheduled.After), so every view
+//     that shows the slot free shows its delay, at no cost to the
+//     watches. A node ranked for it claims at that time plus its rank's
+//     delay (cluster.Fleet's notBefore + d), and the claim's transaction
+//     deletes the mark (Claim.Delays). The release also sets the slot's
+//     DelayGuardKey, which every claim whose view shows no mark checks
+//     does not exist (and one that shows it deletes): a claim made on a
+//     view older than the release (which may show the slot free from
+//     before its last holder claimed it) is refused as Taken, and the
+//     slot waits for a newer view, which shows the delay.
 
 // RescheduleHistoryKey holds a slot's reschedule history (JSON, a list of
 // cluster.RescheduleEvent, oldest first, at most 32): the step machine's
@@ -68,6 +80,57 @@ type Rescheduled struct {
 	// Until: the end of this node's penalty for the unit; Reason its why.
 	Until  time.Time
 	Reason string
+	// After: no claim of the slot before then (the failure plus
+	// cluster.NextDelay's delay; zero for a slot that fails): the
+	// release sets the slot's DelayKey(After).
+	After time.Time
+}
+
+// DelayKey is the mark of a slot released by a reschedule, in its unit's
+// index: <index>/<k>.after.<unix ms>, no claim before that time. A name
+// that is no slot number, so an index reader that does not know it skips
+// it; set by the reschedule's release, deleted by the next claim's
+// transaction (which saw it in its view).
+func (s SlotID) DelayKey(after time.Time) string {
+	return IndexPrefix(s.Unit) + strconv.Itoa(s.K) + delayMark + strconv.FormatInt(after.UnixMilli(), 10)
+}
+
+const delayMark = ".after."
+
+// DelayGuardKey exists while slot s waits for its reschedule delay: set
+// with its DelayKey by the reschedule's release (its value the time, for
+// people), deleted by the claim that saw the DelayKey; a claim on a view
+// without the mark checks that it does not exist. Outside the index, so
+// that no watch carries it.
+func (s SlotID) DelayGuardKey() string {
+	return cluster.Prefix + "delay/" + s.Unit + "/" + strconv.Itoa(s.K)
+}
+
+// parseDelayKey reads the part of a DelayKey after the index prefix.
+func parseDelayKey(rest string) (k string, after time.Time, ok bool) {
+	k, ms, found := strings.Cut(rest, delayMark)
+	if !found {
+		return "", time.Time{}, false
+	}
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n <= 0 {
+		return "", time.Time{}, false
+	}
+	return k, time.UnixMilli(n), true
+}
+
+// afterReschedule is when a claim of sl at rank delay d is due, given
+// when it is due otherwise: not before the slot's reschedule delay ends
+// plus d, when that delay ends after the vacancy was first seen (as
+// cluster.Fleet's); delayed says it moved.
+func (a *Agent) afterReschedule(when time.Time, vac vacancy, sl Slot, d time.Duration) (time.Time, bool) {
+	if a.cfg.Faults.NoRescheduleDelay || !sl.After.After(vac.since) {
+		return when, false
+	}
+	if t := sl.After.Add(d); t.After(when) {
+		return t, true
+	}
+	return when, false
 }
 
 // EncodeHistory is the history key's value.
@@ -124,13 +187,17 @@ func (a *Agent) rescheduleRelease(now time.Time, id SlotID, f *failing, out []an
 	}
 	r := &Rescheduled{History: hist, Until: now.Add(p.Penalty), Reason: f.reason}
 	a.penalize(id, r.Until)
-	if _, exhausted := cluster.NextDelay(p, hist, now); exhausted && !a.cfg.Faults.IgnoreAttempts {
+	delay, exhausted := cluster.NextDelay(p, hist, now)
+	if exhausted && !a.cfg.Faults.IgnoreAttempts {
 		// Failed, with its penalty and history all the same (as
 		// cluster.Fleet's): after the reset, the others rank it first.
 		reason := "rescheduled " + strconv.Itoa(len(hist)) + " times: " + f.reason
 		why := reason + "; mariposa reset " + id.String() + " clears it"
 		return append(out, Release{Slot: id, Session: a.session, Reschedule: r, Failed: &cluster.FailedRecord{Node: a.cfg.Node, Reason: reason, At: now}},
 			Record{Slot: id, Action: "fail", Reason: why})
+	}
+	if delay > 0 {
+		r.After = now.Add(delay)
 	}
 	return append(out, Release{Slot: id, Session: a.session, Reschedule: r},
 		Record{Slot: id, Action: "reschedule", Reason: "rescheduled: " + f.reason})

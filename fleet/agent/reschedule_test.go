@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -40,17 +41,18 @@ func TestInstanceFailedReschedules(t *testing.T) {
 		faults  Faults
 		resched bool   // else failed
 		reason  string // the penalty's or the failed mark's
+		after   time.Duration
 	}{
 		{name: "first failure", unit: reschedUnit(2, time.Hour),
-			in: InstanceFailed{Slot: web0, Service: "api", Reason: "3 restarts in 1m"}, resched: true, reason: "api: 3 restarts in 1m"},
-		{name: "within attempts", unit: reschedUnit(2, time.Hour),
-			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(time.Minute)}}, resched: true, reason: "r"},
+			in: InstanceFailed{Slot: web0, Service: "api", Reason: "3 restarts in 1m"}, resched: true, reason: "api: 3 restarts in 1m", after: time.Second},
+		{name: "within attempts: the delay doubles", unit: reschedUnit(2, time.Hour),
+			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(time.Minute)}}, resched: true, reason: "r", after: 2 * time.Second},
 		{name: "attempts exhausted", unit: reschedUnit(2, time.Hour),
 			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(2 * time.Minute), ev(time.Minute)}}, reason: "rescheduled 3 times: r"},
 		{name: "exhausted, the limit ignored (mutation)", unit: reschedUnit(2, time.Hour), faults: Faults{IgnoreAttempts: true},
 			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(2 * time.Minute), ev(time.Minute)}}, resched: true, reason: "r"},
 		{name: "old failures out of the interval", unit: reschedUnit(2, time.Hour),
-			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(3 * time.Hour), ev(2 * time.Hour)}}, resched: true, reason: "r"},
+			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(3 * time.Hour), ev(2 * time.Hour)}}, resched: true, reason: "r", after: 4 * time.Second},
 		{name: "group fails as one", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1, Group: true},
 			in: InstanceFailed{Slot: web0, Service: "sidecar", Reason: "3 restarts in 1m"}, reason: "member sidecar failed: 3 restarts in 1m"},
 		{name: "on_exhausted fail", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1},
@@ -72,8 +74,8 @@ func TestInstanceFailedReschedules(t *testing.T) {
 				if (r.Reschedule != nil) != tc.unit.Reschedule || r.Failed == nil || r.Failed.Reason != tc.reason || len(records(acts, "fail")) != 1 || len(records(acts, "reschedule")) != 0 {
 					t.Fatalf("want a failed release for %q: %+v %+v %v", tc.reason, r, r.Failed, acts)
 				}
-				if r.Reschedule != nil && len(r.Reschedule.History) != len(tc.in.History)+1 {
-					t.Fatalf("history %+v", r.Reschedule.History)
+				if r.Reschedule != nil && (len(r.Reschedule.History) != len(tc.in.History)+1 || !r.Reschedule.After.IsZero()) {
+					t.Fatalf("history %+v, a failed slot's delay %v", r.Reschedule.History, r.Reschedule.After)
 				}
 				return
 			}
@@ -83,6 +85,9 @@ func TestInstanceFailedReschedules(t *testing.T) {
 			}
 			if rs.Reason != tc.reason || !rs.Until.Equal(t0.Add(10*time.Minute)) {
 				t.Fatalf("penalty %q until %v", rs.Reason, rs.Until)
+			}
+			if want := t0.Add(tc.after); tc.after == 0 && !rs.After.IsZero() || tc.after > 0 && !rs.After.Equal(want) {
+				t.Fatalf("claimed again from %v, want the failure + %v (cluster.NextDelay)", rs.After.Sub(t0), tc.after)
 			}
 			if n := len(rs.History); n != len(tc.in.History)+1 || rs.History[n-1] != (cluster.RescheduleEvent{Node: "me", At: t0, Reason: tc.reason}) {
 				t.Fatalf("history %+v", rs.History)
@@ -163,5 +168,85 @@ func TestRescheduledSlotStepsAside(t *testing.T) {
 			}
 			t.Fatal("no claim once the penalty ended")
 		})
+	}
+}
+
+// A rescheduled slot is not claimed before its delay ends (its DelayKey
+// in the unit's index, set by the reschedule's release): a node claims it
+// at the delay's end plus its rank's delay, as cluster.Fleet does (its
+// notBefore + d); a delay that ended before the vacancy was first seen
+// holds nothing back. The claim deletes the marks its view showed.
+func TestRescheduleDelayHoldsTheClaim(t *testing.T) {
+	name := placeUnit(t) // "top" ahead of "me" on slot 0
+	mark := func(after time.Duration) string { return SlotID{name, 0}.DelayKey(t0.Add(after)) }
+	released := IndexPrefix(name) + "0"
+	for _, tc := range []struct {
+		name   string
+		keys   []string
+		nodes  []string
+		faults Faults
+		want   time.Duration // the claim's time from t0, within the jitter
+	}{
+		{name: "no mark", keys: []string{released}, nodes: []string{"me"}, want: 0},
+		{name: "delay 5s", keys: []string{released, mark(5 * time.Second)}, nodes: []string{"me"}, want: 5 * time.Second},
+		{name: "delay 5s, the mutation that ignores it", keys: []string{released, mark(5 * time.Second)}, nodes: []string{"me"},
+			faults: Faults{NoRescheduleDelay: true}, want: 0},
+		{name: "delay 5s, rank 1: one step after (top, first, claims unseen)", keys: []string{released, mark(5 * time.Second)}, nodes: []string{"me", "top"},
+			want: 5*time.Second + cluster.DefaultStep},
+		{name: "two marks: the latest", keys: []string{released, mark(2 * time.Second), mark(7 * time.Second)}, nodes: []string{"me"}, want: 7 * time.Second},
+		{name: "ended before the vacancy was seen", keys: []string{released, mark(-time.Second)}, nodes: []string{"me"}, want: 0},
+		{name: "an unreadable mark is no delay", keys: []string{released, IndexPrefix(name) + "0.after.x"}, nodes: []string{"me"}, want: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &machine{t: t, a: New(Config{Node: "me", Seed: 1, Faults: tc.faults}), now: t0}
+			m.step(UnitsAnswer{Units: []Unit{{Name: name, Count: 1, MaxPerNode: 1}}})
+			m.step(SessionCreated{ID: "s-me"})
+			m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: tc.nodes}})
+			acts := m.step(SlotsAnswer{View: IndexView(name, 10, tc.keys)})
+			for range 50 {
+				if c, ok := find[Claim](acts); ok {
+					got := m.now.Sub(t0)
+					if got < tc.want || got > tc.want+cluster.DefaultStep/4 {
+						t.Fatalf("claimed at %v, want %v (+ jitter)", got, tc.want)
+					}
+					var want []string
+					for _, k := range tc.keys {
+						if k != released && !strings.HasSuffix(k, ".x") {
+							want = append(want, k)
+						}
+					}
+					if !slices.Equal(c.Delays, want) {
+						t.Fatalf("the claim deletes %q, want %q", c.Delays, want)
+					}
+					return
+				}
+				w, ok := find[Wake](acts)
+				if !ok || !w.At.After(m.now) {
+					t.Fatalf("no claim and no wake at %v: %v", m.now.Sub(t0), acts)
+				}
+				m.now = w.At
+				acts = m.step(Tick{})
+			}
+			t.Fatal("never claimed")
+		})
+	}
+}
+
+// IndexView reads a reschedule's mark beside the released mark (and
+// beside a holder's entry, left by a claim made on an older view): the
+// slot's After, the latest of them.
+func TestIndexViewDelayMarks(t *testing.T) {
+	id := SlotID{"web", 1}
+	v := IndexView("web", 9, []string{"mariposa/held/web/0", "mariposa/held/web/1", id.DelayKey(t0.Add(3 * time.Second)), id.DelayKey(t0),
+		"mariposa/held/web/2/n2", SlotID{"web", 2}.DelayKey(t0)})
+	want := map[int]Slot{0: {K: 0, Released: true}, 1: {K: 1, Released: true, After: t0.Add(3 * time.Second)},
+		2: {K: 2, Node: "n2", ModifyIndex: 9, After: t0}}
+	for k, s := range want {
+		if got := v.Slots[k]; got.K != s.K || got.Node != s.Node || got.Released != s.Released || !got.After.Equal(s.After) {
+			t.Errorf("slot %d: %+v, want %+v", k, got, s)
+		}
+	}
+	if len(v.Slots) != 3 || len(v.DelayKeys(1)) != 2 || len(v.DelayKeys(0)) != 0 || v.Holders[2] != "n2" || len(v.Holders) != 1 {
+		t.Errorf("slots %+v, holders %v, marks of 1: %q", v.Slots, v.Holders, v.DelayKeys(1))
 	}
 }

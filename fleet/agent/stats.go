@@ -199,6 +199,9 @@ func (a *Agent) Waiting(now time.Time) []string {
 					when, why = when.Add(a.cfg.LockDelay), ", after the lock delay"
 				}
 				when = maxTime(when, vac.notBefore)
+				if w, delayed := a.afterReschedule(when, vac, sl, d); delayed {
+					when, why = w, why+", after the reschedule delay"
+				}
 				if now.Before(when) {
 					line += fmt.Sprintf("%s, claiming in %s", why, when.Sub(now).Round(time.Millisecond))
 				} else {

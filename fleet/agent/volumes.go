@@ -63,11 +63,14 @@ const (
 type (
 	// Restore: ready the slot's volumes for the term whose fencing token
 	// is Index, held by Session, before its instance starts (answer:
-	// RestoreDone).
+	// RestoreDone). Prev is the slot's previous holder as this node saw
+	// it in the unit's index ("" unknown): cluster.ChooseData's PrevNode
+	// and the restore record's From.
 	Restore struct {
 		Slot    SlotID
 		Index   uint64
 		Session string
+		Prev    string
 	}
 	// RestoreDone answers Restore. Missing: the data could not be handed
 	// off and on_missing = "fail" (the slot is not claimed again by this
@@ -101,6 +104,25 @@ type (
 		GiveUp bool
 		Note   string
 	}
+	// PushCopies: push a copy of the running slot's volumes that have
+	// replicas to that many other nodes and record them (the periodic
+	// copies a new holder restores from after an unplanned loss, with
+	// on_missing = "latest"), fenced by the hold of the term whose
+	// fencing token is Index (answer: CopiesDone).
+	PushCopies struct {
+		Slot    SlotID
+		Index   uint64
+		Session string
+	}
+	// CopiesDone answers PushCopies; not OK: no copy was recorded (Note
+	// says why): the next one is due at the next interval all the same,
+	// as cluster.Fleet's.
+	CopiesDone struct {
+		Slot  SlotID
+		Index uint64
+		OK    bool
+		Note  string
+	}
 )
 
 // noInstance: a hold in this phase has no instance to stop (lose and
@@ -115,7 +137,7 @@ func (a *Agent) claimed(now time.Time, id SlotID, h *held, out []any) []any {
 	if a.rec(id.Unit).unit.Volumes {
 		h.volumes = true
 		h.phase = Restoring
-		out = append(out, Restore{Slot: id, Index: h.index, Session: a.session})
+		out = append(out, Restore{Slot: id, Index: h.index, Session: a.session, Prev: h.prev})
 		if !a.cfg.Faults.StartBeforeRestore {
 			return out
 		}
@@ -149,7 +171,7 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 			h.volReady = true
 			h.phase = Starting
 			out = append(out, Record{Slot: in.Slot, Action: "restore", Reason: in.Note})
-			return append(out, Start{Slot: in.Slot, Index: h.index, Session: a.session, Version: a.startVersion(in.Slot, now)})
+			return append(out, Start{Slot: in.Slot, Index: h.index, Session: a.session, Version: a.startVersion(in.Slot, now), Volumes: in.Note})
 		}
 		// Never ran here: pass the handoff on, release, and leave the
 		// slot to another node for a while.
@@ -185,6 +207,15 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 		}
 		h.phase = Releasing
 		return a.release(now, in.Slot, out)
+	case CopiesDone:
+		h := a.held[in.Slot]
+		if h == nil || h.index != in.Index || !h.copying {
+			return out
+		}
+		h.copying = false
+		if every := a.rec(in.Slot.Unit).unit.CopyEvery; every > 0 {
+			h.copyAt = now.Add(every)
+		}
 	}
 	return out
 }
@@ -197,8 +228,11 @@ type volRetry struct {
 }
 
 // reconcileVolumes sends again the handoffs whose time came (a node has
-// none but while Consul does not answer).
+// none but while Consul does not answer), and the periodic copies due.
 func (a *Agent) reconcileVolumes(now time.Time, out []any, at func(time.Time)) []any {
+	if a.copies {
+		out = a.reconcileCopies(now, out, at)
+	}
 	if len(a.volRetry) == 0 {
 		return out
 	}
@@ -236,4 +270,38 @@ func (a *Agent) volHeldOff(id SlotID, now time.Time) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return t, true
+}
+
+// reconcileCopies: the periodic copies (cluster.Fleet's copyLoop, as
+// data). A hold whose instance runs (phase running, not lost or
+// orphaned) of a unit with CopyEvery pushes a copy CopyEvery after its
+// instance started (or after it was adopted, or its unit gained
+// replicas), then CopyEvery after each answer, one at a time. A hold
+// stopping, handing off or gone pushes none: its handoff carries the data
+// as its term ended.
+func (a *Agent) reconcileCopies(now time.Time, out []any, at func(time.Time)) []any {
+	if a.session == "" {
+		return out
+	}
+	for _, id := range a.heldIDs() {
+		h := a.held[id]
+		every := a.rec(id.Unit).unit.CopyEvery
+		if every <= 0 || h.phase != Running || h.lost || h.orphan {
+			h.copyAt = time.Time{}
+			continue
+		}
+		if h.copying {
+			continue
+		}
+		if h.copyAt.IsZero() {
+			h.copyAt = now.Add(every)
+		}
+		if now.Before(h.copyAt) {
+			at(h.copyAt)
+			continue
+		}
+		h.copying = true
+		out = append(out, PushCopies{Slot: id, Index: h.index, Session: a.session})
+	}
+	return out
 }

@@ -305,3 +305,113 @@ func TestVolumesHandoffWhenUnitGone(t *testing.T) {
 		t.Fatalf("handoff %+v %v", p, ok)
 	}
 }
+
+// The periodic copies (Unit.CopyEvery, cluster.Fleet's copyLoop as data):
+// a running hold pushes one CopyEvery after its instance started, one at
+// a time, the next CopyEvery after the answer (OK or not); none before
+// the instance runs, none while stopping, none for a unit without.
+func TestVolumesPeriodicCopies(t *testing.T) {
+	id := SlotID{"db", 0}
+	every := 2 * time.Second
+	u := dbVol
+	u.CopyEvery = every
+	u.Exclusive = false // (no watchdog to feed confirmations to)
+	m := newMachine(t, u)
+	claimed(t, m)
+	acts := m.step(RestoreDone{Slot: id, Index: 42, OK: true, Note: "restored"})
+	if st, ok := find[Start](acts); !ok || st.Volumes != "restored" {
+		t.Fatalf("start with the restore's note: %+v %v", st, ok)
+	}
+	m.now = m.now.Add(5 * every) // not running yet: nothing due
+	if p, ok := find[PushCopies](m.step(Tick{})); ok {
+		t.Fatalf("a copy before the instance runs: %+v", p)
+	}
+	started := m.now
+	acts = m.step(InstanceStarted{Slot: id})
+	if _, ok := find[PushCopies](acts); ok {
+		t.Fatal("a copy at the start")
+	}
+	if w, ok := find[Wake](acts); !ok || !w.At.Equal(started.Add(every)) {
+		t.Fatalf("wake %+v %v, want at the start + %s", w, ok, every)
+	}
+	m.now = started.Add(every - time.Millisecond)
+	if _, ok := find[PushCopies](m.step(Tick{})); ok {
+		t.Fatal("a copy before the interval")
+	}
+	m.now = started.Add(every)
+	p, ok := find[PushCopies](m.step(Tick{}))
+	if !ok || p.Slot != id || p.Index != 42 || p.Session != "s-me" {
+		t.Fatalf("copy: %+v %v", p, ok)
+	}
+	m.now = m.now.Add(3 * every) // the answer is slow: no second at once
+	if _, ok := find[PushCopies](m.step(Tick{})); ok {
+		t.Fatal("a second copy while the first is on its way")
+	}
+	if _, ok := find[PushCopies](m.step(CopiesDone{Slot: id, Index: 7, OK: true})); ok {
+		t.Fatal("an earlier term's answer moved the copies")
+	}
+	answered := m.now
+	acts = m.step(CopiesDone{Slot: id, Index: 42, Note: "no peer took the copy"})
+	if _, ok := find[PushCopies](acts); ok {
+		t.Fatal("a copy at once after a failed one")
+	}
+	m.now = answered.Add(every)
+	if _, ok := find[PushCopies](m.step(Tick{})); !ok {
+		t.Fatal("no copy an interval after the last answer")
+	}
+	m.step(CopiesDone{Slot: id, Index: 42, OK: true})
+	// Scaled down: it stops, hands off, and pushes no copy meanwhile.
+	u.Count = 0
+	m.step(UnitsAnswer{Units: []Unit{u}})
+	m.now = m.now.Add(3 * every)
+	if p, ok := find[PushCopies](m.step(Tick{})); ok {
+		t.Fatalf("a copy while stopping: %+v", p)
+	}
+
+	// Without CopyEvery: never.
+	m = newMachine(t, dbVol)
+	claimed(t, m)
+	m.step(RestoreDone{Slot: id, Index: 42, OK: true})
+	m.step(InstanceStarted{Slot: id})
+	m.now = m.now.Add(time.Hour)
+	if p, ok := find[PushCopies](m.step(Tick{})); ok {
+		t.Fatalf("a copy without replicas: %+v", p)
+	}
+}
+
+// A claim's restore names the slot's previous holder as this node saw it
+// in the unit's index (Restore.Prev: cluster.ChooseData's PrevNode and
+// the restore record's From, as cluster.Fleet's), for a unit whose
+// volumes keep data (Sticky); "" when it never saw one.
+func TestVolumesRestoreNamesPrevious(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		seen bool
+		want string
+	}{
+		{"held by another before", true, "other"},
+		{"never seen held", false, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := dbVol
+			u.Sticky = true
+			m := newMachine(t, u)
+			if tc.seen {
+				m.step(slots("db", 4, Slot{K: 0, Node: "other", ModifyIndex: 4}))
+			}
+			w, ok := find[Wake](m.step(slots("db", 5, Slot{K: 0, Released: true})))
+			if !ok {
+				t.Fatal("no wake for the claim")
+			}
+			m.now = w.At
+			c, ok := find[Claim](m.step(Tick{}))
+			if !ok {
+				t.Fatal("no claim")
+			}
+			r, ok := find[Restore](m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42}))
+			if !ok || r.Prev != tc.want {
+				t.Fatalf("restore %+v %v, want Prev %q", r, ok, tc.want)
+			}
+		})
+	}
+}

@@ -88,8 +88,12 @@
 //     of the slot cancels and waits for the one on its way); PushHandoff
 //     snapshots the stopped volumes and sets the handoff in a transaction
 //     guarded by check-session and check-index (the fencing token) on the
-//     slot key, before the Release. A stopping executor ends once the
-//     handoffs it published while stopping are acknowledged (bounded).
+//     slot key, before the Release; PushCopies pushes the periodic
+//     copies (cluster.PushCopies), which on_missing = "latest" restores
+//     (cluster.RestoreLatest); the volumes belong to Volumes.Owner (hooks
+//     run as it). A stopping executor ends once the handoffs it published
+//     while stopping are acknowledged (bounded), or records
+//     handoff-unserved.
 //
 // # What it tells operators
 //
@@ -128,7 +132,10 @@
 // the first. For placement (place.go): penalty/ (agent.PenaltiesAnswer)
 // and, once per unit whose volumes keep data on the node, its slot keys'
 // last holders (agent.PreviousAnswer); a unit's index answers wait for
-// both. The units come from the caller (SetUnits; agent.UnitOf).
+// both. And one blocking query per service the units' placements name
+// (service.<name>: its catalog entries, agent.ServicesAnswer), started
+// and stopped with the units; the agent holds such a unit's claims until
+// each has answered. The units come from the caller (SetUnits; agent.UnitOf).
 //
 // # Stopping
 //
@@ -153,8 +160,7 @@
 // is gone does; the exclusive holds are guarded by the watchdog anyway). A bucket
 // shared by several units answers with all of them (pool.go: about U/B
 // units' bytes an answer instead of one; fleet/sim -buckets measures it).
-// Reschedules (restart.on_exhausted = "reschedule") wait for no delay
-// before the next claim (cluster.NextDelay's): the next holder claims at
-// once. ServiceFailed reads the slot's history before the agent hears the
-// failure; a reschedule's release writes the penalty and the history.
+// ServiceFailed reads the slot's history before the agent hears the
+// failure; a reschedule's release writes the penalty, the history and
+// the delay's mark and guard (agent.DelayKey, agent.DelayGuardKey).
 package executor

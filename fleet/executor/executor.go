@@ -146,9 +146,11 @@ type Executor struct {
 	// reqs: the places of the requests at once (pool.go).
 	reqs     chan struct{}
 	members  []string
-	info     infoMap         // the members' attributes and capacity (place.go)
-	prevRead map[string]bool // Sticky units whose previous holders were read (place.go)
-	penHeard bool            // the penalties' watch has answered (place.go)
+	info     infoMap                       // the members' attributes and capacity (place.go)
+	prevRead map[string]bool               // Sticky units whose previous holders were read (place.go)
+	penHeard bool                          // the penalties' watch has answered (place.go)
+	svcWatch map[string]context.CancelFunc // the watches of the services the units name (place.go)
+	svcSeen  map[string]uint64             // each watched service's catalog index last stepped (ServiceIndex)
 	failing  []string
 	haveMem  bool
 	haveFail bool
@@ -269,6 +271,13 @@ func (e *Executor) InstanceHealthy(slot agent.SlotID, version string, since time
 	e.inbox.post(agent.InstanceHealthy{Slot: slot, Version: version, Since: since})
 }
 
+// InstanceUnhealthy reports that the slot's instance, running version and
+// reported healthy, is not any more (a break, or a restart): its
+// min_healthy_time counts again (agent.InstanceUnhealthy).
+func (e *Executor) InstanceUnhealthy(slot agent.SlotID, version string) {
+	e.inbox.post(agent.InstanceUnhealthy{Slot: slot, Version: version})
+}
+
 // InstanceExited reports that the slot's instance is gone.
 func (e *Executor) InstanceExited(slot agent.SlotID) { e.inbox.post(agent.InstanceExited{Slot: slot}) }
 
@@ -358,6 +367,7 @@ func (e *Executor) handle(in any) {
 			return
 		}
 		e.watchUnits(in.units)
+		e.followServices(in.units)
 		e.step(agent.UnitsAnswer{Units: in.units})
 		e.unitsSet = true
 		e.readPrevious(in.units)
@@ -434,13 +444,15 @@ func (e *Executor) handle(in any) {
 		e.previousRead(in)
 	case agent.PenaltiesAnswer:
 		e.penaltiesAnswer(in)
+	case serviceAnswer:
+		e.servicesAnswer(in)
 	case handedOff, handoffsServed:
 		e.handleVolumes(in)
 	case watchResumed:
 		e.resumed(in)
 	case handoverReq:
 		e.handover(in)
-	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy,
+	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy, agent.InstanceUnhealthy,
 		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
 		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
 		e.step(in)

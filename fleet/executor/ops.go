@@ -16,6 +16,22 @@ import (
 // ops.go decide them), with the operations of fleet/sim's actDeploy,
 // writeBrake, checkHeld and publishDrain.
 
+// delayOps are a claim's operations for the reschedule delay (agent's
+// DelayGuardKey): with the marks its view showed, their deletion and the
+// guard's; without, the guard's check-not-exists, so that a claim on a
+// view older than a reschedule's release is refused (Taken) while the
+// delay runs. fleet/sim's delayOps.
+func delayOps(a agent.Claim) api.TxnOps {
+	if len(a.Delays) == 0 {
+		return api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.DelayGuardKey()})}
+	}
+	ops := api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVDelete, Key: a.Slot.DelayGuardKey()})}
+	for _, k := range a.Delays {
+		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVDelete, Key: k}))
+	}
+	return ops
+}
+
 // auditOp is the decision's audit record, in the decision's transaction.
 func (e *Executor) auditOp(r agent.Record) *api.TxnOp { return e.auditOpAt(r, 0) }
 
@@ -57,6 +73,7 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time, audit ...agent.Recor
 		// A slot never claimed: its ClaimedKey must not exist (the first op).
 		ops = append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()})}, ops...)
 	}
+	ops = append(ops, delayOps(a)...)
 	// The claim's audit record goes with it (as cluster.Fleet's), before
 	// the failed mark's check and the budget's compare-and-set, which
 	// stay the last ops (Claim.FailedOp, Claim.Refusal): the agent's

@@ -1,7 +1,9 @@
 package executor
 
 import (
+	"context"
 	"encoding/json"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -19,6 +21,13 @@ import (
 //     eligible, draining, capacity), which the members watch reads anyway;
 //   - the reschedule penalties: a watch on penalty/ (written only by a
 //     reschedule, so it costs a slot change nothing);
+//   - the nodes of each service a unit's placement names (service.<name>
+//     attributes, agent.ServicesNamed): one blocking query on that
+//     service's catalog entries (/v1/catalog/service/<name>, every
+//     instance, as cluster.Fleet's health query without passing-only),
+//     started and stopped as the units change; it answers only when that
+//     service's instances (or their checks) change, with O(its instances)
+//     entries;
 //   - a Sticky unit's previous holders: one read of its slot keys when the
 //     unit first comes (the node each free slot's value names); from then
 //     on the agent follows them in the index views.
@@ -161,4 +170,80 @@ type infoMap = map[string]cluster.NodeInfo
 type membersAns struct {
 	nodes []string
 	info  infoMap
+}
+
+// followServices keeps one watch per service the units' placements name
+// (agent.ServicesNamed), started and stopped as the units change. Called
+// from the loop.
+func (e *Executor) followServices(units []agent.Unit) {
+	want := agent.ServicesNamed(units)
+	keep := make(map[string]bool, len(want))
+	for _, name := range want {
+		keep[name] = true
+		if _, ok := e.svcWatch[name]; ok {
+			continue
+		}
+		if e.svcWatch == nil {
+			e.svcWatch = map[string]context.CancelFunc{}
+		}
+		ctx, cancel := context.WithCancel(e.ctx)
+		e.svcWatch[name] = cancel
+		go e.watchService(ctx, name)
+	}
+	for name, cancel := range e.svcWatch {
+		if !keep[name] {
+			cancel()
+			delete(e.svcWatch, name)
+			if _, ok := e.svcSeen[name]; ok {
+				seen := maps.Clone(e.svcSeen)
+				delete(seen, name)
+				e.svcSeen = seen
+			}
+		}
+	}
+}
+
+// watchService follows a service's catalog entries: its instances per node.
+func (e *Executor) watchService(ctx context.Context, name string) {
+	e.watch(ctx, "service "+name, func(q *api.QueryOptions) (uint64, func(), error) {
+		ss, meta, err := e.cfg.Client.Catalog().Service(name, "", q)
+		if err != nil {
+			return 0, nil, err
+		}
+		nodes := cluster.ServiceCounts(ss)
+		idx := meta.LastIndex
+		return idx, func() { e.inbox.post(serviceAnswer{agent.ServicesAnswer{Service: name, Nodes: nodes}, idx}) }, nil
+	})
+}
+
+// servicesAnswer steps a service's answer while it is still watched (an
+// answer posted before its watch stopped is dropped: the agent has
+// forgotten the service, and must not take it as heard).
+func (e *Executor) servicesAnswer(in serviceAnswer) {
+	if _, ok := e.svcWatch[in.Service]; ok {
+		e.step(in.ServicesAnswer)
+		seen := maps.Clone(e.svcSeen)
+		if seen == nil {
+			seen = map[string]uint64{}
+		}
+		seen[in.Service] = in.index
+		e.svcSeen = seen // a new map: the snapshots share the old one
+	}
+}
+
+// serviceAnswer is a service's answer with the catalog index it is of.
+type serviceAnswer struct {
+	agent.ServicesAnswer
+	index uint64
+}
+
+// ServiceIndex is the catalog index of the last answer of service name
+// (a service a unit's placement names) the loop has stepped, as of its
+// last batch; 0 before one (or when no unit names it). What a node has
+// placed by: a claim after ServiceIndex >= i saw the catalog as of i.
+func (e *Executor) ServiceIndex(name string) uint64 {
+	if s := e.snap.Load(); s != nil {
+		return s.services[name]
+	}
+	return 0
 }

@@ -139,3 +139,91 @@ func TestExecutorsPlaceByPenaltyAndStickiness(t *testing.T) {
 	}
 	f.checkNoOverlap()
 }
+
+// On real Consul: a unit whose constraint names a service
+// (service.<name>) goes where that service runs, and one that excludes it
+// goes elsewhere, though HRW puts the service's node first: the executor
+// watches the services the units name, and their claims wait for the
+// first answer. When the service moves, a new slot follows it.
+func TestExecutorsPlaceByServices(t *testing.T) {
+	names := []string{"node0", "node1", "node2"}
+	dbNode := hrwOrder("cache", names)[2] // last for cache/0 by HRW alone
+	apartFirst := hrwOrder("apart", names)[0]
+	register := func(c *api.Client, node string) {
+		t.Helper()
+		_, err := c.Catalog().Register(&api.CatalogRegistration{Node: node, Address: "127.0.0.1",
+			Service: &api.AgentService{ID: "db-" + node, Service: "db"}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	with := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "service.db", Operator: schema.OpIsSet}}}
+	without := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${service.db}", Operator: schema.OpIsNotSet}}}
+	cache := agent.Unit{Name: "cache", Count: 1, MaxPerNode: 1, Placement: with}
+	apart := agent.Unit{Name: "apart", Count: 1, MaxPerNode: 1, Placement: without}
+	// db runs on apart's first node too, so that a ranking without the
+	// services would put apart there.
+	f := newFleet(t, fleetOptions{nodes: 3, before: func(c *api.Client) {
+		register(c, dbNode)
+		if apartFirst != dbNode {
+			register(c, apartFirst)
+		}
+	}})
+	dbOn := map[string]bool{dbNode: true, apartFirst: true}
+	f.setUnits(cache, apart)
+	f.waitSettled(45 * time.Second)
+	holderOf := func(unit string, k int) string {
+		t.Helper()
+		keys, err := f.slotKeys(unit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, err := f.nodeOf(keys[k].Session)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	if h := holderOf("cache", 0); !dbOn[h] {
+		t.Errorf("cache/0 held by %s, where db does not run (%v)", h, dbOn)
+	}
+	if h := holderOf("apart", 0); dbOn[h] {
+		t.Errorf("apart/0 held by %s, where db runs", h)
+	}
+	// db moves to the node that has none: cache's new slot goes there.
+	var moved string
+	for _, n := range names {
+		if !dbOn[n] {
+			moved = n
+		}
+	}
+	for n := range dbOn {
+		if _, err := f.c.Catalog().Deregister(&api.CatalogDeregistration{Node: n, ServiceID: "db-" + n}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(f.c, moved)
+	// Every node has placed by the move before the new slot (a user
+	// deploys after the move, not within the watches' 100 ms pacing).
+	_, meta, err := f.c.Catalog().Service("db", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !consultest.WaitFor(10*time.Second, func() bool {
+		for _, n := range f.nodes {
+			if n.ex.ServiceIndex("db") < meta.LastIndex {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("the nodes did not see db move (catalog index %d) within 10s", meta.LastIndex)
+	}
+	cache.Count = 2
+	f.setUnits(cache)
+	f.waitSettled(45 * time.Second)
+	if h := holderOf("cache", 1); h != moved {
+		t.Errorf("cache/1 held by %s, not by %s where db runs now", h, moved)
+	}
+	f.checkNoOverlap()
+}

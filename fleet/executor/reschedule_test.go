@@ -17,13 +17,15 @@ import (
 // "reschedule", moves on a real agent: its holder A releases the slot
 // with its penalty (cluster.PenaltyKey, cluster.Fleet's codec), the
 // slot's history and the "reschedule" audit record in one transaction;
-// node B claims it. B's instance fails too, which exhausts the history
+// node B claims it, not before the reschedule delay (3 s) from the
+// failure, and its claim deletes the delay's mark in the index. B's
+// instance fails too, which exhausts the history
 // (attempts = 1): the slot fails, with B's penalty and the history all
 // the same; mariposa reset clears the mark and the history, and node C
 // claims it, neither A nor B while their penalties run.
 func TestRescheduleMovesTheSlot(t *testing.T) {
 	u := agent.Unit{Name: "api", Count: 1, MaxPerNode: 1, Reschedule: true, Placement: &schema.Placement{Reschedule: schema.Reschedule{
-		Attempts: 1, Interval: time.Hour, Delay: time.Second, MaxDelay: time.Minute, Penalty: 10 * time.Minute}}}
+		Attempts: 1, Interval: time.Hour, Delay: 3 * time.Second, MaxDelay: time.Minute, Penalty: 10 * time.Minute}}}
 	f := newFleet(t, fleetOptions{nodes: 3, control: true}, u)
 	f.waitSettled(30 * time.Second)
 	id := agent.SlotID{Unit: u.Name, K: 0}
@@ -56,8 +58,24 @@ func TestRescheduleMovesTheSlot(t *testing.T) {
 	if err != nil || hp == nil {
 		t.Fatalf("no history: %v", err)
 	}
-	if h := agent.ParseRescheduleHistory(hp.Value); len(h) != 1 || h[0].Node != a.name || h[0].Reason != "api: 3 restarts in 1m" {
+	h := agent.ParseRescheduleHistory(hp.Value)
+	if len(h) != 1 || h[0].Node != a.name || h[0].Reason != "api: 3 restarts in 1m" {
 		t.Fatalf("history %s", hp.Value)
+	}
+	// B's claim (its slot value's since) came after the delay, and took
+	// the delay's mark away.
+	sp, _, err := f.c.KV().Get(id.Key(), nil)
+	if err != nil || sp == nil {
+		t.Fatalf("slot key: %v", err)
+	}
+	if v, _ := cluster.DecodeSlotValue(sp.Value); v.Since.Before(h[0].At.Add(3 * time.Second)) {
+		t.Fatalf("claimed by %s at %v, %v after the failure: before the reschedule delay (3s)", v.Node, v.Since, v.Since.Sub(h[0].At))
+	}
+	if names, _, err := f.c.KV().Keys(agent.IndexPrefix(u.Name), "", nil); err != nil || len(names) != 1 {
+		t.Fatalf("the index after the claim: %q, %v (want the holder's entry alone)", names, err)
+	}
+	if g, _, err := f.c.KV().Get(id.DelayGuardKey(), nil); err != nil || g != nil {
+		t.Fatalf("the delay's guard after the claim: %v, %v", g, err)
 	}
 	if r := f.audits("reschedule"); len(r) != 1 || r[0].Node != a.name || r[0].Slot != id.String() {
 		t.Fatalf("reschedule audit records %+v", r)

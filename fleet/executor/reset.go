@@ -67,12 +67,20 @@ func (e *Executor) ServiceFailed(slot agent.SlotID, service, reason string) {
 // its slot value carries the history
 // (cluster.SlotValue's reschedules) as cluster.Fleet's does.
 // A slot whose history is exhausted (Failed too) gets the penalty and
-// the history, and failOps' "fail" record instead.
+// the history, and failOps' "fail" record instead; a slot that moves,
+// its reschedule delay's mark in the unit's index (agent.DelayKey) and
+// its guard (agent.DelayGuardKey).
 func (e *Executor) rescheduleOps(a agent.Release) api.TxnOps {
 	r := a.Reschedule
 	ops := api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.PenaltyKey(a.Slot.Unit, e.cfg.Node), Value: r.EncodePenalty()}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.RescheduleHistoryKey(), Value: r.EncodeHistory()}),
+	}
+	if !r.After.IsZero() && a.Failed == nil {
+		// The delay before the next claim, in the unit's index (every
+		// view that shows the slot free shows it), and its guard.
+		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.DelayKey(r.After)}),
+			kv(&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.DelayGuardKey(), Value: []byte(r.After.UTC().Format(time.RFC3339Nano))}))
 	}
 	// Its "reschedule" record is the agent's, riding in this release
 	// (agent.Audits), as a failed one's "fail" is failOps'.

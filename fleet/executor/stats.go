@@ -25,6 +25,7 @@ type snapshot struct {
 	stats     cluster.FleetStats
 	waiting   []string
 	firstLive bool
+	services  map[string]uint64 // svcSeen (shared: replaced, never changed)
 }
 
 // mostWaiting: Waiting lists at most this many slots (as
@@ -90,7 +91,7 @@ func (e *Executor) publishState() {
 	}
 	st := e.ag.Stats(now)
 	st.Ready = st.Ready && e.unitsSet // the agent starts with no units, before SetUnits
-	e.snap.Store(&snapshot{stats: st, waiting: w, firstLive: firstLive(e.cfg.Node, e.members, e.failing, e.haveMem && e.haveFail)})
+	e.snap.Store(&snapshot{stats: st, waiting: w, firstLive: firstLive(e.cfg.Node, e.members, e.failing, e.haveMem && e.haveFail), services: e.svcSeen})
 }
 
 // noteClaims keeps, for each Claim among acts, when the agent first saw

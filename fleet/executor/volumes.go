@@ -30,8 +30,9 @@ import (
 //     node's copy, restore the planned handoff from the node that serves
 //     it (its node API, with the session in the request), start empty, or
 //     on_missing ("fail": RestoreDone.Missing; "empty"; "latest": the
-//     newer of this node's copy and the last handoff's snapshot where its
-//     node still serves it). Then the generation is this term's fencing
+//     newest copy there is, cluster.RestoreLatest: a periodic copy on
+//     another node, this node's own, or the last handoff's snapshot where
+//     its node still serves it). Then the generation is this term's fencing
 //     index, and a restored handoff is acknowledged (its Restored, CAS on
 //     the handoff) with the restore's audit record. A new Restore of a
 //     slot cancels the one on its way and waits for it to end: two never
@@ -43,6 +44,16 @@ import (
 //     (the hold is not this session's). With Ready false (the volumes
 //     were never ready here) the handoff it was to restore is passed on
 //     (ForwardedBy), if it is the one planned for this term.
+//   - PushCopies (the agent's periodic copies, every Unit.CopyEvery while
+//     the instance runs): for each moving volume with replicas,
+//     cluster.PushCopies, as cluster.Fleet's copyLoop: a snapshot file,
+//     pushed to that many live fleet nodes' APIs, recorded in
+//     volumes/<unit>/<k>/<volume>/copies with a check-session on the
+//     slot key (only the holder records copies).
+//
+// The volumes belong to their unit's user (Volumes.Owner,
+// cluster.VolumeOwner: its first service with a user): their directories
+// are given to it, and the snapshot and restore hooks run as it.
 //
 // A stopping executor (Stop) that published handoffs of its own data ends
 // only once each has been acknowledged by its next holder (Restored) or
@@ -51,10 +62,9 @@ import (
 // caller's node API must serve the snapshots until Stop returns. A Stop
 // whose context ends first ends at once.
 //
-// Not here yet (cluster.Fleet does them): the periodic copies
-// (replicas) and their use by on_missing = "latest", the volumes' owner
-// (a service's user: hooks run as mariposa's), and adoption after an
-// upgrade in place.
+// Across an upgrade in place the holds are adopted with their volumes
+// ready (agent.AdoptSlot.Volumes): the data on the node is the term's, no
+// restore; a handoff after it is of the node's own data.
 
 // Volumes is what the executor needs to perform the volumes' actions.
 type Volumes struct {
@@ -64,6 +74,9 @@ type Volumes struct {
 	APIURL string
 	// Specs are a unit's volume blocks (nil: none).
 	Specs func(unit string) []*schema.Volume
+	// Owner is the user a unit's volumes belong to (cluster.VolumeOwner;
+	// nil func or nil answer: mariposa's own).
+	Owner func(unit string) (*volume.RunAs, error)
 }
 
 // restoreRun is a restore on its way: cancel ends it, done is closed when
@@ -98,10 +111,26 @@ func (e *Executor) actVolumes(a any) bool {
 		}()
 	case agent.PushHandoff:
 		go func() { e.inbox.post(sessionAns{session: a.Session, in: e.pushHandoff(a)}) }()
+	case agent.PushCopies:
+		go func() { e.inbox.post(sessionAns{session: a.Session, in: e.pushCopies(a)}) }()
 	default:
 		return false
 	}
 	return true
+}
+
+// owned is ctx with the user unit's volumes belong to (their hooks run as
+// it), and that user (nil: mariposa's own).
+func (e *Executor) owned(ctx context.Context, unit string) (context.Context, *volume.RunAs, error) {
+	v := e.cfg.Volumes
+	if v == nil || v.Owner == nil {
+		return ctx, nil, nil
+	}
+	ra, err := v.Owner(unit)
+	if err != nil {
+		return ctx, nil, err
+	}
+	return volume.WithRunAs(ctx, ra), ra, nil
 }
 
 func (e *Executor) volumeSpecs(unit string) (vols []*schema.Volume, moving []*schema.Volume) {
@@ -149,7 +178,7 @@ var errNotHeld = errors.New("the slot is not held by this session")
 // restore performs agent.Restore.
 func (e *Executor) restore(ctx context.Context, a agent.Restore) agent.RestoreDone {
 	done := agent.RestoreDone{Slot: a.Slot, Index: a.Index}
-	note, ack, err := e.readyVolumes(ctx, a)
+	note, from, ack, err := e.readyVolumes(ctx, a)
 	if err != nil {
 		done.Note = err.Error()
 		done.Missing = errors.Is(err, errVolumeMissing)
@@ -162,7 +191,7 @@ func (e *Executor) restore(ctx context.Context, a agent.Restore) agent.RestoreDo
 	}
 	e.log.Info("volumes ready", "slot", a.Slot.String(), "how", note)
 	rec := cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: a.Slot.Unit, Slot: a.Slot.String(),
-		Action: "restore", To: e.cfg.Node, Reason: note, TermIndex: a.Index})
+		Action: "restore", From: from, To: e.cfg.Node, Reason: note, TermIndex: a.Index})
 	rctx, cancel := e.request()
 	defer cancel()
 	// The record and the acknowledgement the old holder waits for, in one
@@ -180,55 +209,70 @@ func (e *Executor) restore(ctx context.Context, a agent.Restore) agent.RestoreDo
 var errVolumeMissing = errors.New("volume data missing")
 
 // readyVolumes readies the slot's volumes for the term a.Index (see the
-// top of this file); it returns what it did and the acknowledgement of a
-// restored handoff.
-func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, api.TxnOps, error) {
+// top of this file); it returns what it did, the previous holder as far
+// as it knows (the record's From: a.Prev, or the node of the handoff
+// restored) and the acknowledgement of a restored handoff.
+func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (note, from string, ack api.TxnOps, err error) {
+	from = a.Prev
 	vc := e.cfg.Volumes
 	vols, moving := e.volumeSpecs(a.Slot.Unit)
 	if len(vols) > 0 && (vc == nil || vc.Store == nil) {
-		return "", nil, errors.New("no volume store on this node")
+		return "", "", nil, errors.New("no volume store on this node")
 	}
 	u, k := a.Slot.Unit, a.Slot.K
+	ctx, owner, err := e.owned(ctx, u)
+	if err != nil {
+		return "", "", nil, err
+	}
 	for _, v := range vols {
-		if _, err := vc.Store.Ensure(u, k, v.Path); err != nil {
-			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
+		live, err := vc.Store.Ensure(u, k, v.Path)
+		if err == nil {
+			err = volume.Own(live, owner)
+		}
+		if err != nil {
+			return "", "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 	}
 	if len(moving) == 0 {
-		return "", nil, nil
+		return "", "", nil, nil
 	}
 	key, err := e.heldKey(ctx, a.Slot, a.Session)
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	ho, hoIndex, err := e.readHandoff(ctx, a.Slot)
 	if err != nil {
-		return "", nil, fmt.Errorf("read the handoff: %w", err)
+		return "", "", nil, fmt.Errorf("read the handoff: %w", err)
 	}
 	var local uint64
 	for i, v := range moving {
 		g, err := vc.Store.Generation(u, k, v.Path)
 		if err != nil {
-			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			return "", "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
 		}
 		if i == 0 || g < local {
 			local = g
 		}
 	}
-	// Who held the slot before is not known here; that someone did is,
-	// when there is a handoff, a copy of its data on this node, or its
+	// Who held the slot before: as the agent saw it in the unit's index
+	// (Restore.Prev); when it did not, that someone did is known when
+	// there is a handoff, a copy of its data on this node, or its
 	// ClaimedKey was created by an earlier claim than this term's.
-	prev := ""
-	if ho != nil || local != 0 {
+	prev := a.Prev
+	switch {
+	case prev != "":
+	case ho != nil || local != 0:
 		prev = "(an earlier holder)"
-	} else if p, _, err := e.cfg.Client.KV().Get(a.Slot.ClaimedKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx)); err != nil {
-		return "", nil, fmt.Errorf("read whether the slot was held before: %w", err)
-	} else if p != nil && p.CreateIndex < a.Index {
-		prev = "(an earlier holder)"
+	default:
+		p, _, err := e.cfg.Client.KV().Get(a.Slot.ClaimedKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
+		if err != nil {
+			return "", "", nil, fmt.Errorf("read whether the slot was held before: %w", err)
+		}
+		if p != nil && p.CreateIndex < a.Index {
+			prev = "(an earlier holder)"
+		}
 	}
 	choice, why := cluster.ChooseData(cluster.DataCandidates{Self: e.cfg.Node, LockIndex: key.LockIndex, PrevNode: prev, Handoff: ho, Local: local})
-	var note string
-	var ack api.TxnOps
 	switch choice {
 	case cluster.DataEmpty:
 	case cluster.DataKeep:
@@ -238,7 +282,7 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, a
 		for _, v := range moving {
 			d, err := e.fetch(ctx, a, v, ho)
 			if err != nil {
-				return "", nil, err
+				return "", "", nil, err
 			}
 			done = append(done, d)
 		}
@@ -246,28 +290,34 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (string, a
 		acked.Restored = &cluster.HandoffAck{Node: e.cfg.Node, TermIndex: a.Index, At: time.Now()}
 		b, err := json.Marshal(acked)
 		if err != nil {
-			return "", nil, err
+			return "", "", nil, err
 		}
 		ack = api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: cluster.HandoffKey(u, k), Value: b, Index: hoIndex}}}
+		if from == "" {
+			from = ho.Node
+		}
 		note = fmt.Sprintf("restored the handoff of %s (generation %d): %v", ho.At.Format(time.RFC3339), ho.TermIndex, done)
 	default:
 		var notes []string
 		for _, v := range moving {
-			n, err := e.onMissing(ctx, a, v, ho, local)
+			n, err := e.onMissing(ctx, a, v, ho)
 			if err != nil {
-				return "", nil, err
+				return "", "", nil, err
 			}
 			notes = append(notes, n)
 		}
 		note = fmt.Sprintf("the last holder was lost without a handoff: %v", notes)
+		if a.Prev != "" {
+			note = fmt.Sprintf("the last holder (%s) was lost without a handoff: %v", a.Prev, notes)
+		}
 	}
 	// The volumes hold this term's data from now on.
 	for _, v := range moving {
 		if err := vc.Store.SetGeneration(u, k, v.Path, a.Index); err != nil {
-			return "", nil, fmt.Errorf("volume %s: recording its generation: %w", v.Name, err)
+			return "", "", nil, fmt.Errorf("volume %s: recording its generation: %w", v.Name, err)
 		}
 	}
-	return note, ack, nil
+	return note, from, ack, nil
 }
 
 // fetch restores v from the handoff ho's snapshot.
@@ -291,30 +341,16 @@ func (e *Executor) fetch(ctx context.Context, a agent.Restore, v *schema.Volume,
 }
 
 // onMissing readies v when the newest data was lost with a node.
-func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Volume, ho *cluster.Handoff, local uint64) (string, error) {
+func (e *Executor) onMissing(ctx context.Context, a agent.Restore, v *schema.Volume, ho *cluster.Handoff) (string, error) {
 	store := e.cfg.Volumes.Store
 	switch v.OnMissing {
 	case schema.OnMissingFail:
-		return "", fmt.Errorf("%w: volume %s: the last holder gave no handoff, and on_missing is \"fail\"", errVolumeMissing, v.Name)
+		return "", fmt.Errorf("%w: volume %s: the last holder%s gave no handoff, and on_missing is \"fail\"", errVolumeMissing, v.Name, prevName(a.Prev))
 	case schema.OnMissingEmpty:
 		return v.Name + " started empty (on_missing = \"empty\")", store.Empty(a.Slot.Unit, a.Slot.K, v.Path)
 	}
-	// latest: the last handoff's snapshot if it is newer than this node's
-	// copy and its node serves it; else this node's copy.
-	if ho != nil && ho.Node != e.cfg.Node && ho.TermIndex > local {
-		if d, err := e.fetch(ctx, a, v, ho); err == nil {
-			return d + fmt.Sprintf(", an older handoff's (generation %d): the writes after it are lost", ho.TermIndex), nil
-		} else {
-			e.log.Warn("an older handoff could not be restored", "slot", a.Slot.String(), "volume", v.Name, "error", err)
-		}
-	}
-	if local != 0 {
-		return fmt.Sprintf("%s kept this node's copy (generation %d), the newest there is", v.Name, local), nil
-	}
-	if err := store.Empty(a.Slot.Unit, a.Slot.K, v.Path); err != nil {
-		return "", err
-	}
-	return v.Name + " started empty: no copy of its data could be reached (on_missing = \"latest\")", nil
+	return cluster.RestoreLatest(ctx, cluster.LatestRestore{Client: e.cfg.Client, Store: store, Self: e.cfg.Node, Session: a.Session,
+		Unit: a.Slot.Unit, K: a.Slot.K, Volume: v, Handoff: ho, Log: e.log})
 }
 
 // pushHandoff performs agent.PushHandoff.
@@ -389,6 +425,10 @@ func (e *Executor) handoffValue(ctx context.Context, a agent.PushHandoff, lockIn
 	if vc.APIURL == "" {
 		return nil, "", errors.New("this node's HTTP API is off: nothing could serve the snapshot")
 	}
+	ctx, _, err := e.owned(ctx, a.Slot.Unit)
+	if err != nil {
+		return nil, "", err
+	}
 	ho := &cluster.Handoff{Node: e.cfg.Node, URL: vc.APIURL, LockIndex: lockIndex, TermIndex: a.Index, Volumes: map[string]volume.Meta{}}
 	note := "data handed off"
 	for _, v := range moving {
@@ -410,6 +450,45 @@ func (e *Executor) handoffValue(ctx context.Context, a agent.PushHandoff, lockIn
 	}
 	ho.At = time.Now()
 	return ho, note, nil
+}
+
+// pushCopies performs agent.PushCopies: one copy of each moving volume
+// with replicas (cluster.PushCopies); OK when every one was recorded.
+func (e *Executor) pushCopies(a agent.PushCopies) agent.CopiesDone {
+	done := agent.CopiesDone{Slot: a.Slot, Index: a.Index}
+	_, moving := e.volumeSpecs(a.Slot.Unit)
+	vc := e.cfg.Volumes
+	if vc == nil || vc.Store == nil {
+		done.Note = "no volume store on this node"
+		return done
+	}
+	ctx, owner, err := e.owned(e.ctx, a.Slot.Unit)
+	if err != nil {
+		done.Note = err.Error()
+		return done
+	}
+	var failed []string
+	for _, v := range moving {
+		if v.Replicas <= 0 {
+			continue
+		}
+		// A copy is bounded as a restore of it would be.
+		vctx, cancel := context.WithTimeout(ctx, max(v.RestoreTimeout, 10*e.cfg.Request))
+		err := cluster.PushCopies(vctx, cluster.CopyPush{Client: e.cfg.Client, Store: vc.Store, Self: e.cfg.Node, Unit: a.Slot.Unit, K: a.Slot.K,
+			Volume: v, Key: a.Slot.Key(), Session: a.Session, TermIndex: a.Index, Owner: owner, Log: e.log})
+		cancel()
+		if err != nil {
+			if e.ctx.Err() == nil {
+				e.log.Warn("a periodic copy failed; trying again at the next interval", "slot", a.Slot.String(), "volume", v.Name, "error", err)
+			}
+			failed = append(failed, fmt.Sprintf("%s: %v", v.Name, err))
+		}
+	}
+	done.OK = len(failed) == 0
+	if !done.OK {
+		done.Note = fmt.Sprint(failed)
+	}
+	return done
 }
 
 // Inputs of the loop about handoffs.
@@ -460,12 +539,23 @@ func (e *Executor) servedHandoffs() bool {
 			others++
 		}
 	}
-	if len(e.handed) == 0 || others == 0 {
+	if len(e.handed) == 0 {
 		e.serving = 2
 		return true
 	}
 	e.serving = 1
 	handed := e.handed
+	if others == 0 {
+		// Nobody to take the data: it stays here, and says so (as
+		// cluster.Fleet's awaitRestore).
+		go func() {
+			defer e.inbox.post(handoffsServed{})
+			for id, gen := range handed {
+				e.recordUnserved(id, gen, "no other supervisor is live to take the slot")
+			}
+		}()
+		return false
+	}
 	limit := cluster.HandoffClaimWindow
 	for id := range handed {
 		_, moving := e.volumeSpecs(id.Unit)
@@ -483,7 +573,7 @@ func (e *Executor) servedHandoffs() bool {
 			go func() {
 				defer wg.Done()
 				if why := e.awaitRestore(ctx, id, gen); why != "" {
-					e.log.Warn("no longer serving the slot's handoff: the data stays on this node", "slot", id.String(), "reason", why)
+					e.recordUnserved(id, gen, why)
 				}
 			}()
 		}
@@ -521,5 +611,30 @@ func (e *Executor) awaitRestore(ctx context.Context, id agent.SlotID, gen uint64
 				return fmt.Sprintf("no node claimed the slot within %s", cluster.HandoffClaimWindow)
 			}
 		}
+	}
+}
+
+// prevName is " (<node>)" for a known previous holder, "" otherwise.
+func prevName(node string) string {
+	if node == "" {
+		return ""
+	}
+	return " (" + node + ")"
+}
+
+// recordUnserved records that this node stopped serving the handoff of
+// slot id's data (generation gen) before a next holder had it
+// (cluster.Fleet's handoff-unserved record): the data stays on this node,
+// and the next holders' restores fail (and pass the handoff on) until it
+// serves it again.
+func (e *Executor) recordUnserved(id agent.SlotID, gen uint64, why string) {
+	reason := why + "; the slot's data stays on this node, which serves it again once its mariposa runs"
+	e.log.Warn("no longer serving the slot's handoff", "slot", id.String(), "reason", reason)
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.Request)
+	defer cancel()
+	rec := cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: id.Unit, Slot: id.String(), Action: "handoff-unserved",
+		From: e.cfg.Node, Reason: reason, TermIndex: gen})
+	if _, _, _, err := e.cfg.Client.Txn().Txn(api.TxnOps{rec}, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
+		e.log.Warn("could not record that the handoff is no longer served", "slot", id.String(), "error", err)
 	}
 }

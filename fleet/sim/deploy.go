@@ -52,6 +52,11 @@ type DeployStats struct {
 	// time from a deployment's start to its end.
 	Reverts, Promotes, Updates int
 	Longest                    time.Duration
+	// Statuses: the holders' statuses written (each a transaction of
+	// its own); Idle: those that say a slot healthy while its unit's
+	// deployment does not run (a slot claimed again: every hold says
+	// it, as cluster.Fleet's).
+	Statuses, Idle int
 }
 
 // deployBound: a deployment of a unit of count slots is terminal within
@@ -128,8 +133,17 @@ func (s *Sim) deploySetup() {
 			terminal: map[uint64]bool{1: true}, flagged: map[uint64]bool{}, failed: map[string]bool{}, short: map[uint64]time.Duration{}}
 	}
 	for _, n := range s.nodes {
-		for _, inst := range n.inst {
+		for _, id := range sortedSlots(n.inst) {
+			inst := n.inst[id]
 			inst.version = "v1"
+			// A placed fleet's holders have said their slots healthy.
+			at := s.wall()
+			b, _ := json.Marshal(agent.Status{HoldStatus: cluster.HoldStatus{Index: inst.index, Version: "v1", HealthyAt: &at}})
+			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVLock, Key: id.StatusKey(), Session: inst.session, Value: b}})
+			must(err)
+			if !r.OK {
+				panic(fmt.Sprintf("warm status of %s: %v", id, r.Errors))
+			}
 		}
 	}
 	s.at(time.Second, s.deployTick)
@@ -493,6 +507,12 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 		}
 		s.rpc(n, func() any {
 			r, err := s.store.KVTxn(s.wall(), ops)
+			if err == nil && r.OK && s.counting {
+				s.res.Deploys.Statuses++
+				if v := s.deployView(a.Slot.Unit); a.Status.HealthyAt != nil && (v.Record == nil || v.Record.Status != cluster.DeployRunning) {
+					s.res.Deploys.Idle++
+				}
+			}
 			return agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version, OK: err == nil && r.OK}
 		}, func() any { return agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version} })
 	case agent.MoveDeployment:

@@ -333,6 +333,7 @@ func (s *Sim) claimOpsFor(n *node, a agent.Claim) api.KVTxnOps {
 		// A slot never claimed: its ClaimedKey must not exist (the first op).
 		ops = append(api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()}}, ops...)
 	}
+	ops = append(ops, s.delayOps(a)...) // the reschedule delay's (resched.go)
 	if a.CheckFailed && !s.cfg.ExecFaults.NoFailedCheck {
 		// The slot's failed mark must not exist (agent.Claim.FailedOp).
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.FailedKey(a.Slot.Unit, a.Slot.K)})

@@ -108,7 +108,8 @@ func TestSimulationCatchesOpsMutations(t *testing.T) {
 // Mutations of the reschedules the simulator must catch (resched.go): a
 // history that never exhausts (the slot moves on past its attempts), and
 // nodes that rank without the penalties, the penalized one not stepping
-// aside for the slot it rescheduled. (Not stepping aside alone is not
+// aside for the slot it rescheduled; nodes that claim a rescheduled slot
+// without waiting for its delay. (Not stepping aside alone is not
 // caught here: the watch on penalty/ reaches the nodes before the slot
 // is ranked; fleet/agent's TestRescheduledSlotStepsAside catches it.)
 func TestSimulationReschedMutations(t *testing.T) {
@@ -119,6 +120,7 @@ func TestSimulationReschedMutations(t *testing.T) {
 	}{
 		{"attempts ignored", agent.Faults{IgnoreAttempts: true}, "beyond its attempts"},
 		{"penalties ignored", agent.Faults{NoStepAside: true, IgnorePenalties: true}, "within its penalty"},
+		{"reschedule delay ignored", agent.Faults{NoRescheduleDelay: true}, "before its reschedule delay ends"},
 	} {
 		caught := 0
 		for seed := uint64(1); seed <= 5 && caught == 0; seed++ {

@@ -30,6 +30,9 @@ import (
 //     for it while its penalty runs and another node could hold the slot
 //     (up, reachable, not draining, not penalized, holding none of the
 //     unit's slots: max_per_node is 1).
+//   - Consul applies no claim of a rescheduled slot before its delay ends
+//     (the failure plus cluster.NextDelay's delay over the history the
+//     release wrote; one second for the first failure here).
 
 const (
 	reschedAfter  = 33 * time.Second
@@ -47,6 +50,9 @@ type simResched struct {
 	penalties map[string]map[string]time.Time
 	slot      agent.SlotID
 	failed    bool // the second failure failed the slot
+	// after: per slot released by a reschedule Consul applied, the end of
+	// its delay, until its next claim.
+	after map[agent.SlotID]time.Time
 }
 
 type simPenalty struct {
@@ -75,7 +81,7 @@ func (s *Sim) reschedSetup() {
 	u.Placement = &p
 	s.units[i] = u
 	s.byU[u.Name] = u
-	s.rs = &simResched{unit: u.Name, pen: map[agent.SlotID]simPenalty{}}
+	s.rs = &simResched{unit: u.Name, pen: map[agent.SlotID]simPenalty{}, after: map[agent.SlotID]time.Time{}}
 }
 
 // reschedFaults schedules the failures on spare nodes.
@@ -161,10 +167,33 @@ func rescheduleOpsFor(node string, a agent.Release) api.KVTxnOps {
 	if r == nil {
 		return nil
 	}
-	return api.KVTxnOps{
+	ops := api.KVTxnOps{
 		{Verb: api.KVSet, Key: cluster.PenaltyKey(a.Slot.Unit, node), Value: r.EncodePenalty()},
 		{Verb: api.KVSet, Key: a.Slot.RescheduleHistoryKey(), Value: r.EncodeHistory()},
 	}
+	if !r.After.IsZero() && a.Failed == nil {
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.DelayKey(r.After)},
+			&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.DelayGuardKey(), Value: []byte(r.After.UTC().Format(time.RFC3339Nano))})
+	}
+	return ops
+}
+
+// delayOps are a claim's operations for the reschedule delay
+// (fleet/executor's delayOps): the marks its view showed and the guard
+// deleted, or, with none, the guard's check-not-exists. NoDelayGuard (a
+// mutation): nothing.
+func (s *Sim) delayOps(a agent.Claim) api.KVTxnOps {
+	if s.cfg.ExecFaults.NoDelayGuard {
+		return nil
+	}
+	if len(a.Delays) == 0 {
+		return api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: a.Slot.DelayGuardKey()}}
+	}
+	ops := api.KVTxnOps{{Verb: api.KVDelete, Key: a.Slot.DelayGuardKey()}}
+	for _, k := range a.Delays {
+		ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: k})
+	}
+	return ops
 }
 
 // rescheduleApplied: Consul applied n's reschedule release a: the nodes
@@ -175,6 +204,12 @@ func (s *Sim) rescheduleApplied(n *node, a agent.Release) {
 	}
 	if a.Failed == nil {
 		s.res.Ops.Rescheduled++
+		// The delay the history gives, computed here, not read from
+		// the release (whose After is what is checked).
+		if d, _ := cluster.NextDelay(reschedPolicy(), a.Reschedule.History, s.wall()); d > 0 {
+			last := a.Reschedule.History[len(a.Reschedule.History)-1]
+			s.rs.after[a.Slot] = last.At.Add(d)
+		}
 	}
 	s.rs.pen[a.Slot] = simPenalty{node: n.name, until: a.Reschedule.Until}
 	pen := make(map[string]map[string]time.Time, len(s.rs.penalties)+1)
@@ -230,6 +265,12 @@ func (s *Sim) checkReschedule(n *node, a agent.Release, recorded func(string, ag
 func (s *Sim) claimOfRescheduled(n *node, id agent.SlotID) {
 	if s.rs == nil {
 		return
+	}
+	if after, ok := s.rs.after[id]; ok {
+		delete(s.rs.after, id)
+		if s.wall().Before(after) {
+			s.violate("rescheduled slot %s claimed by %s %v before its reschedule delay ends", id, n.name, after.Sub(s.wall()))
+		}
 	}
 	p, ok := s.rs.pen[id]
 	if !ok || p.node != n.name || !s.wall().Before(p.until) {

@@ -120,6 +120,9 @@ type ExecFaults struct {
 	NoBudgetCAS bool
 	// NoFailedCheck: a claim does not check the slot's failed mark.
 	NoFailedCheck bool
+	// NoDelayGuard: a claim neither checks nor deletes the reschedule
+	// delay's guard (fleet/agent's DelayGuardKey; resched.go).
+	NoDelayGuard bool
 	// NoPlacement: the agents rank by count and max_per_node alone, their
 	// units' constraints and resources dropped (place.go).
 	NoPlacement bool

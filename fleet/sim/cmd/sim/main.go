@@ -106,6 +106,8 @@ func main() {
 		deps.Reverts += r.Deploys.Reverts
 		deps.Promotes += r.Deploys.Promotes
 		deps.Updates += r.Deploys.Updates
+		deps.Statuses += r.Deploys.Statuses
+		deps.Idle += r.Deploys.Idle
 		deps.Longest = max(deps.Longest, r.Deploys.Longest)
 		for k, n := range r.Deploys.Outcomes {
 			if deps.Outcomes == nil {
@@ -140,8 +142,9 @@ func main() {
 	fmt.Printf("simulated: %d units x %d slots; %d agent steps, %.1f us each (wall, rankings shared); %d rankings; raft writes/vacancy %.2f; ran %.1f s\n",
 		u, sl, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), rankings, float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
 	if *deploys {
-		fmt.Printf("deployments: %d successful, %d failed (%d auto-reverted), %d cancelled, %d never ended; %d canary phases promoted; %d instances updated in place; longest %.1f s\n",
-			deps.Outcomes["successful"], deps.Outcomes["failed"], deps.Reverts, deps.Outcomes["cancelled"], deps.Outcomes["running"], deps.Promotes, deps.Updates, deps.Longest.Seconds())
+		fmt.Printf("deployments: %d successful, %d failed (%d auto-reverted), %d cancelled, %d never ended; %d canary phases promoted; %d instances updated in place; longest %.1f s; %d statuses written (%d healthy with no deployment running, %.2f/vacancy)\n",
+			deps.Outcomes["successful"], deps.Outcomes["failed"], deps.Reverts, deps.Outcomes["cancelled"], deps.Outcomes["running"], deps.Promotes, deps.Updates, deps.Longest.Seconds(),
+			deps.Statuses, deps.Idle, float64(deps.Idle)/float64(max(1, vac)))
 	}
 	if *volumes {
 		fmt.Printf("volumes: %s\n", vols)
