@@ -53,6 +53,15 @@ func (e *Executor) auditOpAt(r agent.Record, index uint64) *api.TxnOp {
 		// The previous holder (Record.From, where the agent knows it)
 		// -> this node.
 		ev.To = e.cfg.Node
+	case "fail":
+		ev.From, ev.To = e.cfg.Node, cluster.SlotFailed
+	case "reschedule":
+		// released, or failed once the reschedules are used up (the
+		// release sets To).
+		ev.From = e.cfg.Node
+		if ev.To == "" {
+			ev.To = cluster.SlotReleased
+		}
 	}
 	if r.Deployment != "" {
 		ev.Service, ev.Slot = r.Deployment, r.Slot.Unit
