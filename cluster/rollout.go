@@ -467,7 +467,16 @@ func (f *Fleet) restamp(ctx context.Context, h *heldSlot, hash string) error {
 		return nil // as claimed
 	}
 	st := HoldStatus{Index: h.term.Index, Version: hash}
-	if err := h.term.Fenced(ctx, api.TxnOps{statusOp(unit, h.k, st)}); err != nil {
+	from := cur.Version
+	if from == "" {
+		from = h.value.Version
+	}
+	// The decision's record goes with it (website/operations.md's
+	// "update", as the step machine writes it).
+	now := f.cfg.Now()
+	if err := h.term.Fenced(ctx, api.TxnOps{statusOp(unit, h.k, st),
+		AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: unit, Slot: slotName(unit, h.k), Action: "update",
+			From: from, To: hash, Reason: "the instance moves to version " + hash, TermIndex: h.term.Index})}); err != nil {
 		return err
 	}
 	f.mu.Lock()

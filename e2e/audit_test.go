@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -301,4 +302,82 @@ service "flaky" {
 		}
 	}
 	t.Logf("slowest record of another node: %s", slowest)
+}
+
+// documentedActions are the actions of website/operations.md's table of
+// the audit log (its rows "| `action` | ...", after "The actions:").
+func documentedActions(t *testing.T) map[string]bool {
+	t.Helper()
+	page := readFile(t, "../website/operations.md")
+	_, table, ok := strings.Cut(page, "\nThe actions:\n")
+	if !ok {
+		t.Fatal("website/operations.md has no table of the audit log's actions")
+	}
+	out := map[string]bool{}
+	for _, line := range strings.Split(table, "\n") {
+		if strings.HasPrefix(line, "| `") {
+			a, _, _ := strings.Cut(strings.TrimPrefix(line, "| `"), "`")
+			out[a] = true
+		} else if len(out) > 0 && !strings.HasPrefix(line, "|") {
+			break
+		}
+	}
+	return out
+}
+
+// eventsJSON is what mariposa events -json prints with args, decoded.
+func eventsJSON(t *testing.T, agent *consultest.Agent, args ...string) []cluster.AuditEvent {
+	t.Helper()
+	cmd := exec.Command(mariposaBin, append([]string{"events", "-json", "-since", "1h", "-consul-addr", agent.HTTPAddr()}, args...)...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("mariposa events %v: %v", args, err)
+	}
+	var evs []cluster.AuditEvent
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		var e cluster.AuditEvent
+		if err := json.Unmarshal([]byte(line), &e); err != nil {
+			t.Fatalf("mariposa events -json printed %q: %v", line, err)
+		}
+		evs = append(evs, e)
+	}
+	return evs
+}
+
+// checkTakeoverEvents checks, through mariposa events and its filters, the
+// story of slot lost with node victim, on either engine, in the words of
+// website/operations.md: every record's action is one of its table (no
+// "takeover", no "lost"), and the slot's takeover is the next holder's
+// claim, "rank N; takeover from a lost node", from victim to the holder,
+// shown by -node victim (it moves a slot from it) and by -service slot.
+func checkTakeoverEvents(t *testing.T, agent *consultest.Agent, slot, victim, holder string) {
+	t.Helper()
+	documented := documentedActions(t)
+	unit := auditUnit(slot)
+	for _, e := range eventsJSON(t, agent, "-service", unit) {
+		if !documented[e.Action] {
+			t.Errorf("record %+v: action %q is not in website/operations.md's table", e, e.Action)
+		}
+	}
+	takeover := regexp.MustCompile(`^rank [0-9]+; takeover from a lost node$`)
+	var found []string
+	for _, e := range eventsJSON(t, agent, "-service", slot, "-node", victim) {
+		found = append(found, fmt.Sprintf("%s %s %s->%s %q", e.Node, e.Action, e.From, e.To, e.Reason))
+		if e.Action == "claim" && e.Slot == slot && e.From == victim && e.To == holder && e.Node == holder && takeover.MatchString(e.Reason) {
+			return
+		}
+	}
+	t.Errorf("mariposa events -service %s -node %s shows no claim of %s by %s from %s saying its rank and \"takeover from a lost node\": %v",
+		slot, victim, slot, holder, victim, found)
+}
+
+// auditUnit is the unit of slot "<unit>/<k>".
+func auditUnit(slot string) string {
+	if i := strings.LastIndexByte(slot, '/'); i > 0 {
+		return slot[:i]
+	}
+	return slot
 }

@@ -181,6 +181,8 @@ service "api" {
 			_ = ms[victim].cmd.Process.Signal(syscall.SIGKILL)
 			<-ms[victim].done
 			holders = placed(2, victim)
+			// The same records on either engine (website/operations.md).
+			checkTakeoverEvents(t, cl.Servers[0], "api/0", victim, holders[0])
 			ms[victim] = startMariposa(t, clientNamed(cl, victim), nil, "-cluster")
 		case "stop-mariposa":
 			from := leadertest.Mono()
@@ -205,6 +207,7 @@ service "api" {
 				return len(watches[nodeSlot{victim, 0}].running()) == 0, fmt.Sprint(watches[nodeSlot{victim, 0}].running())
 			})
 			holders = placed(2, victim)
+			checkTakeoverEvents(t, cl.Servers[0], "api/0", victim, holders[0])
 			a.Start(t)
 		}
 	}

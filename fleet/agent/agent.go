@@ -292,7 +292,12 @@ type (
 	// NodesAnswer: a new answer of the watch on the live fleet nodes.
 	NodesAnswer struct{ View *NodesView }
 	// UnitsAnswer: the units this node runs its part of.
-	UnitsAnswer struct{ Units []Unit }
+	UnitsAnswer struct {
+		Units []Unit
+		// Stopping: the node is stopping (mariposa stopped): no units,
+		// and the releases say so.
+		Stopping bool
+	}
 	// SessionCreated answers CreateSession (ID "" with Err: failed).
 	SessionCreated struct {
 		ID  string
@@ -438,6 +443,14 @@ type (
 		Slot   SlotID
 		Action string
 		Reason string
+		// From and To: what moved, as website/operations.md's table
+		// says for the action (a claim: the previous holder; a
+		// rollout's records: the version). The executor fills what
+		// it knows (a claim's To, a release's From and To).
+		From, To string
+		// Deployment: a deployment's record (moveRecords) names the
+		// deployment as its service, and the unit as its slot.
+		Deployment string
 		// Deferred: a decision to stop and then release, which the
 		// slot's Release carries (Release.Audit; records.go).
 		Deferred bool
@@ -595,6 +608,8 @@ type Agent struct {
 	asking  bool // CreateSession in flight
 	// adoptWait: adopted (adopt.go), no UnitsAnswer yet.
 	adoptWait bool
+	// stopping: the last UnitsAnswer said the node stops.
+	stopping bool
 	// sessionRetry: after a failed CreateSession, the next not before.
 	sessionRetry time.Time
 	// renewed: the send time of the session's last answered renewal
@@ -850,7 +865,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 			}
 		}
 	case UnitsAnswer:
-		a.adoptWait = false
+		a.adoptWait, a.stopping = false, in.Stopping
 		a.units = map[string]Unit{}
 		a.copies = false
 		for _, u := range in.Units {
@@ -944,7 +959,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		}
 		delete(a.ownLost, in.Slot)
 		h.index, h.confirmed, h.acked, h.phase = in.Index, h.sent, now, Starting
-		out = append(a.claimed(now, in.Slot, h, out), Record{Slot: in.Slot, Action: "claim"})
+		out = a.claimed(now, in.Slot, h, out) // its record went with the claim (records.go)
 	case ReleaseDone:
 		if h := a.held[in.Slot]; h != nil && h.unclaiming {
 			h.unclaiming = false
@@ -1295,10 +1310,10 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// No instance yet: its handoff passes on what it was to
 			// restore (volumes.go).
 			h.phase = HandingOff
-			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, h.then(Record{Slot: id, Action: "release", Reason: "scaled down"}))
+			out = append(out, PushHandoff{Slot: id, Index: h.index, Session: a.session}, h.then(a.scaledDown(id, u, ok)))
 		} else if (!ok || id.K >= u.Count) && h.phase != Stopping {
 			h.phase = Stopping
-			out = append(out, Stop{Slot: id}, h.then(Record{Slot: id, Action: "release", Reason: "scaled down"}))
+			out = append(out, Stop{Slot: id}, h.then(a.scaledDown(id, u, ok)))
 		}
 	}
 	if ids != nil || len(a.held) == 0 {
@@ -1450,7 +1465,8 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.heldChanged()
 				mine++
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
-					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, Delays: v.DelayKeys(k), From: a.lastHolder(r, id)})
+					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, Delays: v.DelayKeys(k), From: a.claimFrom(r, v, k)},
+					claimRecord(id, me.Rank, tk, a.claimFrom(r, v, k)))
 			}
 		}
 		for _, name := range dirty {

@@ -282,6 +282,9 @@ type (
 		CAS   uint64
 		Next  Deployment
 		Audit Record
+		// Also: a second record of the move, in its transaction (a
+		// revert's: "deploy-failed", then "deploy-revert"); zero: none.
+		Also Record
 	}
 )
 
@@ -652,7 +655,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 				// decision's record; the instance changes once it is
 				// written.
 				out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: target}}, "updating",
-					Record{Slot: id, Action: "update", Reason: fmt.Sprintf("deployment %d: %s -> %s", rec.N, from, target)}, out)
+					Record{Slot: id, Action: "update", From: from, To: target, Reason: fmt.Sprintf("deployment %d: %s -> %s", rec.N, from, target)}, out)
 				continue
 			}
 			h.phase = Updating
@@ -679,7 +682,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			hd.failed = true
 			why := fmt.Sprintf("not healthy within healthy_deadline (%s) at %s", up.HealthyDeadline, hd.version)
 			out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version}, Failed: why}, "failed",
-				Record{Slot: id, Action: "unhealthy", Reason: why}, out)
+				Record{Slot: id, Action: "rollout-failed", To: hd.version, Reason: why}, out)
 		}
 		// The token goes back once the slot is healthy at its target, or
 		// when the deployment no longer runs. A failed instance keeps it
@@ -728,8 +731,8 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		} else if what == "deploy-promote" {
 			reason = "auto_promote: every canary healthy"
 		}
-		out = append(out, MoveDeployment{Unit: unit, CAS: v.RecordIndex, Next: *next,
-			Audit: Record{Slot: SlotID{unit, -1}, Action: what, Reason: fmt.Sprintf("deployment %d: %s", v.Record.N, reason)}})
+		rec, also := moveRecords(unit, what, v.Record, next, fmt.Sprintf("deployment %d: %s", v.Record.N, reason))
+		out = append(out, MoveDeployment{Unit: unit, CAS: v.RecordIndex, Next: *next, Audit: rec, Also: also})
 	}
 	return out
 }
@@ -769,7 +772,7 @@ func (a *Agent) sayHealthy(now time.Time, id SlotID, h *held, hd *holdDeploy, v 
 		reason = fmt.Sprintf("deployment %d: %s", rec.N, reason)
 	}
 	out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version, HealthyAt: &due}}, "healthy",
-		Record{Slot: id, Action: "healthy", Reason: reason}, out)
+		Record{Slot: id, Action: "healthy", To: hd.version, Reason: reason}, out)
 	if hd.pub == "" && hd.pubRetry.After(now) {
 		at(hd.pubRetry)
 	}

@@ -158,7 +158,8 @@ func TestRollingUpdateOfOneSlot(t *testing.T) {
 	}
 	acts = m.step(TokenDone{Slot: id, T: tk.T, OK: true})
 	p, ok := find[Publish](acts)
-	if !ok || p.Index != 41 || p.Kind != "updating" || p.Status.Version != "v2" || p.Status.HealthyAt != nil || p.Audit.Action != "update" {
+	if !ok || p.Index != 41 || p.Kind != "updating" || p.Status.Version != "v2" || p.Status.HealthyAt != nil || p.Audit.Action != "update" ||
+		p.Audit.From != "v1" || p.Audit.To != "v2" {
 		t.Fatalf("the status before the change: %+v", p)
 	}
 	if _, ok := find[Update](acts); ok {
@@ -194,7 +195,7 @@ func TestRollingUpdateOfOneSlot(t *testing.T) {
 	m.now = w.At
 	acts = m.step(Tick{})
 	p, ok = find[Publish](acts)
-	if !ok || p.Status.HealthyAt == nil || p.Status.Version != "v2" || p.Index != 41 || p.Audit.Action != "healthy" {
+	if !ok || p.Status.HealthyAt == nil || p.Status.Version != "v2" || p.Index != 41 || p.Audit.Action != "healthy" || p.Audit.To != "v2" {
 		t.Fatalf("healthy status: %+v %v", p, acts)
 	}
 	if r, ok := find[ReturnToken](acts); !ok || r.T != 0 {
@@ -278,7 +279,7 @@ func TestUnhealthyFailsAndReverts(t *testing.T) {
 	m.now = start.Add(3 * time.Second)
 	acts := m.step(Tick{})
 	p, ok := find[Publish](acts)
-	if !ok || p.Status.Failed == "" || p.Status.Version != "v2" || p.Audit.Action != "unhealthy" {
+	if !ok || p.Status.Failed == "" || p.Status.Version != "v2" || p.Audit.Action != "rollout-failed" || p.Audit.To != "v2" {
 		t.Fatalf("no failed status: %v", acts)
 	}
 	if len(all[ReturnToken](acts)) > 0 {
@@ -286,7 +287,8 @@ func TestUnhealthyFailsAndReverts(t *testing.T) {
 	}
 	acts = m.step(deployView(11, d, map[int]Status{0: p.Status}, map[int]Token{0: {"s-me", 0, 0}}))
 	mv, ok := find[MoveDeployment](acts)
-	if !ok || mv.CAS != 10 || mv.Next.RevertOf != 2 || mv.Next.Version != "v1" || mv.Audit.Action != "deploy-revert" {
+	if !ok || mv.CAS != 10 || mv.Next.RevertOf != 2 || mv.Next.Version != "v1" || mv.Audit.Action != "deploy-failed" ||
+		mv.Also.Action != "deploy-revert" || mv.Also.To != "v1" {
 		t.Fatalf("judge: %+v %v", mv, acts)
 	}
 	// Not twice on the same view.

@@ -205,7 +205,7 @@ func TestDeployPauseHoldsRevert(t *testing.T) {
 			if !ok {
 				t.Fatalf("no judgement: %v", acts)
 			}
-			if reverted := mv.Audit.Action == "deploy-revert"; reverted != tc.revert {
+			if reverted := mv.Also.Action == "deploy-revert"; reverted != tc.revert {
 				t.Fatalf("%s, want a revert: %v", mv.Audit.Action, tc.revert)
 			}
 		})

@@ -529,7 +529,8 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 	delete(a.ops.budgetAt, id)
 	delete(a.ops.held, id)
 	e := cluster.Takeover{Slot: id.String(), Node: a.cfg.Node, From: from, At: now}
-	out = append(out, Record{Slot: id, Action: "takeover", Reason: fmt.Sprintf("lost with %s; budget %d lost nodes per %s", from, budget, cluster.TakeoverWindow)})
+	// Its record is the claim's (claimRecord): "takeover from a lost
+	// node", as cluster.Fleet's.
 	for _, x := range ctl.Takeovers.Takeovers {
 		if x.From == from && !x.At.Before(now.Add(-FreshTakeover)) && !a.cfg.Faults.LogEveryTakeover {
 			return &TakeoverCAS{Entry: e}, false, true, out

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -29,6 +30,10 @@ func ctlView(idx uint64, c cluster.Control) ControlAnswer {
 func pause(unit, scope string) cluster.Control {
 	return cluster.Control{Pauses: map[string]cluster.PauseRecord{unit: {Scope: scope, Unit: unit, Reason: "test", Actor: "op", At: t0}}}
 }
+
+// takeoverWords: a takeover's claim record, as cluster.Fleet's reason says
+// it (website/operations.md: its rank, "takeover from a lost node").
+var takeoverWords = regexp.MustCompile(`^rank [0-9]+; takeover from a lost node$`)
 
 func records(acts []any, action string) []Record {
 	var out []Record
@@ -103,8 +108,14 @@ func TestControlsGateClaims(t *testing.T) {
 					!slices.ContainsFunc(c.Takeover.Log.Takeovers, func(e cluster.Takeover) bool { return e == c.Takeover.Entry }) {
 					t.Fatalf("budget CAS %+v", c.Takeover)
 				}
-				if len(records(acts, "takeover")) != 1 {
-					t.Fatalf("no takeover record: %v", acts)
+				// Its record is the claim's, in cluster.Fleet's words
+				// (website/operations.md), riding in the claim.
+				if r := records(acts, "claim"); len(r) != 1 || !takeoverWords.MatchString(r[0].Reason) || r[0].From != tc.lost ||
+					len(records(acts, "takeover")) != 0 {
+					t.Fatalf("takeover's claim record %+v, want one from %s: %v", r, tc.lost, acts)
+				}
+				if w, i := AuditPlace(acts, records(acts, "claim")[0]); w != Riding || acts[i].(Claim).Slot != c.Slot {
+					t.Fatalf("takeover's record at %v %d, want riding in its claim", w, i)
 				}
 			}
 			holds := records(acts, "hold")
@@ -649,7 +660,8 @@ func TestFreshTakeoverNotLogged(t *testing.T) {
 			log := cluster.TakeoverLog{Takeovers: []cluster.Takeover{{Slot: "web/1", Node: "n2", From: "n9", At: m.now.Add(-tc.ago)}}}
 			acts := m.step(ctlView(30, cluster.Control{Takeovers: log, TakeoversIndex: 30}))
 			c, ok := find[Claim](acts)
-			if !ok || c.Takeover == nil || c.Takeover.Logged != tc.logged || len(records(acts, "takeover")) != 1 {
+			if !ok || c.Takeover == nil || c.Takeover.Logged != tc.logged || len(records(acts, "claim")) != 1 ||
+				!takeoverWords.MatchString(records(acts, "claim")[0].Reason) {
 				t.Fatalf("claim %+v %+v, want logged %v", c, c.Takeover, tc.logged)
 			}
 		})
@@ -666,12 +678,13 @@ func TestNeverClaimedSlotSpendsNoBudget(t *testing.T) {
 	m.step(ctlView(20, cluster.Control{}))
 	acts := m.step(slots("web", 5))
 	m.now = m.now.Add(5 * time.Second)
-	c, ok := find[Claim](append(acts, m.step(Tick{})...))
+	acts = append(acts, m.step(Tick{})...)
+	c, ok := find[Claim](acts)
 	if !ok || !c.Fresh || c.Takeover != nil {
 		t.Fatalf("claim %+v, want a fresh one without the budget", c)
 	}
-	if r, ok := find[Record](acts); ok && r.Action == "takeover" {
-		t.Fatalf("recorded as a takeover: %+v", r)
+	if r := records(acts, "claim"); len(r) != 1 || strings.Contains(r[0].Reason, "takeover") {
+		t.Fatalf("claim records %+v, want one, not a takeover", r)
 	}
 	c, ok = find[Claim](m.step(ClaimDone{Slot: c.Slot, NotFresh: true}))
 	if !ok || c.Fresh || c.Takeover == nil || c.Takeover.Entry.From != UnknownHolder+"web/0" {

@@ -150,7 +150,8 @@ func (a *Agent) reclaimOrphan(now time.Time, u Unit, v *SlotsView, id SlotID, h 
 	}
 	h.reclaim, h.sent = true, now
 	a.heldChanged()
-	return append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, From: a.cfg.Node, CheckFailed: a.cfg.Control})
+	return append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, From: a.cfg.Node, CheckFailed: a.cfg.Control},
+		Record{Slot: id, Action: "claim", Reason: "claimed back: lost with this node's session", From: a.cfg.Node})
 }
 
 // orphanStray: an orphan whose claim back got no answer, and a view newer

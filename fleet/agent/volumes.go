@@ -198,8 +198,12 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 			a.volRetry[in.Slot] = volRetry{at: now.Add(HandoffRetry), h: h}
 			return out
 		}
-		if !in.OK {
-			out = append(out, Record{Slot: in.Slot, Action: "handoff-failed", Reason: in.Note})
+		// What the handoff did goes in the release's record, as
+		// cluster.Fleet's release says it (records.go).
+		if h.release.Action != "" {
+			h.release.Reason = handedOff(h.release.Reason, in)
+		} else if !in.OK || in.Note != "" {
+			h.release = Record{Slot: in.Slot, Action: "release", Reason: handedOff("released", in)}
 		}
 		h.phase = Releasing
 		return a.release(now, in.Slot, out)

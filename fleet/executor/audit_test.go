@@ -3,6 +3,8 @@ package executor_test
 import (
 	"context"
 	"encoding/json"
+	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,12 +46,14 @@ func countActions(evs []cluster.AuditEvent) map[string]int {
 // Every claim and every release is written with its audit record, in its
 // transaction (as cluster.Fleet's are): a fleet settled on a unit of count
 // 2 has a claim record for each slot; a graceful stop of a holder adds a
-// release record, with the decision it carries out (the unit gone from
-// the node: "scaled down", made when the instance was stopped,
+// release record, with the decision it carries out in cluster.Fleet's
+// words ("mariposa stopped", made when the instance was stopped,
 // agent.Release.Audit), and the claim of the slot by another node another
-// claim record. Mutation checks: without the audit op in claimOpsFor, no
-// claim records (the test fails); without it in release, no release
-// record; a release that ignores Release.Audit writes "released" (fails).
+// claim record, saying its rank. Mutation checks: without the audit op in
+// claimOpsFor, no claim records (the test fails); without it in release,
+// no release record; a release that ignores Release.Audit writes
+// "released" (fails); a claim without the agent's record says "claimed"
+// (fails).
 func TestClaimsAndReleasesAudited(t *testing.T) {
 	f := newFleet(t, fleetOptions{nodes: 3}, web)
 	f.waitSettled(30 * time.Second)
@@ -68,17 +72,22 @@ func TestClaimsAndReleasesAudited(t *testing.T) {
 		t.Fatalf("audit records after a graceful stop: %v, want %d claim, 1 release", got, web.Count+1)
 	}
 	for _, e := range evs {
-		if e.Action == "release" && (e.Node != a.name || e.Slot != "web/0" || e.Reason != "scaled down") {
-			t.Fatalf("release record %+v, want %s's of web/0, scaled down", e, a.name)
+		if e.Action == "release" && (e.Node != a.name || e.Slot != "web/0" || e.Reason != "mariposa stopped" ||
+			e.From != a.name || e.To != cluster.SlotReleased) {
+			t.Fatalf("release record %+v, want %s's of web/0, mariposa stopped", e, a.name)
+		}
+		if e.Action == "claim" && (!rankWords.MatchString(e.Reason) || e.To != e.Node) {
+			t.Fatalf("claim record %+v, want its rank, to its node", e)
 		}
 	}
 }
 
-// A decision with no transaction of its own is written alone
-// (agent.Audits): a holder whose session is destroyed kills its instance
-// (the hold is lost) and writes the "lost" record. Mutation check:
-// without the executor's writeAudits of the alone records, no "lost"
-// record (the test fails).
+// A hold lost is not the holder's decision (its session destroyed): it
+// kills its instance and logs it, as cluster.Fleet does, and writes no
+// record (website/operations.md has none; the node's audit file has the
+// instance's slot-lost); the slot's move is the next holder's claim
+// record. Mutation check: with "lost" written alone again (agent.Audits),
+// the test fails.
 func TestLostHoldAudited(t *testing.T) {
 	f := newFleet(t, fleetOptions{nodes: 3}, web)
 	f.waitSettled(30 * time.Second)
@@ -88,29 +97,35 @@ func TestLostHoldAudited(t *testing.T) {
 	if _, err := f.c.Session().Destroy(keys[0].Session, nil); err != nil {
 		t.Fatal(err)
 	}
-	var lost cluster.AuditEvent
 	if !consultest.WaitFor(30*time.Second, func() bool {
+		n := 0
 		for _, e := range f.auditOf("web") {
-			if e.Action == "lost" && e.Slot == id.String() {
-				lost = e
-				return true
+			if e.Action == "claim" && e.Slot == id.String() {
+				n++
 			}
 		}
-		return false
+		return n == 2
 	}) {
-		t.Fatalf("no lost record of %s: %v", id, countActions(f.auditOf("web")))
-	}
-	if lost.Node != a.name || lost.Reason == "" {
-		t.Fatalf("lost record %+v, want %s's with its reason", lost, a.name)
+		t.Fatalf("no second claim of %s: %v", id, countActions(f.auditOf("web")))
 	}
 	f.waitSettled(30 * time.Second)
+	for _, e := range f.auditOf("web") {
+		if e.Action != "claim" {
+			t.Fatalf("record %+v after %s's hold was lost, want only claims", e, a.name)
+		}
+	}
 }
 
+// rankWords: a claim record's reason, as cluster.Fleet's (its rank, and a
+// takeover's words).
+var rankWords = regexp.MustCompile(`^rank [0-9]+(; takeover from a lost node)?$`)
+
 // A takeover (with the controls: a slot lost with its holder's session)
-// is recorded in its claim's transaction: the "takeover" record of the
-// slot by the node that claimed it, beside its claim record. Mutation
-// check: claimOpsFor without the step's records writes no takeover
-// record (the test fails).
+// is recorded in its claim's transaction, in cluster.Fleet's words: one
+// claim record of the slot by the node that claimed it, "rank N; takeover
+// from a lost node", from the lost holder. Mutation check: claimOpsFor
+// without the step's records writes "takeover from a lost node" alone,
+// without the rank or the lost node (the test fails).
 func TestTakeoverAudited(t *testing.T) {
 	f := newFleet(t, fleetOptions{nodes: 3, control: true}, web)
 	f.waitSettled(30 * time.Second)
@@ -121,19 +136,26 @@ func TestTakeoverAudited(t *testing.T) {
 	a.ex.Kill()
 	f.rec.killNode(a.name)
 	keys, _ := f.slotKeys("web")
+	lostHolder := f.holderOf(id).name
 	if _, err := f.c.Session().Destroy(keys[0].Session, nil); err != nil {
 		t.Fatal(err)
 	}
 	f.waitSettled(30 * time.Second)
-	b := f.holderOf(id)
-	var takeover, claim bool
+	b := f.holderOf(id) // the node that lost it may take it back
+	var claim *cluster.AuditEvent
 	for _, e := range f.auditOf("web") {
-		if e.Slot == id.String() && e.Node == b.name {
-			takeover = takeover || e.Action == "takeover"
-			claim = claim || (e.Action == "claim" && e.Reason == "a takeover")
+		if e.Action != "claim" {
+			t.Fatalf("record %+v, want only claims", e)
+		}
+		if e.Slot == id.String() && e.Node == b.name && strings.HasSuffix(e.Reason, "; takeover from a lost node") {
+			claim = &e
 		}
 	}
-	if !takeover || !claim {
-		t.Fatalf("%s's takeover of %s: takeover record %v, claim record %v; %v", b.name, id, takeover, claim, countActions(f.auditOf("web")))
+	// The node that lost the slot knows its last holder only as far as
+	// its views go: its session's loss leaves a gap in them (the from is
+	// then unknown, "").
+	from := claim != nil && (claim.From == lostHolder || (b.name == lostHolder && claim.From == ""))
+	if claim == nil || !rankWords.MatchString(claim.Reason) || !from || claim.To != b.name {
+		t.Fatalf("%s's takeover of %s: claim record %+v, want from %s; %v", b.name, id, claim, lostHolder, countActions(f.auditOf("web")))
 	}
 }

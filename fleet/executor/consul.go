@@ -243,6 +243,9 @@ func (e *Executor) release(a agent.Release, audit []agent.Record) {
 		audit = []agent.Record{{Slot: a.Slot, Action: "release", Reason: "released"}}
 	}
 	for _, r := range audit {
+		if r.Action == "reschedule" && a.Failed != nil {
+			r.To = cluster.SlotFailed // its reschedules used up
+		}
 		ops = append(ops, e.auditOp(r))
 	}
 	if a.Failed != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -390,6 +391,13 @@ func TestAutoRevert(t *testing.T) {
 	if bad != block.MaxParallel {
 		t.Errorf("%d instances went to the bad version, want %d (one batch of max_parallel before the failure)", bad, block.MaxParallel)
 	}
+	// Its records, as cluster.Fleet's (website/operations.md): the
+	// instance's rollout-failed, then the judge's deploy-failed and
+	// deploy-revert in one transaction. Mutation check: the executor
+	// without MoveDeployment.Also writes no deploy-revert (fails).
+	if a := countActions(f.auditOf(u.Name)); a["rollout-failed"] < 1 || a["deploy-failed"] != 1 || a["deploy-revert"] != 1 || a["unhealthy"] != 0 {
+		t.Errorf("audit records %v, want rollout-failed, 1 deploy-failed, 1 deploy-revert", a)
+	}
 	if most, why := updating(f.rec.log(), u.Name, block.MinHealthyTime); most > block.MaxParallel {
 		t.Errorf("%d instances down for an update at once, max_parallel %d: %v", most, block.MaxParallel, why)
 	}
@@ -400,6 +408,17 @@ func TestAutoRevert(t *testing.T) {
 	for k := range u.Count {
 		if after[k].ModifyIndex != before[k].ModifyIndex || after[k].Session != before[k].Session {
 			t.Errorf("web/%d moved across the revert: index %d -> %d", k, before[k].ModifyIndex, after[k].ModifyIndex)
+		}
+	}
+	// The holders' records carry their fencing token (term_index), the
+	// one their slot key has (never written while held).
+	for _, e := range f.auditOf(u.Name) {
+		if e.Action != "update" && e.Action != "healthy" && e.Action != "rollout-failed" {
+			continue
+		}
+		k, _ := strconv.Atoi(strings.TrimPrefix(e.Slot, u.Name+"/"))
+		if e.TermIndex == 0 || e.TermIndex != after[k].ModifyIndex || e.To == "" {
+			t.Errorf("holder's record %+v: want term_index %d and a version", e, after[k].ModifyIndex)
 		}
 	}
 	f.checkNoOverlap()

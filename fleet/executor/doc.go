@@ -51,16 +51,16 @@
 //   - Start, Stop: Instances.Start and Instances.Stop.
 //   - Wake: one timer, reset to the latest Wake; it steps agent.Tick.
 //   - Refresh: the unit's index watch asks now instead of at its pace.
-//   - Record: written to audit/ (stats.go): in the transaction of the
-//     action that carries the decision out (agent.Audits: a takeover's
-//     in its Claim, a stray's or a drain's in its Release, a drain's
-//     status and the queue in theirs; a stop-then-release's in the
-//     later Release, Release.Audit), or, for a decision with no
-//     transaction (a hold lost, an orphan stopped), alone, 64 to a
-//     transaction. The claim's, a failed slot's, the storm brake's and
-//     a restore's are written by their own transactions (from the
-//     action); a claim or update held back ("hold") is logged only (its
-//     cause has its record; agent.Logged).
+//   - Record: written to audit/ (stats.go), in cluster.Fleet's words
+//     (website/operations.md): in the transaction of the action that
+//     carries the decision out (agent.Audits: a claim's, a takeover's
+//     included, in its Claim; a stray's or a drain's in its Release; a
+//     stop-then-release's in the later Release, Release.Audit, with what
+//     its handoff did), or, for a decision with no transaction, alone,
+//     64 to a transaction. A failed slot's, the storm brake's and a
+//     restore's are written by their own transactions (from the action);
+//     a claim or update held back ("hold"), a hold lost ("lost"), a
+//     drain's status and the queue are logged only (agent.Logged).
 //   - TakeToken: check-session on the slot key and lock the token key
 //     (its value the slot's number); ReturnToken: check-session on the
 //     token and delete-cas on the take's index (a late return never

@@ -376,7 +376,7 @@ func (e *Executor) handle(in any) {
 		e.stopDone = append(e.stopDone, in.done)
 		if !e.stopping {
 			e.stopping = true
-			e.step(agent.UnitsAnswer{})
+			e.step(agent.UnitsAnswer{Stopping: true})
 		}
 	case stopNow:
 		for id := range e.ag.Held() {

@@ -33,20 +33,38 @@ func delayOps(a agent.Claim) api.TxnOps {
 }
 
 // auditOp is the decision's audit record, in the decision's transaction.
-func (e *Executor) auditOp(r agent.Record) *api.TxnOp {
+func (e *Executor) auditOp(r agent.Record) *api.TxnOp { return e.auditOpAt(r, 0) }
+
+// auditOpAt is auditOp for a decision of the slot's holder under fencing
+// token index (term_index, as cluster.Fleet's holders write it).
+func (e *Executor) auditOpAt(r agent.Record, index uint64) *api.TxnOp {
 	slot := ""
 	if r.Slot.K >= 0 && r.Slot.Unit != "" {
 		slot = r.Slot.String()
 	}
 	ev := cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: r.Slot.Unit, Slot: slot,
-		Action: r.Action, Reason: r.Reason}
+		Action: r.Action, From: r.From, To: r.To, Reason: r.Reason, TermIndex: index}
 	switch r.Action {
 	case "release":
 		// What moved, as cluster.Fleet's release says it
 		// (website/operations.md: this node -> released).
 		ev.From, ev.To = e.cfg.Node, cluster.SlotReleased
 	case "claim":
+		// The previous holder (Record.From, where the agent knows it)
+		// -> this node.
 		ev.To = e.cfg.Node
+	case "fail":
+		ev.From, ev.To = e.cfg.Node, cluster.SlotFailed
+	case "reschedule":
+		// released, or failed once the reschedules are used up (the
+		// release sets To).
+		ev.From = e.cfg.Node
+		if ev.To == "" {
+			ev.To = cluster.SlotReleased
+		}
+	}
+	if r.Deployment != "" {
+		ev.Service, ev.Slot = r.Deployment, r.Slot.Unit
 	}
 	return cluster.AuditOp(ev)
 }
@@ -67,23 +85,18 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time, audit ...agent.Recor
 	ops = append(ops, delayOps(a)...)
 	// The claim's audit record goes with it (as cluster.Fleet's), before
 	// the failed mark's check and the budget's compare-and-set, which
-	// stay the last ops (Claim.FailedOp, Claim.Refusal).
-	why := "claimed"
-	switch {
-	case a.Takeover != nil:
-		why = "a takeover"
-	case a.Released:
-		why = "released by its holder"
+	// stay the last ops (Claim.FailedOp, Claim.Refusal): the agent's
+	// (agent.Audits: its rank, a takeover's "takeover from a lost
+	// node"), or, without one, a plain claim.
+	if len(audit) == 0 {
+		why := "claimed"
+		if a.Takeover != nil {
+			why = "takeover from a lost node"
+		}
+		audit = []agent.Record{{Slot: a.Slot, Action: "claim", Reason: why}}
 	}
-	claim := e.auditOp(agent.Record{Slot: a.Slot, Action: "claim", Reason: why})
-	if a.From != "" {
-		// The slot's last holder (cluster.Fleet's claim record names it).
-		claim = cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: a.Slot.Unit, Slot: a.Slot.String(),
-			Action: "claim", Reason: why, From: a.From, To: e.cfg.Node})
-	}
-	ops = append(ops, claim)
 	for _, r := range audit {
-		ops = append(ops, e.auditOp(r)) // the step's records it carries out (a takeover's)
+		ops = append(ops, e.auditOp(r))
 	}
 	if a.CheckFailed {
 		// The slot's failed mark must not exist (reset.go; Claim.FailedOp).
@@ -158,7 +171,7 @@ func (e *Executor) publish(a agent.Publish) {
 		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session}),
 		kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: a.Slot.Key(), Index: a.Index}),
 		kv(&api.KVTxnOp{Verb: api.KVLock, Key: a.Slot.StatusKey(), Session: a.Session, Value: b}),
-		e.auditOp(a.Audit),
+		e.auditOpAt(a.Audit, a.Index),
 	})
 	if err != nil || !ok {
 		e.log.Debug("publish refused or unanswered", "slot", a.Slot.String(), "kind", a.Kind, "error", err)
@@ -178,6 +191,9 @@ func (e *Executor) moveDeployment(a agent.MoveDeployment) {
 		ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: agent.RecordKey(a.Unit), Index: a.CAS}))
 	}
 	ops = append(ops, kv(&api.KVTxnOp{Verb: api.KVSet, Key: agent.RecordKey(a.Unit), Value: b}), e.auditOp(a.Audit))
+	if a.Also.Action != "" {
+		ops = append(ops, e.auditOp(a.Also)) // a revert's, after its deploy-failed
+	}
 	ok, _, err := e.txn(ops)
 	if err != nil || !ok {
 		e.log.Debug("deployment move refused or unanswered", "unit", a.Unit, "action", a.Audit.Action, "error", err)

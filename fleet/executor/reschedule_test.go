@@ -77,7 +77,8 @@ func TestRescheduleMovesTheSlot(t *testing.T) {
 	if g, _, err := f.c.KV().Get(id.DelayGuardKey(), nil); err != nil || g != nil {
 		t.Fatalf("the delay's guard after the claim: %v, %v", g, err)
 	}
-	if r := f.audits("reschedule"); len(r) != 1 || r[0].Node != a.name || r[0].Slot != id.String() {
+	if r := f.audits("reschedule"); len(r) != 1 || r[0].Node != a.name || r[0].Slot != id.String() ||
+		r[0].From != a.name || r[0].To != cluster.SlotReleased { // as cluster.Fleet's (website/operations.md)
 		t.Fatalf("reschedule audit records %+v", r)
 	}
 	// B fails it too: the slot fails; after the reset C, the one node not
@@ -106,7 +107,8 @@ func TestRescheduleMovesTheSlot(t *testing.T) {
 	if p, _, err := f.c.KV().Get(cluster.PenaltyKey(u.Name, b.name), nil); err != nil || p == nil {
 		t.Fatalf("no penalty for %s: %v", b.name, err)
 	}
-	if r := f.audits("fail"); len(r) != 1 || r[0].Node != b.name || len(f.audits("reschedule")) != 1 {
+	if r := f.audits("fail"); len(r) != 1 || r[0].Node != b.name || len(f.audits("reschedule")) != 1 ||
+		r[0].From != b.name || r[0].To != cluster.SlotFailed {
 		t.Fatalf("fail audit records %+v", r)
 	}
 	if err := executor.ResetSlot(f.c, u.Name, 0, "tester"); err != nil {

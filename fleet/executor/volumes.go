@@ -378,13 +378,12 @@ func (e *Executor) pushHandoff(a agent.PushHandoff) (done agent.HandoffDone) {
 		done.Note, done.GiveUp = err.Error(), true
 		return done
 	}
-	rec := cluster.AuditOp(cluster.AuditEvent{At: time.Now(), Node: e.cfg.Node, Service: a.Slot.Unit, Slot: a.Slot.String(),
-		Action: "handoff", From: e.cfg.Node, Reason: note, TermIndex: a.Index})
+	// Its record is the release's that follows (agent.HandoffDone's Note
+	// goes in its reason), as cluster.Fleet's release says its handoff.
 	ok, r, _, err := e.cfg.Client.Txn().Txn(api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session}),
 		kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: a.Slot.Key(), Index: a.Index}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.HandoffKey(a.Slot.Unit, a.Slot.K), Value: b}),
-		rec,
 	}, (&api.QueryOptions{}).WithContext(ctx))
 	switch {
 	case err != nil:

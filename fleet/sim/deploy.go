@@ -525,6 +525,9 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 		ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: agent.RecordKey(a.Unit), Value: b})
 		if !s.cfg.ExecFaults.NoAudit {
 			ops = append(ops, s.auditOp(n.name, a.Audit))
+			if a.Also.Action != "" {
+				ops = append(ops, s.auditOp(n.name, a.Also))
+			}
 		}
 		s.rpc(n, func() any {
 			r, err := s.store.KVTxn(s.wall(), ops)

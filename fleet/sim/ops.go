@@ -295,7 +295,7 @@ func (s *Sim) checkDecisions(n *node, in any, acts []any) {
 				if (no.ctl != nil && no.ctl.Storm != nil) || (no.brakeIdx != 0 && (no.ctl == nil || no.ctl.Index < no.brakeIdx)) {
 					s.violate("storm brake engaged: %s takes over %s, lost with %s", n.name, a.Slot, a.Takeover.Entry.From)
 				}
-				if !recorded("takeover", a.Slot, false) {
+				if !takeoverRecorded(acts, a.Slot) {
 					s.violate("audit: %s takes over %s without a record", n.name, a.Slot)
 				}
 			}
@@ -615,4 +615,17 @@ func failedOps(errs api.TxnErrors) []int {
 		out = append(out, e.OpIndex)
 	}
 	return out
+}
+
+// takeoverRecorded: acts carry the claim record of a takeover of slot, in
+// cluster.Fleet's words (website/operations.md: "takeover from a lost
+// node"), riding in the claim's transaction.
+func takeoverRecorded(acts []any, slot agent.SlotID) bool {
+	for _, a := range acts {
+		if r, ok := a.(agent.Record); ok && r.Slot == slot && r.Action == "claim" && strings.Contains(r.Reason, "takeover from a lost node") {
+			w, _ := agent.AuditPlace(acts, r)
+			return w == agent.Riding
+		}
+	}
+	return false
 }
