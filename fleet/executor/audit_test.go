@@ -133,10 +133,22 @@ func TestTakeoverAudited(t *testing.T) {
 	// Its holder crashed: a node taking its own lost slot back is no
 	// takeover (agent/stopafter.go), so another node must take it.
 	a := f.holderOf(id)
+	lostHolder := a.name
+	// Every node has seen it hold the slot (an idle node hears the index
+	// at its pace, and may otherwise miss a hold this short).
+	if !consultest.WaitFor(30*time.Second, func() bool {
+		for _, n := range f.nodes {
+			if !sawHeldBy(n.ex.Stats(), id, lostHolder) {
+				return false
+			}
+		}
+		return true
+	}) {
+		t.Fatalf("not every node saw %s hold %s", lostHolder, id)
+	}
 	a.ex.Kill()
 	f.rec.killNode(a.name)
 	keys, _ := f.slotKeys("web")
-	lostHolder := f.holderOf(id).name
 	if _, err := f.c.Session().Destroy(keys[0].Session, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -158,4 +170,19 @@ func TestTakeoverAudited(t *testing.T) {
 	if claim == nil || !rankWords.MatchString(claim.Reason) || !from || claim.To != b.name {
 		t.Fatalf("%s's takeover of %s: claim record %+v, want from %s; %v", b.name, id, claim, lostHolder, countActions(f.auditOf("web")))
 	}
+}
+
+// sawHeldBy: st shows slot id held by node.
+func sawHeldBy(st cluster.FleetStats, id agent.SlotID, node string) bool {
+	for _, u := range st.Units {
+		if u.Unit != id.Unit {
+			continue
+		}
+		for _, sl := range u.Slots {
+			if sl.K == id.K {
+				return sl.State == cluster.SlotStatHeld && sl.Node == node
+			}
+		}
+	}
+	return false
 }
