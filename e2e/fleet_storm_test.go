@@ -101,8 +101,14 @@ service %q {
 		return n, fmt.Sprint(h)
 	}
 	var lostNow int
-	waitFor(t, 30*time.Second, "no slot held by a dead node", func() (bool, string) {
+	waitFor(t, 30*time.Second, "no slot held by a dead node, every lost one's key left without a session", func() (bool, string) {
 		h := slotHolders(t, c, "api")
+		if len(h) < 5 {
+			// The step machine's sessions delete a lost slot's key, which
+			// the first live nodes write back without a session
+			// (agent.MarkLost): not free before that.
+			return false, fmt.Sprint(h)
+		}
 		for _, node := range h {
 			if slices.Contains(victims, node) {
 				return false, fmt.Sprint(h)
