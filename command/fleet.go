@@ -78,6 +78,7 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 		m.startAgent(ctx, r, cfg)
 		return
 	}
+	m.log.Warn("the fleet runs on cluster.Fleet (" + fleetEngineEnv + "=fleet): deprecated, to be removed; the default is the step machine (website/internals/fleet-agent.md)")
 	go func() {
 		defer close(m.done)
 		select {
@@ -191,11 +192,9 @@ func (m *fleetMember) stopped() {
 	})
 }
 
-// startAgent runs the fleet's step machine (MARIPOSA_FLEET_ENGINE=agent)
-// once the runner is ready and registered (the session binds its
-// liveness check).
+// startAgent runs the fleet's step machine (the default engine) once the
+// runner is ready and registered (the session binds its liveness check).
 func (m *fleetMember) startAgent(ctx context.Context, r *supervisor.Runner, cfg *schema.Config) {
-	m.log.Warn("the fleet runs on the step machine (" + fleetEngineEnv + "=agent): experimental, see website/internals/fleet-agent.md")
 	go func() {
 		defer close(m.done)
 		for _, c := range []<-chan struct{}{r.Ready(), r.Registered()} {

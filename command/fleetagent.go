@@ -26,21 +26,23 @@ import (
 )
 
 // fleetEngineEnv chooses what runs `mariposa run -cluster`'s part in the
-// fleet: unset (or "fleet"), cluster.Fleet; "agent", the fleet's step
-// machine (fleet/agent) under its executor (fleet/executor): experimental,
-// see website/internals/fleet-agent.md for what it does not do yet.
+// fleet: unset (or "agent"), the fleet's step machine (fleet/agent) under
+// its executor (fleet/executor); "fleet", the older cluster.Fleet,
+// deprecated (website/internals/fleet-agent.md), kept one release for a
+// fallback.
 const fleetEngineEnv = "MARIPOSA_FLEET_ENGINE"
 
-// fleetEngine reads fleetEngineEnv: "agent" or "" (cluster.Fleet); an
+// fleetEngine reads fleetEngineEnv: "agent" (the default) or ""
+// (cluster.Fleet); an
 // unknown value is an error naming it.
 func fleetEngine() (string, error) {
 	switch v := os.Getenv(fleetEngineEnv); v {
-	case "", "fleet":
-		return "", nil
-	case "agent":
+	case "", "agent":
 		return "agent", nil
+	case "fleet":
+		return "", nil
 	default:
-		return "", fmt.Errorf("%s=%q: want \"agent\" (experimental) or unset", fleetEngineEnv, v)
+		return "", fmt.Errorf("%s=%q: want \"agent\" (the default) or \"fleet\" (deprecated)", fleetEngineEnv, v)
 	}
 }
 

@@ -24,7 +24,7 @@ func TestFleetEngine(t *testing.T) {
 	for _, tc := range []struct {
 		env, want, err string
 	}{
-		{"", "", ""},
+		{"", "agent", ""},
 		{"fleet", "", ""},
 		{"agent", "agent", ""},
 		{"Agent", "", `MARIPOSA_FLEET_ENGINE="Agent"`},

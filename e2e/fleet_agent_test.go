@@ -21,8 +21,9 @@ import (
 )
 
 // agentEngine runs `mariposa run -cluster` on the fleet's step machine
-// (fleet/agent under fleet/executor) instead of cluster.Fleet. Setting it
-// in the environment of `go test` runs every e2e fleet test that way
+// (fleet/agent under fleet/executor), the default, whatever the
+// environment of `go test` says: MARIPOSA_FLEET_ENGINE=fleet there runs
+// every other e2e fleet test on the deprecated cluster.Fleet
 // (startMariposa passes its environment on).
 var agentEngine = []string{"MARIPOSA_FLEET_ENGINE=agent"}
 

@@ -41,12 +41,13 @@ import (
 // count (rollout.go), the sampler sees fewer than 4 passing; with
 // heldBackLocked always false, the canary phase moves every instance.
 //
-// Under MARIPOSA_FLEET_ENGINE=agent the states are read as deploy -wait
+// Under the step machine (the default; MARIPOSA_FLEET_ENGINE=fleet runs
+// cluster.Fleet) the states are read as deploy -wait
 // reads them (cluster.Effective: the units' records), and the revert is
 // the step machine's: a record at the stable version (web/2), not a spec
 // 4, so the next deploy is spec 4.
 func TestFleetDeployments(t *testing.T) {
-	agentOn := os.Getenv("MARIPOSA_FLEET_ENGINE") == "agent"
+	agentOn := os.Getenv("MARIPOSA_FLEET_ENGINE") != "fleet" // the step machine, the default
 	consultest.SkipShort(t, "a fleet in -short mode")
 	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 3, Clients: 5})
 	c := cl.Servers[0].Client(t)
