@@ -13,13 +13,15 @@ import (
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/cluster"
+	fagent "github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/report"
 )
 
 // TestDeployWaitDoc: deploy -wait, with the test playing the fleet (slot
 // keys held by a session, with the version and health the holders
-// publish; the state transitions the fleet's judge writes), prints what
+// publish; the state transitions the fleet's judge writes, and the unit's
+// record as the step machine's judge moves it: fleet/agent.Judge), prints what
 // website/commands/deploy.md shows and exits as it says: 0 successful, 2
 // failed with the revert named; a deploy over a running deployment is
 // refused and changes nothing; promote of a deployment without canaries
@@ -109,6 +111,40 @@ func TestDeployWaitDoc(t *testing.T) {
 		}
 	}
 
+	// judge moves the unit's record as the step machine's judge (the holder
+	// of slot 0) does: agent.Judge on the holders' statuses, written with
+	// check-index on the record.
+	judge := func(status map[int]fagent.Status) {
+		t.Helper()
+		p, _, err := c.KV().Get(cluster.RecordKey("web"), nil)
+		if err != nil || p == nil {
+			t.Fatalf("web's record: %v", err)
+		}
+		rec, err := cluster.DecodeUnitRecord(p.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, st := range status {
+			st.Version = rec.Version
+			status[k] = st
+		}
+		next, what := fagent.Judge(rec, 3, status, time.Now(), true)
+		if next == nil {
+			t.Fatalf("the judge decides nothing on %+v", rec)
+		}
+		if ok, _, err := c.KV().CAS(&api.KVPair{Key: cluster.RecordKey("web"), Value: next.Encode(), ModifyIndex: p.ModifyIndex}, nil); !ok || err != nil {
+			t.Fatalf("%s: %v %v", what, ok, err)
+		}
+	}
+	allHealthy := func() map[int]fagent.Status {
+		now := time.Now()
+		m := map[int]fagent.Status{}
+		for k := range 3 {
+			m[k] = fagent.Status{HoldStatus: cluster.HoldStatus{HealthyAt: &now}}
+		}
+		return m
+	}
+
 	// Spec 1, successful: the fleet runs it.
 	write("v1")
 	if _, done := start("-name", "web"); (<-done).code != 0 {
@@ -119,6 +155,7 @@ func TestDeployWaitDoc(t *testing.T) {
 		holdSlot(k, cluster.VersionOf(sp1, "web"), true)
 	}
 	setState(1, func(st *cluster.DeployState) { st.Status = cluster.DeploySuccessful })
+	judge(allHealthy())
 	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"), Value: []byte(`{"n":1,"hash":"` + sp1.Hash + `"}`)}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -140,38 +177,28 @@ func TestDeployWaitDoc(t *testing.T) {
 	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"), Value: []byte(`{"n":2,"hash":"` + sp2.Hash + `"}`)}, nil); err != nil {
 		t.Fatal(err)
 	}
+	judge(allHealthy())
 
-	// Spec 3 fails, and auto_revert deploys spec 2's body as spec 4 (here
-	// the test writes the failure as the fleet's judge would).
+	// Spec 3 fails: slot 0's instance was not healthy within
+	// healthy_deadline, and the judge's failure moves the unit's record
+	// back to web/2 (auto_revert) in the same write.
 	write("v3")
 	ui, done = start("-name", "web", "-wait")
 	waitOut(ui, "running: web 0/3 healthy")
-	st3, _ := cluster.ReadDeployState(c, "web", 3)
-	st3.Status, st3.RevertedTo = cluster.DeployFailed, 4
-	st3.Reason = "web/0: not healthy within healthy_deadline (5m0s): web's checks not passing"
-	sp4 := *sp2
-	sp4.N, sp4.By = 4, "auto-revert"
-	body, _ := sp4.Encode()
-	des, _ := json.Marshal(cluster.Desired{N: 4, Hash: sp4.Hash, By: "auto-revert", At: time.Now()})
-	st4, _ := json.Marshal(cluster.DeployState{N: 4, Hash: sp4.Hash, Status: cluster.DeployRunning, Started: time.Now(),
-		Promoted: true, RevertOf: 3})
-	failed, _ := json.Marshal(st3)
-	if ok, _, _, err := c.Txn().Txn(api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: cluster.SpecKey("web", 4), Value: body}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: cluster.DesiredKey("web"), Value: des}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: cluster.StateKey("web", 4), Value: st4}},
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: cluster.StateKey("web", 3), Value: failed}},
-	}, nil); !ok || err != nil {
-		t.Fatalf("the failure and its revert: %v %v", ok, err)
-	}
+	judge(map[int]fagent.Status{0: {Failed: "not healthy within healthy_deadline (5m0s) at web/3"}})
 	r = <-done
 	got := norm(r.out + r.err)
 	if want := shown("mariposa deploy -name web -wait web.hcl", 2); r.code != 2 || got != want {
 		t.Fatalf("deploy -wait of a failing spec: exit %d\n%s\ndeploy.md shows:\n%s", r.code, got, want)
 	}
 
-	// A deploy while a deployment (the revert) runs: refused, nothing
-	// written.
+	// A deploy while a deployment runs: refused, nothing written (the
+	// revert is the unit's, not a deployment of its own: spec 4 is
+	// accepted while it runs).
+	write("v4")
+	if _, done := start("-name", "web"); (<-done).code != 0 {
+		t.Fatal("deploy v4 during the revert")
+	}
 	write("v5")
 	before, _, _ := c.KV().Keys(cluster.DeployPrefix, "", nil)
 	_, done = start("-name", "web")
