@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/schema"
 )
 
 var upd = UpdateBlock{MaxParallel: 1, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: 3 * time.Second}
@@ -461,5 +462,112 @@ func TestHealthyCountsFromLocalPass(t *testing.T) {
 	}
 	if _, ok := find[ReturnToken](acts); !ok {
 		t.Fatalf("token not given back: %v", acts)
+	}
+}
+
+// A slot failed at a running deployment's version fails it (Judge): no
+// holder takes a token to go down for that version meanwhile (the judge,
+// slot 0's holder, may be absent for a while: a lost node's slot 0 waits
+// for the takeover budget). Found by the simulator (-slots 25 -deploys
+// -ops -volumes -placement, seed 14: a third instance taken down into a
+// version two slots had failed at, 18 s before the judge came back).
+//
+// Mutation-checked: without the check, the row with a failure at the
+// target takes a token; counting slots beyond the count, the last row
+// takes none.
+func TestNoUpdateIntoFailedVersion(t *testing.T) {
+	failed := func(ver string) Status {
+		return Status{HoldStatus: cluster.HoldStatus{Index: 40, Version: ver}, Failed: "not healthy within healthy_deadline"}
+	}
+	for _, tc := range []struct {
+		name   string
+		status map[int]Status
+		take   bool
+	}{
+		{"no failure: a token", nil, true},
+		{"a slot failed at the target: no token", map[int]Status{0: failed("v2")}, false},
+		{"a failure at another version: a token", map[int]Status{0: failed("v0")}, true},
+		{"a failure of a slot beyond the count: a token", map[int]Status{5: failed("v2")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := holder(t, 3, 1)
+			acts := m.step(deployView(10, running(2, "v1", "v2"), tc.status, nil))
+			if _, ok := find[TakeToken](acts); ok != tc.take {
+				t.Fatalf("token taken %v, want %v: %v", ok, tc.take, acts)
+			}
+			if u, ok := find[Update](acts); ok {
+				t.Fatalf("updated: %+v", u)
+			}
+		})
+	}
+}
+
+// An orphan claimed back while down for an update (its rollout token gone
+// with its old session) takes a token again: it is still down, and
+// max_parallel counts it. Healthy at the target before its session was
+// lost, it takes none. Found by the simulator with the previous test's.
+//
+// Mutation-checked: with the holds' tokens dropped on a new session and
+// not marked to be taken again, the first row takes no token.
+func TestOrphanTakesTokenAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		healthy bool // at the target before the session's loss
+		take    bool
+	}{
+		{"down for an update: a token again", false, true},
+		{"healthy at the target: none", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := Unit{Name: "web", Count: 1, MaxPerNode: 1, Placement: &schema.Placement{}}
+			id := SlotID{"web", 0}
+			done := &Deployment{N: 1, Version: "v1", From: "v1", Stable: "v1", Status: cluster.DeploySuccessful, Update: upd}
+			m := newMachineWith(t, Config{TTL: 10 * time.Second, LockDelay: time.Second}, []string{"me", "x"}, u)
+			m.step(deployView(11, done, nil, nil))
+			c, _, ok := runUntil[Claim](m, m.step(slots("web", 5)), m.now.Add(10*time.Second))
+			if !ok {
+				t.Fatal("no claim")
+			}
+			m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
+			m.step(InstanceStarted{Slot: id})
+			m.step(slots("web", 42, Slot{K: 0, Node: "me", ModifyIndex: 42}))
+			tk, ok := find[TakeToken](m.step(deployView(12, running(2, "v1", "v2"), nil, nil)))
+			if !ok {
+				t.Fatal("no token for the update")
+			}
+			m.step(TokenDone{Slot: id, T: tk.T, OK: true, Index: 50})
+			if _, ok := find[Update](m.step(PublishDone{Slot: id, Kind: "updating", Version: "v2", OK: true})); !ok {
+				t.Fatal("no update")
+			}
+			m.step(InstanceStarted{Slot: id})
+			if tc.healthy {
+				acts := m.step(InstanceHealthy{Slot: id, Version: "v2"})
+				if _, _, ok := runUntil[ReturnToken](m, acts, m.now.Add(5*time.Second)); !ok {
+					t.Fatal("healthy, the token not returned")
+				}
+				m.step(ReturnDone{Slot: id, T: tk.T, OK: true})
+			}
+			// Cut off: the session lost with its token; healed, the slot
+			// free, claimed back with the new session.
+			m.now = m.now.Add(time.Second)
+			m.step(SessionLost{})
+			m.step(SessionCreated{ID: "s-2"})
+			m.now = m.now.Add(100 * time.Millisecond)
+			m.step(deployView(13, running(2, "v1", "v2"), nil, nil))
+			if _, ok := find[Claim](m.step(slots("web", 60, Slot{K: 0}))); !ok {
+				t.Fatal("orphan not claimed back")
+			}
+			acts := m.step(ClaimDone{Slot: id, OK: true, Index: 70})
+			acts = append(acts, m.step(slots("web", 70, Slot{K: 0, Node: "me", ModifyIndex: 70}))...)
+			again, ok := find[TakeToken](acts)
+			if ok != tc.take || ok && (again.Session != "s-2" || again.Slot != id) {
+				t.Fatalf("token taken again %+v %v, want %v (%v)", again, ok, tc.take, acts)
+			}
+			if ok {
+				if u, ok := find[Update](m.step(TokenDone{Slot: id, T: again.T, OK: true, Index: 80})); ok {
+					t.Fatalf("updated again: %+v", u)
+				}
+			}
+		})
 	}
 }
