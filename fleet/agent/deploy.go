@@ -221,7 +221,12 @@ type (
 	PublishDone struct {
 		Slot          SlotID
 		Kind, Version string
-		OK            bool
+		// Index: the hold's fencing token the status was written under
+		// (Publish.Index): the answer of a previous hold of the slot by
+		// the same session (released and claimed again) is not this
+		// hold's.
+		Index uint64
+		OK    bool
 	}
 	// MoveDone answers MoveDeployment (OK false: refused, the record had
 	// moved, or no answer).
@@ -489,8 +494,8 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 			}
 		}
 	case PublishDone:
-		hd := d.holds[in.Slot]
-		if hd == nil {
+		hd, h := d.holds[in.Slot], a.held[in.Slot]
+		if hd == nil || h == nil || h.index != in.Index {
 			break
 		}
 		switch key := in.Version + "|" + in.Kind; {

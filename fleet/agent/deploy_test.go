@@ -167,14 +167,14 @@ func TestRollingUpdateOfOneSlot(t *testing.T) {
 		t.Fatal("the instance changed before its status said so")
 	}
 	// Refused (no leader): said again a second later, not at once.
-	if acts := m.step(PublishDone{Slot: id, Kind: p.Kind, Version: "v2"}); len(all[Publish](acts)) > 0 {
+	if acts := m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: p.Kind, Version: "v2"}); len(all[Publish](acts)) > 0 {
 		t.Fatalf("published again at once: %v", acts)
 	}
 	m.now = m.now.Add(time.Second)
 	if _, ok := find[Publish](m.step(Tick{})); !ok {
 		t.Fatal("not published again a second later")
 	}
-	acts = m.step(PublishDone{Slot: id, Kind: p.Kind, Version: "v2", OK: true})
+	acts = m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: p.Kind, Version: "v2", OK: true})
 	u, ok := find[Update](acts)
 	if !ok || u.Index != 41 || u.From != "v1" || u.To != "v2" {
 		t.Fatalf("update: %+v %v", u, acts)
@@ -234,7 +234,7 @@ func TestNoTokenFaultUpdatesAtOnce(t *testing.T) {
 	m := holder(t, 3, 2)
 	m.a.cfg.Faults.NoToken = true
 	m.step(deployView(10, running(2, "v1", "v2"), nil, map[int]Token{0: {"s-a", 0, 0}}))
-	if _, ok := find[Update](m.step(PublishDone{Slot: SlotID{"web", 2}, Kind: "updating", Version: "v2", OK: true})); !ok {
+	if _, ok := find[Update](m.step(PublishDone{Slot: SlotID{"web", 2}, Index: m.a.held[SlotID{"web", 2}].index, Kind: "updating", Version: "v2", OK: true})); !ok {
 		t.Fatal("the fault did not bypass the token")
 	}
 }
@@ -270,7 +270,7 @@ func TestUnhealthyFailsAndReverts(t *testing.T) {
 	d := running(2, "v1", "v2")
 	tk, _ := find[TakeToken](m.step(deployView(10, d, nil, nil)))
 	m.step(TokenDone{Slot: id, T: tk.T, OK: true})
-	m.step(PublishDone{Slot: id, Kind: "updating", Version: "v2", OK: true})
+	m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: "updating", Version: "v2", OK: true})
 	m.step(InstanceStarted{Slot: id})
 	start := m.now
 	m.now = start.Add(2 * time.Second)
@@ -299,7 +299,7 @@ func TestUnhealthyFailsAndReverts(t *testing.T) {
 	m.step(MoveDone{Unit: "web", OK: true})
 	next := mv.Next
 	m.step(deployView(12, &next, map[int]Status{0: p.Status}, map[int]Token{0: {"s-me", 0, 0}}))
-	acts = m.step(PublishDone{Slot: id, Kind: "updating", Version: "v1", OK: true})
+	acts = m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: "updating", Version: "v1", OK: true})
 	u, ok := find[Update](acts)
 	if !ok || u.To != "v1" || u.Index != 40 {
 		t.Fatalf("no update back under the kept token: %v", acts)
@@ -382,7 +382,7 @@ func TestStaleTokenViewIsNotAdopted(t *testing.T) {
 	// Deployment 2 done for this slot: token 0 taken and given back.
 	m.step(deployView(10, d, nil, nil))
 	m.step(TokenDone{Slot: id, T: 0, OK: true, Index: 77})
-	m.step(PublishDone{Slot: id, Kind: "updating", Version: "v2", OK: true})
+	m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: "updating", Version: "v2", OK: true})
 	m.step(InstanceStarted{Slot: id})
 	m.step(InstanceHealthy{Slot: id, Version: "v2"})
 	m.now = m.now.Add(time.Second)
@@ -443,7 +443,7 @@ func TestHealthyCountsFromLocalPass(t *testing.T) {
 	id := SlotID{"web", 1}
 	tk, _ := find[TakeToken](m.step(deployView(10, running(2, "v1", "v2"), nil, nil)))
 	p, _ := find[Publish](m.step(TokenDone{Slot: id, T: tk.T, OK: true}))
-	if _, ok := find[Update](m.step(PublishDone{Slot: id, Kind: p.Kind, Version: "v2", OK: true})); !ok {
+	if _, ok := find[Update](m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: p.Kind, Version: "v2", OK: true})); !ok {
 		t.Fatal("no update")
 	}
 	m.now = m.now.Add(50 * time.Millisecond)
@@ -536,7 +536,7 @@ func TestOrphanTakesTokenAgain(t *testing.T) {
 				t.Fatal("no token for the update")
 			}
 			m.step(TokenDone{Slot: id, T: tk.T, OK: true, Index: 50})
-			if _, ok := find[Update](m.step(PublishDone{Slot: id, Kind: "updating", Version: "v2", OK: true})); !ok {
+			if _, ok := find[Update](m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: "updating", Version: "v2", OK: true})); !ok {
 				t.Fatal("no update")
 			}
 			m.step(InstanceStarted{Slot: id})

@@ -284,7 +284,7 @@ func TestOrphanSaysHealthyAgain(t *testing.T) {
 			if !ok || p.Kind != "healthy" || p.Index != 42 {
 				t.Fatalf("the first hold did not say healthy: %+v %v", p, ok)
 			}
-			m.step(PublishDone{Slot: id, Kind: "healthy", Version: "v1", OK: true})
+			m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: "healthy", Version: "v1", OK: true})
 			m.step(deployView(12, tc.d, map[int]Status{0: healthyAt("v1", 42)}, nil))
 			// Cut off: the session lost with its status; healed, the
 			// slot free, claimed back with the new session.
