@@ -221,7 +221,12 @@ type (
 	PublishDone struct {
 		Slot          SlotID
 		Kind, Version string
-		OK            bool
+		// Index: the hold's fencing token the status was written under
+		// (Publish.Index): the answer of a previous hold of the slot by
+		// the same session (released and claimed again) is not this
+		// hold's.
+		Index uint64
+		OK    bool
 	}
 	// MoveDone answers MoveDeployment (OK false: refused, the record had
 	// moved, or no answer).
@@ -348,6 +353,9 @@ type holdDeploy struct {
 	// before the Update).
 	stamped  string
 	pubRetry time.Time
+	// retake: an orphan claimed back while down for an update (its
+	// token gone with its old session) takes a token again.
+	retake bool
 }
 
 // healthyFrom is when min_healthy_time starts counting for an instance
@@ -475,7 +483,7 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 		}
 		hd.taking = false
 		if in.OK {
-			hd.token, hd.tokenIdx = in.T, in.Index
+			hd.token, hd.tokenIdx, hd.retake = in.T, in.Index, false
 		} else if v := d.views[in.Slot.Unit]; v != nil {
 			hd.refusedAt, hd.tokenRetry = v.Index, now.Add(time.Second)
 		}
@@ -486,8 +494,8 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 			}
 		}
 	case PublishDone:
-		hd := d.holds[in.Slot]
-		if hd == nil {
+		hd, h := d.holds[in.Slot], a.held[in.Slot]
+		if hd == nil || h == nil || h.index != in.Index {
 			break
 		}
 		switch key := in.Version + "|" + in.Kind; {
@@ -523,8 +531,11 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		return out
 	}
 	if d.session != a.session {
-		// Tokens die with the session that locked them.
+		// Tokens die with the session that locked them. A hold that
+		// had one is down for an update: claimed back (an orphan), it
+		// takes one again (retake).
 		for _, hd := range d.holds {
+			hd.retake = hd.retake || hd.token >= 0 || hd.taking
 			hd.token, hd.taking, hd.returning = -1, false, false
 		}
 		d.session = a.session
@@ -615,6 +626,26 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 				hd.token, hd.returning = -1, true
 			}
 		}
+		takeToken := func() {
+			if hd.taking || hd.returning {
+				return
+			}
+			if v.Index <= hd.refusedAt && now.Before(hd.tokenRetry) {
+				at(hd.tokenRetry)
+				return
+			}
+			if t := freeToken(v, up.MaxParallel, id.K, taking[id.Unit]); t >= 0 {
+				hd.taking, hd.takingT = true, t
+				if taking == nil {
+					taking = map[string]map[int]bool{}
+				}
+				if taking[id.Unit] == nil {
+					taking[id.Unit] = map[int]bool{}
+				}
+				taking[id.Unit][t] = true
+				out = append(out, TakeToken{Slot: id, T: t, Session: a.session})
+			}
+		}
 		if h.phase == Stopping || h.phase == Releasing {
 			returnToken()
 			continue
@@ -628,25 +659,16 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			if held, out = a.updateHeld(id, target, out); held {
 				continue // deploys paused (intents.go)
 			}
+			if target == rec.Version && failedAt(v, a.units[id.Unit].Count, target) {
+				// A slot failed at the version: the deployment fails
+				// (Judge), so no instance goes down for it meanwhile,
+				// the judge perhaps absent (slot 0 waiting for its
+				// takeover) and a token perhaps freed by a lost session
+				// whose instance is still down at it.
+				continue
+			}
 			if hd.token < 0 && !a.cfg.Faults.NoToken {
-				if hd.taking || hd.returning {
-					continue
-				}
-				if v.Index <= hd.refusedAt && now.Before(hd.tokenRetry) {
-					at(hd.tokenRetry)
-					continue
-				}
-				if t := freeToken(v, up.MaxParallel, id.K, taking[id.Unit]); t >= 0 {
-					hd.taking, hd.takingT = true, t
-					if taking == nil {
-						taking = map[string]map[int]bool{}
-					}
-					if taking[id.Unit] == nil {
-						taking[id.Unit] = map[int]bool{}
-					}
-					taking[id.Unit][t] = true
-					out = append(out, TakeToken{Slot: id, T: t, Session: a.session})
-				}
+				takeToken()
 				continue
 			}
 			from := hd.version
@@ -683,6 +705,17 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			why := fmt.Sprintf("not healthy within healthy_deadline (%s) at %s", up.HealthyDeadline, hd.version)
 			out = a.publish(now, id, h, hd, Status{HoldStatus: cluster.HoldStatus{Index: h.index, Version: hd.version}, Failed: why}, "failed",
 				Record{Slot: id, Action: "rollout-failed", To: hd.version, Reason: why}, out)
+		}
+		if hd.retake {
+			// An orphan claimed back while down for an update: its
+			// token went with the old session; it takes one again
+			// (it is still down), until it is healthy at the target
+			// or the deployment no longer runs.
+			if !running || hd.version != target || healthy || hd.saidHealthy() {
+				hd.retake = false
+			} else if hd.token < 0 && !a.cfg.Faults.NoToken {
+				takeToken()
+			}
 		}
 		// The token goes back once the slot is healthy at its target, or
 		// when the deployment no longer runs. A failed instance keeps it
@@ -735,6 +768,17 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		out = append(out, MoveDeployment{Unit: unit, CAS: v.RecordIndex, Next: *next, Audit: rec, Also: also})
 	}
 	return out
+}
+
+// failedAt: v shows a slot of the unit's count failed at version (the
+// judge fails its deployment on it).
+func failedAt(v *DeployView, count int, version string) bool {
+	for k, s := range v.Status {
+		if k < count && s.Version == version && s.Failed != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // sayHealthy: whether the hold's instance has been healthy at its version

@@ -205,8 +205,14 @@ func (a *Agent) reclaimDone(now time.Time, in ClaimDone, h *held, out []any) []a
 		if hd := a.dep.holds[in.Slot]; hd != nil {
 			// Its status and rollout token went with the old session
 			// (behavior delete): said and taken again under the new one.
-			hd.pub, hd.stamped, hd.pubRetry = "", "", time.Time{}
+			// What it said went too: healthy, it says so again (a
+			// deployment's judge and status's healthy count read the
+			// status, not the instance), a deployment running or not.
+			hd.pub, hd.stamped, hd.pubRetry, hd.said = "", "", time.Time{}, ""
 			hd.token, hd.tokenIdx, hd.taking, hd.returning = -1, 0, false, false
+			if !hd.healthySince.IsZero() || !hd.lasted.IsZero() {
+				a.dep.unsaid[in.Slot] = true
+			}
 		}
 	}
 	return append(out, Record{Slot: in.Slot, Action: "claim", Reason: "its own lost slot, its instance still running"})

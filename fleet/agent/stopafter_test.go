@@ -247,3 +247,62 @@ func TestOwnLostSlotClaimedBack(t *testing.T) {
 		})
 	}
 }
+
+// An orphan claimed back says again that it is healthy, under the new
+// hold: its status went with the old session (behavior delete), so that
+// what the hold said before is said by nothing now. A deployment running
+// waits for it (its judge counts the slot's status); none running, the
+// status's healthy count does. Found by the simulator (TestSimulationOps,
+// seed 2: a deployment never terminal, the slot of a node cut off and
+// healed claimed back healthy and never said so).
+//
+// Mutation-checked: with reclaimDone keeping what the hold said (hd.said)
+// both rows publish nothing after the claim back; with it forgotten but
+// the hold not marked unsaid, the row with no deployment running does not
+// (the step's fast path skips the holds).
+func TestOrphanSaysHealthyAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    *Deployment
+	}{
+		{"a deployment running", running(2, "v0", "v1")},
+		{"no deployment running", &Deployment{N: 1, Version: "v1", From: "v1", Stable: "v1", Status: cluster.DeploySuccessful, Update: upd}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			u := Unit{Name: "web", Count: 1, MaxPerNode: 1, Placement: &schema.Placement{}}
+			id := SlotID{"web", 0}
+			m := newMachineWith(t, Config{TTL: 10 * time.Second, LockDelay: time.Second}, []string{"me", "x"}, u)
+			m.step(deployView(11, tc.d, nil, nil))
+			c, _, ok := runUntil[Claim](m, m.step(slots("web", 5)), m.now.Add(10*time.Second))
+			if !ok {
+				t.Fatal("no claim")
+			}
+			m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
+			m.step(InstanceStarted{Slot: id})
+			m.step(slots("web", 42, Slot{K: 0, Node: "me", ModifyIndex: 42}))
+			p, _, ok := runUntil[Publish](m, m.step(InstanceHealthy{Slot: id, Version: "v1"}), m.now.Add(5*time.Second))
+			if !ok || p.Kind != "healthy" || p.Index != 42 {
+				t.Fatalf("the first hold did not say healthy: %+v %v", p, ok)
+			}
+			m.step(PublishDone{Slot: id, Index: m.a.held[id].index, Kind: "healthy", Version: "v1", OK: true})
+			m.step(deployView(12, tc.d, map[int]Status{0: healthyAt("v1", 42)}, nil))
+			// Cut off: the session lost with its status; healed, the
+			// slot free, claimed back with the new session.
+			m.now = m.now.Add(time.Second)
+			m.step(SessionLost{})
+			m.step(SessionCreated{ID: "s-2"})
+			m.now = m.now.Add(time.Second)
+			m.step(deployView(13, tc.d, nil, nil))
+			again, ok := find[Claim](m.step(slots("web", 50, Slot{K: 0})))
+			if !ok || again.Session != "s-2" {
+				t.Fatalf("orphan not claimed back: %+v %v", again, ok)
+			}
+			acts := m.step(ClaimDone{Slot: id, OK: true, Index: 60})
+			acts = append(acts, m.step(slots("web", 60, Slot{K: 0, Node: "me", ModifyIndex: 60}))...)
+			p, _, ok = runUntil[Publish](m, acts, m.now.Add(5*time.Second))
+			if !ok || p.Kind != "healthy" || p.Index != 60 || p.Session != "s-2" || p.Status.Index != 60 || p.Status.HealthyAt == nil {
+				t.Fatalf("claimed back healthy, not said under the new hold: %+v %v", p, ok)
+			}
+		})
+	}
+}

@@ -176,7 +176,7 @@ func (e *Executor) publish(a agent.Publish) {
 	if err != nil || !ok {
 		e.log.Debug("publish refused or unanswered", "slot", a.Slot.String(), "kind", a.Kind, "error", err)
 	}
-	e.inbox.post(sessionAns{session: a.Session, in: agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version, OK: err == nil && ok}})
+	e.inbox.post(sessionAns{session: a.Session, in: agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version, Index: a.Index, OK: err == nil && ok}})
 }
 
 // moveDeployment performs agent.MoveDeployment: the record, check-index on

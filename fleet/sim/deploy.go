@@ -513,8 +513,10 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 					s.res.Deploys.Idle++
 				}
 			}
-			return agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version, OK: err == nil && r.OK}
-		}, func() any { return agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version} })
+			return agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version, Index: a.Index, OK: err == nil && r.OK}
+		}, func() any {
+			return agent.PublishDone{Slot: a.Slot, Kind: a.Kind, Version: a.Status.Version, Index: a.Index}
+		})
 	case agent.MoveDeployment:
 		s.note("%s move %s %d -> %d %s", n.name, a.Unit, a.CAS, a.Next.N, a.Audit.Action)
 		b, _ := json.Marshal(a.Next)

@@ -29,7 +29,7 @@ func TestSimulationOps(t *testing.T) {
 	for seed := uint64(1); seed <= uint64(*opsSeeds); seed++ {
 		r := Run(opsConfig(seed))
 		for _, v := range r.Violations {
-			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -slots 10 -seeds 1 -seed %d -ops -trace)", v, *nodes, seed)
+			t.Errorf("%s (replay: %s -trace)", v, opsConfig(seed).Replay())
 		}
 		if t.Failed() {
 			return
@@ -56,7 +56,7 @@ func TestSimulationStorm(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
 		r := Run(stormConfig(seed))
 		for _, v := range r.Violations {
-			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -slots 10 -seeds 1 -seed %d -storm -trace)", v, *nodes, seed)
+			t.Errorf("%s (replay: %s -trace)", v, stormConfig(seed).Replay())
 		}
 		if !r.Ops.BrakeEngaged || r.Ops.Takeovers == 0 {
 			t.Fatalf("seed %d: brake engaged %v, %d takeovers", seed, r.Ops.BrakeEngaged, r.Ops.Takeovers)

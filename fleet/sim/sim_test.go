@@ -37,7 +37,7 @@ func TestSimulation(t *testing.T) {
 		r := Run(config(seed))
 		vols.Add(r.Volumes)
 		for _, v := range r.Violations {
-			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v -volumes=%v -placement=%v)", v, *nodes, seed, *deploys, *volumes, *placement)
+			t.Errorf("%s (replay: %s)", v, config(seed).Replay())
 		}
 		if t.Failed() {
 			return
@@ -157,15 +157,20 @@ func ExampleResult_Percentile() {
 	// Output: 0s
 }
 
+func benchConfig() Config {
+	return Config{Seed: 1, Nodes: 1000, Units: 100, SlotsPerUnit: 100, ExclusiveEvery: 2}
+}
+
 // BenchmarkSim is the 1,000-node figure of make bench: one seed of 1,000
 // nodes, 100 units x 100 slots (every other exclusive), 10 % lost at once
 // and nothing else (the issue's figure; make sim adds the chaos).
 // Simulated figures, labelled as such.
 func BenchmarkSim(b *testing.B) {
 	for range b.N {
-		r := Run(Config{Seed: 1, Nodes: 1000, Units: 100, SlotsPerUnit: 100, ExclusiveEvery: 2})
+		c := benchConfig()
+		r := Run(c)
 		if len(r.Violations) > 0 {
-			b.Fatalf("%s (replay: go run ./fleet/sim/cmd/sim -nodes 1000 -seeds 1 -seed 1 -chaos=false)", r.Violations[0])
+			b.Fatalf("%s (replay: %s)", r.Violations[0], c.Replay())
 		}
 		b.ReportMetric(r.Percentile(0.5).Seconds(), "sim-p50-s")
 		b.ReportMetric(r.Percentile(0.99).Seconds(), "sim-p99-s")
@@ -185,7 +190,7 @@ func TestSimulationNodeLostAfter(t *testing.T) {
 		c.NodeLostAfter = 20 * time.Second
 		r := Run(c)
 		for _, v := range r.Violations {
-			t.Errorf("%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units 10 -slots 10 -seeds 1 -seed %d -deploys=%v -volumes=%v -placement=%v -ops -node-lost-after 20s -trace)", v, *nodes, seed, *deploys, *volumes, *placement)
+			t.Errorf("%s (replay: %s -trace)", v, c.Replay())
 		}
 		if t.Failed() {
 			return

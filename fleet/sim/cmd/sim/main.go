@@ -18,37 +18,18 @@ import (
 )
 
 func main() {
-	nodes := flag.Int("nodes", 50, "simulated nodes")
-	seeds := flag.Int("seeds", 20, "seeds to run")
-	first := flag.Uint64("seed", 1, "first seed")
-	units := flag.Int("units", 0, "units (default nodes/10, at least 10)")
-	slots := flag.Int("slots", 0, "slots per unit (default 100, at most nodes)")
-	chaos := flag.Bool("chaos", true, "mariposa kills, a cut-off node and lost answers besides the loss")
+	fl := sim.DefineFlags(flag.CommandLine)
+	nodes, seeds, first := fl.Nodes, fl.Seeds, fl.First
+	deploys, volumes := fl.Deploys, fl.Volumes
 	trace := flag.Bool("trace", false, "print the trace of each seed")
 	memprofile := flag.String("memprofile", "", "write a heap profile here at the end")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
-	deploys := flag.Bool("deploys", false, "an operator's deploys from the seed: rolling, canary + promote, a bad version auto-reverted, a deploy racing the judge")
-	settle := flag.Duration("settle", 0, "how long after the loss the run goes on (default 60s)")
-	ops := flag.Bool("ops", false, "operator actions (pause, resume, drain) and the takeover budget; 30% of the nodes lost")
-	storm := flag.Bool("storm", false, "the storm brake's scenario: 60% of the nodes lost, resumed 20 s later")
-	volumes := flag.Bool("volumes", false, "a volume that moves with the slots on every exclusive unit: handoffs and restores, and their invariants")
-	buckets := flag.Int("buckets", 0, "bytes as the executor's bucketed watches serve them (fleet/executor's Config.Buckets; 0: a unit's watches of its own)")
-	lostAfter := flag.Duration("node-lost-after", 0, "node_lost_after on every third unit, and the invariant that no slot lost with its node starts elsewhere sooner")
-	placement := flag.Bool("placement", false, "a constraint on the nodes' meta on some units, resources that some nodes have no room for on others, and the invariant that no instance starts where they exclude it")
 	flag.Parse()
 	// The simulation allocates fast and keeps little: collecting at four
 	// times the live heap, not twice, saves a fifth of the CPU at 1,000
 	// nodes for about 2 GB more a seed. GOGC, when set, decides.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(300)
-	}
-	u := *units
-	if u == 0 {
-		u = max(10, *nodes/10)
-	}
-	sl := *slots
-	if sl == 0 {
-		sl = min(100, *nodes/2)
 	}
 	if *cpuprofile != "" {
 		if f, err := os.Create(*cpuprofile); err == nil {
@@ -66,7 +47,7 @@ func main() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			cfg := sim.Config{Seed: *first + uint64(i), Nodes: *nodes, Units: u, SlotsPerUnit: sl, ExclusiveEvery: 2, Chaos: *chaos, Settle: *settle, Deploys: *deploys, Ops: *ops, Storm: *storm, Volumes: *volumes, Buckets: *buckets, Placement: *placement, NodeLostAfter: *lostAfter}
+			cfg := fl.Config(*first + uint64(i))
 			if *trace {
 				cfg.Trace = func(l string) { fmt.Println(l) }
 			}
@@ -87,21 +68,9 @@ func main() {
 	var stepTime time.Duration
 	var deps sim.DeployStats
 	var vols sim.VolumeStats
-	replayFlags := ""
-	if *volumes {
-		replayFlags = " -volumes"
-	}
 	for _, r := range results {
 		for _, v := range r.Violations {
-			if *deploys {
-				fmt.Fprintf(os.Stderr, "%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units %d -slots %d -seeds 1 -seed %d -deploys%s)\n", v, *nodes, u, sl, r.Seed, replayFlags)
-				continue
-			}
-			if *volumes {
-				fmt.Fprintf(os.Stderr, "%s (replay: go run ./fleet/sim/cmd/sim -nodes %d -units %d -slots %d -seeds 1 -seed %d -volumes)\n", v, *nodes, u, sl, r.Seed)
-				continue
-			}
-			fmt.Fprintf(os.Stderr, "%s (replay: make sim NODES=%d SEEDS=1 SEED=%d)\n", v, *nodes, r.Seed)
+			fmt.Fprintf(os.Stderr, "%s (replay: %s)\n", v, fl.Config(r.Seed).Replay())
 		}
 		vols.Add(r.Volumes)
 		deps.Reverts += r.Deploys.Reverts
@@ -141,7 +110,7 @@ func main() {
 		return all[min(len(all)-1, int(p*float64(len(all))))].Seconds()
 	}
 	fmt.Printf("simulated: %d units x %d slots; %d agent steps, %.1f us each (wall, rankings shared); %d rankings; raft writes/vacancy %.2f; ran %.1f s\n",
-		u, sl, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), rankings, float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
+		fl.Config(*first).Units, fl.Config(*first).SlotsPerUnit, steps, float64(stepTime.Microseconds())/float64(max(1, steps)), rankings, float64(raft)/float64(max(1, vac)), time.Since(start).Seconds())
 	if *deploys {
 		fmt.Printf("deployments: %d successful, %d failed (%d auto-reverted), %d cancelled, %d never ended; %d canary phases promoted; %d instances updated in place; longest %.1f s; %d statuses written (%d healthy with no deployment running, %.2f/vacancy)\n",
 			deps.Outcomes["successful"], deps.Outcomes["failed"], deps.Reverts, deps.Outcomes["cancelled"], deps.Outcomes["running"], deps.Promotes, deps.Updates, deps.Longest.Seconds(),
