@@ -18,6 +18,9 @@ type UpdateBlock struct {
 	AutoRevert      bool          `json:"auto_revert,omitempty"`
 	MinHealthyTime  time.Duration `json:"min_healthy_time"`
 	HealthyDeadline time.Duration `json:"healthy_deadline"`
+	// ProgressDeadline: the deployment fails when no instance became
+	// healthy at its version for this long (zero: never).
+	ProgressDeadline time.Duration `json:"progress_deadline,omitempty"`
 }
 
 // UnitRecord is a unit's deployment record (RecordKey), the step
@@ -194,7 +197,7 @@ func updateBlockOf(u UnitSpec) UpdateBlock {
 	if p := u.Unit.Placement; p != nil {
 		up := p.Update
 		b = UpdateBlock{MaxParallel: up.MaxParallel, AutoPromote: up.AutoPromote, AutoRevert: up.AutoRevert,
-			MinHealthyTime: up.MinHealthyTime, HealthyDeadline: up.HealthyDeadline}
+			MinHealthyTime: up.MinHealthyTime, HealthyDeadline: up.HealthyDeadline, ProgressDeadline: up.ProgressDeadline}
 	}
 	if b.MaxParallel <= 0 {
 		b.MaxParallel = max(count(u), 1)

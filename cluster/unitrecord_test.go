@@ -57,7 +57,7 @@ func TestNextRecord(t *testing.T) {
 		return sp.Units()[0]
 	}
 	v1, v2 := unit("v1", 1), unit("v2", 1)
-	wantUpdate := UpdateBlock{MaxParallel: 1, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute}
+	wantUpdate := UpdateBlock{MaxParallel: 1, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute, ProgressDeadline: 10 * time.Minute}
 	for _, c := range []struct {
 		name     string
 		prev     *UnitRecord
@@ -79,7 +79,7 @@ func TestNextRecord(t *testing.T) {
 			UnitRecord{N: 6, Version: "shop/2", From: "shop/1", Stable: "shop/1", Status: DeployRunning, Spec: "shop/2", Update: wantUpdate}},
 		{"max_parallel 0: the count at once", nil, nil, unit("v1", 0), 0,
 			UnitRecord{N: 1, Version: "shop/1", Status: DeployRunning, Spec: "shop/1",
-				Update: UpdateBlock{MaxParallel: 3, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute}}},
+				Update: UpdateBlock{MaxParallel: 3, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute, ProgressDeadline: 10 * time.Minute}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := uint64(1)
