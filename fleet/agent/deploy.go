@@ -139,7 +139,9 @@ func Judge(d *Deployment, count int, status map[int]Status, now time.Time, rever
 
 // JudgeInput is what the judge decides a unit's deployment on.
 type JudgeInput struct {
-	Unit   string
+	Unit string
+	// Count: the unit's count as the node knows it; the record's Count
+	// instead when it says one.
 	Count  int
 	Status map[int]Status
 	// Failed: the unit's slots failed for good (control/'s marks,
@@ -178,16 +180,20 @@ func JudgeUnit(d *Deployment, in JudgeInput) (*Deployment, string, time.Time) {
 	fail := func(reason string) (*Deployment, string, time.Time) {
 		if in.Revert && d.Update.AutoRevert && d.Stable != "" && d.Stable != d.Version {
 			return &Deployment{N: d.N + 1, Version: d.Stable, From: d.Version, Stable: d.Stable, Status: cluster.DeployRunning,
-				Promoted: true, RevertOf: d.N, Update: d.Update, Started: now, Reason: "auto_revert: " + reason, Spec: d.Spec,
+				Promoted: true, RevertOf: d.N, Update: d.Update, Count: d.Count, Started: now, Reason: "auto_revert: " + reason, Spec: d.Spec,
 				Ended: &Outcome{N: d.N, Version: d.Version, Status: cluster.DeployFailed, Reason: reason}}, "deploy-revert", time.Time{}
 		}
 		next := *d
 		next.Status, next.Reason = cluster.DeployFailed, reason
 		return &next, "deploy-failed", time.Time{}
 	}
+	count := in.Count
+	if d.Count > 0 {
+		count = d.Count // the deployment's (the node's may be older)
+	}
 	healthy, canariesOK := 0, true
 	progress := d.Started
-	for k := range in.Count {
+	for k := range count {
 		if f, ok := in.Failed[k]; ok && f.At.After(d.Started) && d.RevertOf == 0 {
 			return fail(fmt.Sprintf("slot %s failed: %s", SlotID{in.Unit, k}, f.Reason))
 		}
@@ -209,7 +215,7 @@ func JudgeUnit(d *Deployment, in JudgeInput) (*Deployment, string, time.Time) {
 		}
 	}
 	next := *d
-	if healthy == in.Count {
+	if healthy == count {
 		next.Status, next.Stable, next.Reason = cluster.DeploySuccessful, d.Version, ""
 		return &next, "deploy-successful", time.Time{}
 	}
@@ -217,7 +223,7 @@ func JudgeUnit(d *Deployment, in JudgeInput) (*Deployment, string, time.Time) {
 	if pd := d.Update.ProgressDeadline; pd > 0 {
 		by := progress.Add(pd + ProgressSkew)
 		if now.After(by) {
-			return fail(fmt.Sprintf("no progress within progress_deadline (%s): %d of %d instances of %s healthy", pd, healthy, in.Count, in.Unit))
+			return fail(fmt.Sprintf("no progress within progress_deadline (%s): %d of %d instances of %s healthy", pd, healthy, count, in.Unit))
 		}
 		wake = by.Add(time.Millisecond) // after by, not at it
 	}
@@ -758,7 +764,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		if !ok {
 			continue
 		}
-		failed, mine := a.failedSlots(unit, u.Count, v.Record.Started)
+		failed, mine := a.failedSlots(unit, max(u.Count, v.Record.Count), v.Record.Started)
 		h := a.held[SlotID{unit, 0}]
 		judge := h != nil && !h.lost && !h.orphan && (h.phase == Running || h.phase == Updating)
 		if !judge && !mine {

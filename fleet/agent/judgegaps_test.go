@@ -24,6 +24,7 @@ func TestJudgeFailedSlotAndProgressDeadline(t *testing.T) {
 		return Status{HoldStatus: cluster.HoldStatus{Version: ver, HealthyAt: &at}}
 	}
 	pd := time.Minute
+	withCount := func(d *Deployment, n int) *Deployment { d.Count = n; return d }
 	revertOf := func(d *Deployment) *Deployment { d.From, d.RevertOf = "v2", 2; return d }
 	for _, tc := range []struct {
 		name   string
@@ -54,6 +55,10 @@ func TestJudgeFailedSlotAndProgressDeadline(t *testing.T) {
 			t0.Add(time.Second + pd + ProgressSkew + time.Millisecond), "deploy-revert", "no progress within progress_deadline (1m0s): 1 of 3 instances of web healthy", time.Time{}},
 		{"every instance healthy: successful, deadline or not", withPD(running(2, "v1", "v2"), pd), 1, map[int]Status{0: hAt("v2", t0)}, nil,
 			t0.Add(time.Hour), "deploy-successful", "", time.Time{}},
+		{"the record's count, not the node's older one: a scale-up waits", withCount(running(2, "v1", "v2"), 3), 2,
+			map[int]Status{0: hAt("v2", t0), 1: hAt("v2", t0)}, nil, t0.Add(time.Second), "", "", time.Time{}},
+		{"the record's count after a scale-down: successful", withCount(running(2, "v1", "v2"), 2), 3,
+			map[int]Status{0: hAt("v2", t0), 1: hAt("v2", t0)}, nil, t0.Add(time.Second), "deploy-successful", "", time.Time{}},
 		{"no progress_deadline: waits for ever", running(2, "v1", "v2"), 2, nil, nil, t0.Add(time.Hour), "", "", time.Time{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
