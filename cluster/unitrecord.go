@@ -18,6 +18,9 @@ type UpdateBlock struct {
 	AutoRevert      bool          `json:"auto_revert,omitempty"`
 	MinHealthyTime  time.Duration `json:"min_healthy_time"`
 	HealthyDeadline time.Duration `json:"healthy_deadline"`
+	// ProgressDeadline: the deployment fails when no instance became
+	// healthy at its version for this long (zero: never).
+	ProgressDeadline time.Duration `json:"progress_deadline,omitempty"`
 }
 
 // UnitRecord is a unit's deployment record (RecordKey), the step
@@ -37,8 +40,13 @@ type UnitRecord struct {
 	Promoted bool        `json:"promoted,omitempty"`
 	RevertOf uint64      `json:"revert_of,omitempty"`
 	Update   UpdateBlock `json:"update"`
-	Started  time.Time   `json:"started"`
-	Reason   string      `json:"reason,omitempty"`
+	// Count: the unit's count in the spec that wrote the record (0: not
+	// said, a record of an older mariposa); the judge counts the slots it
+	// needs healthy by it, not by the count a node has heard of (the
+	// desired spec's watch may answer after the record's).
+	Count   int       `json:"count,omitempty"`
+	Started time.Time `json:"started"`
+	Reason  string    `json:"reason,omitempty"`
 	// Ended: the deployment this record replaced while it ran (failed and
 	// reverted, or cancelled by a newer deploy), with its outcome.
 	Ended *RecordOutcome `json:"ended,omitempty"`
@@ -166,7 +174,7 @@ func UnitOf(version string, specValue []byte, unit string) (UnitSpec, error) {
 // it. max_parallel 0 (every instance at once) is the unit's count.
 func NextRecord(name string, n uint64, prev *UnitRecord, prevUnit *UnitSpec, u UnitSpec, canaryCount int, now time.Time) UnitRecord {
 	r := UnitRecord{N: 1, Version: SpecVersion(name, n), Status: DeployRunning, Started: now, Spec: SpecVersion(name, n),
-		Update: updateBlockOf(u)}
+		Update: updateBlockOf(u), Count: count(u)}
 	if prev == nil {
 		return r
 	}
@@ -194,7 +202,7 @@ func updateBlockOf(u UnitSpec) UpdateBlock {
 	if p := u.Unit.Placement; p != nil {
 		up := p.Update
 		b = UpdateBlock{MaxParallel: up.MaxParallel, AutoPromote: up.AutoPromote, AutoRevert: up.AutoRevert,
-			MinHealthyTime: up.MinHealthyTime, HealthyDeadline: up.HealthyDeadline}
+			MinHealthyTime: up.MinHealthyTime, HealthyDeadline: up.HealthyDeadline, ProgressDeadline: up.ProgressDeadline}
 	}
 	if b.MaxParallel <= 0 {
 		b.MaxParallel = max(count(u), 1)

@@ -57,7 +57,7 @@ func TestNextRecord(t *testing.T) {
 		return sp.Units()[0]
 	}
 	v1, v2 := unit("v1", 1), unit("v2", 1)
-	wantUpdate := UpdateBlock{MaxParallel: 1, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute}
+	wantUpdate := UpdateBlock{MaxParallel: 1, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute, ProgressDeadline: 10 * time.Minute}
 	for _, c := range []struct {
 		name     string
 		prev     *UnitRecord
@@ -79,14 +79,14 @@ func TestNextRecord(t *testing.T) {
 			UnitRecord{N: 6, Version: "shop/2", From: "shop/1", Stable: "shop/1", Status: DeployRunning, Spec: "shop/2", Update: wantUpdate}},
 		{"max_parallel 0: the count at once", nil, nil, unit("v1", 0), 0,
 			UnitRecord{N: 1, Version: "shop/1", Status: DeployRunning, Spec: "shop/1",
-				Update: UpdateBlock{MaxParallel: 3, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute}}},
+				Update: UpdateBlock{MaxParallel: 3, AutoPromote: true, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: time.Minute, ProgressDeadline: 10 * time.Minute}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			n := uint64(1)
 			if c.prev != nil {
 				n = 2
 			}
-			c.want.Started = t0
+			c.want.Started, c.want.Count = t0, 3 // the count the judge counts by
 			got := NextRecord("shop", n, c.prev, c.prevUnit, c.u, c.canaries, t0)
 			if string(got.Encode()) != string(c.want.Encode()) {
 				t.Errorf("got  %s\nwant %s", got.Encode(), c.want.Encode())

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
@@ -129,33 +130,83 @@ func ParseDeployView(unit string, index uint64, kvs []KV) *DeployView {
 }
 
 // Judge is the judge's decision on a running deployment d of a unit of
-// count slots, from its holders' statuses: the next record and the
-// decision's name, or nil. Failed when a slot's instance at d's version
-// was not healthy within healthy_deadline, with the revert to Stable in
-// the same record when auto_revert (and revert) says so; successful once
+// count slots, from its holders' statuses (JudgeUnit without failed
+// slots, for a unit named "").
+func Judge(d *Deployment, count int, status map[int]Status, now time.Time, revert bool) (*Deployment, string) {
+	next, what, _ := JudgeUnit(d, JudgeInput{Count: count, Status: status, Now: now, Revert: revert})
+	return next, what
+}
+
+// JudgeInput is what the judge decides a unit's deployment on.
+type JudgeInput struct {
+	Unit string
+	// Count: the unit's count as the node knows it; the record's Count
+	// instead when it says one.
+	Count  int
+	Status map[int]Status
+	// Failed: the unit's slots failed for good (control/'s marks,
+	// cluster.FailedKey), by slot number.
+	Failed map[int]cluster.FailedRecord
+	Now    time.Time
+	// Revert: auto_revert may act (deploys not paused).
+	Revert bool
+}
+
+// ProgressSkew is the margin the judge gives progress_deadline, computed
+// from other nodes' clocks (the statuses' HealthyAt), before it fails a
+// deployment on it (cluster.Fleet's clockSkew).
+const ProgressSkew = 2 * time.Second
+
+// JudgeUnit is the judge's decision on a running deployment d: the next
+// record and the decision's name, or nil; and, when none, the time at
+// which the decision may change with nothing else moving (a
+// progress_deadline; zero: none). Failed when a slot failed for good
+// since d started (its failed mark; cluster.Fleet's rule and reason),
+// unless d is a revert (failed, it would leave the slots still at the
+// failed version there: it ends once mariposa reset lets the slot run
+// again, or by progress_deadline),
+// when a slot's instance at d's version was not healthy within
+// healthy_deadline, or when no instance became healthy at d's version for
+// progress_deadline (plus ProgressSkew) since d started or the last one
+// did (a count no node can hold ends so); with the revert to Stable in
+// the same record when auto_revert (and Revert) says so. Successful once
 // every slot is healthy at d's version; promoted when its canaries are
 // healthy and auto_promote says so.
-func Judge(d *Deployment, count int, status map[int]Status, now time.Time, revert bool) (*Deployment, string) {
+func JudgeUnit(d *Deployment, in JudgeInput) (*Deployment, string, time.Time) {
 	if d == nil || d.Status != cluster.DeployRunning {
-		return nil, ""
+		return nil, "", time.Time{}
+	}
+	now := in.Now
+	fail := func(reason string) (*Deployment, string, time.Time) {
+		if in.Revert && d.Update.AutoRevert && d.Stable != "" && d.Stable != d.Version {
+			return &Deployment{N: d.N + 1, Version: d.Stable, From: d.Version, Stable: d.Stable, Status: cluster.DeployRunning,
+				Promoted: true, RevertOf: d.N, Update: d.Update, Count: d.Count, Started: now, Reason: "auto_revert: " + reason, Spec: d.Spec,
+				Ended: &Outcome{N: d.N, Version: d.Version, Status: cluster.DeployFailed, Reason: reason}}, "deploy-revert", time.Time{}
+		}
+		next := *d
+		next.Status, next.Reason = cluster.DeployFailed, reason
+		return &next, "deploy-failed", time.Time{}
+	}
+	count := in.Count
+	if d.Count > 0 {
+		count = d.Count // the deployment's (the node's may be older)
 	}
 	healthy, canariesOK := 0, true
+	progress := d.Started
 	for k := range count {
-		s, ok := status[k]
+		if f, ok := in.Failed[k]; ok && f.At.After(d.Started) && d.RevertOf == 0 {
+			return fail(fmt.Sprintf("slot %s failed: %s", SlotID{in.Unit, k}, f.Reason))
+		}
+		s, ok := in.Status[k]
 		if ok && s.Version == d.Version {
 			if s.Failed != "" {
-				reason := fmt.Sprintf("slot %d: %s", k, s.Failed)
-				if revert && d.Update.AutoRevert && d.Stable != "" && d.Stable != d.Version {
-					return &Deployment{N: d.N + 1, Version: d.Stable, From: d.Version, Stable: d.Stable, Status: cluster.DeployRunning,
-						Promoted: true, RevertOf: d.N, Update: d.Update, Started: now, Reason: "auto_revert: " + reason, Spec: d.Spec,
-						Ended: &Outcome{N: d.N, Version: d.Version, Status: cluster.DeployFailed, Reason: reason}}, "deploy-revert"
-				}
-				next := *d
-				next.Status, next.Reason = cluster.DeployFailed, reason
-				return &next, "deploy-failed"
+				return fail(fmt.Sprintf("slot %d: %s", k, s.Failed))
 			}
 			if s.HealthyAt != nil {
 				healthy++
+				if s.HealthyAt.After(progress) {
+					progress = *s.HealthyAt
+				}
 				continue
 			}
 		}
@@ -164,15 +215,23 @@ func Judge(d *Deployment, count int, status map[int]Status, now time.Time, rever
 		}
 	}
 	next := *d
-	switch {
-	case healthy == count:
+	if healthy == count {
 		next.Status, next.Stable, next.Reason = cluster.DeploySuccessful, d.Version, ""
-		return &next, "deploy-successful"
-	case d.Canaries > 0 && !d.Promoted && canariesOK && d.Update.AutoPromote:
-		next.Promoted = true
-		return &next, "deploy-promote"
+		return &next, "deploy-successful", time.Time{}
 	}
-	return nil, ""
+	var wake time.Time
+	if pd := d.Update.ProgressDeadline; pd > 0 {
+		by := progress.Add(pd + ProgressSkew)
+		if now.After(by) {
+			return fail(fmt.Sprintf("no progress within progress_deadline (%s): %d of %d instances of %s healthy", pd, healthy, count, in.Unit))
+		}
+		wake = by.Add(time.Millisecond) // after by, not at it
+	}
+	if d.Canaries > 0 && !d.Promoted && canariesOK && d.Update.AutoPromote {
+		next.Promoted = true
+		return &next, "deploy-promote", time.Time{}
+	}
+	return nil, "", wake
 }
 
 // Inputs of deployments.
@@ -734,8 +793,18 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		if v.Record == nil || v.Record.Status != cluster.DeployRunning {
 			continue
 		}
+		u, ok := a.units[unit]
+		if !ok {
+			continue
+		}
+		failed, mine := a.failedSlots(unit, max(u.Count, v.Record.Count), v.Record.Started)
 		h := a.held[SlotID{unit, 0}]
-		if h == nil || v.Record == nil || h.lost || h.orphan || (h.phase != Running && h.phase != Updating) {
+		judge := h != nil && !h.lost && !h.orphan && (h.phase == Running || h.phase == Updating)
+		if !judge && !mine {
+			// Not the judge; but the node that failed a slot of the unit
+			// since the deployment started fails it too (CAS on the
+			// record: one of them does it), so that a unit whose slot 0
+			// failed (count 1: nobody holds a slot) is judged.
 			continue
 		}
 		m := d.moving[unit]
@@ -749,12 +818,12 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			}
 			continue
 		}
-		u, ok := a.units[unit]
-		if !ok {
-			continue
+		next, what, wake := JudgeUnit(v.Record, JudgeInput{Unit: unit, Count: u.Count, Status: v.Status, Failed: failed, Now: now,
+			Revert: !a.cfg.Faults.NoRevert && !a.revertHeld(unit)})
+		if !wake.IsZero() && judge {
+			at(wake) // progress_deadline
 		}
-		next, what := Judge(v.Record, u.Count, v.Status, now, !a.cfg.Faults.NoRevert && !a.revertHeld(unit))
-		if next == nil {
+		if next == nil || (!judge && what != "deploy-failed" && what != "deploy-revert") {
 			continue
 		}
 		m.sent, m.at, m.failed = true, v.Index, false
@@ -779,6 +848,37 @@ func failedAt(v *DeployView, count int, version string) bool {
 		}
 	}
 	return false
+}
+
+// failedSlots: the unit's slots below count that control/ shows failed
+// for good (nil: none, or no watch on control/), and whether this node
+// failed one of them after since (the deployment's start).
+func (a *Agent) failedSlots(unit string, count int, since time.Time) (map[int]cluster.FailedRecord, bool) {
+	ctl := a.ops.ctl
+	if ctl == nil || len(ctl.Failed) == 0 || a.cfg.Faults.IgnoreFailed {
+		return nil, false
+	}
+	var out map[int]cluster.FailedRecord
+	mine := false
+	for key, r := range ctl.Failed {
+		i := strings.LastIndexByte(key, '/')
+		if i < 0 {
+			continue
+		}
+		if key[:i] != unit {
+			continue
+		}
+		k, err := strconv.Atoi(key[i+1:])
+		if err != nil || k < 0 || k >= count {
+			continue
+		}
+		if out == nil {
+			out = map[int]cluster.FailedRecord{}
+		}
+		out[k] = r
+		mine = mine || (r.Node == a.cfg.Node && r.At.After(since))
+	}
+	return out, mine
 }
 
 // sayHealthy: whether the hold's instance has been healthy at its version

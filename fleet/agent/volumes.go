@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"time"
 )
 
@@ -38,7 +39,9 @@ import (
 // (Ready false) forwards the one it was to restore instead of publishing
 // its own older or empty data, and the node does not claim the slot again
 // for RestoreBackoff (cluster.Fleet's reschedule penalty, in short: another
-// node may reach the data's source). A hold lost (watchdog, session, taken)
+// node may reach the data's source); with on_missing = "fail" and no data
+// to restore (RestoreDone.Missing), the slot fails instead, its release
+// carrying its failed mark (reset.go) until mariposa reset. A hold lost (watchdog, session, taken)
 // publishes nothing: it cannot, the transaction is fenced by the hold.
 
 // RestoreBackoff: after its restore failed, a node does not claim the slot
@@ -73,8 +76,10 @@ type (
 		Prev    string
 	}
 	// RestoreDone answers Restore. Missing: the data could not be handed
-	// off and on_missing = "fail" (the slot is not claimed again by this
-	// node for RestoreBackoff, as any failure); Note says what was done.
+	// off and on_missing = "fail": the slot fails (its failed mark, as an
+	// instance that failed for good, reset.go, until mariposa reset);
+	// any other failure: the slot is not claimed again by this node for
+	// RestoreBackoff. Note says what was done.
 	RestoreDone struct {
 		Slot    SlotID
 		Index   uint64
@@ -173,12 +178,24 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 			out = append(out, Record{Slot: in.Slot, Action: "restore", Reason: in.Note})
 			return append(out, Start{Slot: in.Slot, Index: h.index, Session: a.session, Version: a.startVersion(in.Slot, now), Volumes: in.Note})
 		}
+		if in.Missing {
+			// on_missing = "fail": the slot fails (reset.go's failed
+			// release: its mark, until mariposa reset), the handoff it
+			// was to restore passed on first, as cluster.Fleet's.
+			why := in.Note
+			if !strings.HasPrefix(why, "volume data missing") {
+				why = "volume data missing: " + why
+			}
+			if a.rs.fails == nil {
+				a.rs.fails = map[SlotID]*failing{}
+			}
+			a.rs.fails[in.Slot] = &failing{reason: why, since: now, unit: a.rec(in.Slot.Unit).unit}
+			h.phase = HandingOff
+			return append(out, PushHandoff{Slot: in.Slot, Index: h.index, Session: a.session, Ready: false})
+		}
 		// Never ran here: pass the handoff on, release, and leave the
 		// slot to another node for a while.
 		why := "volumes not ready: " + in.Note
-		if in.Missing {
-			why = "volume data missing: " + in.Note
-		}
 		if a.volBackoff == nil {
 			a.volBackoff = map[SlotID]time.Time{}
 		}

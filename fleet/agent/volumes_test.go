@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -411,6 +412,56 @@ func TestVolumesRestoreNamesPrevious(t *testing.T) {
 			r, ok := find[Restore](m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42}))
 			if !ok || r.Prev != tc.want {
 				t.Fatalf("restore %+v %v, want Prev %q", r, ok, tc.want)
+			}
+		})
+	}
+}
+
+// on_missing = "fail" (RestoreDone.Missing): the slot fails as an instance
+// that failed for good does (reset.go): its handoff passed on first, then
+// released with its failed mark and the "fail" record, no back-off; any
+// other failed restore is released plainly, with the back-off.
+func TestVolumesMissingFailsTheSlot(t *testing.T) {
+	id := SlotID{"db", 0}
+	for _, tc := range []struct {
+		name    string
+		done    RestoreDone
+		failed  bool
+		backoff bool
+	}{
+		{"on_missing fail", RestoreDone{Slot: id, Index: 42, Missing: true,
+			Note: `volume data missing: volume data: the last holder (n2) gave no handoff, and on_missing is "fail"`}, true, false},
+		{"source unreachable", RestoreDone{Slot: id, Index: 42, Note: "source unreachable"}, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t, dbVol)
+			claimed(t, m)
+			acts := m.step(tc.done)
+			if _, ok := find[Start](acts); ok {
+				t.Fatal("started after a failed restore")
+			}
+			if p, ok := find[PushHandoff](acts); !ok || p.Ready {
+				t.Fatalf("handoff: %+v %v, want one passed on", p, ok)
+			}
+			acts = m.step(HandoffDone{Slot: id, OK: true})
+			r, ok := find[Release](acts)
+			if !ok {
+				t.Fatalf("no release: %v", acts)
+			}
+			if (r.Failed != nil) != tc.failed {
+				t.Fatalf("release failed mark %+v, want failed %v", r.Failed, tc.failed)
+			}
+			if tc.failed {
+				if r.Failed.Node != "me" || r.Failed.Reason != tc.done.Note {
+					t.Errorf("failed mark %+v", r.Failed)
+				}
+				if rec := records(acts, "fail"); len(rec) != 1 || !strings.Contains(rec[0].Reason, "mariposa reset db/0") {
+					t.Errorf("fail records %v", rec)
+				}
+			}
+			_, backoff := m.a.volBackoff[id]
+			if backoff != tc.backoff {
+				t.Errorf("back-off %v, want %v", backoff, tc.backoff)
 			}
 		})
 	}

@@ -291,6 +291,18 @@ func TestVolumeLostWithoutHandoff(t *testing.T) {
 				if got := next.started(); len(got) != 0 {
 					t.Fatalf("%s started with on_missing = \"fail\": %v", next.node, got)
 				}
+				// The slot failed, as cluster.Fleet's: its failed mark set
+				// by the release, until mariposa reset.
+				var mark cluster.FailedRecord
+				if !consultest.WaitFor(30*time.Second, func() bool {
+					p, _, err := c.KV().Get(cluster.FailedKey(id.Unit, id.K), &api.QueryOptions{RequireConsistent: true})
+					return err == nil && p != nil && json.Unmarshal(p.Value, &mark) == nil
+				}) {
+					t.Fatal("the slot was released without its failed mark")
+				}
+				if mark.Node != next.node || !strings.Contains(mark.Reason, "on_missing is \"fail\"") {
+					t.Fatalf("failed mark %+v, want %s's on_missing", mark, next.node)
+				}
 			default:
 				if !consultest.WaitFor(60*time.Second, func() bool { return len(next.started()) > 0 }) {
 					t.Fatalf("%s never started the slot", next.node)
