@@ -262,6 +262,7 @@ func agentUnits(units map[string]cluster.UnitSpec) []agent.Unit {
 		au.Reschedule, au.Group = agent.OnExhausted(u)
 		for _, sv := range u.Services {
 			au.MaxStop = max(au.MaxStop, sv.Stop.Drain+sv.Stop.Timeout)
+			au.Services = strings.TrimSpace(au.Services + " " + sv.Name)
 		}
 		out = append(out, au)
 	}

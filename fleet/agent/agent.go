@@ -40,6 +40,11 @@ type Unit struct {
 	// policy is Placement.Reschedule); Group: several services share the
 	// slot and fail as one (reschedule.go; OnExhausted reads both).
 	Reschedule, Group bool
+	// Services are the services of its instances, space-separated, each
+	// registered as <service>-<k> ("": the unit's name): a drain's
+	// handoff waits for them to pass on the next holder (AwaitSuccessor).
+	// A string, so that a Unit stays comparable.
+	Services string
 	// MaxStop is the longest its services' stop may take (drain, then
 	// the stop signal's timeout): a takeover of a slot lost with its
 	// node waits for it after stop_after (stopafter.go).
@@ -1249,6 +1254,11 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			// Stop once another node holds the slot, or at its
 			// stop_after (stopafter.go).
 			out = a.orphanStray(id, h, view, out)
+			if a.ops.handoffs[id] != nil {
+				// A drain's: it stops once the next holder's instance
+				// passes (ops.go, AwaitSuccessor).
+				continue
+			}
 			if view != nil && view.slot(id.K).Node != "" && view.slot(id.K).Node != a.cfg.Node && h.phase != Stopping {
 				h.phase = Stopping
 				out = append(out, Stop{Slot: id})

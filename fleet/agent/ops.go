@@ -102,6 +102,10 @@ type (
 		Status DrainStatus
 		OK     bool
 	}
+	// SuccessorPassing answers AwaitSuccessor: the slot's instances pass
+	// their checks on another node, or the wait gave up (the handoff's
+	// timeout bounds it either way).
+	SuccessorPassing struct{ Slot SlotID }
 )
 
 // Actions of the controls.
@@ -119,6 +123,15 @@ type (
 	CheckHeld struct {
 		Slots   []SlotID
 		Session string
+	}
+	// AwaitSuccessor: a drained non-exclusive slot is held by another
+	// node; answer SuccessorPassing once each of Services runs there as
+	// <service>-<k> with its checks passing in Consul (as cluster.Fleet's
+	// awaitSuccessor), so the old instance, still running, stops only
+	// then (website/commands/drain.md: the count is kept).
+	AwaitSuccessor struct {
+		Slot     SlotID
+		Services []string
 	}
 )
 
@@ -167,6 +180,9 @@ func (c claimRank) String() string { return fmt.Sprintf("rank %d of %d", c.rank+
 type handoff struct {
 	since     time.Time
 	releasing bool // a non-exclusive slot's release on its way
+	// asked: AwaitSuccessor sent; passed: its answer came (the new
+	// holder's instances pass).
+	asked, passed bool
 }
 
 type opsState struct {
@@ -313,6 +329,12 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 			a.ops.brakeRetry = now.Add(time.Second)
 		default:
 			a.ops.storm = nil // engaged by another node: its answer comes
+		}
+		return nil, true
+	case SuccessorPassing:
+		if ho := a.ops.handoffs[in.Slot]; ho != nil {
+			ho.passed = true
+			a.dirtyAll()
 		}
 		return nil, true
 	case DrainPublished:
@@ -602,6 +624,18 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 		v := a.slots[id.Unit]
 		moved := v != nil && v.holder(id.K) != "" && v.holder(id.K) != a.cfg.Node
 		timeout := !now.Before(ho.since.Add(handoffTimeout))
+		if moved && !ho.passed && !timeout {
+			// Held elsewhere: the old instance runs on until the new
+			// one passes its checks (the count kept).
+			if !ho.asked {
+				ho.asked = true
+				u := a.units[id.Unit]
+				out = append(out, AwaitSuccessor{Slot: id, Services: u.services()})
+			}
+			busy = true
+			at(ho.since.Add(handoffTimeout))
+			continue
+		}
 		if !moved && !timeout {
 			busy = true
 			at(ho.since.Add(handoffTimeout))
@@ -609,7 +643,7 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 		}
 		if h := a.held[id]; h != nil && h.orphan && h.phase != Stopping {
 			h.phase = Stopping
-			why := "another node holds the slot"
+			why := "its instance passes on the node that holds the slot now"
 			if !moved {
 				why = "no other node took the slot within " + handoffTimeout.String()
 			}
@@ -757,4 +791,13 @@ func (c Claim) Refusal(n int, failed []int) (notFresh, budget bool) {
 		}
 	}
 	return false, true
+}
+
+// services is what the instances of u register as (Unit.Services; its
+// name when it says none).
+func (u Unit) services() []string {
+	if s := strings.Fields(u.Services); len(s) > 0 {
+		return s
+	}
+	return []string{u.Name}
 }

@@ -349,7 +349,17 @@ func TestDrainOneAtATime(t *testing.T) {
 	if web := releasesOf(step(ReleaseDone{Slot: s.Slot, OK: true}), "web"); len(web) > 0 {
 		t.Fatal("the next slot before db/0 is held elsewhere")
 	}
+	// db/0 held by n2: the next slot waits until its instance passes
+	// there (drain.md: "the next slot moves once the new holder's
+	// instance passes").
 	acts = step(slots("db", 30, Slot{K: 0, Node: "n2", ModifyIndex: 30}))
+	if aw, ok := find[AwaitSuccessor](acts); !ok || aw.Slot != s.Slot || !slices.Equal(aw.Services, []string{"db"}) || len(releasesOf(acts, "web")) > 0 {
+		t.Fatalf("db/0 held by n2: want AwaitSuccessor for it and nothing more: %v", acts)
+	}
+	if _, ok := find[AwaitSuccessor](step(Tick{})); ok {
+		t.Fatal("AwaitSuccessor asked twice")
+	}
+	acts = step(SuccessorPassing{Slot: s.Slot})
 	rs := releasesOf(acts, "web")
 	if len(rs) != 1 || rs[0].Slot != (SlotID{"web", 0}) {
 		t.Fatalf("web/0 not given once db/0 moved: %v", acts)
@@ -364,8 +374,16 @@ func TestDrainOneAtATime(t *testing.T) {
 	if len(releasesOf(step(ReleaseDone{Slot: r.Slot, OK: true}), "web")) > 0 {
 		t.Fatal("web/1 before web/0 is held elsewhere")
 	}
-	// web/0 held by n3: its old instance stops, web/1 goes.
+	// web/0 held by n3: its old instance runs on until the new one
+	// passes; then it stops, and web/1 goes.
 	acts = step(slots("web", 31, Slot{K: 0, Node: "n3", ModifyIndex: 31}, Slot{K: 1, Node: "me", ModifyIndex: 12}))
+	if _, ok := find[Stop](acts); ok {
+		t.Fatalf("the orphan web/0 stopped before its successor passes: %v", acts)
+	}
+	if aw, ok := find[AwaitSuccessor](acts); !ok || aw.Slot != r.Slot {
+		t.Fatalf("no AwaitSuccessor for web/0: %v", acts)
+	}
+	acts = step(SuccessorPassing{Slot: r.Slot})
 	if s, ok := find[Stop](acts); !ok || s.Slot != r.Slot {
 		t.Fatalf("the orphan web/0 not stopped: %v", acts)
 	}

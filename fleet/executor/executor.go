@@ -454,7 +454,7 @@ func (e *Executor) handle(in any) {
 	case handoverReq:
 		e.handover(in)
 	case agent.InstanceStarted, agent.InstanceExited, agent.InstanceHealthy, agent.InstanceUnhealthy,
-		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished,
+		agent.ControlAnswer, agent.MoveDone, agent.BrakeDone, agent.DrainPublished, agent.SuccessorPassing,
 		agent.InstanceFailed, agent.RestartHeld, agent.IntentsPublished:
 		e.step(in)
 	default:
@@ -551,6 +551,8 @@ func (e *Executor) act(a any, audit []agent.Record) {
 		go e.publishDrain(a, audit)
 	case agent.CheckHeld:
 		go e.checkHeld(a)
+	case agent.AwaitSuccessor:
+		go e.awaitSuccessor(a)
 	case agent.MarkLost:
 		go e.markLost(a)
 	default:

@@ -3,6 +3,7 @@ package executor
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"time"
 
@@ -313,3 +314,43 @@ func failedOps(errs api.TxnErrors) []int {
 	}
 	return out
 }
+
+// awaitSuccessor performs agent.AwaitSuccessor: blocking queries on the
+// health of each of the slot's services until its instance (<service>-<k>)
+// passes on another node, as cluster.Fleet's drain waits; it gives up
+// after successorWait (the agent's handoff timeout bounds the wait too).
+// One at a time per node (a drain moves one slot at a time), so it holds
+// no place of the request budget, as a watch does not.
+func (e *Executor) awaitSuccessor(a agent.AwaitSuccessor) {
+	ctx, cancel := context.WithTimeout(e.ctx, successorWait)
+	defer cancel()
+	for _, svc := range a.Services {
+		want := svc + "-" + strconv.Itoa(a.Slot.K)
+		var index uint64
+		for {
+			es, meta, err := e.cfg.Client.Health().Service(svc, "", true,
+				(&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(ctx))
+			if ctx.Err() != nil {
+				if e.ctx.Err() == nil {
+					e.log.Warn("drain: the slot's new instance did not pass in time; going on", "slot", a.Slot.String())
+					e.inbox.post(agent.SuccessorPassing{Slot: a.Slot})
+				}
+				return
+			}
+			if err != nil {
+				sleep(ctx, time.Second)
+				continue
+			}
+			if slices.ContainsFunc(es, func(se *api.ServiceEntry) bool {
+				return se.Service != nil && se.Node != nil && se.Service.ID == want && se.Node.Node != e.cfg.Node
+			}) {
+				break
+			}
+			index = advance(index, meta.LastIndex)
+		}
+	}
+	e.inbox.post(agent.SuccessorPassing{Slot: a.Slot})
+}
+
+// successorWait bounds awaitSuccessor (the agent's handoff timeout).
+const successorWait = 2 * time.Minute

@@ -833,6 +833,12 @@ func (s *Sim) act(n *node, a any) {
 		s.publishDrain(n, a)
 	case agent.CheckHeld:
 		s.checkHeld(n, a)
+	case agent.AwaitSuccessor:
+		// The model runs no instance's checks: the new holder's instance
+		// passes after one round trip (a lost answer is the executor's
+		// giving up: passing all the same).
+		s.rpc(n, func() any { return agent.SuccessorPassing{Slot: a.Slot} },
+			func() any { return agent.SuccessorPassing{Slot: a.Slot} })
 	default:
 		if !s.actDeploy(n, a) && !s.actVolumes(n, a) && !s.actQueue(n, a) {
 			panic(fmt.Sprintf("sim: unknown action %T", a))
