@@ -64,8 +64,8 @@ func TestAgentUnits(t *testing.T) {
 	dm := schema.DefaultMaxPerNode
 	want := []agent.Unit{
 		{Name: "db", Count: 1, Exclusive: true, MaxPerNode: dm, Placement: dbP},
-		{Name: "grp", Count: 1, MaxPerNode: dm, Placement: grpP, Group: true},
-		{Name: "job", Count: 2, MaxPerNode: dm, Placement: jobP, Reschedule: true},
+		{Name: "grp", Count: 1, MaxPerNode: dm, Placement: grpP, Group: true, Services: "a b"},
+		{Name: "job", Count: 2, MaxPerNode: dm, Placement: jobP, Reschedule: true, Services: "job"},
 		{Name: "kv", Count: 1, Exclusive: true, MaxPerNode: dm, Volumes: true, Placement: kvP, Sticky: true},
 		{Name: "web", Count: 3, MaxPerNode: 1, Placement: webP, Resources: cluster.Reservation{CPU: 500, Memory: 256}},
 	}

@@ -73,6 +73,11 @@ type Faults struct {
 type Config struct {
 	// Client talks to the node's Consul agent.
 	Client *api.Client
+	// SuccessorPasses, when set, replaces the health queries by which a
+	// drain's handoff waits for the slot's new instances to pass
+	// (AwaitSuccessor): it returns once they pass (or ctx ends). For
+	// instances Consul does not know (tests' fakes).
+	SuccessorPasses func(ctx context.Context, slot agent.SlotID, services []string)
 	// Node is the node's Consul node name (the session's node and the
 	// agent's name in placement).
 	Node string

@@ -408,7 +408,8 @@ func newFleet(t *testing.T, o fleetOptions, units ...agent.Unit) *fleet {
 			faults = o.faults(i)
 		}
 		ec := executor.Config{Client: c, Node: name, Checks: []string{n.check}, LockDelay: o.lockDelay,
-			Seed: uint64(i + 1), Instances: r, Faults: faults, Control: o.control, Log: consultest.Logger(t, name)}
+			Seed: uint64(i + 1), Instances: r, Faults: faults, Control: o.control, Log: consultest.Logger(t, name),
+			SuccessorPasses: f.successorPasses}
 		if o.config != nil {
 			o.config(i, &ec)
 		}
@@ -935,4 +936,26 @@ func TestLostClaimAnswerReleasesStray(t *testing.T) {
 	}
 	t.Logf("claim answers lost: %v", lost)
 	f.checkNoOverlap()
+}
+
+// successorPasses stands for a drain's wait on Consul's health (the fake
+// instances register nothing): the slot's new instance passes once it
+// runs on another node than the one giving it up (healthyAfter later).
+func (f *fleet) successorPasses(ctx context.Context, slot agent.SlotID, _ []string) {
+	for ctx.Err() == nil {
+		keys, err := f.slotKeys(slot.Unit)
+		if err == nil {
+			if p := keys[slot.K]; p != nil && p.Session != "" {
+				if n, err := f.nodeOf(p.Session); err == nil {
+					if _, ok := f.rec.runningOf(slot)[n]; ok {
+						return
+					}
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

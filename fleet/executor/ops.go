@@ -324,6 +324,13 @@ func failedOps(errs api.TxnErrors) []int {
 func (e *Executor) awaitSuccessor(a agent.AwaitSuccessor) {
 	ctx, cancel := context.WithTimeout(e.ctx, successorWait)
 	defer cancel()
+	if f := e.cfg.SuccessorPasses; f != nil {
+		f(ctx, a.Slot, a.Services)
+		if e.ctx.Err() == nil {
+			e.inbox.post(agent.SuccessorPassing{Slot: a.Slot})
+		}
+		return
+	}
 	for _, svc := range a.Services {
 		want := svc + "-" + strconv.Itoa(a.Slot.K)
 		var index uint64
