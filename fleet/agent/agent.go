@@ -905,7 +905,14 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		if units := a.refreshFor(a.nodes, in.View); len(units) > 0 {
 			out = append(out, Refresh{Units: units})
 		}
+		// This node back among the live (its checks passing again, after
+		// a freeze or a cut): the free slots were ranked without it, and
+		// no answer may come to rank them again (nothing else changes).
+		back := !liveIn(a.nodes, a.cfg.Node) && liveIn(in.View, a.cfg.Node)
 		a.nodes = in.View
+		if back {
+			a.dirtyAll()
+		}
 	case SessionCreated:
 		a.asking = false
 		if in.Err == nil {
@@ -1641,4 +1648,9 @@ func maxTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// liveIn: node is among v's live nodes (listed, not failing).
+func liveIn(v *NodesView, node string) bool {
+	return v != nil && slices.Contains(v.Nodes, node) && !slices.Contains(v.Failing, node)
 }

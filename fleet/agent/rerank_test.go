@@ -152,3 +152,38 @@ func TestUndrainedNodeClaimsAgain(t *testing.T) {
 	}
 	t.Fatal("no claim after the undo")
 }
+
+// A node back among the live (its checks passing again after a freeze)
+// ranks the free slots it saw while it was not: the slot's view was
+// answered while this node was failing, and no other answer comes.
+// Mutation check: without NodesAnswer's dirtyAll on the node's return,
+// no claim and no wake (TestFleetVolumeStopCutShort stalled so in CI).
+func TestNodeBackAmongLiveClaims(t *testing.T) {
+	u := Unit{Name: "notes", Count: 1, Exclusive: true, MaxPerNode: 1}
+	m := &machine{t: t, now: t0, a: New(Config{Node: "me", Seed: 1, Control: true})}
+	m.step(UnitsAnswer{Units: []Unit{u}})
+	m.step(SessionCreated{ID: "s-me"})
+	m.step(ControlAnswer{View: &ControlView{Index: 2}})
+	m.step(NodesAnswer{View: &NodesView{Index: 1, Nodes: []string{"other"}, Failing: []string{"me"}}})
+	acts := m.step(slots("notes", 10, Slot{K: 0, Released: true}))
+	if c, ok := find[Claim](acts); ok {
+		t.Fatalf("claimed while failing: %+v", c)
+	}
+	m.now = m.now.Add(time.Second)
+	acts = m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "other"}}})
+	for range 20 {
+		if c, ok := find[Claim](acts); ok {
+			if c.Slot != (SlotID{"notes", 0}) {
+				t.Fatalf("claim %+v", c)
+			}
+			return
+		}
+		w, ok := find[Wake](acts)
+		if !ok {
+			t.Fatalf("no claim and no wake once back among the live: %+v", acts)
+		}
+		m.now = w.At
+		acts = m.step(Tick{})
+	}
+	t.Fatal("no claim once back among the live")
+}
