@@ -166,7 +166,11 @@ service %q {
 	if err != nil || !strings.Contains(string(out), "is lifted") {
 		t.Fatalf("mariposa resume: %v\n%s", err, out)
 	}
-	waitFor(t, 30*time.Second, "api back at count 5 on the survivors", func() (bool, string) {
+	// The takeover budget still paces them: one lost node's slots per
+	// TakeoverWindow (10s), and up to two lost nodes are left, each after
+	// its lock delay and rank delays: 20-25s on an idle machine, so the
+	// deadline leaves room for a loaded one.
+	waitFor(t, 90*time.Second, "api back at count 5 on the survivors", func() (bool, string) {
 		n, s := free()
 		return n == 0 && passingCount(c, "api") >= 5, s
 	})
