@@ -135,22 +135,28 @@ func TestUndrainedNodeClaimsAgain(t *testing.T) {
 	// (another node claimed and released it meanwhile: the index's keys
 	// are the same, so no newer answer comes).
 	m.now = m.now.Add(100 * time.Millisecond)
-	acts = m.step(ControlAnswer{View: &ControlView{Index: 3}})
+	claimsIn(m, m.step(ControlAnswer{View: &ControlView{Index: 3}}), SlotID{"notes", 0}, "after the undo")
+}
+
+// claimsIn follows acts' wakes (at most 20) until the agent claims id,
+// and fails the test when it claims another slot or stops waking.
+func claimsIn(m *machine, acts []any, id SlotID, when string) {
+	m.t.Helper()
 	for range 20 {
 		if c, ok := find[Claim](acts); ok {
-			if c.Slot != (SlotID{"notes", 0}) {
-				t.Fatalf("claim %+v", c)
+			if c.Slot != id {
+				m.t.Fatalf("claim %+v, want %s", c, id)
 			}
 			return
 		}
 		w, ok := find[Wake](acts)
 		if !ok {
-			t.Fatalf("no claim and no wake after the undo: %+v", acts)
+			m.t.Fatalf("no claim and no wake %s: %+v", when, acts)
 		}
 		m.now = w.At
 		acts = m.step(Tick{})
 	}
-	t.Fatal("no claim after the undo")
+	m.t.Fatalf("no claim %s", when)
 }
 
 // A node back among the live (its checks passing again after a freeze)
@@ -170,20 +176,5 @@ func TestNodeBackAmongLiveClaims(t *testing.T) {
 		t.Fatalf("claimed while failing: %+v", c)
 	}
 	m.now = m.now.Add(time.Second)
-	acts = m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "other"}}})
-	for range 20 {
-		if c, ok := find[Claim](acts); ok {
-			if c.Slot != (SlotID{"notes", 0}) {
-				t.Fatalf("claim %+v", c)
-			}
-			return
-		}
-		w, ok := find[Wake](acts)
-		if !ok {
-			t.Fatalf("no claim and no wake once back among the live: %+v", acts)
-		}
-		m.now = w.At
-		acts = m.step(Tick{})
-	}
-	t.Fatal("no claim once back among the live")
+	claimsIn(m, m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "other"}}}), SlotID{"notes", 0}, "once back among the live")
 }
