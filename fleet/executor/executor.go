@@ -14,7 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/mariposa-sh/mariposa/fleet/agent"
-	"github.com/mariposa-sh/mariposa/internal/holdrule"
+	"github.com/mariposa-sh/mariposa/internal/lease"
 )
 
 // Defaults for Config.
@@ -93,7 +93,9 @@ type Config struct {
 	TTL       time.Duration
 	LockDelay time.Duration
 	// Detect is the agent's failure-detection floor D (internal/holdrule);
-	// 0: holdrule.DefaultDetect, negative: the strict rule.
+	// 0: the local agent's own (lease.AgentTiming: its LAN gossip
+	// suspicion_mult x probe_interval), the strict rule when it cannot be
+	// read; negative: the strict rule.
 	Detect time.Duration
 	// Step is the rank spacing (default cluster.DefaultStep).
 	Step time.Duration
@@ -223,7 +225,21 @@ func New(cfg Config) *Executor {
 	}
 	switch {
 	case cfg.Detect == 0:
-		cfg.Detect = holdrule.DefaultDetect
+		// Consul's defaults (holdrule.DefaultDetect) are not the
+		// cluster's: one tuned to detect failures faster invalidates a
+		// cut-off holder's session sooner, and a D of 4 s then let an
+		// exclusive instance run on past another's start (e2e
+		// TestFleetMinorityPartitionDiesInTime, gossip at 900 ms).
+		d, _, err := lease.AgentTiming(cfg.Client)
+		if err != nil {
+			log := cfg.Log
+			if log == nil {
+				log = hclog.NewNullLogger()
+			}
+			log.Warn("cannot read the agent's gossip timing: a Consul leader election ends every exclusive hold (strict rule)", "error", err)
+			d = 0
+		}
+		cfg.Detect = d
 	case cfg.Detect < 0:
 		cfg.Detect = 0
 	}
@@ -246,6 +262,11 @@ func New(cfg Config) *Executor {
 		TTL: cfg.TTL, MarkLost: true})
 	return e
 }
+
+// Detect is the failure-detection floor D the agent's exclusive holds
+// ride a Consul election with (internal/holdrule): Config.Detect, or the
+// local agent's gossip floor read by New; 0 is the strict rule.
+func (e *Executor) Detect() time.Duration { return e.cfg.Detect }
 
 // Start runs the executor: its loop and the fleet's watches.
 func (e *Executor) Start() {

@@ -383,7 +383,7 @@ func (l *Lease) resolveRule() {
 	if done {
 		return
 	}
-	detect, heartbeat, err := l.agentTiming()
+	detect, heartbeat, err := AgentTiming(l.cfg.Client)
 	if l.cfg.Detect != 0 {
 		detect = max(l.cfg.Detect, 0)
 	} else if err != nil {
@@ -400,11 +400,15 @@ func (l *Lease) resolveRule() {
 	}
 }
 
-// agentTiming reads the local agent's gossip suspicion floor (LAN
-// suspicion_mult x probe_interval; log10(N) only raises it) and raft
-// heartbeat timeout (raft_multiplier x 1s) from its configuration.
-func (l *Lease) agentTiming() (detect, heartbeat time.Duration, err error) {
-	self, err := l.cfg.Client.Agent().Self()
+// AgentTiming reads the local agent's gossip suspicion floor (LAN
+// suspicion_mult x probe_interval; log10(N) only raises it), the D of
+// internal/holdrule, and its raft heartbeat timeout (raft_multiplier x
+// 1s) from its configuration. The floor is the agent's own setting, which
+// the argument assumes every member shares (a cluster tuned to detect
+// failures faster lets a leader invalidate a cut-off session sooner: a D
+// of Consul's defaults would then outlast it).
+func AgentTiming(client *api.Client) (detect, heartbeat time.Duration, err error) {
+	self, err := client.Agent().Self()
 	if err != nil {
 		return 0, 0, err
 	}
