@@ -35,8 +35,9 @@ import (
 // Printed, per round and over the rounds:
 //
 //   - time to successful: from just before `mariposa deploy -wait` is
-//     started to the deployment's state "successful" (its `at`, written by
-//     the judging node; one host, one clock), beside its anchor from the
+//     started to the unit's record moved to "successful" (the time of
+//     the deploy-successful audit record written with it by the judging
+//     node; one host, one clock), beside its anchor from the
 //     update block: ceil(30/5) batches x min_healthy_time = 12 s, the least
 //     the policy itself allows, and the ratio; and beside what perfect
 //     hand-offs would give with this run's instances (ceil(30/5) x the
@@ -53,15 +54,17 @@ import (
 //     classifies them (KV and txn writes by key prefix, a failed CAS or
 //     txn marked: each is a Raft entry; agent writes are local and reach
 //     Raft through anti-entropy), beside the least a rollout writes by
-//     design per instance: the slot's restamp and healthy publication (2
-//     txns) and the token's contender key, the txn that CASes .lock and
-//     marks the contender holding, and the contender key's delete that
-//     gives the token back (3; internal/semaphore); and the failed
-//     CASes and txns per instance (each a Raft entry that changed
-//     nothing), those on the rollout tokens apart: a release that woke
-//     every waiter showed there (api.Semaphore: ~3.7 per instance);
-//   - where the time goes, from the mariposas' logs (JSON lines; kept per
-//     round in MARIPOSA_BENCH_LOGS=DIR when set): the first replacement
+//     design per instance: the holder's status saying the update and
+//     then healthy (2 txns, each with its audit record), the token taken
+//     and given back (2 txns: a token is a key of its own, locked by the
+//     holder's session, CLUSTER.md section 12); and the failed CASes and
+//     txns per instance (each a Raft entry that changed nothing), those
+//     on the rollout tokens apart (api.Semaphore's herd, cluster.Fleet's,
+//     made ~3.7 per instance: a release woke every waiter; the step
+//     machine's holders take turns, fleet/agent/tokens.go);
+//   - where the time goes, from the unit's audit records (each slot's
+//     update and healthy; the mariposas' logs are kept per round in
+//     MARIPOSA_BENCH_LOGS=DIR when set): the first replacement
 //     after the deploy, replacement -> healthy per instance, the token
 //     hand-offs (a healthy line to the next replacement), the last
 //     healthy -> successful, and the token-seconds unused while instances
@@ -156,16 +159,19 @@ service "web" {
 		}
 		return n
 	}
-	// settled: no rollout contender left (every token given back).
+	// settled: every rollout token given back (the step machine's under
+	// units/web/tokens/, cluster.Fleet's contenders under rollout/web/).
 	settled := func() (bool, string) {
-		pairs, _, err := c.KV().List(cluster.RolloutPrefix+"web/", nil)
-		if err != nil {
-			return false, err.Error()
-		}
 		var left []string
-		for _, p := range pairs {
-			if p.Session != "" {
-				left = append(left, p.Key)
+		for _, prefix := range []string{cluster.UnitDeployPrefix("web") + "tokens/", cluster.RolloutPrefix + "web/"} {
+			pairs, _, err := c.KV().List(prefix, nil)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, p := range pairs {
+				if p.Session != "" {
+					left = append(left, p.Key)
+				}
 			}
 		}
 		return len(left) == 0, fmt.Sprint(left)
@@ -252,16 +258,30 @@ service "web" {
 		if err != nil {
 			b.Fatal(err)
 		}
-		n := d.Spec.N
-		st, err := cluster.ReadDeployState(c, "web", n)
-		if err != nil || st == nil || st.Status != cluster.DeploySuccessful {
-			b.Fatalf("round %d: state of spec %d: %+v %v", r, n, st, err)
+		// The deployment as deploy -wait reads it: the unit's record,
+		// moved by its judge (slot 0's holder) in one transaction with
+		// its audit record, whose time says when.
+		recKV, _, err := c.KV().Get(cluster.RecordKey("web"), &api.QueryOptions{RequireConsistent: true})
+		if err != nil || recKV == nil {
+			b.Fatalf("round %d: the unit's record: %v", r, err)
 		}
-		stKV, _, err := c.KV().Get(cluster.StateKey("web", n), &api.QueryOptions{RequireConsistent: true})
-		if err != nil || stKV == nil {
-			b.Fatalf("round %d: state key: %v", r, err)
+		var rec cluster.UnitRecord
+		if err := json.Unmarshal(recKV.Value, &rec); err != nil || rec.Status != cluster.DeploySuccessful || rec.Spec != cluster.SpecVersion("web", d.Spec.N) {
+			b.Fatalf("round %d: the unit's record: %+v %v", r, rec, err)
 		}
-		hash := cluster.VersionOf(d.Spec, "web")
+		audit := fleetAuditSince(b, c, "web", t0)
+		var st cluster.DeployState
+		st.Started = rec.Started
+		for _, e := range audit {
+			if e.Action == "deploy-successful" {
+				st.At = e.At
+			}
+		}
+		if st.At.IsZero() {
+			b.Fatalf("round %d: no deploy-successful record in the audit log", r)
+		}
+		stKV := recKV
+		hash := rec.Version
 		logs := map[string]string{}
 		for name, m := range ms {
 			logs[name] = m.out.String()[logs0[name]:]
@@ -281,7 +301,7 @@ service "web" {
 			entries: int(idx1 - idx0), toSuccessEntries: int(stKV.ModifyIndex - idx0),
 			metrics: diffMetrics(met1, met0), writes: diffCounts(w1, w0), reads: r1 - r0,
 			catalog: catalog, successAt: st.At,
-			tl:     rolloutTimeline(logs, hash, t0, st.At, maxParallel),
+			tl:     rolloutTimeline(audit, hash, t0, st.At, maxParallel),
 			window: window,
 		})
 		// Let the last syncs pass before the next round's window opens.
@@ -339,10 +359,10 @@ service "web" {
 			kvw += v
 		}
 	}
-	fmt.Printf("  the mariposas' writes, per instance: %.2f KV/txn (design minimum 5: restamp and healthy txns, contender acquire, acquire txn, contender delete): %s; reads %.1f\n",
+	fmt.Printf("  the mariposas' writes, per instance: %.2f KV/txn (design minimum 4: the update and healthy status txns, the token taken and given back): %s; reads %.1f\n",
 		float64(kvw)/float64(updated), perInstance(floatCounts(writes), updated), float64(reads)/float64(updated))
 	failedAll, failedTokens := failedWrites(writes)
-	fmt.Printf("  failed CASes and txns per instance: %.2f, of which on the rollout tokens %.2f (api.Semaphore's herd: ~3.7; goal: a release wakes one waiter)\n",
+	fmt.Printf("  failed CASes and txns per instance: %.2f, of which on the rollout tokens %.2f (cluster.Fleet's api.Semaphore herd: ~3.7; goal: a release wakes one waiter)\n",
 		float64(failedAll)/float64(updated), float64(failedTokens)/float64(updated))
 	b.ReportMetric(toSucc, "s-to-successful")
 	b.ReportMetric(toSucc/bound.Seconds(), "ratio-to-bound")
@@ -601,6 +621,21 @@ func keyClass(key string) string {
 		return "other"
 	}
 	top, _, _ := strings.Cut(rest, "/")
+	if top == "units" {
+		// The step machine's: units/<unit>/{record,status/<k>,tokens/<t>}.
+		parts := strings.Split(rest, "/")
+		if len(parts) >= 3 {
+			switch parts[2] {
+			case "tokens":
+				return "unit token"
+			case "status":
+				return "unit status"
+			case "record":
+				return "unit record"
+			}
+		}
+		return "units"
+	}
 	if top == "rollout" {
 		switch {
 		case strings.HasSuffix(key, "/.lock"):
@@ -676,7 +711,7 @@ func failedWrites(writes map[string]int) (all, tokens int) {
 			continue
 		}
 		all += v
-		if strings.Contains(k, "rollout .lock") || strings.Contains(k, "rollout contender") {
+		if strings.Contains(k, "rollout .lock") || strings.Contains(k, "rollout contender") || strings.Contains(k, "unit token") {
 			tokens += v
 		}
 	}
@@ -759,77 +794,68 @@ type deployTimeline struct {
 	span                             time.Duration
 	maxInFlight, maxPerNode          int
 	lastBatchNodes                   string
-	// From the healthy lines' fields (parts: how many had them), p50s:
-	// replacement -> min_healthy_time's start, that start -> the catalog
-	// showing the instance passing, replacement -> token back, and token
-	// back -> the next replacement.
-	parts                                                int
-	toCounted50, catalogAhead50, toBack50, backHandoff50 time.Duration
 }
 
 func (t deployTimeline) String() string {
 	if t.instances == 0 {
-		return "no rollout lines in the logs"
+		return "no rollout records in the audit log"
 	}
-	return fmt.Sprintf("logs: %d instances replaced, first %.2fs after the deploy, replacement -> healthy p50 %.2fs max %.2fs, token hand-off (healthy -> next replacement, in order) min %.2fs p50 %.2fs p90 %.2fs, last healthy -> successful %.2fs, at most %d in flight; unused token-seconds while instances waited: %.1f with every such node busy with another of its slots (up to %d slots a node), %.1f hand-off (of %.1f over %.1fs); last to go: %s",
+	return fmt.Sprintf("audit: %d instances replaced, first %.2fs after the deploy, replacement -> healthy p50 %.2fs max %.2fs, token hand-off (healthy -> next replacement, in order) min %.2fs p50 %.2fs p90 %.2fs, last healthy -> successful %.2fs, at most %d in flight; unused token-seconds while instances waited: %.1f with every such node busy with another of its slots (up to %d slots a node), %.1f hand-off (of %.1f over %.1fs); last to go: %s",
 		t.instances, t.first.Seconds(), t.replaceToHealthy50.Seconds(), t.rthMax.Seconds(), t.handoffMin.Seconds(), t.handoff50.Seconds(), t.handoff90.Seconds(), t.tail.Seconds(), t.maxInFlight,
-		t.idleBusyNodes, t.maxPerNode, t.idleHandoff, float64(t.tokens)*t.span.Seconds(), t.span.Seconds(), t.lastBatchNodes) + t.partsString()
+		t.idleBusyNodes, t.maxPerNode, t.idleHandoff, float64(t.tokens)*t.span.Seconds(), t.span.Seconds(), t.lastBatchNodes)
 }
 
-func (t deployTimeline) partsString() string {
-	if t.parts == 0 {
-		return ""
+// fleetAuditSince is unit's audit records from t0 on (the days from t0's
+// to today's), in time order.
+func fleetAuditSince(b testing.TB, c *api.Client, unit string, t0 time.Time) []cluster.AuditEvent {
+	b.Helper()
+	var out []cluster.AuditEvent
+	for day := t0.UTC().Truncate(24 * time.Hour); !day.After(time.Now().UTC()); day = day.Add(24 * time.Hour) {
+		pairs, _, err := c.KV().List(cluster.AuditPrefix+day.Format("2006-01-02")+"/", &api.QueryOptions{RequireConsistent: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, p := range pairs {
+			var e cluster.AuditEvent
+			if json.Unmarshal(p.Value, &e) != nil || e.Service != unit || e.At.Before(t0) {
+				continue
+			}
+			out = append(out, e)
+		}
 	}
-	return fmt.Sprintf("; per instance (%d, p50): replacement -> min_healthy_time counting %.3fs (the catalog showed it passing %.3fs after that), replacement -> token back %.3fs, token back -> next replacement %.3fs",
-		t.parts, t.toCounted50.Seconds(), t.catalogAhead50.Seconds(), t.toBack50.Seconds(), t.backHandoff50.Seconds())
+	sort.SliceStable(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
+	return out
 }
 
-// rolloutTimeline reads the "rollout: replacing the instance" and
-// "rollout: instance healthy on the new version" lines of version hash
-// from each node's log (JSON lines).
-func rolloutTimeline(logs map[string]string, hash string, t0, success time.Time, tokens int) deployTimeline {
+// rolloutTimeline reads a rollout to version from the unit's audit
+// records: each slot's "update" (its status says it moves to version; the
+// instance is replaced once that is written) and its "healthy" (healthy
+// at version for min_healthy_time), and the claims and releases (a slot
+// that changed hands: not a clean rollout).
+func rolloutTimeline(audit []cluster.AuditEvent, version string, t0, success time.Time, tokens int) deployTimeline {
 	type inst struct {
 		node            string
 		replace, health time.Time
-		// From the healthy line, when it has them: when min_healthy_time
-		// started counting, when the catalog first showed the instance
-		// passing, when the token went back.
-		counted, catalog, back time.Time
 	}
 	all := map[string]*inst{}
 	claims, losses := 0, 0
-	for node, text := range logs {
-		for _, line := range strings.Split(text, "\n") {
-			switch {
-			case strings.Contains(line, `"@message":"claimed slot"`):
-				claims++
-			case strings.Contains(line, `"@message":"lost slot`), strings.Contains(line, `"@message":"slot held by another node`):
-				losses++
-			}
-			if !strings.Contains(line, "rollout: ") {
-				continue
-			}
-			var e map[string]any
-			if json.Unmarshal([]byte(line), &e) != nil || fmt.Sprint(e["version"]) != hash {
-				continue
-			}
-			at, ok := parseLogTime(fmt.Sprint(e["@timestamp"]))
-			if !ok {
-				continue
-			}
-			id := node + "/" + fmt.Sprint(e["slot"])
-			if all[id] == nil {
-				all[id] = &inst{node: node}
-			}
-			switch e["@message"] {
-			case "rollout: replacing the instance":
-				all[id].replace = at
-			case "rollout: instance healthy on the new version":
-				all[id].health = at
-				all[id].counted, _ = parseLogTime(fmt.Sprint(e["counted_from"]))
-				all[id].catalog, _ = parseLogTime(fmt.Sprint(e["catalog_from"]))
-				all[id].back, _ = parseLogTime(fmt.Sprint(e["token_back"]))
-			}
+	for _, e := range audit {
+		switch e.Action {
+		case "claim":
+			claims++
+		case "release", "reschedule", "fail":
+			losses++
+		}
+		if e.To != version || (e.Action != "update" && e.Action != "healthy") {
+			continue
+		}
+		if all[e.Slot] == nil {
+			all[e.Slot] = &inst{node: e.Node}
+		}
+		if e.Action == "update" {
+			all[e.Slot].replace = e.At
+		} else {
+			all[e.Slot].health = e.At
 		}
 	}
 	var is []*inst
@@ -873,33 +899,6 @@ func rolloutTimeline(logs map[string]string, hash string, t0, success time.Time,
 		t.handoffMin, t.handoff50, t.handoff90 = gaps[0], gaps[len(gaps)/2], gaps[len(gaps)*9/10]
 	}
 	sort.Slice(rth, func(i, j int) bool { return rth[i] < rth[j] })
-	// The parts, where the healthy lines say them.
-	var toCounted, ahead, toBack, backHandoff []time.Duration
-	var backs []time.Time
-	for _, x := range is {
-		if x.counted.IsZero() || x.back.IsZero() {
-			continue
-		}
-		toCounted = append(toCounted, x.counted.Sub(x.replace))
-		ahead = append(ahead, x.catalog.Sub(x.counted))
-		toBack = append(toBack, x.back.Sub(x.replace))
-		backs = append(backs, x.back)
-	}
-	if len(backs) == len(is) {
-		sort.Slice(backs, func(i, j int) bool { return backs[i].Before(backs[j]) })
-		for i, x := range is[min(tokens, len(is)):] {
-			backHandoff = append(backHandoff, x.replace.Sub(backs[i]))
-		}
-	}
-	p50 := func(d []time.Duration) time.Duration {
-		if len(d) == 0 {
-			return 0
-		}
-		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-		return d[len(d)/2]
-	}
-	t.parts = len(toCounted)
-	t.toCounted50, t.catalogAhead50, t.toBack50, t.backHandoff50 = p50(toCounted), p50(ahead), p50(toBack), p50(backHandoff)
 	t.first, t.tail = is[0].replace.Sub(t0), success.Sub(lastHealthy)
 	t.replaceToHealthy50, t.rthMax = rth[len(rth)/2], rth[len(rth)-1]
 	start, lastStart := is[0].replace, is[len(is)-1].replace

@@ -529,7 +529,10 @@ type held struct {
 type Faults struct {
 	NoWatchdog bool // an exclusive holder never kills an unconfirmed instance
 	NoToken    bool // a holder updates its instance without a rollout token
-	NoRevert   bool // the judge fails a deployment without its auto_revert
+	// TokenHerd: every waiting holder asks for a free rollout token at
+	// once, its turn or not (tokens.go).
+	TokenHerd bool
+	NoRevert  bool // the judge fails a deployment without its auto_revert
 	// The controls (ops.go): claims ignore pauses; takeovers ignore the
 	// storm brake; a drain says done as soon as it starts.
 	IgnorePause, IgnoreBrake, DrainDoneEarly bool

@@ -275,6 +275,9 @@ type (
 		Slot SlotID
 		T    int
 		OK   bool
+		// Index: the return's (ReturnToken.Index), the take it deleted
+		// when OK: a view that still shows that take is from before.
+		Index uint64
 	}
 	// PublishDone answers Publish (its Kind and Status.Version).
 	PublishDone struct {
@@ -371,6 +374,13 @@ type deployState struct {
 	// so yet (every hold says it, a deployment running or not: status's
 	// healthy count after a re-claim).
 	unsaid map[SlotID]bool
+	// loose: tokens of this session for slots it no longer holds
+	// (tokens.go).
+	loose map[looseKey]*looseToken
+	// turns: each unit's rollout token turns (tokens.go), computed once
+	// per look (seq).
+	turns map[string]*tokenTurns
+	seq   uint64
 }
 
 type move struct {
@@ -404,7 +414,12 @@ type holdDeploy struct {
 	tokenIdx          uint64 // the token key's ModifyIndex once taken
 	// strays: tokens this session holds for the slot unknown to it, and
 	// the view index at which their return was last sent.
-	strays     map[int]uint64
+	strays map[int]uint64
+	// gone: per token, the take whose return was answered deleted: a
+	// view that shows it (or an older one) is from before the return,
+	// and it is not given back again (a failed delete-cas each time
+	// otherwise: a Raft entry per instance updated, issue 28).
+	gone       map[int]uint64
 	refusedAt  uint64
 	tokenRetry time.Time
 	pub        string // the status last sent: version|kind
@@ -547,9 +562,14 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 			hd.refusedAt, hd.tokenRetry = v.Index, now.Add(time.Second)
 		}
 	case ReturnDone:
+		d.looseDone(in)
 		if hd := d.holds[in.Slot]; hd != nil {
 			hd.returning = false
-			if !in.OK {
+			if in.OK && in.Index > hd.gone[in.T] {
+				if hd.gone == nil {
+					hd.gone = map[int]uint64{}
+				}
+				hd.gone[in.T] = in.Index
 			}
 		}
 	case PublishDone:
@@ -589,6 +609,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 		// has a health to say: nothing moves (most steps of a fleet).
 		return out
 	}
+	d.seq++
 	if d.session != a.session {
 		// Tokens die with the session that locked them. A hold that
 		// had one is down for an update: claimed back (an orphan), it
@@ -625,10 +646,12 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 	for _, id := range sortSlots(ended) {
 		if hd := d.holds[id]; hd.token >= 0 && a.session != "" {
 			out = append(out, ReturnToken{Slot: id, T: hd.token, Session: a.session, Index: hd.tokenIdx})
+			d.looseSent(id, hd.token)
 		}
 		delete(d.holds, id)
 		delete(d.unsaid, id)
 	}
+	out = a.returnLoose(out)
 	for id := range d.unsaid {
 		if d.holds[id] == nil {
 			delete(d.unsaid, id)
@@ -667,7 +690,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			// the token, and an update runs only on a take's answer.
 			for _, t := range sortedTokens(v.Tokens) {
 				tok := v.Tokens[t]
-				if tok.Session != a.session || tok.K != id.K || t == hd.token || hd.strays[t] >= v.Index {
+				if tok.Session != a.session || tok.K != id.K || t == hd.token || hd.strays[t] >= v.Index || tok.Index <= hd.gone[t] {
 					continue
 				}
 				if hd.strays == nil {
@@ -693,7 +716,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 				at(hd.tokenRetry)
 				return
 			}
-			if t := freeToken(v, up.MaxParallel, id.K, taking[id.Unit]); t >= 0 {
+			if t := a.tokenFor(id, v, up.MaxParallel, taking[id.Unit], now, at); t >= 0 {
 				hd.taking, hd.takingT = true, t
 				if taking == nil {
 					taking = map[string]map[int]bool{}

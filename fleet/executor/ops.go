@@ -160,7 +160,7 @@ func (e *Executor) returnToken(a agent.ReturnToken) {
 		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: key, Session: a.Session}),
 		kv(&api.KVTxnOp{Verb: api.KVDeleteCAS, Key: key, Index: a.Index}),
 	})
-	e.inbox.post(sessionAns{session: a.Session, in: agent.ReturnDone{Slot: a.Slot, T: a.T, OK: err == nil && ok}})
+	e.inbox.post(sessionAns{session: a.Session, in: agent.ReturnDone{Slot: a.Slot, T: a.T, OK: err == nil && ok, Index: a.Index}})
 }
 
 // publish performs agent.Publish: the status, fenced by the session and

@@ -57,6 +57,11 @@ type DeployStats struct {
 	// deployment does not run (a slot claimed again: every hold says
 	// it, as cluster.Fleet's).
 	Statuses, Idle int
+	// Takes, TakesRefused: the rollout tokens asked for, and those
+	// refused (a Raft entry each that changes nothing: the herd the
+	// holders' turns avoid, fleet/agent/tokens.go); Returns,
+	// ReturnsRefused the same for their returns.
+	Takes, TakesRefused, Returns, ReturnsRefused int
 }
 
 // deployBound: a deployment of a unit of count slots is terminal within
@@ -451,6 +456,10 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 				{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session},
 				{Verb: api.KVLock, Key: agent.TokenKey(a.Slot.Unit, a.T), Session: a.Session, Value: []byte(strconv.Itoa(a.Slot.K))}})
 			s.note("%s token %d for %s: %v", n.name, a.T, a.Slot, err == nil && r.OK)
+			s.res.Deploys.Takes++
+			if err == nil && !r.OK {
+				s.res.Deploys.TakesRefused++
+			}
 			if err != nil || !r.OK {
 				return agent.TokenDone{Slot: a.Slot, T: a.T}
 			}
@@ -462,7 +471,11 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 				{Verb: api.KVCheckSession, Key: agent.TokenKey(a.Slot.Unit, a.T), Session: a.Session},
 				{Verb: api.KVDeleteCAS, Key: agent.TokenKey(a.Slot.Unit, a.T), Index: a.Index}})
 			s.note("%s token %d of %s back: %v", n.name, a.T, a.Slot, err == nil && r.OK)
-			return agent.ReturnDone{Slot: a.Slot, T: a.T, OK: err == nil && r.OK}
+			s.res.Deploys.Returns++
+			if err == nil && !r.OK {
+				s.res.Deploys.ReturnsRefused++
+			}
+			return agent.ReturnDone{Slot: a.Slot, T: a.T, OK: err == nil && r.OK, Index: a.Index}
 		}, func() any { return agent.ReturnDone{Slot: a.Slot, T: a.T} })
 	case agent.Update:
 		s.note("%s update %s %s -> %s index %d", n.name, a.Slot, a.From, a.To, a.Index)

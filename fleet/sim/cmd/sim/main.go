@@ -78,6 +78,10 @@ func main() {
 		deps.Updates += r.Deploys.Updates
 		deps.Statuses += r.Deploys.Statuses
 		deps.Idle += r.Deploys.Idle
+		deps.Takes += r.Deploys.Takes
+		deps.TakesRefused += r.Deploys.TakesRefused
+		deps.Returns += r.Deploys.Returns
+		deps.ReturnsRefused += r.Deploys.ReturnsRefused
 		deps.Longest = max(deps.Longest, r.Deploys.Longest)
 		for k, n := range r.Deploys.Outcomes {
 			if deps.Outcomes == nil {
@@ -115,6 +119,9 @@ func main() {
 		fmt.Printf("deployments: %d successful, %d failed (%d auto-reverted), %d cancelled, %d never ended; %d canary phases promoted; %d instances updated in place; longest %.1f s; %d statuses written (%d healthy with no deployment running, %.2f/vacancy)\n",
 			deps.Outcomes["successful"], deps.Outcomes["failed"], deps.Reverts, deps.Outcomes["cancelled"], deps.Outcomes["running"], deps.Promotes, deps.Updates, deps.Longest.Seconds(),
 			deps.Statuses, deps.Idle, float64(deps.Idle)/float64(max(1, vac)))
+		fmt.Printf("rollout tokens: %d taken of %d asked (%d refused, %.2f per instance updated), %d returns (%d refused, %.2f per instance updated)\n",
+			deps.Takes-deps.TakesRefused, deps.Takes, deps.TakesRefused, float64(deps.TakesRefused)/float64(max(1, deps.Updates)),
+			deps.Returns, deps.ReturnsRefused, float64(deps.ReturnsRefused)/float64(max(1, deps.Updates)))
 	}
 	if *volumes {
 		fmt.Printf("volumes: %s\n", vols)
