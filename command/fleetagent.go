@@ -98,6 +98,7 @@ type agentFleet struct {
 // agentExecutor is what agentFleet uses of executor.Executor.
 type agentExecutor interface {
 	SetUnits([]agent.Unit)
+	Halt()
 	InstanceStarted(agent.SlotID)
 	InstanceHealthy(slot agent.SlotID, version string, since time.Time)
 	InstanceUnhealthy(slot agent.SlotID, version string)
@@ -690,7 +691,7 @@ func (a *agentFleet) halt() {
 	}
 	a.halted = true
 	a.mu.Unlock()
-	a.ex.SetUnits(nil)
+	a.ex.Halt()
 }
 
 // release: every instance has stopped; the slots go (released, no lock
@@ -761,7 +762,7 @@ func (a *agentFleet) waiting() string {
 		names = append(names, id.String())
 	}
 	sort.Strings(names)
-	s := "fleet engine: agent (experimental)"
+	s := "fleet engine: step machine"
 	if len(names) > 0 {
 		s += "; running slots " + strings.Join(names, ", ")
 	}

@@ -113,6 +113,7 @@ func (f *fakeExec) InstanceUnhealthy(s agent.SlotID, v string) {
 	f.add("unhealthy " + s.String() + " " + v)
 }
 func (f *fakeExec) Stop(context.Context) error { f.add("stop"); return nil }
+func (f *fakeExec) Halt()                      { f.add("halt") }
 
 // waitFor waits for cond (5 s at most), or fails naming what and the
 // events seen.
@@ -209,12 +210,12 @@ func TestAgentFleetInstances(t *testing.T) {
 	a.halt()
 	a.Stop(agent.SlotID{Unit: "db", K: 0}, false)
 	a.release(context.Background())
-	want := []string{"started db/1", "exited db/1", "started db/0", "exited db/0", "stop"}
+	want := []string{"started db/1", "exited db/1", "started db/0", "halt", "exited db/0", "stop"}
 	if got := ex.seen(); !slices.Equal(got, want) {
 		t.Fatalf("events %v, want %v", got, want)
 	}
-	if len(ex.units) != 1 || ex.units[0] != nil {
-		t.Fatalf("units told %v, want none at the halt", ex.units)
+	if len(ex.units) != 0 {
+		t.Fatalf("units told %v at the halt, want none: Halt (a release there says \"mariposa stopped\")", ex.units)
 	}
 	a.Stop(agent.SlotID{Unit: "db", K: 1}, false)
 	if got := ex.seen(); got[len(got)-1] != "exited db/1" {
@@ -446,12 +447,12 @@ func TestAgentFleetStatsWaiting(t *testing.T) {
 	if st, ok := m.stats(); !ok || st.Node != "n1" || !st.Ready || st.LiveNodes != 3 {
 		t.Errorf("stats %+v, %v; want the executor's", st, ok)
 	}
-	want := "fleet engine: agent (experimental); running slots db/0\nslot api/2 free; rank 2, claiming in 400ms"
+	want := "fleet engine: step machine; running slots db/0\nslot api/2 free; rank 2, claiming in 400ms"
 	if got := m.waiting(); got != want {
 		t.Errorf("waiting %q, want %q", got, want)
 	}
 	ex.wait = ""
-	if got := m.waiting(); got != "fleet engine: agent (experimental); running slots db/0" {
+	if got := m.waiting(); got != "fleet engine: step machine; running slots db/0" {
 		t.Errorf("waiting with nothing to wait for: %q", got)
 	}
 }

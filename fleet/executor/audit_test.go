@@ -63,6 +63,9 @@ func TestClaimsAndReleasesAudited(t *testing.T) {
 	a := f.holderOf(agent.SlotID{Unit: "web", K: 0})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	// As mariposa stops (command's halt, then the release): Halt, the
+	// instances stopped, then Stop.
+	a.ex.Halt()
 	if err := a.ex.Stop(ctx); err != nil {
 		t.Fatalf("stop: %v", err)
 	}

@@ -198,9 +198,12 @@ type (
 	}
 	vacancyMoved struct{ unit string }
 	failingAns   struct{ nodes []string }
-	setUnits     struct{ units []agent.Unit }
-	stopReq      struct{ done chan struct{} }
-	stopNow      struct{}
+	setUnits     struct {
+		units    []agent.Unit
+		stopping bool // Halt
+	}
+	stopReq struct{ done chan struct{} }
+	stopNow struct{}
 )
 
 // New returns a node's executor; Start runs it.
@@ -285,6 +288,12 @@ func (e *Executor) Start() {
 // SetUnits gives the agent the units this node runs its part of (each a
 // unit's whole count: the agent decides which slots are this node's).
 func (e *Executor) SetUnits(units []agent.Unit) { e.inbox.post(setUnits{units: units}) }
+
+// Halt: mariposa stops. Nothing is claimed from here on and every held
+// slot's instance stops, its release saying "mariposa stopped" (not "unit
+// removed", as SetUnits(nil) would); Stop then releases what is left and
+// ends the executor.
+func (e *Executor) Halt() { e.inbox.post(setUnits{stopping: true}) }
 
 // InstanceStarted reports that the slot's instance runs.
 func (e *Executor) InstanceStarted(slot agent.SlotID) {
@@ -395,7 +404,7 @@ func (e *Executor) handle(in any) {
 		}
 		e.watchUnits(in.units)
 		e.followServices(in.units)
-		e.step(agent.UnitsAnswer{Units: in.units})
+		e.step(agent.UnitsAnswer{Units: in.units, Stopping: in.stopping})
 		e.unitsSet = true
 		e.readPrevious(in.units)
 	case stopReq:
