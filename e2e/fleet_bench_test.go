@@ -255,6 +255,12 @@ func BenchmarkFleetSteadyState(b *testing.B) {
 			}
 			for i := 0; i < b.N; i++ {
 				m := startMariposaAt(b, proxy.addr, "-cluster")
+				// deploy refuses a fleet with no live node (nothing would
+				// run): wait for this one's registration first.
+				waitFor(b, 60*time.Second, "the node live in the fleet", func() (bool, string) {
+					n := len(passingInstances(c, "mariposa"))
+					return n == 1, fmt.Sprint(n)
+				})
 				deploy(b, agent, writeHCL(b, hcl.String()))
 				waitFor(b, 60*time.Second, "10 slots held and passing", func() (bool, string) {
 					n := 0
