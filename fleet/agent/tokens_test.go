@@ -1,6 +1,9 @@
 package agent
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // Rollout tokens are taken in turns (tokens.go): the holders waiting for
 // one that see the same view ask only for their turn, so a token given
@@ -50,7 +53,7 @@ func TestTokensTakeTurns(t *testing.T) {
 					asked[tk.T]++
 				}
 			}
-			if !equalInts(askers, tc.askers) {
+			if !slices.Equal(askers, tc.askers) {
 				t.Errorf("asked: slots %v, want %v", askers, tc.askers)
 			}
 			for tok, n := range asked {
@@ -92,61 +95,5 @@ func TestTokenTurnLeftOpens(t *testing.T) {
 	m.now = m.now.Add(TokenGrace / 2)
 	if tk, ok := find[TakeToken](m.step(Tick{})); !ok || tk.Slot != (SlotID{"web", 2}) {
 		t.Fatalf("the turn left untaken did not open: %+v %v", tk, ok)
-	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// A hold that ends with its token gives it back; when that return fails
-// (a Consul election) the hold is gone, and the token, locked by a live
-// session, would block the deployment for good (the simulator's seed 64).
-// Every view that shows it has it given back again, until the return of
-// that take is answered; a view from before that answer's delete is not.
-//
-// Mutation-checked: without returnLoose the second return never comes.
-func TestLooseTokenGivenBack(t *testing.T) {
-	m := holder(t, 3, 2)
-	id := SlotID{"web", 2}
-	d := running(2, "v1", "v2")
-	acts := m.step(deployView(10, d, nil, nil))
-	tk, ok := find[TakeToken](acts)
-	if !ok || tk.Slot != id {
-		t.Fatalf("no token asked for: %v", acts)
-	}
-	m.step(TokenDone{Slot: id, T: tk.T, OK: true, Index: 77})
-	// Scaled down to 2: slot 2's hold ends, its token goes back.
-	acts = m.step(UnitsAnswer{Units: []Unit{{Name: "web", Count: 2, MaxPerNode: 1}}})
-	acts = append(acts, m.step(InstanceExited{Slot: id})...)
-	if rel, ok := find[Release](acts); ok {
-		acts = append(acts, m.step(ReleaseDone{Slot: rel.Slot, OK: true})...)
-	}
-	r, ok := find[ReturnToken](acts)
-	if !ok || r.T != tk.T || r.Index != 77 {
-		t.Fatalf("the ended hold's token not given back: %v", acts)
-	}
-	// Refused (no leader): the next view still shows it.
-	m.step(ReturnDone{Slot: id, T: tk.T, Index: 77})
-	held := map[int]Token{tk.T: {"s-me", 2, 77}}
-	acts = m.step(deployView(11, d, nil, held))
-	r, ok = find[ReturnToken](acts)
-	if !ok || r.T != tk.T || r.Index != 77 || r.Slot != id {
-		t.Fatalf("the loose token not given back again: %v", acts)
-	}
-	if acts := m.step(deployView(12, d, nil, held)); len(all[ReturnToken](acts)) > 0 {
-		t.Fatalf("a second return while one is on its way: %v", acts)
-	}
-	m.step(ReturnDone{Slot: id, T: tk.T, OK: true, Index: 77})
-	if acts := m.step(deployView(13, d, nil, held)); len(all[ReturnToken](acts)) > 0 {
-		t.Fatalf("given back again after its return was answered: %v", acts)
 	}
 }
