@@ -943,12 +943,3 @@ func rolloutTimeline(audit []cluster.AuditEvent, version string, t0, success tim
 	t.lastBatchNodes = strings.Join(last, " ")
 	return t
 }
-
-func parseLogTime(s string) (time.Time, bool) {
-	for _, layout := range []string{"2006-01-02T15:04:05.000Z0700", "2006-01-02T15:04:05.000000Z07:00", time.RFC3339Nano} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, true
-		}
-	}
-	return time.Time{}, false
-}
