@@ -15,27 +15,21 @@ import (
 
 // A deployment's state (CLUSTER.md section 5, items 1, 5 and 6). Every
 // spec n that a deploy makes desired gets deploy/<name>/state/<n>, written
-// in the deploy's own transaction:
+// in the deploy's own transaction: running (with its canary phase), and
+// cancelled when a later deploy (-force, or mariposa deploy stop)
+// supersedes it while it runs; mariposa deploy promote marks it promoted.
+// Nothing else writes it: the fleet's step machine (fleet/agent) judges a
+// deployment in its units' records (UnitRecord, units/<unit>/record) and
+// never moves the state, so what became of spec n is Effective(state,
+// spec, records):
 //
 //	            deploy            all slots healthy at the spec
 //	(none) ─────────────▶ running ─────────────────────────────▶ successful
 //	                        │  │                                 (stable = n)
 //	                        │  └──────────▶ cancelled  (a newer deploy, -force)
 //	                        ▼
-//	                      failed ──▶ auto_revert: spec n+1 = stable's, running,
+//	                      failed ──▶ auto_revert: the stable version again,
 //	                                 no canary phase, same update block
-//
-// The holders publish their progress in their slots' status keys
-// (HoldStatus: Version, the run hash of what they run, and HealthyAt;
-// never in the lock key, whose ModifyIndex is the fencing token), so that
-// any node can judge the deployment from the slots it already watches (the
-// status keys are under slots/ too): deployStep is that
-// judgement, a pure function of the deployment, the slots and now. One
-// node acts on it (the first live supervisor by name; a split view makes
-// two try, and the check-index on the state key lets one win), and every
-// transition is one transaction with its audit record. A holder whose
-// instance is not healthy within healthy_deadline fails the deployment
-// itself, in the same way.
 
 // Deployment statuses.
 const (
@@ -95,21 +89,6 @@ type Deployment struct {
 	// Holds: what the step machine's holders say of their holds
 	// (units/<unit>/status/<k>), read with the records.
 	Holds map[string]map[int]HoldStatus
-	// stableSpec is the stable spec's stored value, when it was read.
-	stableSpec []byte
-}
-
-// canaryPhase: slot k of unit may not move to the deployment's version yet.
-func (d *Deployment) holdsBack(unit string, k int) bool {
-	st := d.State
-	if st == nil || st.N != d.Spec.N {
-		return false
-	}
-	if st.Status == DeployFailed {
-		return true
-	}
-	c := st.Canaries[unit]
-	return st.Status == DeployRunning && c > 0 && !st.Promoted && k >= c
 }
 
 // running: the deployment's desired spec is being rolled out.
@@ -141,93 +120,6 @@ func canaries(prev, next *Spec) map[string]int {
 		return nil
 	}
 	return out
-}
-
-// clockSkew is the margin a node gives a deadline computed from other
-// nodes' clocks (the slots' HealthyAt) before it acts on it.
-const clockSkew = 2 * time.Second
-
-// Deploy actions (deployStep).
-const (
-	actNone    = ""
-	actSucceed = "succeed"
-	actFail    = "fail"
-	actPromote = "promote"
-)
-
-type deployAction struct {
-	kind   string
-	unit   string // the unit that failed
-	reason string
-	// next: when to look again without any change (a progress deadline).
-	next time.Time
-}
-
-// deployStep judges a running deployment from the slots: successful once
-// every slot of every unit is held at the spec's version and was healthy
-// at it; failed when a slot failed for good since it started or a unit
-// made no progress (no slot newly healthy) for its progress_deadline;
-// promoted when its canaries are healthy and every unit with canaries
-// says auto_promote.
-func deployStep(d *Deployment, slots map[string]map[int]slotKV, now time.Time) deployAction {
-	if !d.running() {
-		return deployAction{}
-	}
-	st := d.State
-	complete, canariesOK := true, true
-	var next time.Time
-	units := d.Spec.Units()
-	for _, u := range units {
-		name, want, n := u.Unit.Name, runHash(u), count(u)
-		healthy := 0
-		progress := st.Started
-		for k := range n {
-			s, ok := slots[name][k]
-			if ok && s.value.State == SlotFailed && s.value.Since.After(st.Started) {
-				return deployAction{kind: actFail, unit: name,
-					reason: fmt.Sprintf("slot %s failed: %s", slotName(name, k), s.value.Reason)}
-			}
-			if at, healthyAt := s.at(want); ok && at && healthyAt != nil {
-				healthy++
-				if healthyAt.After(progress) {
-					progress = *healthyAt
-				}
-				continue
-			}
-			if k < st.Canaries[name] {
-				canariesOK = false
-			}
-		}
-		if healthy == n {
-			continue
-		}
-		complete = false
-		if pd := u.Unit.Placement.Update.ProgressDeadline; pd > 0 {
-			by := progress.Add(pd + clockSkew)
-			if now.After(by) {
-				return deployAction{kind: actFail, unit: name, reason: fmt.Sprintf(
-					"no progress within progress_deadline (%s): %d of %d instances of %s healthy", pd, healthy, n, name)}
-			}
-			if next.IsZero() || by.Before(next) {
-				next = by
-			}
-		}
-	}
-	if complete {
-		return deployAction{kind: actSucceed}
-	}
-	if !st.Promoted && len(st.Canaries) > 0 && canariesOK {
-		auto := true
-		for _, u := range units {
-			if st.Canaries[u.Unit.Name] > 0 && !u.Unit.Placement.Update.AutoPromote {
-				auto = false
-			}
-		}
-		if auto {
-			return deployAction{kind: actPromote, next: next}
-		}
-	}
-	return deployAction{next: next}
 }
 
 // ReadDeployment reads deployment name with consistent reads: what a
@@ -265,18 +157,6 @@ func transition(client *api.Client, d *Deployment, st DeployState, extra api.Txn
 	}, extra...)
 	ok, _, _, err := client.Txn().Txn(ops, nil)
 	return ok, err
-}
-
-// Succeed marks d successful and its spec stable.
-func succeed(client *api.Client, d *Deployment, node string, now time.Time) (bool, error) {
-	st := *d.State
-	st.Status, st.At, st.Reason = DeploySuccessful, now, ""
-	stable, _ := json.Marshal(Stable{N: st.N, Hash: st.Hash, At: now})
-	return transition(client, d, st, api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: StableKey(d.Spec.Name), Value: stable}},
-		AuditOp(AuditEvent{At: now, Node: node, Service: d.Spec.Name, Action: "deploy-successful",
-			To: strconv.FormatUint(st.N, 10), Reason: "every instance healthy at " + stateReason(d, st.Hash)}),
-	})
 }
 
 // ErrNoCanaries: promote found no canary phase to end.
@@ -351,224 +231,6 @@ func (d *Deployment) statusWord() string {
 	return d.State.Status
 }
 
-// fail marks d failed because of unit, and, when the unit's update block
-// says auto_revert and a stable spec other than d's exists, makes a copy
-// of the stable spec desired as spec n+1, running, with no canary phase:
-// all in one transaction, with the records. extra goes with it (the
-// version's rollout failure).
-func fail(client *api.Client, d *Deployment, unit, reason, node string, now time.Time, extra api.TxnOps) (bool, error) {
-	st := *d.State
-	name, n := d.Spec.Name, st.N
-	st.Status, st.At, st.Reason = DeployFailed, now, reason
-	ops := append(api.TxnOps{}, extra...)
-	ops = append(ops, AuditOp(AuditEvent{At: now, Node: node, Service: name, Slot: unit, Action: "deploy-failed",
-		To: strconv.FormatUint(n, 10), Reason: reason}))
-	if revert := d.revertSpec(unit, now); revert != nil {
-		st.RevertedTo = revert.N
-		body, err := revert.Encode()
-		if err != nil {
-			return false, err
-		}
-		next, _ := json.Marshal(DeployState{N: revert.N, Hash: revert.Hash, Status: DeployRunning, Started: now, At: now,
-			Promoted: true, RevertOf: n})
-		des, _ := json.Marshal(Desired{N: revert.N, Hash: revert.Hash, By: revert.By, At: now})
-		ops = append(ops,
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: SpecKey(name, revert.N)}},
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: SpecKey(name, revert.N), Value: body}},
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: DesiredKey(name), Index: d.DesiredIndex}},
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: DesiredKey(name), Value: des}},
-			&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: StateKey(name, revert.N), Value: next}},
-			AuditOp(AuditEvent{At: now, Node: node, Service: name, Action: "deploy-revert",
-				From: strconv.FormatUint(n, 10), To: strconv.FormatUint(revert.N, 10),
-				Reason: fmt.Sprintf("auto_revert to stable spec %d (%s)", d.Stable.N, d.Stable.Hash)}))
-	}
-	return transition(client, d, st, ops)
-}
-
-// revertSpec is the spec auto_revert deploys after d fails because of
-// unit, or nil: a copy of the stable spec as spec n+1.
-func (d *Deployment) revertSpec(unit string, now time.Time) *Spec {
-	if d.Stable == nil || d.Stable.N == d.Spec.N || d.Stable.Hash == d.Spec.Hash || d.stableSpec == nil {
-		return nil
-	}
-	auto := false
-	for _, u := range d.Spec.Units() {
-		if u.Unit.Name == unit && u.Unit.Placement != nil {
-			auto = u.Unit.Placement.Update.AutoRevert
-		}
-	}
-	if !auto {
-		return nil
-	}
-	sp, err := DecodeSpec(d.stableSpec)
-	if err != nil {
-		return nil
-	}
-	sp.N, sp.By, sp.At = d.Spec.N+1, "auto-revert", now
-	return sp
-}
-
-// failDeployment fails the running deployment that unit's version hash
-// belongs to, read afresh; the rollout's failure mark goes in the same
-// transaction. Without a running deployment of that version (a unit from
-// a node's own files, or a deployment already judged) only the mark is
-// written.
-func (f *Fleet) failDeployment(ctx context.Context, unit, hash, slot, reason string, termIndex uint64) error {
-	now := f.cfg.Now()
-	mark, _ := json.Marshal(map[string]any{"at": now, "node": f.cfg.Node, "slot": slot, "reason": reason})
-	ops := api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVSet, Key: rolloutFailedKey(unit, hash), Value: mark}},
-		AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: unit, Slot: slot, Action: "rollout-failed",
-			To: hash, Reason: reason, TermIndex: termIndex}),
-	}
-	for attempt := 0; attempt < 3 && ctx.Err() == nil; attempt++ {
-		name := f.deploymentNameOf(unit)
-		var d *Deployment
-		if name != "" {
-			var err error
-			if d, err = ReadDeployment(f.cfg.Client, name); err != nil {
-				return err
-			}
-		}
-		if d == nil || !d.running() || !specHasVersion(d.Spec, unit, hash) {
-			_, _, _, err := f.cfg.Client.Txn().Txn(ops, nil)
-			return err
-		}
-		f.mu.Lock()
-		_, paused := f.pausedLocked(unit, PauseDeploy)
-		f.mu.Unlock()
-		if paused {
-			d.stableSpec = nil // deploys paused: no auto_revert
-		}
-		ok, err := fail(f.cfg.Client, d, unit, slot+": "+reason, f.cfg.Node, now, ops)
-		if err != nil || ok {
-			return err
-		}
-	}
-	return errors.New("the deployment kept changing while it was being failed")
-}
-
-func specHasVersion(sp *Spec, unit, hash string) bool {
-	for _, u := range sp.Units() {
-		if u.Unit.Name == unit {
-			return runHash(u) == hash
-		}
-	}
-	return false
-}
-
-// deploymentNameOf is the deployment unit is deployed by, or "".
-func (f *Fleet) deploymentNameOf(unit string) string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.deploymentOfLocked(unit)
-}
-
-func (f *Fleet) deploymentOfLocked(unit string) string {
-	for _, n := range sortedKeys(f.remote) {
-		for _, u := range f.remote[n].Spec.Units() {
-			if u.Unit.Name == unit {
-				return n
-			}
-		}
-	}
-	return ""
-}
-
-// judge runs deployStep on every running deployment when this node is
-// the first live supervisor by name, and acts on it. It returns when to
-// look again without a change (zero: no deadline ahead).
-func (f *Fleet) judge(ctx context.Context, now time.Time) time.Duration {
-	f.mu.Lock()
-	if !f.haveSl || !f.haveNd || !f.firstLiveLocked() {
-		f.mu.Unlock()
-		return 0
-	}
-	type todo struct {
-		name string
-		act  deployAction
-	}
-	var acts []todo
-	var next time.Duration
-	for name, d := range f.remote {
-		a := deployStep(d, f.slots, now)
-		if a.kind != actNone && !f.judging[name] {
-			if f.judging == nil {
-				f.judging = map[string]bool{}
-			}
-			f.judging[name] = true
-			acts = append(acts, todo{name, a})
-		}
-		if !a.next.IsZero() {
-			if in := a.next.Sub(now); next == 0 || in < next {
-				next = max(in, 100*time.Millisecond)
-			}
-		}
-	}
-	f.mu.Unlock()
-	for _, t := range acts {
-		go func() {
-			defer func() {
-				f.mu.Lock()
-				delete(f.judging, t.name)
-				f.mu.Unlock()
-			}()
-			if err := f.act(ctx, t.name, t.act); err != nil && ctx.Err() == nil {
-				f.log.Warn("could not move the deployment on; trying again at the next change", "deployment", t.name,
-					"action", t.act.kind, "error", err)
-			}
-		}()
-	}
-	return next
-}
-
-// act carries out a, judged on the watched state, after judging again on
-// a consistent read (the check-index on the state key is what makes it
-// safe; the fresh read only saves a doomed transaction).
-func (f *Fleet) act(ctx context.Context, name string, a deployAction) error {
-	d, err := ReadDeployment(f.cfg.Client, name)
-	if err != nil {
-		return err
-	}
-	pairs, _, err := f.cfg.Client.KV().List(SlotsPrefix, (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		return err
-	}
-	now := f.cfg.Now()
-	a = deployStep(d, parseSlots(pairs, func(string, string, error) {}), now)
-	var ok bool
-	switch a.kind {
-	case actSucceed:
-		ok, err = succeed(f.cfg.Client, d, f.cfg.Node, now)
-	case actPromote:
-		ok, err = promote(f.cfg.Client, d, f.cfg.Node, "", now)
-	case actFail:
-		f.mu.Lock()
-		_, paused := f.pausedLocked(a.unit, PauseDeploy)
-		f.mu.Unlock()
-		if paused {
-			d.stableSpec = nil // deploys paused: no auto_revert
-		}
-		ok, err = fail(f.cfg.Client, d, a.unit, a.reason, f.cfg.Node, now, nil)
-	default:
-		return nil
-	}
-	if err == nil && ok {
-		f.log.Info("deployment moved on", "deployment", name, "spec", d.Spec.N, "action", a.kind, "reason", a.reason)
-	}
-	return err
-}
-
-// firstLiveLocked: this node is the first live supervisor by name.
-func (f *Fleet) firstLiveLocked() bool {
-	for _, n := range f.nodes {
-		if n.Live && n.Name < f.cfg.Node {
-			return false
-		}
-	}
-	return true
-}
-
 // parseDeployments reads deploy/: each deployment's desired spec, its
 // state and the stable spec. Corrupt values are reported and the
 // deployment skipped (a corrupt state or stable pointer only loses what
@@ -604,7 +266,7 @@ func parseDeployments(pairs api.KVPairs, report func(key, msg string, err error)
 		if sp := byKey[StateKey(name, des.N)]; sp != nil {
 			var st DeployState
 			if err := json.Unmarshal(sp.Value, &st); err != nil || st.N != des.N {
-				report(sp.Key, "a corrupt deployment state; the deployment is not judged until it is fixed", err)
+				report(sp.Key, "a corrupt deployment state; ignoring it until it is fixed", err)
 			} else {
 				d.State, d.StateIndex = &st, sp.ModifyIndex
 			}
@@ -615,9 +277,6 @@ func parseDeployments(pairs api.KVPairs, report func(key, msg string, err error)
 				report(sp.Key, "a corrupt stable pointer; no auto_revert until it is fixed", err)
 			} else {
 				d.Stable = &stable
-				if b := byKey[SpecKey(name, stable.N)]; b != nil {
-					d.stableSpec = b.Value
-				}
 			}
 		}
 		out[name] = d
@@ -660,7 +319,8 @@ func Progress(d *Deployment, slots map[string]map[int]slotKV, live func(unit str
 		}
 		if r := d.Records[u.Unit.Name]; r != nil && r.Spec == SpecVersion(d.Spec.Name, d.Spec.N) && p.AtVersion == 0 {
 			// The step machine's progress: its holders' statuses at the
-			// record's version (cluster.Fleet's slot statuses say none).
+			// record's version (the slots' own status keys, written by
+			// the removed cluster.Fleet, say none).
 			if p.Canaries == 0 && !r.Promoted {
 				p.Canaries = r.Canaries
 			}

@@ -1,19 +1,32 @@
-// Package cluster holds two things that are still one package:
+// Package cluster is the fleet's shared vocabulary: placement, the KV
+// layout with its codecs, and the CLI's reads and writes of that layout.
+// It runs nothing: no goroutine is started here. The fleet itself, what
+// `mariposa run -cluster` runs, is the step machine in fleet/agent (pure)
+// under fleet/executor (its I/O); the older engine that lived here,
+// cluster.Fleet (goroutines flipping state under a mutex), is gone.
 //
 //   - Placement, pure: where the slots of cluster units go and when a
 //     rescheduled slot may be claimed again (CLUSTER.md sections 3 and 4):
-//     view.go, feasible.go, score.go, rank.go, claim.go, fit.go,
-//     capacity.go, reschedule.go, explain.go, and the KV layout and its
-//     codecs (keys.go, slotvalue.go, spec.go, version.go). No Consul, no
-//     I/O, no goroutines, no clock: every function takes the view and the
-//     time it needs, so every node given the same inputs computes the same
-//     answer, and tests need no fake clock. fleet/agent (the step machine)
-//     and fleet/sim use only this part.
-//   - The running fleet agent, Fleet (fleet.go, watchers.go, deploy*.go,
-//     rollout.go, pause.go, drain.go, volumes.go, storm.go, stop.go, ...):
-//     Consul, goroutines and a mutex. It is what `mariposa run -cluster`
-//     runs today, until the step machine in fleet/agent takes its place
-//     (website/internals/fleet-agent.md says how far that is).
+//     view.go, feasible.go, score.go, rank.go, assignranks.go, claim.go,
+//     fit.go, capacity.go, reschedule.go, explain.go. No Consul, no I/O
+//     (but FitSpec's reads, for mariposa plan and deploy), no clock: every function takes the view and the time it needs, so
+//     every node given the same inputs computes the same answer, and tests
+//     need no fake clock. fleet/agent and fleet/sim use it.
+//   - The KV layout and its codecs, pure: keys.go, slotvalue.go, spec.go,
+//     version.go, unitrecord.go, deployment.go, audit.go, pause.go,
+//     drain.go, storm.go, volumes.go, parse.go (the answers of the watches:
+//     slots, nodes, penalties, control/), and the rules the step machine
+//     shares with the CLI (stepexport.go, engineexport.go, placeexport.go,
+//     volexport.go). Several of these files also hold the writes of their
+//     keys, next to the codec:
+//   - I/O that callers run on their own goroutines: the CLI's Consul reads
+//     and writes (Deploy, Promote, Watch for deploy -wait, ReadState for
+//     status and why, Pause and ResumeAll, StartDrain, ResetSlot,
+//     MarkHealthy, StopDeployment, PruneAudit, FitSpec, ...), FollowPauses
+//     (a node without -cluster follows the fleet's pauses: a blocking loop
+//     until its context ends), and the volume transfers fleet/executor
+//     calls (volshare.go) and the node API's check of them
+//     (AuthorizeVolume).
 //
 // The rest of this comment is about placement.
 //

@@ -1,10 +1,8 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sort"
 	"strings"
 	"time"
@@ -13,14 +11,15 @@ import (
 )
 
 // Drain (issue 13): mariposa drain NODE writes control/drain/<node>, which
-// every node follows with its existing control/ watch. Every node then
+// every node follows with its existing control/ watch (the step machine
+// decides the moves: fleet/agent/ops.go). Every node then
 // ranks the draining node out of placement (FilterDraining), and the
 // draining node gives its slots away one at a time:
 //
 //   - a non-exclusive slot is released while its instance keeps running,
 //     as an orphan; another node claims the slot and starts its instance,
 //     and the old instance stops once the new one passes its checks in
-//     Consul (or after handoffTimeout): the service never drops below
+//     Consul (or after a timeout): the service never drops below
 //     count, and runs one instance more during each handoff;
 //   - an exclusive slot cannot run twice: its instance stops, then the slot
 //     is released, and the next handoff waits until the new holder's
@@ -36,11 +35,6 @@ import (
 
 // DrainPrefix is control/drain/: one key per draining node.
 const DrainPrefix = ControlPrefix + "drain/"
-
-// handoffTimeout bounds how long an old instance waits for its successor
-// to pass before it stops anyway (a successor that never passes must not
-// keep the drain from moving on forever).
-const handoffTimeout = 2 * time.Minute
 
 // DrainRecord is control/drain/<node>.
 type DrainRecord struct {
@@ -130,133 +124,6 @@ func parseDrains(pairs api.KVPairs, report func(key, msg string, err error)) map
 		out[node] = r
 	}
 	return out
-}
-
-// drainStepLocked picks the next slot this draining node gives away, or
-// none while a handoff is under way; every slot at once past the
-// deadline. Orphans keep their instance running until the successor
-// passes; stops give the slot up once the instance stopped.
-func (f *Fleet) drainStepLocked(now time.Time) (orphans, stops []string) {
-	d, draining := f.drains[f.cfg.Node]
-	if !draining {
-		f.drainStuck = nil
-		return nil, nil
-	}
-	past := !now.Before(d.Deadline)
-	if !past {
-		for _, ho := range f.handoffs {
-			if !ho.passed {
-				return nil, nil // one handoff at a time
-			}
-		}
-	}
-	ids := make([]string, 0, len(f.held))
-	for id := range f.held {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	stuck := map[string]bool{}
-	for _, id := range ids {
-		h := f.held[id]
-		if f.handoffs[id] != nil || h.orphan {
-			continue
-		}
-		if !(past && d.Force) && !f.movableLocked(h.unit, h.k, now) {
-			stuck[id] = true
-			if !f.drainStuck[id] {
-				f.log.Warn("drain: no other node can take the slot; its instance keeps running here", "slot", id)
-			}
-			continue
-		}
-		if h.unit.exclusive() || past {
-			stops = append(stops, id)
-		} else {
-			orphans = append(orphans, id)
-		}
-		if !past {
-			break
-		}
-	}
-	f.drainStuck = stuck
-	return orphans, stops
-}
-
-// movableLocked: a node other than this one may take slot k of u now, as
-// this node sees the fleet (draining nodes, this one included, out of
-// placement).
-func (f *Fleet) movableLocked(u UnitSpec, k int, now time.Time) bool {
-	name := u.Unit.Name
-	v := viewOf(name, markDraining(withServices(f.nodes, f.svcNodes), f.drains), f.slots, f.unitsLocked(), f.penalty[name])
-	for _, h := range f.held {
-		if h.unit.Unit.Name == name {
-			v.Holders[h.k] = f.cfg.Node
-		}
-	}
-	delete(v.Holders, k)
-	for _, r := range Rank(u.Unit, k, v, now) {
-		if r.Verdict.OK && r.Node != f.cfg.Node {
-			return true
-		}
-	}
-	return false
-}
-
-// handoff is a drained slot's passage to its next holder.
-type handoff struct {
-	since  time.Time
-	passed bool // the successor's instances pass in Consul (or it timed out)
-}
-
-// awaitSuccessor waits until every member of u runs in slot k on another
-// node with passing checks (at most handoffTimeout), then wakes the fleet.
-func (f *Fleet) awaitSuccessor(ctx context.Context, u UnitSpec, k int, ho *handoff) {
-	id := slotName(u.Unit.Name, k)
-	tctx, cancel := context.WithTimeout(ctx, handoffTimeout)
-	defer cancel()
-	defer f.wake()
-	done := func() {
-		f.mu.Lock()
-		ho.passed = true
-		f.mu.Unlock()
-	}
-	for _, svc := range u.Services {
-		want := fmt.Sprintf("%s-%d", svc.Name, k)
-		var index uint64
-		for {
-			entries, meta, err := f.cfg.Client.Health().Service(svc.Name, "", true,
-				(&api.QueryOptions{WaitIndex: index, WaitTime: 30 * time.Second}).WithContext(tctx))
-			if tctx.Err() != nil {
-				if ctx.Err() == nil {
-					f.log.Warn("drain: the slot's new instance did not pass in time; going on", "slot", id)
-					done()
-				}
-				return
-			}
-			if err != nil {
-				select {
-				case <-tctx.Done():
-				case <-time.After(time.Second):
-				}
-				continue
-			}
-			found := false
-			for _, e := range entries {
-				if e.Service.ID == want && e.Node.Node != f.cfg.Node {
-					found = true
-				}
-			}
-			if found {
-				break
-			}
-			if meta.LastIndex < index {
-				index = 0
-			} else {
-				index = meta.LastIndex
-			}
-		}
-	}
-	done()
-	f.log.Info("drain: the slot's new instance passes", "slot", id)
 }
 
 // markDraining: nodes with their drains.

@@ -10,8 +10,8 @@ import (
 )
 
 // What `mariposa run -cluster` needs to feed the fleet's step machine
-// (fleet/executor) the units cluster.Fleet reads, from the same layout and
-// with the same codec (MARIPOSA_FLEET_ENGINE=agent).
+// (fleet/executor) its units, from the layout and with the codec of this
+// package.
 
 // UnitsOf lists cfg's cluster units (each group with a count, each lone
 // service with one): the units a node's own files define.
@@ -55,8 +55,8 @@ func MergeUnits(remote map[string]*Deployment, local []UnitSpec, dup func(unit, 
 // SlotHealthy says whether the instances of slot id ("<unit>/<k>", the
 // snapshots' Slot) are healthy per mode (an update block's health_check:
 // "checks" or "running"), and, with "checks" where mariposa runs every
-// check itself, since when they passed there (zero otherwise): the rule a
-// rollout of cluster.Fleet judges by (slotHealthy).
+// check itself, since when they passed there (zero otherwise): the rule
+// run -cluster tells the step machine a slot's health by (slotHealthy).
 func SlotHealthy(snaps []supervisor.Snapshot, id string, u UnitSpec, mode string) (bool, time.Time) {
 	ok, _, local, _ := slotHealthy(snaps, id, u, mode)
 	return ok, local

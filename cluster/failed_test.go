@@ -34,7 +34,7 @@ func TestParseControlFailedAndDrops(t *testing.T) {
 		t.Fatalf("pauses %v drains %v", c.Pauses, c.Drains)
 	}
 	if IntentID("node-1", "restart", "crash@crash/0") != intentID("node-1", "restart", "crash@crash/0") {
-		t.Fatal("IntentID is not cluster.Fleet's")
+		t.Fatal("IntentID is not FollowPauses' intentID")
 	}
 }
 

@@ -86,8 +86,8 @@ func ParseSlot(s string) (unit string, k int, err error) {
 // Its own prefix, not deploy/: a unit is often named like its deployment
 // (deployment "web", unit "web"), and a watch on deploy/<unit>/ would then
 // receive the deployment's specs (up to 512 KiB each) with every change;
-// nor rollout/, where cluster.Fleet keeps its rollouts' tokens and failure
-// marks and the coordinated reloads their tokens (rollout/<unit>/...).
+// nor rollout/, where the coordinated reloads keep their tokens and
+// operators their manual health marks (rollout/<unit>/...).
 // Nothing else lives under units/, so the watch on units/<unit>/ answers
 // exactly the unit's record, statuses and tokens.
 const UnitsPrefix = Prefix + "units/"

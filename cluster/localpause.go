@@ -112,9 +112,9 @@ func localIntents(node string, snaps []supervisor.Snapshot, drops map[string]Dro
 		if sn.Held == "" {
 			continue
 		}
-		// An instance in a slot (a fleet node on the step machine, which
-		// follows the pauses this way) is named as cluster.Fleet names it
-		// (intentsLocked), so that pauseFuncOf finds its drop.
+		// An instance in a slot (a fleet node, which follows the pauses
+		// this way) is named "<service>@<unit>/<k>", so that pauseFuncOf
+		// finds its drop.
 		target := sn.Service
 		if sn.Slot != "" {
 			target = sn.Service + "@" + sn.Slot

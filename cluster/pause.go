@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -281,25 +280,6 @@ func parsePauses(pairs api.KVPairs, report func(key, msg string, err error)) (ma
 	return pauses, drops
 }
 
-// pausedLocked is the pause of unit for scope, if any.
-func (f *Fleet) pausedLocked(unit, scope string) (PauseRecord, bool) {
-	if r, ok := f.pauses[""]; ok && r.covers(scope) {
-		return r, true
-	}
-	if r, ok := f.pauses[unit]; ok && unit != "" && r.covers(scope) {
-		return r, true
-	}
-	return PauseRecord{}, false
-}
-
-// pauseFunc is what the supervisor asks each instance's pause of.
-func (f *Fleet) pauseFunc() supervisor.PauseFunc {
-	f.mu.Lock()
-	pauses, drops := f.pauses, f.drops
-	f.mu.Unlock()
-	return pauseFuncOf(pauses, drops, f.cfg.Node)
-}
-
 // pauseFuncOf is the PauseFunc of node under pauses and drops (nil: none
 // paused).
 func pauseFuncOf(pauses map[string]PauseRecord, drops map[string]Drop, node string) supervisor.PauseFunc {
@@ -324,98 +304,5 @@ func pauseFuncOf(pauses map[string]PauseRecord, drops map[string]Drop, node stri
 			p.Dropped = d.By
 		}
 		return p
-	}
-}
-
-// intentsLocked lists what this node holds back now: the restarts its
-// supervisor holds, and the claims, reschedules and updates the fleet
-// holds (collected by plan and reconcile into f.held...).
-func (f *Fleet) intentsLocked(now time.Time) []Intent {
-	out := slices.Clone(f.holding)
-	for _, sn := range f.cfg.Runner.Snapshots() {
-		if sn.Held == "" {
-			continue
-		}
-		target := sn.Service
-		if sn.Slot != "" {
-			target = sn.Service + "@" + sn.Slot
-		}
-		out = append(out, Intent{Kind: "restart", Target: target, Detail: sn.Held})
-	}
-	for i := range out {
-		out[i].Node = f.cfg.Node
-		out[i].ID = intentID(f.cfg.Node, out[i].Kind, out[i].Target)
-		if since, ok := f.intentSince[out[i].ID]; ok {
-			out[i].Since = since
-		} else {
-			out[i].Since = now
-		}
-		if d, ok := f.drops[out[i].ID]; ok {
-			out[i].Dropped = d.By
-		}
-	}
-	return out
-}
-
-// publishIntents writes this node's queue when it changed: only while
-// something is paused, and the key is deleted once the queue is empty.
-func (f *Fleet) publishIntents(ctx context.Context, now time.Time) {
-	f.mu.Lock()
-	list := f.intentsLocked(now)
-	since := map[string]time.Time{}
-	for _, in := range list {
-		since[in.ID] = in.Since
-	}
-	f.intentSince = since
-	b, _ := json.Marshal(list)
-	if len(list) == 0 {
-		b = nil
-	}
-	if string(b) == string(f.intentsWritten) {
-		f.mu.Unlock()
-		return
-	}
-	f.mu.Unlock()
-	var err error
-	if b == nil {
-		_, err = f.cfg.Client.KV().Delete(IntentsKey(f.cfg.Node), (&api.WriteOptions{}).WithContext(ctx))
-	} else {
-		_, err = f.cfg.Client.KV().Put(&api.KVPair{Key: IntentsKey(f.cfg.Node), Value: b}, (&api.WriteOptions{}).WithContext(ctx))
-	}
-	if err != nil {
-		f.log.Warn("could not publish the node's queue", "error", err)
-		return
-	}
-	f.mu.Lock()
-	f.intentsWritten = b
-	f.mu.Unlock()
-}
-
-// holdPlacement: a reschedule or failure release of slot id waits for the
-// resume (placement paused); noted in the queue.
-func (f *Fleet) holdPlacement(unit, id, why string) bool {
-	if _, paused := f.pausedLocked(unit, PausePlacement); !paused {
-		return false
-	}
-	f.holding = append(f.holding, Intent{Kind: "reschedule", Target: id, Detail: why})
-	return true
-}
-
-// holdUpdate: moving slot id to u's version waits for the resume (deploy
-// paused); noted in the queue.
-func (f *Fleet) holdUpdate(u UnitSpec, id string) bool {
-	if _, paused := f.pausedLocked(u.Unit.Name, PauseDeploy); !paused {
-		return false
-	}
-	f.holding = append(f.holding, Intent{Kind: "update", Target: id, Detail: "to " + runHash(u)})
-	return true
-}
-
-func (f *Fleet) publishIntentsIfPaused(ctx context.Context, now time.Time) {
-	f.mu.Lock()
-	active := len(f.pauses) > 0 || f.intentsWritten != nil
-	f.mu.Unlock()
-	if active {
-		f.publishIntents(ctx, now)
 	}
 }

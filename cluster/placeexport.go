@@ -10,7 +10,7 @@ import (
 
 // ParsePenalties reads the pairs under PenaltyPrefix: per unit, per node,
 // the end of its reschedule penalty (what the fleet agent's executor
-// watches, as Fleet does).
+// watches, and mariposa status and why read).
 func ParsePenalties(pairs api.KVPairs) map[string]map[string]time.Time {
 	return parsePenalties(pairs)
 }
@@ -26,8 +26,8 @@ func ServicesNamed(p *schema.Placement) []string {
 }
 
 // ServiceCounts counts a service's instances per node, from the catalog's
-// answer of the service (every instance, passing or not, as Fleet's
-// health query without passing-only counts them).
+// answer of the service (every instance, passing or not, as a health
+// query without passing-only counts them).
 func ServiceCounts(ss []*api.CatalogService) map[string]int {
 	out := map[string]int{}
 	for _, s := range ss {
@@ -39,7 +39,7 @@ func ServiceCounts(ss []*api.CatalogService) map[string]int {
 }
 
 // WithServices returns nodes with Services filled from svcNodes (per
-// service, per node, its instances), as Fleet's View has them.
+// service, per node, its instances), as a View has them.
 func WithServices(nodes []NodeInfo, svcNodes map[string]map[string]int) []NodeInfo {
 	return withServices(nodes, svcNodes)
 }

@@ -75,13 +75,3 @@ func PruneAudit(ctx context.Context, client *api.Client, now time.Time, retentio
 	}
 	return deleted, nil
 }
-
-// FirstLive reports whether this node is the first live supervisor by name
-// as the fleet last read them (the node that judges deployments; false
-// until the fleet has read the supervisors). Housekeeping that one node
-// does for the fleet, as pruning the audit log, asks it.
-func (f *Fleet) FirstLive() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.haveNd && f.firstLiveLocked()
-}

@@ -92,18 +92,3 @@ func TestPruneAudit(t *testing.T) {
 		t.Fatalf("a day later: %v %v", deleted, err)
 	}
 }
-
-func TestFirstLive(t *testing.T) {
-	f := planFleet("n2", []string{"n1", "n2", "n3"}, nil)
-	if f.FirstLive() {
-		t.Fatal("n2 is not first while n1 is live")
-	}
-	f.nodes[0].Live = false
-	if !f.FirstLive() {
-		t.Fatal("n2 is first once n1 is not live")
-	}
-	f.haveNd = false
-	if f.FirstLive() {
-		t.Fatal("first before the supervisors were read")
-	}
-}

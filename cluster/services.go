@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -49,44 +48,6 @@ func countByNode(entries []*api.ServiceEntry) map[string]int {
 		}
 	}
 	return out
-}
-
-// followServices keeps one blocking query per referenced service, started
-// and stopped as the units change; each updates f.svcNodes.
-func (f *Fleet) followServices(ctx context.Context, units map[string]UnitSpec) {
-	want := referencedServices(units)
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	keep := map[string]bool{}
-	for _, name := range want {
-		keep[name] = true
-		if _, ok := f.svcWatch[name]; ok {
-			continue
-		}
-		wctx, cancel := context.WithCancel(ctx)
-		f.svcWatch[name] = cancel
-		go f.watch(wctx, "service "+name, func(q *api.QueryOptions) (uint64, error) {
-			entries, meta, err := f.cfg.Client.Health().Service(name, "", false, q)
-			if err != nil {
-				return 0, err
-			}
-			counts := countByNode(entries)
-			f.mu.Lock()
-			if _, still := f.svcWatch[name]; still {
-				f.svcNodes[name] = counts
-			}
-			f.mu.Unlock()
-			f.wake()
-			return meta.LastIndex, nil
-		})
-	}
-	for name, cancel := range f.svcWatch {
-		if !keep[name] {
-			cancel()
-			delete(f.svcWatch, name)
-			delete(f.svcNodes, name)
-		}
-	}
 }
 
 // withServicesRead reads the nodes of the services the units' attributes

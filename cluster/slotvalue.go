@@ -20,8 +20,8 @@ const (
 // hold, so a child's check-index on the key passes until the hold ends.
 // What the holder says about its hold after the claim (the version it
 // moved to, when it was healthy at it) is in the sibling status key
-// (HoldStatus); live state (running, checks) is in the catalog, as for
-// every service.
+// (HoldStatus, UnitStatusKey); live state (running, checks) is in the
+// catalog, as for every service.
 type SlotValue struct {
 	Node  string    `json:"node"`
 	State string    `json:"state"`
@@ -35,20 +35,23 @@ type SlotValue struct {
 	// (counted against the takeover budget, storm.go).
 	Takeover bool `json:"takeover,omitempty"`
 	// Version is how the claimer ran the slot's instances when it claimed
-	// it (the run hash of its unit's definition, as in a deployment's
-	// progress). HealthyAt is only ever set by a mariposa older than the
-	// status key, which wrote both into the held key (moving the fencing
-	// token): read only as the hold's status when no current status key
-	// exists (slotKV.hold).
+	// it (the run hash of its unit's definition), as the removed
+	// cluster.Fleet wrote it; the step machine's claims leave it empty
+	// (its holders' versions are in UnitStatusKey). HealthyAt is only ever
+	// set by a mariposa older than the status key, which wrote both into
+	// the held key (moving the fencing token): read only as the hold's
+	// status when no current status key exists (holdStatus).
 	Version   string     `json:"version,omitempty"`
 	HealthyAt *time.Time `json:"healthy_at,omitempty"`
 }
 
-// HoldStatus is the value of slots/<unit>/<k>/status: what the holder says
-// about its hold after the claim. It is written only by the holder, in a
-// transaction with check-session and check-index (the term's fencing
-// token) on the slot key (lease.Term.Fenced), and deleted with the
-// release. It describes the hold whose fencing token is Index and nothing
+// HoldStatus is the value of units/<unit>/status/<k> (UnitStatusKey):
+// what the holder says about its hold after the claim. It is written only
+// by the holder (fleet/executor's publish), in a transaction with
+// check-session and check-index (the hold's fencing token) on the slot
+// key, locked by the holder's session, and deleted with the release. The
+// removed cluster.Fleet wrote it beside the slot key instead
+// (slots/<unit>/<k>/status, StatusKey), which parseSlots still reads. It describes the hold whose fencing token is Index and nothing
 // else: a status whose Index is not the slot key's ModifyIndex, or for a
 // slot not held, is an earlier hold's and is ignored.
 //
@@ -61,11 +64,6 @@ type HoldStatus struct {
 	// hold under the unit's update block (nil: not yet).
 	Version   string     `json:"version"`
 	HealthyAt *time.Time `json:"healthy_at,omitempty"`
-}
-
-func (s HoldStatus) encode() []byte {
-	b, _ := json.Marshal(s)
-	return b
 }
 
 // maxReschedules bounds the tracker kept in the key.

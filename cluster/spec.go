@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"time"
 
 	"github.com/mariposa-sh/mariposa/schema"
@@ -286,4 +287,24 @@ func keepsData(p *schema.Placement) bool {
 		}
 	}
 	return false
+}
+
+// sortedKeys is m's keys in order.
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// slotName is slot k of unit as "<unit>/<k>".
+func slotName(unit string, k int) string { return fmt.Sprintf("%s/%d", unit, k) }
+
+func count(u UnitSpec) int {
+	if u.Unit.Placement == nil {
+		return 0
+	}
+	return u.Unit.Placement.Count
 }

@@ -1,13 +1,12 @@
 package cluster
 
 import (
-	"slices"
-	"sort"
 	"time"
 )
 
-// FleetStats is a read-only snapshot of what a node's fleet member last
-// read and holds: the metrics (metrics) read it at scrape time.
+// FleetStats is a read-only snapshot of what a node's fleet member (the
+// step machine: fleet/executor's Stats) last read and holds: the metrics
+// (metrics) read it at scrape time.
 // It costs no Consul request.
 type FleetStats struct {
 	// Node is this node's name.
@@ -88,90 +87,3 @@ type DeploymentStats struct {
 
 // DeployUnknown is a DeploymentStats status without a state.
 const DeployUnknown = "unknown"
-
-// Stats returns a snapshot of the fleet member's view. It only reads.
-func (f *Fleet) Stats() FleetStats {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	st := FleetStats{Node: f.cfg.Node, Ready: f.haveDep && f.haveSl && f.haveNd, StormBrake: f.storm != nil}
-	for _, n := range f.nodes {
-		if n.Live {
-			st.LiveNodes++
-		}
-	}
-	units := f.unitsLocked()
-	names := make([]string, 0, len(units))
-	for n := range units {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		u := units[name]
-		us := UnitStats{Unit: name, Desired: count(u)}
-		for k := 0; k < us.Desired; k++ {
-			id := slotName(name, k)
-			ss := SlotStats{K: k, State: SlotStatFree}
-			s, ok := f.slots[name][k]
-			if ok {
-				ss.Node = s.value.Node
-				ss.Reschedules = slices.Clone(s.value.Reschedules)
-			}
-			h, mine := f.held[id]
-			switch {
-			case mine:
-				ss.State, ss.Mine, ss.Node = SlotStatHeld, true, f.cfg.Node
-				ss.TermIndex = h.term.Index
-				ss.Takeover = h.value.Takeover
-				if len(h.value.Reschedules) > len(ss.Reschedules) {
-					ss.Reschedules = slices.Clone(h.value.Reschedules)
-				}
-			case ok && s.corrupt != nil:
-				ss.State = SlotStatCorrupt
-			case ok && s.session != "":
-				ss.State = SlotStatHeld
-			case ok && s.value.State == SlotFailed:
-				ss.State = SlotStatFailed
-			case ok && s.value.State == SlotHeld:
-				ss.State = SlotStatLost // held, but no session: its node was lost
-			}
-			if v, ok := f.vacant[id]; ok && (ss.State == SlotStatFree || ss.State == SlotStatLost) {
-				ss.VacantSince = v.since
-			}
-			switch ss.State {
-			case SlotStatHeld:
-				us.Held++
-			case SlotStatFree:
-				us.Free++
-			case SlotStatLost:
-				us.Free++
-				us.Lost++
-			default:
-				us.Failed++
-			}
-			us.Slots = append(us.Slots, ss)
-		}
-		st.Units = append(st.Units, us)
-	}
-	deps := make([]string, 0, len(f.remote))
-	for n := range f.remote {
-		deps = append(deps, n)
-	}
-	sort.Strings(deps)
-	for _, n := range deps {
-		d := f.remote[n]
-		ds := DeploymentStats{Name: n, Status: DeployUnknown}
-		if d.Spec != nil {
-			ds.N = d.Spec.N
-			if d.State != nil && d.State.N == d.Spec.N {
-				ds.Status = d.State.Status
-			}
-		}
-		st.Deployments = append(st.Deployments, ds)
-	}
-	for _, p := range f.pauses {
-		st.Pauses = append(st.Pauses, p)
-	}
-	sort.Slice(st.Pauses, func(i, j int) bool { return st.Pauses[i].Unit < st.Pauses[j].Unit })
-	st.HeldBack = len(f.holding)
-	return st
-}

@@ -13,10 +13,11 @@ import (
 
 // The pure parts of the storm brake, the takeover budget, pauses and
 // drains, exported for the fleet's step machine (fleet/agent), which
-// decides them as cluster.Fleet does: one layout, one codec, one rule.
+// decides them, and for the CLI, which writes and reads the same keys: one
+// layout, one codec, one rule.
 
 // VanishTracker follows which supervisors vanished (live -> not live) and
-// when, as cluster.Fleet does for the storm brake.
+// when, for the storm brake.
 type VanishTracker struct{ t vanishTracker }
 
 // Observe takes the supervisors as now read and returns those that
@@ -47,9 +48,8 @@ func (r StormRecord) Encode() []byte { return r.encode() }
 
 // Control is what the watch on control/ says: the pauses (by unit, ""
 // the whole fleet), the drains (by node), the storm brake and the
-// takeover log with the index of its key (0: absent), as cluster.Fleet
-// reads them (corrupt pauses pause everything, corrupt drains drain at
-// once).
+// takeover log with the index of its key (0: absent), read safety first
+// (corrupt pauses pause everything, corrupt drains drain at once).
 type Control struct {
 	Pauses         map[string]PauseRecord
 	Drains         map[string]DrainRecord
@@ -97,8 +97,8 @@ func ParseControl(pairs api.KVPairs, report func(key, msg string, err error)) Co
 // FailedPrefix holds the step machine's failed slots: control/failed/
 // <unit>/<k>, set by the holder's release when the slot's instance failed
 // for good (its restarts exhausted), deleted by mariposa reset. While it
-// is there no node claims the slot (every claim checks it is absent).
-// cluster.Fleet keeps the same state in the slot key's value (SlotFailed).
+// is there no node claims the slot (every claim checks it is absent). The
+// slot key's value says failed too (SlotFailed), for mariposa status.
 const FailedPrefix = ControlPrefix + "failed/"
 
 // FailedKey is slot k of unit's failed mark.
@@ -117,7 +117,7 @@ type FailedRecord struct {
 func (r FailedRecord) Encode() []byte { b, _ := json.Marshal(r); return b }
 
 // PauseFunc is what node's supervisor asks each instance's pause of under
-// c (nil: nothing paused), as cluster.Fleet and FollowPauses give it: the
+// c (nil: nothing paused), as FollowPauses gives it too: the
 // restarts of every instance, in a slot or not, that a pause of scope all
 // covers wait, and a dropped one stays down. An executor's instances
 // (fleet/executor's RestartHolder) can give it to their runner.
@@ -126,7 +126,7 @@ func (c Control) PauseFunc(node string) supervisor.PauseFunc {
 }
 
 // IntentID names an intent of node's queue (mariposa queue drop ID) as
-// cluster.Fleet and FollowPauses name it.
+// FollowPauses names it too.
 func IntentID(node, kind, target string) string { return intentID(node, kind, target) }
 
 // Paused is the pause of unit for scope (PausePlacement, PauseDeploy), if

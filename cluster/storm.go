@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -143,12 +142,6 @@ func (t *vanishTracker) observe(nodes []NodeInfo, now time.Time) (vanished []str
 // forget drops the vanishings seen so far.
 func (t *vanishTracker) forget() { clear(t.gone) }
 
-// isTakeover: claiming s (read with no session) would take over a slot
-// lost with another node.
-func isTakeover(v SlotValue, node string) bool {
-	return v.State == SlotHeld && v.Node != "" && v.Node != node
-}
-
 // TakeoverLog is the value of control/takeovers: the takeovers started
 // within the last TakeoverWindow (older ones are dropped at each write).
 type TakeoverLog struct {
@@ -205,28 +198,6 @@ func (l TakeoverLog) with(e Takeover) TakeoverLog {
 func (l TakeoverLog) encode() []byte {
 	b, _ := json.Marshal(l)
 	return b
-}
-
-// errBudget: the takeover budget is spent; the claim waits for the window.
-var errBudget = errors.New("the takeover budget is spent")
-
-// budgetOp reads control/takeovers (consistently) and returns the op that
-// records e in it, compare-and-set on the value read, or errBudget.
-func budgetOp(client *api.Client, e Takeover, budget int) (*api.TxnOp, error) {
-	p, _, err := client.KV().Get(TakeoversKey, &api.QueryOptions{RequireConsistent: true})
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", TakeoversKey, err)
-	}
-	var l TakeoverLog
-	var index uint64
-	if p != nil {
-		index = p.ModifyIndex
-		l, _ = DecodeTakeoverLog(p.Value) // corrupt: reported by the watch, overwritten here
-	}
-	if ok, _ := l.allows(e.From, e.At, budget); !ok {
-		return nil, errBudget
-	}
-	return &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: TakeoversKey, Index: index, Value: l.with(e).encode()}}, nil
 }
 
 // ReadStorm reads control/storm: nil when the brake is not engaged.

@@ -1,16 +1,9 @@
 package cluster
 
 import (
-	"errors"
-	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/hashicorp/consul/api"
-
-	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
 func TestStorm(t *testing.T) {
@@ -142,61 +135,5 @@ func TestDecodeStormRecord(t *testing.T) {
 	r, err := DecodeStormRecord([]byte(`{"at":"2026-11-23T10:00:00Z","node":"n1","vanished":["n2","n3"],"base":4}`))
 	if err != nil || r.Reason() != "2 of 4 supervisors vanished within 1m0s" {
 		t.Fatalf("%+v %v", r, err)
-	}
-}
-
-// TestBudgetOpRace: nodes racing to take over the slots of different lost
-// nodes each read control/takeovers and compare-and-set it in their claim
-// txn; however they interleave, no more lost nodes than the budget win.
-func TestBudgetOpRace(t *testing.T) {
-	c := consultest.NewDev(t).Client(t)
-	now := time.Now()
-	const budget, racers = 2, 6
-	var mu sync.Mutex
-	won := 0
-	var wg sync.WaitGroup
-	for i := range racers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				op, err := budgetOp(c, Takeover{Slot: fmt.Sprintf("api/%d", i), Node: "n0", From: fmt.Sprintf("lost%d", i), At: now}, budget)
-				if errors.Is(err, errBudget) {
-					return
-				}
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				ok, _, _, err := c.Txn().Txn(api.TxnOps{op}, nil)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if ok {
-					mu.Lock()
-					won++
-					mu.Unlock()
-					return
-				}
-				// Lost the compare-and-set: read again.
-			}
-		}()
-	}
-	wg.Wait()
-	p, _, err := c.KV().Get(TakeoversKey, nil)
-	if err != nil || p == nil {
-		t.Fatalf("control/takeovers: %v", err)
-	}
-	l, err := DecodeTakeoverLog(p.Value)
-	if won != budget || err != nil || len(l.Takeovers) != budget {
-		t.Fatalf("%d won, log %+v (%v); want %d", won, l, err, budget)
-	}
-	// Out of the window, the budget is there again.
-	if _, err := budgetOp(c, Takeover{Slot: "api/8", From: l.Takeovers[0].From, At: now}, budget); err != nil {
-		t.Fatalf("another slot of a node already moving: %v", err)
-	}
-	if _, err := budgetOp(c, Takeover{Slot: "api/9", From: "another", At: now.Add(TakeoverWindow + time.Second)}, budget); err != nil {
-		t.Fatalf("after the window: %v", err)
 	}
 }

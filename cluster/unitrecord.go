@@ -269,10 +269,10 @@ func RecordsOutcome(sv string, units []string, recs map[string]*UnitRecord) (sta
 }
 
 // Effective is spec's deployment state st as the fleet moved it: st
-// itself once terminal (cluster.Fleet moves the state), else the outcome
+// itself once terminal (a later deploy cancelled it; the removed
+// cluster.Fleet also moved it to successful or failed), else the outcome
 // of the records (the step machine moves them, and never the state) when
-// it is terminal. Either engine leaves the other's writes at running, so
-// whichever moved says what happened.
+// it is terminal.
 func Effective(st DeployState, spec *Spec, recs map[string]*UnitRecord) DeployState {
 	if Terminal(st.Status) || spec == nil {
 		return st

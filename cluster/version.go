@@ -48,15 +48,6 @@ func specVersions(s *Spec) string {
 	return strings.Join(out, ", ")
 }
 
-// withVersion is hash with the user's version beside it: "1.4.2
-// (3f9a2c1e)", or hash alone.
-func withVersion(version, hash string) string {
-	if version == "" {
-		return hash
-	}
-	return version + " (" + hash + ")"
-}
-
 // specReason is "spec 3f9a2c1e", with the versions the user gave when the
 // units have them: "spec 3f9a2c1e (web 1.4.2)".
 func specReason(s *Spec) string {
@@ -65,13 +56,4 @@ func specReason(s *Spec) string {
 		out += " (" + v + ")"
 	}
 	return out
-}
-
-// stateReason is specReason of d's spec when hash is its hash, else
-// "spec <hash>".
-func stateReason(d *Deployment, hash string) string {
-	if d.Spec == nil || d.Spec.Hash != hash {
-		return "spec " + hash
-	}
-	return specReason(d.Spec)
 }

@@ -28,13 +28,7 @@ func TestVersions(t *testing.T) {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	if got := withVersion("1.4.2", "3f9a2c1e"); got != "1.4.2 (3f9a2c1e)" {
-		t.Errorf("withVersion: %q", got)
-	}
-	if got := withVersion("", "3f9a2c1e"); got != "3f9a2c1e" {
-		t.Errorf("withVersion without one: %q", got)
-	}
-	// A spec as stored: the deploy and success records' reason.
+	// A spec as stored: the deploy record's reason.
 	path := filepath.Join(t.TempDir(), "a.hcl")
 	if err := os.WriteFile(path, []byte(`
 service "web" {

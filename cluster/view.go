@@ -87,11 +87,10 @@ func placement(u Unit) schema.Placement {
 
 // viewOf is the placement view of unit from the slot keys as read (every
 // unit's: load and reservations count them all), the units' specs, the
-// nodes as placement sees them and the unit's penalties. It is the one
-// builder behind the running fleet's claims (Fleet.plan), its drain check
-// (movableLocked) and status/why (State.View), so what `mariposa why`
-// shows is what the nodes rank. A node's own holds that its slot keys do
-// not show yet are laid over Holders by the caller.
+// nodes as placement sees them and the unit's penalties: the builder
+// behind status/why (State.View). The step machine builds its View from
+// its own watches (fleet/agent/place.go), with the same placement
+// functions, so what `mariposa why` shows is what the nodes rank.
 func viewOf(unit string, nodes []NodeInfo, slots map[string]map[int]slotKV, units map[string]UnitSpec, penalties map[string]time.Time) View {
 	v := View{Nodes: nodes, Holders: map[int]string{}, Penalties: penalties, Load: map[string]int{},
 		Previous: previousHolders(slots[unit]), Reserved: reservedBy(slots, units)}

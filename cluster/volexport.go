@@ -2,8 +2,7 @@ package cluster
 
 // The pure rule of volumes.go, exported for the fleet's step machine
 // (fleet/agent decides when a slot restores and hands off; its executor
-// and the simulator decide which copy a new holder starts from, here, with
-// the rule cluster.Fleet applies).
+// and the simulator decide which copy a new holder starts from, here).
 
 // DataChoice is where a new holder's data comes from.
 type DataChoice = dataChoice

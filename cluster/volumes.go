@@ -1,31 +1,29 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/internal/users"
 	"github.com/mariposa-sh/mariposa/internal/volume"
-	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 // Volumes: data that belongs to a slot (website/stateful.md, CLUSTER.md
-// section 8). The fleet prepares a claimed slot's volumes before it hands
-// the slot to the supervisor, and publishes a handoff when it gives a slot
-// up after its instance stopped:
+// section 8). The fleet's step machine (fleet/agent decides, fleet/executor
+// does it) prepares a claimed slot's volumes before it hands the slot to
+// the supervisor, and publishes a handoff when it gives a slot up after its
+// instance stopped; this file holds the layout, the codecs and the pure
+// rules it uses:
 //
 //	old holder                                   new holder
 //	instance stopped (slot still held)
@@ -113,24 +111,6 @@ func DecodeHandoff(b []byte) (Handoff, error) {
 	return h, nil
 }
 
-// volumesOf is a unit's volume blocks; snapshotted says whether any moves
-// with its slot.
-func volumesOf(u UnitSpec) (vols []*schema.Volume, snapshotted bool) {
-	if u.Unit.Placement == nil {
-		return nil, false
-	}
-	for _, v := range u.Unit.Placement.Volumes {
-		if v.Handoff == schema.HandoffSnapshot {
-			snapshotted = true
-		}
-	}
-	return u.Unit.Placement.Volumes, snapshotted
-}
-
-// errVolumeMissing: on_missing = "fail" and the data could not be handed
-// off: the slot fails until an operator resets it.
-var errVolumeMissing = errors.New("volume data missing")
-
 // dataChoice is where a new holder's data comes from (chooseData).
 type dataChoice int
 
@@ -186,171 +166,6 @@ func chooseData(c dataCandidates) (dataChoice, string) {
 	return dataUnplanned, ""
 }
 
-// prepareVolumes readies slot h's volumes on this node before its
-// instance starts: a planned handoff is restored from the old holder, the
-// data of a slot this node held last is kept, and otherwise on_missing
-// decides (chooseData). It returns what it did, for the record, and the
-// acknowledgement of a restored handoff, to write with that record.
-func (f *Fleet) prepareVolumes(ctx context.Context, h *heldSlot) (string, api.TxnOps, error) {
-	note, ack, err := f.readyVolumes(ctx, h)
-	if err != nil {
-		return "", nil, err
-	}
-	// The volumes hold this term's data from now on: their generation is
-	// this term's fencing index, recorded before the instance writes.
-	vols, _ := volumesOf(h.unit)
-	for _, v := range vols {
-		if v.Handoff != schema.HandoffSnapshot {
-			continue
-		}
-		if err := f.cfg.Volumes.SetGeneration(h.unit.Unit.Name, h.k, v.Path, h.term.Index); err != nil {
-			return "", nil, fmt.Errorf("volume %s: recording its generation: %w", v.Name, err)
-		}
-	}
-	return note, ack, nil
-}
-
-// localGeneration is the oldest generation of this node's copies of the
-// snapshot volumes (0 when one has none).
-func (f *Fleet) localGeneration(unit string, k int, vols []*schema.Volume) (uint64, error) {
-	var gen uint64
-	first := true
-	for _, v := range vols {
-		if v.Handoff != schema.HandoffSnapshot {
-			continue
-		}
-		g, err := f.cfg.Volumes.Generation(unit, k, v.Path)
-		if err != nil {
-			return 0, fmt.Errorf("volume %s: %w", v.Name, err)
-		}
-		if first || g < gen {
-			gen, first = g, false
-		}
-	}
-	return gen, nil
-}
-
-// readHandoff reads slot k's last handoff, consistently; nil when there is
-// none or it cannot be read (reported).
-func (f *Fleet) readHandoff(ctx context.Context, unit string, k int) (*Handoff, uint64, error) {
-	kv, _, err := f.cfg.Client.KV().Get(HandoffKey(unit, k), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))
-	if err != nil {
-		return nil, 0, fmt.Errorf("read the handoff: %w", err)
-	}
-	if kv == nil {
-		return nil, 0, nil
-	}
-	d, err := DecodeHandoff(kv.Value)
-	if err != nil {
-		f.log.Warn("ignoring a handoff that cannot be read", "slot", slotName(unit, k), "error", err)
-		return nil, 0, nil
-	}
-	return &d, kv.ModifyIndex, nil
-}
-
-func (f *Fleet) readyVolumes(ctx context.Context, h *heldSlot) (string, api.TxnOps, error) {
-	store := f.cfg.Volumes
-	u, k := h.unit.Unit.Name, h.k
-	vols, snapshotted := volumesOf(h.unit)
-	owner, err := volumeOwner(h.unit)
-	if err != nil {
-		return "", nil, err
-	}
-	ctx = volume.WithRunAs(ctx, owner)
-	for _, v := range vols {
-		live, err := store.Ensure(u, k, v.Path)
-		if err == nil {
-			err = volume.Own(live, owner)
-		}
-		if err != nil {
-			return "", nil, fmt.Errorf("volume %s: %w", v.Name, err)
-		}
-	}
-	if !snapshotted {
-		return "", nil, nil
-	}
-	ho, hoIndex, err := f.readHandoff(ctx, u, k)
-	if err != nil {
-		return "", nil, err
-	}
-	local, err := f.localGeneration(u, k, vols)
-	if err != nil {
-		return "", nil, err
-	}
-	choice, why := chooseData(dataCandidates{Self: f.cfg.Node, LockIndex: h.term.LockIndex, PrevNode: h.prevNode, Handoff: ho, Local: local})
-	switch choice {
-	case dataEmpty:
-		return "", nil, nil // the slot's first holder: its volumes start empty
-	case dataKeep:
-		return why, nil, nil
-	case dataRestore:
-		env := os.Environ()
-		var done []string
-		for _, v := range vols {
-			if v.Handoff != schema.HandoffSnapshot {
-				continue
-			}
-			m, ok := ho.Volumes[v.Name]
-			if !ok {
-				return "", nil, fmt.Errorf("volume %s: the handoff from %s has no snapshot of it", v.Name, ho.Node)
-			}
-			src := volume.Source{URL: volume.SnapshotURL(ho.URL, u, k, v.Path, m.SHA256), SHA256: m.SHA256, Size: m.Size,
-				Header: http.Header{SessionHeader: {h.term.Session}}}
-			hook := v.Restore
-			if ho.HookFailed[v.Name] != "" {
-				// The stopped directory as it is: nothing of the
-				// snapshot hook's to load.
-				hook = nil
-			}
-			t0 := f.cfg.Now()
-			got, err := store.Restore(ctx, u, k, v.Path, src, hook, env, v.RestoreTimeout)
-			if err != nil {
-				return "", nil, fmt.Errorf("volume %s: restore from %s: %w", v.Name, ho.Node, err)
-			}
-			d := fmt.Sprintf("%s (%d bytes from %s in %s)", v.Name, got.Size, ho.Node, f.cfg.Now().Sub(t0).Round(time.Millisecond))
-			if hook == nil && len(v.Restore) > 0 {
-				d += " without its restore hook: its snapshot hook had failed"
-			}
-			done = append(done, d)
-		}
-		// The acknowledgement the old holder waits for, in the record's
-		// transaction: set only if the handoff is still the one restored.
-		acked := *ho
-		acked.Restored = &HandoffAck{Node: f.cfg.Node, TermIndex: h.term.Index, At: f.cfg.Now()}
-		b, err := json.Marshal(acked)
-		if err != nil {
-			return "", nil, err
-		}
-		ack := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVCAS, Key: HandoffKey(u, k), Value: b, Index: hoIndex}}}
-		return fmt.Sprintf("restored the handoff of %s (generation %d): %v", ho.At.Format(time.RFC3339), ho.TermIndex, done), ack, nil
-	}
-	// Unplanned: the last holder was lost with the data.
-	var notes []string
-	for _, v := range vols {
-		if v.Handoff != schema.HandoffSnapshot {
-			continue
-		}
-		switch v.OnMissing {
-		case schema.OnMissingFail:
-			return "", nil, fmt.Errorf("%w: volume %s: the last holder (%s) gave no handoff, and on_missing is \"fail\"", errVolumeMissing, v.Name, h.prevNode)
-		case schema.OnMissingEmpty:
-			if err := store.Empty(u, k, v.Path); err != nil {
-				return "", nil, err
-			}
-			notes = append(notes, v.Name+" started empty (on_missing = \"empty\")")
-		default:
-			// latest: the newest copy there is (RestoreLatest).
-			n, err := RestoreLatest(ctx, LatestRestore{Client: f.cfg.Client, Store: store, Self: f.cfg.Node, Session: h.term.Session,
-				Unit: u, K: k, Volume: v, Handoff: ho, Now: f.cfg.Now, Log: f.log})
-			if err != nil {
-				return "", nil, err
-			}
-			notes = append(notes, n)
-		}
-	}
-	return fmt.Sprintf("the last holder (%s) was lost without a handoff: %v", h.prevNode, notes), nil, nil
-}
-
 // copyKind is what a copy of a volume's data is, in the order a new
 // holder prefers them at the same generation.
 type copyKind int
@@ -393,192 +208,11 @@ func newestFirst(cs []dataCopy) {
 	})
 }
 
-// handoffOps snapshots the stopped volumes of slot h and returns the
-// transaction operation that publishes them with the release, fenced by
-// its unlock, and what it did, for the record. Nil when the unit has no
-// volume that moves. A holder whose volumes were never ready (a restore
-// that failed: its instance never ran) forwards the handoff it was to
-// restore instead of publishing its own, older or empty, volumes; with
-// none to forward it publishes nothing. A snapshot hook that fails once
-// the instance has stopped does not hold the data back: the stopped
-// directory is handed off as it is, with the hook's error in the handoff.
-//
-// serves says that the handoff names this node's own snapshots.
-func (f *Fleet) handoffOps(ctx context.Context, h *heldSlot) (ops api.TxnOps, note string, serves bool, err error) {
-	vols, snapshotted := volumesOf(h.unit)
-	if !snapshotted || f.cfg.Volumes == nil {
-		return nil, "", false, nil
-	}
-	u, k := h.unit.Unit.Name, h.k
-	f.mu.Lock()
-	ready := h.volumesReady
-	f.mu.Unlock()
-	if !ready {
-		ho, _, err := f.readHandoff(ctx, u, k)
-		if err != nil {
-			return nil, "", false, err
-		}
-		if ho == nil || ho.LockIndex+1 != h.term.LockIndex {
-			return nil, "its volumes were never ready here, and there is no handoff of its data to pass on", false, nil
-		}
-		fw := *ho
-		fw.LockIndex, fw.ForwardedBy, fw.Restored = h.term.LockIndex, f.cfg.Node, nil
-		b, err := json.Marshal(fw)
-		if err != nil {
-			return nil, "", false, err
-		}
-		return api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: HandoffKey(u, k), Value: b}}},
-			fmt.Sprintf("its volumes were never ready here: passed on the handoff of generation %d from %s", ho.TermIndex, ho.Node), false, nil
-	}
-	if f.cfg.APIURL == "" {
-		return nil, "", false, errors.New("this node's HTTP API is off: nothing could serve the snapshot")
-	}
-	owner, err := volumeOwner(h.unit)
-	if err != nil {
-		return nil, "", false, err
-	}
-	ctx = volume.WithRunAs(ctx, owner)
-	ho := Handoff{Node: f.cfg.Node, URL: f.cfg.APIURL, LockIndex: h.term.LockIndex, TermIndex: h.term.Index,
-		Volumes: map[string]volume.Meta{}}
-	note = "data handed off"
-	for _, v := range vols {
-		if v.Handoff != schema.HandoffSnapshot {
-			continue
-		}
-		m, err := f.cfg.Volumes.Snapshot(ctx, u, k, v.Path, v.Snapshot, os.Environ())
-		if err != nil && len(v.Snapshot) > 0 {
-			// The instance has stopped: its directory is consistent as it
-			// is. Hand it off without the hook's work, and say so.
-			f.log.Warn("the snapshot hook failed; handing off the stopped directory as it is", "slot", slotName(u, k), "volume", v.Name, "error", err)
-			if ho.HookFailed == nil {
-				ho.HookFailed = map[string]string{}
-			}
-			ho.HookFailed[v.Name] = err.Error()
-			note += fmt.Sprintf("; the snapshot hook of %s failed (%v): its stopped directory was handed off as it is", v.Name, err)
-			m, err = f.cfg.Volumes.Snapshot(ctx, u, k, v.Path, nil, os.Environ())
-		}
-		if err != nil {
-			return nil, "", false, fmt.Errorf("volume %s: snapshot: %w", v.Name, err)
-		}
-		ho.Volumes[v.Name] = m
-	}
-	ho.At = f.cfg.Now()
-	b, err := json.Marshal(ho)
-	if err != nil {
-		return nil, "", false, err
-	}
-	// The fence is the unlock that comes first in the same transaction
-	// (lease.Term.ReleaseWith): Consul refuses it, and so the whole
-	// transaction, unless this session holds the slot's lock, as a
-	// check-session would (TestHandoffFenced).
-	return api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVSet, Key: HandoffKey(u, k), Value: b}}}, note, true, nil
-}
-
 // HandoffClaimWindow is how long a stopping holder that handed its data
 // off waits for another node to claim the slot before it stops serving
 // the snapshot; once one has, it waits up to the volumes' longest
 // restore_timeout more for that node to say it has the data.
 const HandoffClaimWindow = 30 * time.Second
-
-// awaitRestores keeps this node serving the snapshots it handed off with
-// the slots of hs until each next holder has acknowledged its restore
-// (HandoffAck), another generation replaced the handoff, no other
-// supervisor is live to take it, or the bounds of HandoffClaimWindow pass:
-// mariposa stopping is a planned move, and its node API stays up while it
-// waits.
-func (f *Fleet) awaitRestores(ctx context.Context, hs []*heldSlot) {
-	var wg sync.WaitGroup
-	for _, h := range hs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if why := f.awaitRestore(ctx, h); why != "" {
-				f.recordUnserved(h, why)
-			}
-		}()
-	}
-	wg.Wait()
-}
-
-// awaitRestore waits for the acknowledgement of h's handoff; it returns
-// why it stopped waiting without one ("" once acknowledged or replaced).
-func (f *Fleet) awaitRestore(parent context.Context, h *heldSlot) string {
-	u, k := h.unit.Unit.Name, h.k
-	id := slotName(u, k)
-	limit := HandoffClaimWindow
-	vols, _ := volumesOf(h.unit)
-	for _, v := range vols {
-		if v.Handoff == schema.HandoffSnapshot && HandoffClaimWindow+v.RestoreTimeout > limit {
-			limit = HandoffClaimWindow + v.RestoreTimeout
-		}
-	}
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(parent, limit)
-	defer cancel()
-	if es, _, err := f.cfg.Client.Health().Service("mariposa", "", true, (&api.QueryOptions{}).WithContext(ctx)); err == nil {
-		others := 0
-		for _, e := range es {
-			if e.Node.Node != f.cfg.Node {
-				others++
-			}
-		}
-		if others == 0 {
-			return "no other supervisor is live to take the slot"
-		}
-	}
-	f.log.Info("serving the slot's handoff until the next holder has it", "slot", id, "at_most", limit)
-	var index uint64
-	for {
-		kv, meta, err := f.cfg.Client.KV().Get(HandoffKey(u, k), (&api.QueryOptions{WaitIndex: index, WaitTime: time.Second}).WithContext(ctx))
-		switch {
-		case parent.Err() != nil:
-			return fmt.Sprintf("a second signal cut the wait short after %s", time.Since(start).Round(time.Millisecond))
-		case ctx.Err() != nil:
-			return fmt.Sprintf("no holder said it has the data within %s", limit)
-		case err != nil:
-			select {
-			case <-ctx.Done():
-			case <-time.After(500 * time.Millisecond):
-			}
-			continue
-		}
-		index = meta.LastIndex
-		if kv == nil {
-			return ""
-		}
-		ho, err := DecodeHandoff(kv.Value)
-		if err != nil || ho.Node != f.cfg.Node || ho.TermIndex != h.term.Index {
-			return "" // another generation's handoff: ours is served no more
-		}
-		if ho.Restored != nil {
-			f.log.Info("the next holder has the slot's data", "slot", id, "holder", ho.Restored.Node, "waited", time.Since(start).Round(time.Millisecond))
-			return ""
-		}
-		if time.Since(start) > HandoffClaimWindow {
-			s, _, err := f.cfg.Client.KV().Get(SlotKey(u, k), (&api.QueryOptions{}).WithContext(ctx))
-			if err == nil && (s == nil || s.Session == "") {
-				return fmt.Sprintf("no node claimed the slot within %s", HandoffClaimWindow)
-			}
-		}
-	}
-}
-
-// recordUnserved records that this node stopped serving the handoff of
-// h's data before a next holder had it: the data stays on this node, and
-// the next holders' restores fail (and pass the handoff on) until it
-// serves it again.
-func (f *Fleet) recordUnserved(h *heldSlot, why string) {
-	id := slotName(h.unit.Unit.Name, h.k)
-	reason := why + "; the slot's data stays on this node, which serves it again once its mariposa runs"
-	f.log.Warn("no longer serving the slot's handoff", "slot", id, "reason", reason)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rec := AuditOp(AuditEvent{At: f.cfg.Now(), Node: f.cfg.Node, Service: h.unit.Unit.Name, Slot: id, Action: "handoff-unserved",
-		From: f.cfg.Node, Reason: reason, TermIndex: h.term.Index})
-	if _, _, _, err := f.cfg.Client.Txn().Txn(api.TxnOps{rec}, (&api.QueryOptions{}).WithContext(ctx)); err != nil {
-		f.log.Warn("could not record that the handoff is no longer served", "slot", id, "error", err)
-	}
-}
 
 // AuthorizeVolume is the node API's check of a volume request: the
 // caller's session (SessionHeader) must hold the slot now, as a
@@ -598,52 +232,6 @@ func AuthorizeVolume(c *api.Client) func(r *http.Request, unit string, k int) er
 		}
 		return nil
 	}
-}
-
-// prepare readies the volumes of slot id (held as h) off the reconcile
-// loop; the slot is handed to the supervisor once they are ready. A failed
-// restore is a start failure: the slot is rescheduled (or fails, with
-// on_missing = "fail"), with its record.
-func (f *Fleet) prepare(ctx context.Context, id string, h *heldSlot) {
-	note, ack, err := f.prepareVolumes(ctx, h)
-	if ctx.Err() != nil {
-		return
-	}
-	now := f.cfg.Now()
-	f.mu.Lock()
-	mine := f.held[id] == h
-	if mine {
-		h.preparing = false
-		switch {
-		case err == nil:
-			h.volumesReady, h.volumeNote = true, note
-		case errors.Is(err, errVolumeMissing):
-			f.failed[id] = err.Error()
-		default:
-			f.resched[id] = "volumes not ready: " + err.Error()
-		}
-	}
-	f.mu.Unlock()
-	if !mine {
-		return
-	}
-	if err != nil {
-		f.log.Warn("the slot's volumes could not be prepared", "slot", id, "error", err)
-	} else if note != "" {
-		f.log.Info("volumes ready", "slot", id, "how", note)
-		rec := AuditOp(AuditEvent{At: now, Node: f.cfg.Node, Service: h.unit.Unit.Name, Slot: id, Action: "restore",
-			From: h.prevNode, To: f.cfg.Node, Reason: note, TermIndex: h.term.Index})
-		// The record and the acknowledgement the old holder waits for, in
-		// one transaction; the record alone when the handoff changed.
-		ok, _, _, err := f.cfg.Client.Txn().Txn(append(api.TxnOps{rec}, ack...), (&api.QueryOptions{}).WithContext(ctx))
-		if err == nil && !ok && len(ack) > 0 {
-			_, _, _, err = f.cfg.Client.Txn().Txn(api.TxnOps{rec}, (&api.QueryOptions{}).WithContext(ctx))
-		}
-		if err != nil {
-			f.log.Warn("could not record the restore", "slot", id, "error", err)
-		}
-	}
-	f.wake()
 }
 
 // VolumesPrefix holds the records of the periodic copies of each volume.
@@ -696,59 +284,6 @@ func apiURLOf(e *api.ServiceEntry) string {
 		u.Host = net.JoinHostPort(e.Node.Address, port)
 	}
 	return u.String()
-}
-
-// copyLoop pushes periodic copies of slot id's volumes with replicas to
-// other nodes while this node holds the slot (h), every interval, and
-// records them in volumes/<unit>/<k>/<volume>/copies with a check of the
-// slot's session: only the holder records copies.
-func (f *Fleet) copyLoop(ctx context.Context, id string, h *heldSlot) {
-	vols, _ := volumesOf(h.unit)
-	every := time.Duration(0)
-	for _, v := range vols {
-		if v.Replicas > 0 && (every == 0 || v.Interval < every) {
-			every = v.Interval
-		}
-	}
-	if every <= 0 {
-		return
-	}
-	t := time.NewTimer(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.term.Lost():
-			return
-		case <-t.C:
-		}
-		f.mu.Lock()
-		mine := f.held[id] == h
-		f.mu.Unlock()
-		if !mine {
-			return
-		}
-		for _, v := range vols {
-			if v.Replicas > 0 {
-				if err := f.pushCopies(ctx, h, v); err != nil && ctx.Err() == nil {
-					f.log.Warn("a periodic copy failed; trying again at the next interval", "slot", id, "volume", v.Name, "error", err)
-				}
-			}
-		}
-		t.Reset(every)
-	}
-}
-
-// pushCopies pushes one periodic copy of h's volume v (PushCopies), its
-// snapshot hook run as the volumes' owner.
-func (f *Fleet) pushCopies(ctx context.Context, h *heldSlot, v *schema.Volume) error {
-	owner, err := volumeOwner(h.unit)
-	if err != nil {
-		return err
-	}
-	return PushCopies(ctx, CopyPush{Client: f.cfg.Client, Store: f.cfg.Volumes, Self: f.cfg.Node, Unit: h.unit.Unit.Name, K: h.k,
-		Volume: v, Key: h.term.Key, Session: h.term.Session, TermIndex: h.term.Index, Owner: owner, Log: f.log})
 }
 
 // volumeOwner is the user a unit's volumes belong to, and their hooks run

@@ -85,9 +85,9 @@ var (
 )
 
 // pruneAudit deletes the fleet's audit days past retention, hourly, while
-// this node is the first live supervisor by name (firstLive: the fleet
-// engine's, cluster.Fleet.FirstLive or executor.Executor.FirstLive): one
-// keys-only read an hour, and no write unless a day is old.
+// this node is the first live supervisor by name (firstLive: the fleet's
+// executor.Executor.FirstLive): one keys-only read an hour, and no write
+// unless a day is old.
 func pruneAudit(ctx context.Context, firstLive func() bool, client *api.Client, retention time.Duration, log hclog.Logger) {
 	if retention <= 0 {
 		return

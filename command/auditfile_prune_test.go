@@ -14,9 +14,9 @@ import (
 )
 
 // pruneAudit deletes the audit days past retention only while the fleet
-// engine says this node is the first live supervisor (its FirstLive, of
-// cluster.Fleet or of the step machine's executor), on real Consul: an
-// old day survives while it is not, and goes once it is; today's stays.
+// says this node is the first live supervisor (the step machine's
+// executor's FirstLive), on real Consul: an old day survives while it is
+// not, and goes once it is; today's stays.
 // Mutation check: pruneAudit not asking firstLive deletes the old day
 // while it is not first (fails).
 func TestPruneAuditFirstLive(t *testing.T) {

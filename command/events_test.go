@@ -276,8 +276,9 @@ func TestEventsFollowMidnight(t *testing.T) {
 	}
 }
 
-// Every action the fleet records and every kind of instance event is
-// documented in website/operations.md.
+// Every action the fleet records (the operator's commands' and the step
+// machine's) and every kind of instance event is documented in
+// website/operations.md.
 func TestAuditDocs(t *testing.T) {
 	page, err := os.ReadFile("../website/operations.md")
 	if err != nil {
@@ -299,7 +300,24 @@ func TestAuditDocs(t *testing.T) {
 			}
 		}
 	}
-	scan("../cluster/*.go", regexp.MustCompile(`(?:Action:\s*|action\s*:?=\s*)"([a-z-]+)"`))
+	// The fleet's records: the operator's commands (cluster) and the step
+	// machine's decisions (fleet/agent, fleet/executor), less the actions
+	// the step machine only logs (fleet/agent's logged: never written).
+	action := regexp.MustCompile(`(?:Action:\s*|action\s*:?=\s*)"([a-z-]+)"`)
+	for _, glob := range []string{"../cluster/*.go", "../fleet/agent/*.go", "../fleet/executor/*.go"} {
+		scan(glob, action)
+	}
+	records, err := os.ReadFile("../fleet/agent/records.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`var logged = map\[string\]bool\{([^}]*)\}`).FindSubmatch(records)
+	if m == nil {
+		t.Fatal("fleet/agent/records.go: no logged map")
+	}
+	for _, l := range regexp.MustCompile(`"([a-z-]+)": true`).FindAllSubmatch(m[1], -1) {
+		delete(names, string(l[1]))
+	}
 	scan("../supervisor/events.go", regexp.MustCompile(`EventKind\s*=\s*"([a-z-]+)"`))
 	for _, want := range []string{"claim", "release", "reschedule", "fail", "deploy", "started", "exited"} {
 		if names[want] == "" {

@@ -17,10 +17,12 @@ import (
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
-// fleetMember is run -cluster's part in the fleet: a cluster.Fleet started
-// once the runner is ready, fed the runner's events, and stopped when the
-// runner has stopped every instance, so it can release the slots cleanly.
-// Without -cluster it only follows the fleet's pauses (cluster.FollowPauses).
+// fleetMember is run -cluster's part in the fleet: the fleet's step
+// machine (agentFleet: fleet/agent under fleet/executor) started once the
+// runner is ready and registered, fed the runner's events, and stopped
+// when the runner has stopped every instance, so it can release the slots
+// cleanly. Without -cluster it only follows the fleet's pauses
+// (cluster.FollowPauses).
 type fleetMember struct {
 	on     bool
 	client *api.Client
@@ -35,10 +37,6 @@ type fleetMember struct {
 	volumes *volume.Store
 	apiURL  string
 
-	f atomic.Pointer[cluster.Fleet]
-	// engine is fleetEngine's choice: "agent" runs the step machine
-	// (agentFleet) instead of cluster.Fleet.
-	engine string
 	ag     atomic.Pointer[agentFleet]
 	killed <-chan struct{} // the runner's Killed
 	cancel context.CancelFunc
@@ -74,47 +72,23 @@ func (m *fleetMember) start(r *supervisor.Runner, cfg *schema.Config) {
 	ctx, cancel := context.WithCancel(context.Background())
 	m.cancel = cancel
 	m.killed = r.Killed()
-	if m.engine == "agent" {
-		m.startAgent(ctx, r, cfg)
-		return
-	}
-	m.log.Warn("the fleet runs on cluster.Fleet (" + fleetEngineEnv + "=fleet): deprecated, to be removed; the default is the step machine (website/internals/fleet-agent.md)")
-	go func() {
-		defer close(m.done)
-		select {
-		case <-r.Ready():
-		case <-ctx.Done():
-			return
-		}
-		f := cluster.NewFleet(cluster.FleetConfig{Client: m.client, Node: r.Node(), Lease: r.Leases().Lease(0, 0),
-			Runner: r, Log: m.log, OnClaim: m.onClaim, Volumes: m.volumes, APIURL: m.apiURL, Adopting: r.Adopting})
-		f.SetLocal(cfg)
-		m.f.Store(f)
-		go pruneAudit(ctx, f.FirstLive, m.client, m.auditRetention, m.log.Named("audit"))
-		_ = f.Run(ctx)
-	}()
+	m.startAgent(ctx, r, cfg)
 }
 
-// waiting is what the fleet waits for (cluster.Fleet.Waiting, or the
-// step machine's: agentFleet.waiting), "" before it runs.
+// waiting is what the fleet waits for (the step machine's:
+// agentFleet.waiting), "" before it runs.
 func (m *fleetMember) waiting() string {
 	if a := m.ag.Load(); a != nil {
 		return a.waiting()
 	}
-	if f := m.f.Load(); f != nil {
-		return f.Waiting()
-	}
 	return ""
 }
 
-// stats is the fleet's figures for the metrics (cluster.Fleet.Stats, or
-// the executor's under the step machine); false before either runs.
+// stats is the fleet's figures for the metrics (the executor's); false
+// before it runs.
 func (m *fleetMember) stats() (cluster.FleetStats, bool) {
 	if a := m.ag.Load(); a != nil {
 		return a.stats(), true
-	}
-	if f := m.f.Load(); f != nil {
-		return f.Stats(), true
 	}
 	return cluster.FleetStats{}, false
 }
@@ -135,17 +109,11 @@ func (m *fleetMember) event(e supervisor.Event) {
 	if a := m.ag.Load(); a != nil {
 		a.event(e)
 	}
-	if f := m.f.Load(); f != nil {
-		f.Event(e)
-	}
 }
 
 func (m *fleetMember) setLocal(cfg *schema.Config) {
 	if a := m.ag.Load(); a != nil {
 		a.setLocal(cfg)
-	}
-	if f := m.f.Load(); f != nil {
-		f.SetLocal(cfg)
 	}
 }
 
@@ -182,18 +150,12 @@ func (m *fleetMember) stopped() {
 			// The slots are released once the agent has seen their
 			// instances gone.
 			a.release(ctx)
-			return
-		}
-		if f := m.f.Load(); f != nil {
-			// The handoffs published are served until the next holders
-			// have them (bounded).
-			f.Release(ctx, "mariposa stopped")
 		}
 	})
 }
 
-// startAgent runs the fleet's step machine (the default engine) once the
-// runner is ready and registered (the session binds its liveness check).
+// startAgent runs the fleet's step machine once the runner is ready and
+// registered (the session binds its liveness check).
 func (m *fleetMember) startAgent(ctx context.Context, r *supervisor.Runner, cfg *schema.Config) {
 	go func() {
 		defer close(m.done)

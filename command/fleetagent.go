@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -25,37 +26,35 @@ import (
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
-// fleetEngineEnv chooses what runs `mariposa run -cluster`'s part in the
-// fleet: unset (or "agent"), the fleet's step machine (fleet/agent) under
-// its executor (fleet/executor); "fleet", the older cluster.Fleet,
-// deprecated (website/internals/fleet-agent.md), kept one release for a
-// fallback.
+// fleetEngineEnv once chose what ran `mariposa run -cluster`'s part in the
+// fleet: "fleet" the older engine, cluster.Fleet, which is gone; the
+// fleet's step machine (fleet/agent under fleet/executor) is the only
+// engine now. The variable is no longer read, but never silently ignored:
+// run -cluster logs fleetEngineWarning when it is set.
 const fleetEngineEnv = "MARIPOSA_FLEET_ENGINE"
 
-// fleetEngine reads fleetEngineEnv: "agent" (the default) or ""
-// (cluster.Fleet); an
-// unknown value is an error naming it.
-func fleetEngine() (string, error) {
+// fleetEngineWarning is what run -cluster logs when fleetEngineEnv is set
+// ("" when it is not): the step machine runs whatever it says.
+func fleetEngineWarning() string {
 	switch v := os.Getenv(fleetEngineEnv); v {
-	case "", "agent":
-		return "agent", nil
+	case "":
+		return ""
 	case "fleet":
-		return "", nil
+		return fleetEngineEnv + "=fleet: the cluster.Fleet engine was removed; running the fleet's step machine, the only engine (unset " + fleetEngineEnv + ")"
 	default:
-		return "", fmt.Errorf("%s=%q: want \"agent\" (the default) or \"fleet\" (deprecated)", fleetEngineEnv, v)
+		return fmt.Sprintf("%s=%q is no longer read: the fleet's step machine is the only engine (unset %s)", fleetEngineEnv, v, fleetEngineEnv)
 	}
 }
 
 // agentFleet is run -cluster's part in the fleet under the step machine:
 // the executor decides which slots this node holds and tells agentFleet,
 // its executor.Instances, to start and stop their instances; agentFleet
-// hands the runner the instances of the held slots (Runner.ApplySlots, as
-// cluster.Fleet's applyHeld does) from one goroutine of its own, since
-// Instances' methods must return at once and ApplySlots waits for the
-// stops, and reports the starts and exits back to the executor. It feeds
-// the executor the units: the node's own files' and every deployment's
-// desired spec (deploy/<name>/desired, as cluster.Fleet reads them): their
-// counts and placement. What a held slot runs is its version's definition
+// hands the runner the instances of the held slots (Runner.ApplySlots)
+// from one goroutine of its own, since Instances' methods must return at
+// once and ApplySlots waits for the stops, and reports the starts and
+// exits back to the executor. It feeds the executor the units: the node's
+// own files' and every deployment's desired spec (deploy/<name>/desired):
+// their counts and placement. What a held slot runs is its version's definition
 // (agent.Start.Version, agent.Update.To): "<name>/<n>" is the unit in spec
 // n of deployment name (cluster.ReadUnitAt, read once per version: specs
 // are immutable), "" the unit's current definition. So a new desired spec
@@ -74,7 +73,7 @@ type agentFleet struct {
 	snapshots func() []supervisor.Snapshot
 	volumes   *volume.Store
 	// watchKey follows a key until ctx ends: whether it exists, as last
-	// read (cluster.WatchKeyExists; a manual health mark).
+	// read (watchKeyExists; a manual health mark).
 	watchKey func(ctx context.Context, key string) func() bool
 
 	kick chan struct{} // a change of held or units: apply
@@ -161,7 +160,7 @@ func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, c
 	a.local = cluster.UnitsOf(cfg)
 	a.readUnit = func(version, unit string) (cluster.UnitSpec, error) { return cluster.ReadUnitAt(client, version, unit) }
 	a.snapshots = r.Snapshots
-	a.watchKey = func(ctx context.Context, key string) func() bool { return cluster.WatchKeyExists(ctx, client, key) }
+	a.watchKey = func(ctx context.Context, key string) func() bool { return watchKeyExists(ctx, client, key) }
 	a.volumes = vols
 	node := r.Node()
 	var ev *executor.Volumes
@@ -172,7 +171,7 @@ func startAgent(ctx context.Context, client *api.Client, r *supervisor.Runner, c
 		Client: client,
 		Node:   node,
 		// The session goes with the node (serfHealth) and with this
-		// mariposa's liveness check, as cluster.Fleet's lease.
+		// mariposa's liveness check, as the runner's lease.
 		Checks:    []string{lease.SerfCheck, checks.SupervisorCheckID(checks.SupervisorServiceID(node))},
 		TTL:       lease.DefaultTTL,
 		LockDelay: lease.DefaultLockDelay,
@@ -206,8 +205,8 @@ func (a *agentFleet) volumeSpecs(unit string) []*schema.Volume {
 }
 
 // volumeOwner is executor.Volumes' Owner: the user the unit's volumes
-// belong to, as cluster.Fleet's (cluster.VolumeOwner: its first service
-// with a user; nil: mariposa's own).
+// belong to (cluster.VolumeOwner: its first service with a user; nil:
+// mariposa's own).
 func (a *agentFleet) volumeOwner(unit string) (*volume.RunAs, error) {
 	a.mu.Lock()
 	u, ok := a.units[unit]
@@ -620,10 +619,9 @@ func (s slotHealth) watching(now time.Time) bool { return !s.healthy || now.Befo
 // (agentHealth), its members' PIDs and since when its checks passed where
 // they run (local, zero when unknown), given its unit's min_healthy_time,
 // and what to tell the executor, in order: "healthy" (InstanceHealthy,
-// Since the new s.since) or "unhealthy" (InstanceUnhealthy). As
-// cluster.Fleet's nextStreak: a break seen, or a restart (other PIDs),
-// ends the streak; a later local pass than the one reported moves its
-// start there.
+// Since the new s.since) or "unhealthy" (InstanceUnhealthy). A break
+// seen, or a restart (other PIDs), ends the streak; a later local pass
+// than the one reported moves its start there.
 func nextHealth(s slotHealth, ok bool, pids []int, local, now time.Time, minHealthy time.Duration) (slotHealth, []string) {
 	var say []string
 	switch {
@@ -723,8 +721,7 @@ func (a *agentFleet) release(ctx context.Context) {
 // good (supervisor.EventFailed, its restarts exhausted) is told to the
 // executor (ServiceFailed: the slot moves or fails) when its unit
 // reschedules (restart.on_exhausted = "reschedule") or is a group (it
-// fails as one), cluster.Fleet.Event's rule; otherwise the instance stays
-// failed in its slot, as under cluster.Fleet.
+// fails as one); otherwise the instance stays failed in its slot.
 func (a *agentFleet) event(e supervisor.Event) {
 	if e.Slot == "" || e.Kind != supervisor.EventFailed {
 		return
@@ -770,4 +767,31 @@ func (a *agentFleet) waiting() string {
 		s += "\n" + w
 	}
 	return s
+}
+
+// watchKeyExists follows key with a blocking query until ctx ends; the
+// result says whether the key exists, as last read (an operator's mark of
+// health_check = "manual", cluster.ManualHealthKey).
+func watchKeyExists(ctx context.Context, client *api.Client, key string) func() bool {
+	var seen atomic.Bool
+	go func() {
+		var index uint64
+		for ctx.Err() == nil {
+			p, meta, err := client.KV().Get(key, (&api.QueryOptions{WaitIndex: index, WaitTime: time.Minute}).WithContext(ctx))
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+				continue
+			}
+			seen.Store(p != nil)
+			if meta.LastIndex < index {
+				index = 0
+			} else {
+				index = meta.LastIndex
+			}
+		}
+	}()
+	return seen.Load
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
-// An upgrade in place under the step machine (MARIPOSA_FLEET_ENGINE=agent):
+// An upgrade in place under the fleet's step machine:
 // the running image hands over its executor's session and holds
 // (fleetHandover, into the upgrade state's "fleet"); the next image's
 // executor adopts them (executor.Config.Adopt: no claim, the same fencing
@@ -35,7 +35,7 @@ func (a *agentFleet) adoptHeld(h *executor.Handover) {
 		as := &agentSlot{start: agent.Start{Slot: s.Slot(), Index: s.Index, Session: h.Session, Version: s.Version},
 			exclusive: s.Exclusive, reported: true}
 		if s.Volumes {
-			// As cluster.Fleet's adoption says it (the supervisor check).
+			// How the supervisor check says it.
 			as.start.Volumes = "kept across an upgrade in place"
 		}
 		if s.Exclusive {
@@ -70,7 +70,7 @@ func (m *fleetMember) fleetHandover(ctx context.Context, rh *supervisor.Handover
 // confirmBy sets, in the runner's handover, each exclusive slot's
 // ConfirmBy from the executor's: its last confirmation + lock_delay/2 (the
 // next image's runner kills the process then unless it confirmed the hold
-// again, as under cluster.Fleet).
+// again).
 func confirmBy(rh *supervisor.Handover, h *executor.Handover) {
 	if rh == nil || h == nil {
 		return

@@ -36,7 +36,7 @@ func TestConfirmByFromTheFleetsHandover(t *testing.T) {
 }
 
 // The fleet's part travels in the upgrade state and back; a state
-// without it (cluster.Fleet, or an older build) reads as none.
+// without it (a node without -cluster, or an older build) reads as none.
 func TestUpgradeStateCarriesTheFleet(t *testing.T) {
 	h := &executor.Handover{Node: "n1", Session: "s1", TTL: 10 * time.Second, LockDelay: time.Second,
 		Slots: []executor.HandedSlot{{Unit: "db", K: 0, Index: 42, Exclusive: true, Version: "v", Confirmed: 99}}}

@@ -20,20 +20,23 @@ import (
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
-func TestFleetEngine(t *testing.T) {
+// MARIPOSA_FLEET_ENGINE chose cluster.Fleet ("fleet"), which is gone: run
+// -cluster runs the step machine whatever it says, and says so in its log
+// whenever it is set, never silently. Mutation check: with
+// fleetEngineWarning returning "" for "fleet", the "fleet" row fails.
+func TestFleetEngineWarning(t *testing.T) {
 	for _, tc := range []struct {
-		env, want, err string
+		env, want string
 	}{
-		{"", "agent", ""},
-		{"fleet", "", ""},
-		{"agent", "agent", ""},
-		{"Agent", "", `MARIPOSA_FLEET_ENGINE="Agent"`},
-		{"raft", "", `MARIPOSA_FLEET_ENGINE="raft"`},
+		{"", ""},
+		{"fleet", `MARIPOSA_FLEET_ENGINE=fleet: the cluster.Fleet engine was removed; running the fleet's step machine`},
+		{"agent", `MARIPOSA_FLEET_ENGINE="agent" is no longer read`},
+		{"raft", `MARIPOSA_FLEET_ENGINE="raft" is no longer read`},
 	} {
 		t.Setenv(fleetEngineEnv, tc.env)
-		got, err := fleetEngine()
-		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-			t.Errorf("%q: %q, %v; want %q, error with %q", tc.env, got, err, tc.want, tc.err)
+		got := fleetEngineWarning()
+		if (got == "") != (tc.want == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%q: %q, want %q", tc.env, got, tc.want)
 		}
 	}
 }
@@ -391,8 +394,7 @@ func TestAgentFleetVolumeDir(t *testing.T) {
 }
 
 // A held slot's instance that failed for good goes to the executor
-// (ServiceFailed) when its unit reschedules or is a group, as
-// cluster.Fleet.Event decides; a plain unit's failure, another event, an
+// (ServiceFailed) when its unit reschedules or is a group; a plain unit's failure, another event, an
 // event of a slot not held or of no slot do not. Mutation checks: with
 // fleetMember.event not calling agentFleet.event, or agentFleet.event
 // without its ServiceFailed, "job" and "grp" are not told (fails); without
@@ -431,13 +433,13 @@ func TestAgentFleetEventFailed(t *testing.T) {
 
 // Under the step machine the metrics read the executor's Stats, the
 // liveness check its Waiting lines after the slots run, and the audit's
-// retention its FirstLive. Mutation checks: fleetMember.stats reading
-// cluster.Fleet alone gives false (fails); waiting without the
+// retention its FirstLive. Mutation checks: fleetMember.stats not
+// reading the step machine gives false (fails); waiting without the
 // executor's lines (fails).
 func TestAgentFleetStatsWaiting(t *testing.T) {
 	m := &fleetMember{}
 	if _, ok := m.stats(); ok {
-		t.Fatal("stats before any engine runs")
+		t.Fatal("stats before the step machine runs")
 	}
 	ex := &fakeExec{stats: cluster.FleetStats{Node: "n1", Ready: true, LiveNodes: 3}, wait: "slot api/2 free; rank 2, claiming in 400ms", first: true}
 	a := newAgentFleet(nil, hclog.NewNullLogger())

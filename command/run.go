@@ -170,11 +170,6 @@ func (c *RunCommand) Run(args []string) int {
 		c.UI.Error("mariposa run: " + err.Error())
 		return 1
 	}
-	engine, err := fleetEngine()
-	if err != nil {
-		c.UI.Error("mariposa run: " + err.Error())
-		return 1
-	}
 	if reserve.set && !clusterMode {
 		c.UI.Error("mariposa run: -reserve goes with -cluster: it keeps capacity out of the fleet's placement")
 		return 1
@@ -232,6 +227,9 @@ func (c *RunCommand) Run(args []string) int {
 		var b strings.Builder
 		_ = diags.WriteText(&b, 100, false)
 		log.Warn("configuration warnings\n" + b.String())
+	}
+	if w := fleetEngineWarning(); w != "" && clusterMode {
+		log.Warn(w)
 	}
 
 	// An upgrade in place: what the previous image of this process handed
@@ -302,7 +300,6 @@ func (c *RunCommand) Run(args []string) int {
 	// from the children's pipes directly, so a slow log never loses them.
 	rings := logring.NewSet(logring.DefaultMaxLines, logring.DefaultMaxBytes)
 	fl := newFleetMember(clusterMode, client, log)
-	fl.engine = engine
 	if handed != nil {
 		fl.adoptAgent = handed.Fleet
 	}

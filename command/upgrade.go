@@ -132,9 +132,9 @@ type upgradeState struct {
 	Version int                  `json:"version"` // upgradeStateVersion
 	From    string               `json:"from"`    // the build that wrote it
 	Runner  *supervisor.Handover `json:"runner"`
-	// Fleet is the fleet's step machine's part (MARIPOSA_FLEET_ENGINE=
-	// agent): its session and holds; absent under cluster.Fleet, whose
-	// slots are held by the runner's sessions.
+	// Fleet is the fleet's step machine's part: its session and holds;
+	// absent without -cluster (and from an image that ran the removed
+	// cluster.Fleet, whose slots were held by the runner's sessions).
 	Fleet *executor.Handover `json:"fleet,omitempty"`
 }
 

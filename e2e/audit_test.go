@@ -348,7 +348,7 @@ func eventsJSON(t *testing.T, agent *consultest.Agent, args ...string) []cluster
 }
 
 // checkTakeoverEvents checks, through mariposa events and its filters, the
-// story of slot lost with node victim, on either engine, in the words of
+// story of slot lost with node victim, in the words of
 // website/operations.md: every record's action is one of its table (no
 // "takeover", no "lost"), and the slot's takeover is the next holder's
 // claim, "rank N; takeover from a lost node", from victim to the holder,

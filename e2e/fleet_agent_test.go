@@ -15,30 +15,33 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/leader/leadertest"
 )
 
-// agentEngine runs `mariposa run -cluster` on the fleet's step machine
-// (fleet/agent under fleet/executor), the default, whatever the
-// environment of `go test` says: MARIPOSA_FLEET_ENGINE=fleet there runs
-// every other e2e fleet test on the deprecated cluster.Fleet
-// (startMariposa passes its environment on).
-var agentEngine = []string{"MARIPOSA_FLEET_ENGINE=agent"}
+// removedEngine asks for the fleet engine that is gone (cluster.Fleet):
+// `mariposa run -cluster` warns that it no longer reads it and runs the
+// fleet's step machine (fleet/agent under fleet/executor), the only one.
+var removedEngine = []string{"MARIPOSA_FLEET_ENGINE=fleet"}
 
-// `mariposa run -cluster` with MARIPOSA_FLEET_ENGINE=agent, on a real fleet
-// (1 server, 3 clients): an exclusive count-2 unit deployed with `mariposa
-// deploy` runs exactly 2 instances on distinct nodes, and `mariposa status`
-// reads the agent's slot keys; kill -9 of a holder's mariposa moves its slot
+// `mariposa run -cluster` on the fleet's step machine, on a real fleet (1
+// server, 3 clients), each started with MARIPOSA_FLEET_ENGINE=fleet, the
+// removed engine's name: each runs the step machine all the same (its
+// liveness check says "fleet engine: step machine"). Then: an exclusive
+// count-2 unit deployed with `mariposa deploy` runs exactly 2 instances on
+// distinct nodes, and `mariposa status` reads the agent's slot keys; kill -9 of a holder's mariposa moves its slot
 // to another node only after the old child is dead (never two children of
 // one slot at once), the old fencing token refused and the new one
 // accepted; a graceful stop (SIGTERM) of a holder releases its slot (the
 // key kept, unlocked with the released state, not deleted by a session
 // invalidation) and another node takes it.
 //
-// Mutation checks: with agentFleet.Start never handing the slot to the
-// runner, no child runs (the first wait times out); with the release
+// Mutation checks: with run -cluster refusing MARIPOSA_FLEET_ENGINE=fleet
+// (exit 1), no supervisor is live (the first wait times out); with
+// agentFleet.Start never handing the slot to the runner, no child runs
+// (the first wait for a placement times out); with the release
 // skipped on a graceful stop (agentFleet.release not calling the
 // executor's Stop), the slot key is deleted with the session and created
 // again (its CreateIndex changes).
@@ -69,11 +72,26 @@ service "api" {
 	}
 	ms := map[string]*mariposa{}
 	for _, a := range cl.Clients {
-		ms[a.Name] = startMariposa(t, a, agentEngine, "-cluster")
+		ms[a.Name] = startMariposa(t, a, removedEngine, "-cluster")
 	}
 	waitFor(t, 90*time.Second, "every supervisor live", func() (bool, string) {
 		live := passingInstances(c, "mariposa")
 		return len(live) == len(cl.Clients), fmt.Sprint(len(live))
+	})
+	// The liveness check's output as each node's agent has it (the
+	// catalog takes output-only changes every check_update_interval).
+	waitFor(t, 30*time.Second, "every supervisor on the step machine", func() (bool, string) {
+		for _, a := range cl.Clients {
+			hcs, err := a.Client(t).Agent().Checks()
+			if err != nil {
+				return false, err.Error()
+			}
+			hc := hcs[checks.SupervisorCheckID(checks.SupervisorServiceID(a.Name))]
+			if hc == nil || !strings.Contains(hc.Output, "fleet engine: step machine") {
+				return false, fmt.Sprintf("%s: %+v", a.Name, hc)
+			}
+		}
+		return true, ""
 	})
 	deploy(t, cl.Servers[0], "-name", "api", spec)
 
@@ -197,7 +215,7 @@ service "api" {
 	if err := fenced(holders[0], 0); err != nil {
 		t.Errorf("the new holder %s cannot write with its fencing token: %v", holders[0], err)
 	}
-	ms[victim] = startMariposa(t, clientNamed(cl, victim), agentEngine, "-cluster")
+	ms[victim] = startMariposa(t, clientNamed(cl, victim), nil, "-cluster")
 	waitFor(t, 90*time.Second, "the restarted supervisor live", func() (bool, string) {
 		live := passingInstances(c, "mariposa")
 		return len(live) == len(cl.Clients), fmt.Sprint(len(live))
@@ -239,7 +257,7 @@ service "api" {
 	}
 }
 
-// A rolling deploy under MARIPOSA_FLEET_ENGINE=agent, on a real fleet (1
+// A rolling deploy on the fleet's step machine, on a real fleet (1
 // server, 1 client holding all 3 slots of a unit, max_parallel 1): `mariposa
 // deploy -wait` of v1, then of v2, each returns successful (the units'
 // records, judged by the step machine from the runner's health); the v2
@@ -299,7 +317,7 @@ service "web" {
 `, child, v, v, minHealthy.String()))
 	}
 	for _, a := range cl.Clients {
-		startMariposa(t, a, agentEngine, "-cluster")
+		startMariposa(t, a, nil, "-cluster")
 	}
 	waitFor(t, 90*time.Second, "every supervisor live", func() (bool, string) {
 		live := passingInstances(c, "mariposa")

@@ -159,19 +159,16 @@ service "web" {
 		}
 		return n
 	}
-	// settled: every rollout token given back (the step machine's under
-	// units/web/tokens/, cluster.Fleet's contenders under rollout/web/).
+	// settled: every rollout token given back (units/web/tokens/).
 	settled := func() (bool, string) {
 		var left []string
-		for _, prefix := range []string{cluster.UnitDeployPrefix("web") + "tokens/", cluster.RolloutPrefix + "web/"} {
-			pairs, _, err := c.KV().List(prefix, nil)
-			if err != nil {
-				return false, err.Error()
-			}
-			for _, p := range pairs {
-				if p.Session != "" {
-					left = append(left, p.Key)
-				}
+		pairs, _, err := c.KV().List(cluster.UnitDeployPrefix("web")+"tokens/", nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, p := range pairs {
+			if p.Session != "" {
+				left = append(left, p.Key)
 			}
 		}
 		return len(left) == 0, fmt.Sprint(left)

@@ -203,7 +203,7 @@ service "api" {
 	}
 	waitFor(t, 90*time.Second, "the promoted deployment successful", func() (bool, string) {
 		// As deploy -wait and status see it (cluster.Effective: the state
-		// or the units' records, whichever engine moved).
+		// and the units' records, which the step machine moves).
 		d, _, _, err := cluster.Watch(context.Background(), c, "api", 0)
 		if err != nil || d.State == nil || d.State.N != 3 {
 			return false, fmt.Sprint(err)

@@ -120,7 +120,7 @@ service "api" {
 	})
 	ms[victim] = startMariposa(t, clientNamed(cl, victim), nil, "-cluster")
 	settled("2 of 2 healthy after the re-claim", 2)
-	// Its state as deploy -wait reads it, whichever engine moved it.
+	// Its state as deploy -wait reads it (cluster.Effective).
 	if d, err := cluster.ReadDeployment(cl.Servers[0].Client(t), "api"); err != nil || d.State == nil {
 		t.Fatalf("the deployment after the re-claim: %+v, %v", d, err)
 	} else if st := effectiveState(t, cl.Servers[0].Client(t), "api", d.Spec.N); st == nil || st.Status != cluster.DeploySuccessful {

@@ -16,14 +16,14 @@ import (
 )
 
 // min_healthy_time is a time healthy without a break (CLUSTER.md section
-// 5), under either engine: one node, a unit of count 1 with
+// 5): one node, a unit of count 1 with
 // min_healthy_time = "5s". Deployed at v2, its new instance passes its
 // check; its check then fails for 2 s and passes again. The slot's status
 // says it healthy no earlier than 5 s after the catalog showed it passing
 // again (less the lag between the catalog and the holder's looks), and
 // the deployment is successful only then.
 //
-// Mutation-checked: under MARIPOSA_FLEET_ENGINE=agent, with the health
+// Mutation-checked: with run -cluster's health
 // loop no longer looking at a slot once it reported it healthy (as
 // before), the status says it healthy 2.8 s after it passed again. (The
 // step machine ignoring InstanceUnhealthy alone is not enough to fail
@@ -110,18 +110,15 @@ service "api" {
 		}
 		return st.Status == cluster.DeploySuccessful, st.Status
 	})
-	// The slot's status: cluster.Fleet's (slots/api/0/status) or the step
-	// machine's (units/api/status/0), whichever engine wrote it.
+	// The slot's status, as its holder wrote it (units/api/status/0).
 	var healthyAt *time.Time
-	for _, key := range []string{cluster.StatusKey("api", 0), cluster.UnitStatusKey("api", 0)} {
-		p, _, err := c.KV().Get(key, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var hs cluster.HoldStatus
-		if p != nil && json.Unmarshal(p.Value, &hs) == nil && hs.HealthyAt != nil {
-			healthyAt = hs.HealthyAt
-		}
+	p, _, err := c.KV().Get(cluster.UnitStatusKey("api", 0), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs cluster.HoldStatus
+	if p != nil && json.Unmarshal(p.Value, &hs) == nil && hs.HealthyAt != nil {
+		healthyAt = hs.HealthyAt
 	}
 	// The holder looks at its instances every 200 ms at most and may count
 	// from up to cluster.MaxCatalogLag before the catalog showed them

@@ -132,7 +132,7 @@ service "crash" {
 	must("pause", "-scope", "placement", "-group", "crash", "-reason", "capacity check")
 	must("deploy", "-name", "crash", "-force", spec(4))
 	// Listed with the node's place, as mariposa queue's page shows it
-	// ("rank 1 of 3"), on either engine.
+	// ("rank 1 of 3").
 	waitFor(t, 20*time.Second, "the queue lists the claim of crash/3", func() (bool, string) {
 		for _, in := range queue() {
 			if in.Kind == "claim" && in.Target == "crash/3" && strings.HasPrefix(in.Detail, "rank ") && strings.Contains(in.Detail, " of ") {
@@ -152,7 +152,7 @@ service "crash" {
 	waitFor(t, 20*time.Second, "the queue empty after the resume", func() (bool, string) {
 		return len(queue()) == 0, fmt.Sprint(queue())
 	})
-	// The records of website/operations.md, on either engine: the queue
+	// The records of website/operations.md: the queue
 	// is a report, not a decision (no "queue" record).
 	if a := auditActions(t, c, ""); a["pause"] != 2 || a["resume"] < 2 || a["queue-drop"] != 1 || a["queue"] != 0 {
 		t.Errorf("audit: %v", a)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -19,13 +18,10 @@ import (
 // instance became healthy for 4 s (plus the 2 s skew margin), and the next
 // deploy is accepted without -force, as deploy's refusal promises.
 //
-// Under the step machine (the default) the judge (slot 0's holder) fails
-// it on its own timer; mutation-checked with the agent's progress_deadline
+// The step machine's judge (slot 0's holder) fails it on its own timer;
+// mutation-checked with the agent's progress_deadline
 // rule off (fleet/agent.JudgeUnit): deploy -wait never returns (killed).
 func TestFleetProgressDeadline(t *testing.T) {
-	if os.Getenv("MARIPOSA_FLEET_ENGINE") == "fleet" {
-		t.Skip("the step machine's judge (cluster.Fleet's progress_deadline has its own tests)")
-	}
 	consultest.SkipShort(t, "a fleet in -short mode")
 	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 1, Clients: 2})
 	fleetOf(t, cl)

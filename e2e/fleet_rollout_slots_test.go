@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"os/exec"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,15 +11,13 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
-	"github.com/mariposa-sh/mariposa/internal/semaphore"
 )
 
 // TestFleetRolloutSlotsOfOneNode: one node holds all three slots of a
 // unit with max_parallel 2. website/reference/update.md promises that a
 // node replaces as many of its slots at once as tokens are free, and that
 // a unit never runs more than count instances nor has more than
-// max_parallel of them being replaced. Sampled every 50 ms, on either
-// engine:
+// max_parallel of them being replaced. Sampled every 50 ms:
 //
 //   - the catalog (what a user sees): never more than 3 instances of web,
 //     never more than 2 not passing; and at one moment two of the node's
@@ -28,17 +25,16 @@ import (
 //     no v2 instance has yet passed for a second; replaced one after the
 //     other, the first v2 instance passes for min_healthy_time, 3 s,
 //     before the second v1 one stops);
-//   - the engine's rollout tokens (cluster.Fleet's semaphore under
-//     mariposa/rollout/, contender keys <session>/<slot>; the step
-//     machine's units/<unit>/tokens/<t>, locked by the holder's session):
-//     the node's session holds two at once, never more than max_parallel
-//     in all;
+//   - the step machine's rollout tokens (units/<unit>/tokens/<t>, locked
+//     by the holder's session): the node's session holds two at once,
+//     never more than max_parallel in all;
 //
 // and the deploy ends with every instance on v2.
 //
-// Mutation check, run by hand: with the contender key named by the session
-// alone (one per node, slots in turn), the node never holds two, and the
-// catalog never shows two replaced together.
+// Mutation check, run by hand on the removed cluster.Fleet: with its
+// semaphore's contender key named by the session alone (one per node,
+// slots in turn), the node never held two, and the catalog never showed
+// two replaced together.
 func TestFleetRolloutSlotsOfOneNode(t *testing.T) {
 	consultest.SkipShort(t, "a fleet in -short mode")
 	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 1, Clients: 1})
@@ -103,14 +99,10 @@ service "web" {
 				}
 				return true
 			}
-			// cluster.Fleet's semaphore, and the step machine's tokens.
-			okF := tokens(cluster.RolloutPrefix+"web/", func(p *api.KVPair) bool {
-				return strings.Contains(p.Key, "/tokens/") && p.Session != "" && p.Flags == semaphore.FlagHolding
-			})
 			okA := tokens(cluster.UnitDeployPrefix("web")+"tokens/", func(p *api.KVPair) bool { return p.Session != "" })
 			es, _, err := c.Health().Service("web", "", false, nil)
 			mu.Lock()
-			if okF && okA {
+			if okA {
 				for _, n := range per {
 					mostPerSession = max(mostPerSession, n)
 				}

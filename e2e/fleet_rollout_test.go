@@ -37,17 +37,16 @@ import (
 //     promoted) with the other five on the old version, until mariposa
 //     deploy promote; then it ends successful.
 //
-// Mutation checks, run by hand: with the semaphore's limit raised to the
-// count (rollout.go), the sampler sees fewer than 4 passing; with
-// heldBackLocked always false, the canary phase moves every instance.
+// Mutation checks, run by hand on the removed cluster.Fleet: with the
+// rollout semaphore's limit raised to the count, the sampler saw fewer
+// than 4 passing; with its canary hold-back always false, the canary
+// phase moved every instance.
 //
-// Under the step machine (the default; MARIPOSA_FLEET_ENGINE=fleet runs
-// cluster.Fleet) the states are read as deploy -wait
-// reads them (cluster.Effective: the units' records), and the revert is
-// the step machine's: a record at the stable version (web/2), not a spec
-// 4, so the next deploy is spec 4.
+// The states are read as deploy -wait reads them (cluster.Effective: the
+// units' records, which the step machine moves), and the revert is a
+// record at the stable version (web/2), not a spec 4, so the next deploy
+// is spec 4.
 func TestFleetDeployments(t *testing.T) {
-	agentOn := os.Getenv("MARIPOSA_FLEET_ENGINE") != "fleet" // the step machine, the default
 	consultest.SkipShort(t, "a fleet in -short mode")
 	cl := consultest.NewFleet(t, consultest.FleetOptions{Servers: 3, Clients: 5})
 	c := cl.Servers[0].Client(t)
@@ -167,33 +166,18 @@ service "web" {
 		t.Fatalf("v2 processes by slot: %v", before)
 	}
 	code, out = deployWait(spec("v3", "exit 2", ""))
-	revertSays := "auto_revert: spec 4 runs spec 2, the last successful one, again"
-	if agentOn {
-		revertSays = "(reverted to web/2)"
-	}
+	revertSays := "(reverted to web/2)"
 	if code != 2 || !strings.Contains(out, "Deployment web/3 failed") || !strings.Contains(out, revertSays) {
 		t.Fatalf("deploy -wait v3: exit %d, want 2 with the revert\n%s", code, out)
 	}
 	st3 := state(3)
-	if st3 == nil || st3.Status != cluster.DeployFailed || (!agentOn && st3.RevertedTo != 4) {
+	if st3 == nil || st3.Status != cluster.DeployFailed {
 		t.Fatalf("state of spec 3: %+v", st3)
 	}
-	if agentOn {
-		waitFor(t, 90*time.Second, "the revert (a record at web/2) successful", func() (bool, string) {
-			r := unitRecord(t, c, "web")
-			return r != nil && r.RevertOf != 0 && r.Version == "web/2" && r.Spec == "web/3" && r.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", r)
-		})
-	} else {
-		waitFor(t, 90*time.Second, "the revert (spec 4) successful", func() (bool, string) {
-			st := state(4)
-			return st != nil && st.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", st)
-		})
-		// The two instances on v3 went back to v2 and were healthy there for
-		// min_healthy_time (2s) before the revert could be successful.
-		if st := state(4); st.RevertOf != 3 || !st.Promoted || len(st.Canaries) != 0 || st.At.Sub(st.Started) < 2*time.Second {
-			t.Errorf("the revert's state: %+v (successful after %s)", st, st.At.Sub(st.Started))
-		}
-	}
+	waitFor(t, 90*time.Second, "the revert (a record at web/2) successful", func() (bool, string) {
+		r := unitRecord(t, c, "web")
+		return r != nil && r.RevertOf != 0 && r.Version == "web/2" && r.Spec == "web/3" && r.Status == cluster.DeploySuccessful, fmt.Sprintf("%+v", r)
+	})
 	if v := versions(); len(v["v2"]) != 6 {
 		t.Errorf("after the revert, passing by version: %v", v)
 	}
@@ -210,17 +194,14 @@ service "web" {
 			t.Errorf("slot %s stayed on v2 but its process changed: pid %d before, %d after", slot, pid, after[slot])
 		}
 	}
-	// The same records on either engine (website/operations.md): an
+	// The records of website/operations.md: an
 	// "update" for each instance a rollout moved (two to the bad version,
 	// at least), the bad one's rollout-failed, the judge's deploy-failed
 	// and deploy-revert.
 	if a := auditActions(t, c, "web"); a["deploy-failed"] != 1 || a["rollout-failed"] < 1 || a["deploy-revert"] != 1 || a["update"] < 2 {
 		t.Errorf("audit: %v", a)
 	}
-	next := uint64(5) // the revert was spec 4
-	if agentOn {
-		next = 4
-	}
+	next := uint64(4) // the revert is a record, not a spec
 
 	// Two deploys at once: exactly one wins.
 	var wg sync.WaitGroup
@@ -342,8 +323,8 @@ service "web" {
 		}
 		return n
 	}
-	// state is spec n's status as deploy -wait reads it, whichever engine
-	// moved it (its state, or its unit's record under the step machine).
+	// state is spec n's status as deploy -wait reads it (its state, or its
+	// unit's record, which the step machine moves).
 	state := func(n uint64) string {
 		st := effectiveState(t, c, "web", n)
 		if st == nil {
@@ -388,7 +369,7 @@ service "web" {
 
 // effectiveState is spec n of deployment name's state as deploy -wait and
 // status read it (cluster.Effective: its state, or its units' records,
-// whichever engine moved); nil when it has none.
+// which the step machine moves); nil when it has none.
 func effectiveState(t *testing.T, c *api.Client, name string, n uint64) *cluster.DeployState {
 	t.Helper()
 	st, err := cluster.ReadDeployState(c, name, n)

@@ -181,7 +181,7 @@ service "api" {
 			_ = ms[victim].cmd.Process.Signal(syscall.SIGKILL)
 			<-ms[victim].done
 			holders = placed(2, victim)
-			// The same records on either engine (website/operations.md).
+			// The records of website/operations.md.
 			checkTakeoverEvents(t, cl.Servers[0], "api/0", victim, holders[0])
 			ms[victim] = startMariposa(t, clientNamed(cl, victim), nil, "-cluster")
 		case "stop-mariposa":

@@ -339,7 +339,7 @@ func TestUpgradeInPlace(t *testing.T) { testUpgradeInPlace(t, false) }
 // a write: the instance's fencing token stays valid), its instance its
 // PID, watched past the session's TTL (two TTLs and the lock delay): a
 // new image that did not adopt the session would lose the slot in that
-// window. Mutation-checked under MARIPOSA_FLEET_ENGINE=agent: with the
+// window. Mutation-checked on the step machine: with the
 // executor's adopted session left unrenewed (startAdopted without
 // startSession), the slot key is deleted with the session and this fails;
 // it passed with the sampling window of about 2 s.

@@ -10,8 +10,8 @@ import (
 	"github.com/mariposa-sh/mariposa/cluster"
 )
 
-// fleetCollector reads cluster.Fleet's Stats at scrape time. Without a
-// fleet (run without -cluster) it reports nothing.
+// fleetCollector reads the fleet member's Stats (cluster.FleetStats) at
+// scrape time. Without a fleet (run without -cluster) it reports nothing.
 type fleetCollector struct {
 	src   func() (cluster.FleetStats, bool)
 	start time.Time

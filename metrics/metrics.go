@@ -4,8 +4,9 @@
 //
 // What an instance does comes from the supervisor's Event stream (Event,
 // one consumer beside the log), its state from the runner's snapshots read
-// at scrape time; the fleet's slots and deployments from cluster.Fleet's
-// Stats at scrape time; Consul's latency and errors from a RoundTripper
+// at scrape time; the fleet's slots and deployments from the fleet
+// member's Stats (cluster.FleetStats, the step machine's executor's) at
+// scrape time; Consul's latency and errors from a RoundTripper
 // around the Consul client's transport (Transport). Nothing is counted in
 // the supervisor's decision code.
 package metrics
@@ -143,7 +144,7 @@ func New(src Sources) *Metrics {
 }
 
 // ObserveClaim records one claim by this node of a slot of unit that was
-// vacant for d (cluster.FleetConfig.OnClaim).
+// vacant for d (fleet/executor's Config.OnClaim).
 func (m *Metrics) ObserveClaim(unit string, d time.Duration) {
 	m.claimDelay.WithLabelValues(unit).Observe(d.Seconds())
 }

@@ -93,7 +93,8 @@ type Options struct {
 	// handed over are held under when it is not the node's lease's (the
 	// fleet's step machine holds them under its executor's own session,
 	// which it adopts itself): a slot's process handed over is kept when
-	// Consul shows its key held by it. "" the lease's (cluster.Fleet).
+	// Consul shows its key held by it. "" the node's lease's (a handover
+	// without a fleet part: an older build on the removed cluster.Fleet).
 	AdoptedSlotSession string
 }
 

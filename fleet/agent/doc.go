@@ -8,8 +8,8 @@
 //
 // It holds the slot protocol (CLUSTER.md section 3): the node's session,
 // rank-ordered claims (cluster.Assign's ranks by AssignRanks over the
-// inputs cluster.Fleet's View has, the nodes of the services a placement
-// names among them, place.go; ClaimDelay,
+// inputs a cluster.View has, the nodes of the services a placement names
+// among them, place.go; ClaimDelay,
 // SecondRoundDelay), the
 // hold, the exclusive holder's confirmations and watchdog, scale-down,
 // strays (a claim Consul applied whose answer was lost) and the loss of
@@ -115,8 +115,8 @@
 //     it moves to (before the instance changes, so that no deployment is
 //     judged on a health the slot had at another version), healthy after
 //     min_healthy_time without a break (InstanceUnhealthy starts it over;
-//     said by every hold, a deployment running or not, as cluster.Fleet's
-//     holders: status counts a slot claimed again once it is), or failed
+//     said by every hold, a deployment running or not: status counts a
+//     slot claimed again once it is), or failed
 //     after healthy_deadline (Publish). It is
 //     fenced, check-session and check-index (the fencing token) on the
 //     slot's lock key, and the lock key itself is never written while

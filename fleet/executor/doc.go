@@ -27,8 +27,9 @@
 //     with its send time (stop_after counts from the last).
 //   - MarkLost: the slot key of a slot lost with its holder's session
 //     (deleted with it) written back without a session, naming the
-//     holder with state held, check-not-exists first: the layout behavior
-//     release gives cluster.Fleet's keys (mariposa status says "lost").
+//     holder with state held, check-not-exists first: the layout a
+//     session's behavior release would leave (mariposa status says
+//     "lost").
 //   - Claim: one transaction, all or nothing: lock the slot key and its
 //     index entry, delete the released mark. Refused for the lock delay
 //     (LockDelay) or because another session holds the key (Taken); a
@@ -51,7 +52,7 @@
 //   - Start, Stop: Instances.Start and Instances.Stop.
 //   - Wake: one timer, reset to the latest Wake; it steps agent.Tick.
 //   - Refresh: the unit's index watch asks now instead of at its pace.
-//   - Record: written to audit/ (stats.go), in cluster.Fleet's words
+//   - Record: written to audit/ (stats.go), in the audit log's words
 //     (website/operations.md): in the transaction of the action that
 //     carries the decision out (agent.Audits: a claim's, a takeover's
 //     included, in its Claim; a stray's or a drain's in its Release; a
@@ -103,10 +104,9 @@
 // # What it tells operators
 //
 // The loop publishes, after each batch of inputs, a snapshot of the
-// agent's state (stats.go): Stats, a cluster.FleetStats with
-// cluster.Fleet.Stats' meaning for each field (for metrics' mariposa_fleet_*),
-// and Waiting, cluster.Fleet.Waiting's lines (when this node claims
-// each free slot it is placed for, or why not). Both read an atomic
+// agent's state (stats.go): Stats, a cluster.FleetStats (for metrics'
+// mariposa_fleet_*), and Waiting, the liveness check's lines (when this
+// node claims each free slot it is placed for, or why not). Both read an atomic
 // pointer: a scrape never waits for the loop. Config.OnClaim is told each
 // claim this node makes, with how long the slot was vacant as the agent
 // saw it (the claim-delay histogram), from the loop.

@@ -1,166 +1,21 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
-	"reflect"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/checks"
-	"github.com/mariposa-sh/mariposa/internal/agenterr"
 )
 
-// watch runs a blocking query until ctx ends: fetch(index) returns the new
-// index; errors back off (capped at 5s; the local agent's, agenterr.Local,
-// are asked again at once) and are logged once per streak.
-func (f *Fleet) watch(ctx context.Context, what string, fetch func(q *api.QueryOptions) (uint64, error)) {
-	var index uint64
-	failures := 0
-	for ctx.Err() == nil {
-		q := (&api.QueryOptions{WaitIndex: index, WaitTime: 5 * time.Minute}).WithContext(ctx)
-		idx, err := fetch(q)
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			failures++
-			if failures == 1 || failures%20 == 0 {
-				f.log.Warn("cannot read from Consul; retrying", "what", what, "error", err)
-			}
-			// Only a server's refusal backs off: the local agent's
-			// (starting, not joined yet) costs the servers nothing, and
-			// this node must see a deployment as soon as its peers do.
-			wait := min(100*time.Millisecond<<min(failures, 6), 5*time.Second)
-			if agenterr.Local(err) {
-				wait = agenterr.RetryLocal
-			}
-			select {
-			case <-time.After(wait):
-			case <-ctx.Done():
-			}
-			index = 0
-			continue
-		}
-		failures = 0
-		if idx < index {
-			index = 0 // the index went backwards: start over
-		} else {
-			index = idx
-		}
-	}
-}
-
-// watchDeploy follows deploy/: each deployment's desired spec.
-func (f *Fleet) watchDeploy(ctx context.Context) {
-	reported := map[string]bool{}
-	f.watch(ctx, "deployments", func(q *api.QueryOptions) (uint64, error) {
-		pairs, meta, err := f.cfg.Client.KV().List(DeployPrefix, q)
-		if err != nil {
-			return 0, err
-		}
-		deps := parseDeployments(pairs, func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) })
-		f.mu.Lock()
-		f.remote, f.haveDep = deps, true
-		f.mu.Unlock()
-		f.wake()
-		return meta.LastIndex, nil
-	})
-}
-
-func (f *Fleet) reportOnce(seen map[string]bool, key, msg string, err error) {
-	if seen[key] {
-		return
-	}
-	seen[key] = true
-	f.log.Error(msg, "key", key, "error", err)
-}
-
-// watchSlots follows slots/: every slot's holder and value.
-func (f *Fleet) watchSlots(ctx context.Context) {
-	reported := map[string]bool{}
-	f.watch(ctx, "slots", func(q *api.QueryOptions) (uint64, error) {
-		pairs, meta, err := f.cfg.Client.KV().List(SlotsPrefix, q)
-		if err != nil {
-			return 0, err
-		}
-		slots := parseSlots(pairs, func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) })
-		f.mu.Lock()
-		f.slots, f.haveSl = slots, true
-		f.mu.Unlock()
-		f.wake()
-		return meta.LastIndex, nil
-	})
-}
-
-// watchNodes follows the service "mariposa": every supervisor, its node's
-// meta, and whether it is live (every check of it passing: serfHealth and
-// its liveness).
-func (f *Fleet) watchNodes(ctx context.Context) {
-	f.watch(ctx, "supervisors", func(q *api.QueryOptions) (uint64, error) {
-		entries, meta, err := f.cfg.Client.Health().Service("mariposa", "", false, q)
-		if err != nil {
-			return 0, err
-		}
-		nodes := FleetNodes(parseNodes(entries))
-		f.mu.Lock()
-		f.nodes, f.haveNd = nodes, true
-		f.vanished, f.base = f.vanish.observe(nodes, f.cfg.Now())
-		f.mu.Unlock()
-		f.wake()
-		return meta.LastIndex, nil
-	})
-}
-
-// watchPenalties follows penalty/<unit>/<node>.
-func (f *Fleet) watchPenalties(ctx context.Context) {
-	f.watch(ctx, "penalties", func(q *api.QueryOptions) (uint64, error) {
-		pairs, meta, err := f.cfg.Client.KV().List(PenaltyPrefix, q)
-		if err != nil {
-			return 0, err
-		}
-		pen := parsePenalties(pairs)
-		f.mu.Lock()
-		f.penalty = pen
-		f.mu.Unlock()
-		f.wake()
-		return meta.LastIndex, nil
-	})
-}
-
-// watchControl follows control/: the storm brake (and, later, pause).
-func (f *Fleet) watchControl(ctx context.Context) {
-	reported := map[string]bool{}
-	f.watch(ctx, "control", func(q *api.QueryOptions) (uint64, error) {
-		pairs, meta, err := f.cfg.Client.KV().List(ControlPrefix, q)
-		if err != nil {
-			return 0, err
-		}
-		report := func(key, msg string, err error) { f.reportOnce(reported, key, msg, err) }
-		storm, takeovers := parseControl(pairs, report)
-		pauses, drops := parsePauses(pairs, report)
-		drains := parseDrains(pairs, report)
-		f.mu.Lock()
-		f.drains = drains
-		pauseChanged := !reflect.DeepEqual(pauses, f.pauses) || !reflect.DeepEqual(drops, f.drops) || !f.haveCtl
-		f.pauses, f.drops = pauses, drops
-		f.takeovers = takeovers
-		if f.storm != nil && storm == nil {
-			// Resumed: the vanishings that engaged the brake are dealt
-			// with; only new ones count towards the next storm.
-			f.vanish.forget()
-		}
-		f.storm, f.haveCtl = storm, true
-		f.mu.Unlock()
-		if pauseChanged {
-			f.cfg.Runner.SetPause(f.pauseFunc())
-		}
-		f.wake()
-		return meta.LastIndex, nil
-	})
-}
+// The codecs of the answers of whole prefixes of the layout: slots/,
+// deploy/, the mariposa service's health, penalty/ and control/, as
+// mariposa status, why and plan read them (ReadState, FitSpec) and the step
+// machine's executor has them read (ParseControl, ParsePenalties,
+// ParseDeployments). Corrupt values are reported and skipped, safety
+// first.
 
 // parseControl reads control/: the storm record, if the brake is engaged,
 // and the takeover log. A corrupt record is reported and skipped (the
@@ -323,4 +178,24 @@ func parsePenalties(pairs api.KVPairs) map[string]map[string]time.Time {
 		pen[unit][node] = v.Until
 	}
 	return pen
+}
+
+// slotKV is a slot key as read (parseSlots).
+type slotKV struct {
+	value       SlotValue
+	session     string
+	modifyIndex uint64
+	corrupt     error
+	// status is what the holder says about its current hold (parseSlots):
+	// nil when the slot is not held or nothing is known.
+	status *HoldStatus
+}
+
+// at says whether s is held at version want, and when it was first healthy
+// at it in this hold (nil: not yet).
+func (s slotKV) at(want string) (bool, *time.Time) {
+	if s.status == nil || s.status.Version != want {
+		return false, nil
+	}
+	return true, s.status.HealthyAt
 }
