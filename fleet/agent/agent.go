@@ -1180,7 +1180,7 @@ func (a *Agent) loseSession(out []any) []any {
 	for _, id := range a.heldIDs() { // in slot order, as the trace needs
 		h := a.held[id]
 		if h.phase != Claiming {
-			a.ownLost[id] = true // (a release on its way: its answer is dropped)
+			a.noteLostOwn(id) // (a release on its way: its answer is dropped)
 		}
 		switch {
 		case h.phase.noInstance():
@@ -1202,7 +1202,7 @@ func (a *Agent) lose(id SlotID, h *held, why string, out []any) []any {
 		return out
 	}
 	h.lost = true
-	a.ownLost[id] = true
+	a.noteLostOwn(id)
 	if h.phase.noInstance() {
 		delete(a.held, id)
 		a.heldChanged()

@@ -107,6 +107,22 @@ func (a *Agent) lastHolder(r *unitRec, id SlotID) string {
 	return r.invalidated[id.K]
 }
 
+// noteLostOwn notes slot id as lost with this node's hold (lastHolder:
+// this node claims it back at once), unless the unit's view already shows
+// another node holding it: that node's loss is then the one a vacancy
+// follows, and node_lost_after applies to it. (A node that saw its slot
+// taken, then lost it, and then saw the taker's session invalidated
+// claimed it at the lock delay, as its own: e2e
+// TestFleetSpreadNodeLostDNS, one CI run.)
+func (a *Agent) noteLostOwn(id SlotID) {
+	if v := a.slots[id.Unit]; v != nil {
+		if n := v.holder(id.K); n != "" && n != a.cfg.Node {
+			return
+		}
+	}
+	a.ownLost[id] = true
+}
+
 // noteOwnLost forgets the lost slots of v's unit that v shows released or
 // held by another node.
 func (a *Agent) noteOwnLost(v *SlotsView) {

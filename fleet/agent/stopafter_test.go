@@ -306,3 +306,43 @@ func TestOrphanSaysHealthyAgain(t *testing.T) {
 		})
 	}
 }
+
+// A node whose hold was lost to another node's claim (the view showed the
+// other holder) and whose session went too does not take the slot as its
+// own when the other holder's session is invalidated: the loss is the
+// other node's, and node_lost_after applies. Mutation-checked: with the
+// slot noted as this node's own loss whatever the view (noteLostOwn
+// always setting ownLost), the claim comes at the lock delay.
+func TestLostToAnotherIsNotOwnLoss(t *testing.T) {
+	p := &schema.Placement{}
+	p.Reschedule.NodeLostAfter = 20 * time.Second
+	u := Unit{Name: "keep", Count: 1, MaxPerNode: 1, Placement: p, MaxStop: time.Second}
+	m := newMachineWith(t, Config{TTL: 10 * time.Second, LockDelay: time.Second}, []string{"me", "x"}, u)
+	c, _, ok := runUntil[Claim](m, m.step(slots("keep", 5)), m.now.Add(5*time.Second))
+	if !ok {
+		t.Fatal("no claim")
+	}
+	m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
+	m.step(InstanceStarted{Slot: c.Slot})
+	m.step(slots("keep", 42, Slot{K: 0, Node: "me", ModifyIndex: 42}))
+	// Cut off: x took the slot over; this node sees it, then its session's loss.
+	m.now = m.now.Add(time.Second)
+	m.step(slots("keep", 60, Slot{K: 0, Node: "x", ModifyIndex: 60}))
+	m.step(SessionLost{})
+	m.step(SessionCreated{ID: "s-2"})
+	m.step(InstanceExited{Slot: c.Slot})
+	// x's session invalidated in turn: the slot free, not released.
+	m.now = m.now.Add(time.Second)
+	since := m.now
+	acts := m.step(slots("keep", 70, Slot{K: 0}))
+	c2, at, ok := runUntil[Claim](m, acts, since.Add(25*time.Second))
+	if !ok {
+		t.Fatal("no claim after node_lost_after")
+	}
+	if at.Before(since.Add(20 * time.Second)) {
+		t.Fatalf("claimed %s after x's loss (%+v), want node_lost_after (20s): x's loss, not this node's", at.Sub(since), c2)
+	}
+	if c2.From != "x" {
+		t.Errorf("claim from %q, want x", c2.From)
+	}
+}
