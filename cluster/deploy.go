@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -61,7 +62,7 @@ func CheckOwners(client *api.Client, spec *Spec) error {
 		mine[u.Unit.Name] = true
 	}
 	deps := parseDeployments(pairs, func(string, string, error) {})
-	for _, name := range sortedKeys(deps) {
+	for _, name := range slices.Sorted(maps.Keys(deps)) {
 		if name == spec.Name {
 			continue
 		}

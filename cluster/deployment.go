@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -200,7 +201,7 @@ func Promote(client *api.Client, name, by string) (uint64, error) {
 // the record read).
 func promoteRecords(sv string, pairs map[string]*api.KVPair, recs map[string]*UnitRecord) api.TxnOps {
 	var ops api.TxnOps
-	for _, u := range sortedKeys(recs) {
+	for _, u := range slices.Sorted(maps.Keys(recs)) {
 		r := *recs[u]
 		if r.Spec != sv || r.Status != DeployRunning || r.Canaries == 0 || r.Promoted || r.RevertOf != 0 {
 			continue

@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -33,7 +35,7 @@ func ParseDeployments(pairs api.KVPairs, report func(key, msg string, err error)
 // files is the deployed one).
 func MergeUnits(remote map[string]*Deployment, local []UnitSpec, dup func(unit, deployment string)) map[string]UnitSpec {
 	out := map[string]UnitSpec{}
-	for _, n := range sortedKeys(remote) {
+	for _, n := range slices.Sorted(maps.Keys(remote)) {
 		for _, u := range remote[n].Spec.Units() {
 			if _, seen := out[u.Unit.Name]; seen {
 				if dup != nil {

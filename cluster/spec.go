@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"time"
 
 	"github.com/mariposa-sh/mariposa/schema"
@@ -287,16 +286,6 @@ func keepsData(p *schema.Placement) bool {
 		}
 	}
 	return false
-}
-
-// sortedKeys is m's keys in order.
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // slotName is slot k of unit as "<unit>/<k>".

@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,7 +170,7 @@ func (c *DeployCommand) Run(args []string) int {
 	if res.Superseded > 0 {
 		c.UI.Output(fmt.Sprintf("Deployment %s/%d, still rolling out, is cancelled (-force)", name, res.Superseded))
 	}
-	for _, u := range sortedKeys(res.Canaries) {
+	for _, u := range slices.Sorted(maps.Keys(res.Canaries)) {
 		c.UI.Output(fmt.Sprintf("%s: %s first; then mariposa deploy promote %s%s", u, cluster.Canaries(res.Canaries[u]), name,
 			map[bool]string{true: " (or auto_promote)"}[autoPromotes(spec, u)]))
 	}

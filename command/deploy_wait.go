@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"sort"
 	"strings"
 	"time"
 
@@ -98,13 +97,4 @@ func progressLine(st cluster.DeployState, current bool, progress []cluster.UnitP
 		}
 	}
 	return strings.Join(parts, ": ")
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

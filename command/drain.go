@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -119,7 +120,7 @@ func (c *DrainCommand) Run(args []string) int {
 			return nil
 		}
 		out := st.Stuck(node, time.Now())
-		for _, id := range sortedKeys(out) {
+		for _, id := range slices.Sorted(maps.Keys(out)) {
 			if !told[id] {
 				told[id] = true
 				c.UI.Warn(fmt.Sprintf("  %s cannot move: no other node can take it (%s); its instance keeps running on %s", id, out[id], node))
@@ -160,7 +161,7 @@ func (c *DrainCommand) Run(args []string) int {
 		held = now
 		if len(departed) > 0 {
 			if st, err := cluster.ReadState(client); err == nil {
-				for _, id := range sortedKeys(departed) {
+				for _, id := range slices.Sorted(maps.Keys(departed)) {
 					if to := holderOf(st, id); to != "" && to != node {
 						c.UI.Output("  " + id + " moved to " + to)
 						delete(departed, id)
@@ -187,7 +188,7 @@ func (c *DrainCommand) Run(args []string) int {
 				return 1
 			case len(held) == 0 && until < -10*time.Second:
 				c.UI.Error(fmt.Sprintf("mariposa drain: %s left node %s and no other node holds them: their units run below their count",
-					strings.Join(sortedKeys(departed), ", "), node))
+					strings.Join(slices.Sorted(maps.Keys(departed)), ", "), node))
 				return 1
 			}
 		}
