@@ -138,19 +138,12 @@ func TestOrphanClaimedBack(t *testing.T) {
 	m := newMachineWith(t, Config{TTL: 10 * time.Second, LockDelay: time.Second}, []string{"me", "x"}, u)
 	m.step(slots("keep", 5))
 	m.step(slots("keep", 5, Slot{K: 0, Node: "x", ModifyIndex: 5})) // (held elsewhere: nothing to claim)
-	acts := m.step(slots("keep", 6))
-	c, _, ok := runUntil[Claim](m, acts, m.now.Add(10*time.Second))
-	if !ok {
-		t.Fatal("no claim")
-	}
-	m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
-	m.step(InstanceStarted{Slot: c.Slot})
-	m.step(slots("keep", 42, Slot{K: 0, Node: "me", ModifyIndex: 42}))
+	c := holdKeep(t, m, m.step(slots("keep", 6)), 10*time.Second)
 	m.now = m.now.Add(time.Second)
 	m.step(SessionLost{})
 	m.step(SessionCreated{ID: "s-2"})
 	m.now = m.now.Add(time.Second)
-	acts = m.step(slots("keep", 50, Slot{K: 0}))
+	acts := m.step(slots("keep", 50, Slot{K: 0}))
 	again, ok := find[Claim](acts)
 	if !ok || again.Session != "s-2" || again.From != "me" {
 		t.Fatalf("orphan not claimed back at once with the new session: %+v %v (%v)", again, ok, acts)
@@ -318,13 +311,7 @@ func TestLostToAnotherIsNotOwnLoss(t *testing.T) {
 	p.Reschedule.NodeLostAfter = 20 * time.Second
 	u := Unit{Name: "keep", Count: 1, MaxPerNode: 1, Placement: p, MaxStop: time.Second}
 	m := newMachineWith(t, Config{TTL: 10 * time.Second, LockDelay: time.Second}, []string{"me", "x"}, u)
-	c, _, ok := runUntil[Claim](m, m.step(slots("keep", 5)), m.now.Add(5*time.Second))
-	if !ok {
-		t.Fatal("no claim")
-	}
-	m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
-	m.step(InstanceStarted{Slot: c.Slot})
-	m.step(slots("keep", 42, Slot{K: 0, Node: "me", ModifyIndex: 42}))
+	c := holdKeep(t, m, m.step(slots("keep", 5)), 5*time.Second)
 	// Cut off: x took the slot over; this node sees it, then its session's loss.
 	m.now = m.now.Add(time.Second)
 	m.step(slots("keep", 60, Slot{K: 0, Node: "x", ModifyIndex: 60}))
@@ -345,4 +332,18 @@ func TestLostToAnotherIsNotOwnLoss(t *testing.T) {
 	if c2.From != "x" {
 		t.Errorf("claim from %q, want x", c2.From)
 	}
+}
+
+// holdKeep runs m from acts until it claims keep/0 (within d), answers the
+// claim (fencing token 42), starts the instance and shows it the hold.
+func holdKeep(t *testing.T, m *machine, acts []any, d time.Duration) Claim {
+	t.Helper()
+	c, _, ok := runUntil[Claim](m, acts, m.now.Add(d))
+	if !ok {
+		t.Fatal("no claim")
+	}
+	m.step(ClaimDone{Slot: c.Slot, OK: true, Index: 42})
+	m.step(InstanceStarted{Slot: c.Slot})
+	m.step(slots("keep", 42, Slot{K: 0, Node: "me", ModifyIndex: 42}))
+	return c
 }
