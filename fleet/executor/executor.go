@@ -67,6 +67,12 @@ type Faults struct {
 	// answers again is not reported (agent.WatchResumed).
 	Stepped  func(in any)
 	NoResume bool
+	// MembersStale: the members watch posts its first answer only (a
+	// watch that lags: a node registered since is not in it).
+	MembersStale bool
+	// NoFreshMembers: a new unit's slots are ranked on the members as the
+	// watch last said (no read of its own first: place.go readMembers).
+	NoFreshMembers bool
 }
 
 // Config is one node's executor.
@@ -161,6 +167,8 @@ type Executor struct {
 	failing  []string
 	haveMem  bool
 	haveFail bool
+	memIndex uint64 // the members' newest answer's index (place.go: readMembers)
+	memSeq   uint64 // fresh members reads started (place.go: readMembers)
 	nodesGen uint64
 	sessions map[string]context.CancelFunc // sessions created, not known gone: their renewal and watch
 	stopping bool
@@ -471,8 +479,7 @@ func (e *Executor) handle(in any) {
 			w.ask(time.Now())
 		}
 	case membersAns:
-		e.members, e.info, e.haveMem = in.nodes, in.info, true
-		e.nodesAnswer()
+		e.membersAnswer(in)
 	case failingAns:
 		e.failing, e.haveFail = in.nodes, true
 		e.nodesAnswer()

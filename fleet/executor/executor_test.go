@@ -554,7 +554,13 @@ func (f *fleet) waitSettled(timeout time.Duration) {
 		}
 		return true
 	}) {
-		f.t.Fatalf("not settled after %v: %v", timeout, last)
+		// What each node makes of it, as data (a failure seen once in CI
+		// is then readable).
+		var views []string
+		for _, n := range f.nodes {
+			views = append(views, fmt.Sprintf("%s: %+v; waiting: %s", n.name, n.ex.Stats().Units, n.ex.Waiting()))
+		}
+		f.t.Fatalf("not settled after %v: %v\n%s", timeout, last, strings.Join(views, "\n"))
 	}
 }
 

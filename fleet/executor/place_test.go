@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/executor"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -226,4 +228,60 @@ func TestExecutorsPlaceByServices(t *testing.T) {
 		t.Errorf("cache/1 held by %s, not by %s where db runs now", h, moved)
 	}
 	f.checkNoOverlap()
+}
+
+// A new unit's first ranking is on the members as Consul has them when
+// the node hears the unit, not as the members' watch last answered (it
+// lags: no sooner than 100 ms after its last answer, later on a loaded
+// node). Found by CI's TestStatefulWorkedExample: a node registered just
+// before the deploy was missing from the others' views, and one of them
+// ranked itself first for a slot whose affinity prefers the missing node.
+// Here node0's members watch keeps its first answer (Faults.MembersStale);
+// node1 (no executor: it claims nothing) registers after it, in the zone
+// the unit prefers; node0 then hears the unit and must rank itself second
+// ("rank 1"). Mutation check: with Faults.NoFreshMembers it ranks itself
+// first (the test fails).
+func TestNewUnitRankedOnFreshMembers(t *testing.T) {
+	for _, mutant := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fresh", true: "mutant"}[mutant], func(t *testing.T) {
+			heard := make(chan struct{})
+			var once sync.Once
+			f := newFleet(t, fleetOptions{nodes: 1, faults: func(int) executor.Faults {
+				return executor.Faults{MembersStale: true, NoFreshMembers: mutant, Stepped: func(in any) {
+					if a, ok := in.(agent.NodesAnswer); ok && slices.Equal(a.View.Nodes, []string{"node0"}) {
+						once.Do(func() { close(heard) })
+					}
+				}}
+			}})
+			select {
+			case <-heard:
+			case <-time.After(30 * time.Second):
+				t.Fatal("node0's members never answered")
+			}
+			_, err := f.c.Catalog().Register(&api.CatalogRegistration{Node: "node1", Address: "127.0.0.1", NodeMeta: map[string]string{"zone": "z1"},
+				Service: &api.AgentService{ID: "mariposa-node1", Service: "mariposa"},
+				Check:   &api.AgentCheck{Node: "node1", CheckID: "mariposa-node1:mariposa", Name: "mariposa supervisor", ServiceID: "mariposa-node1", Status: api.HealthPassing}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prefer := &schema.Placement{Affinities: []*schema.Affinity{{Attribute: "node.meta.zone", Operator: schema.OpPrefer, Value: "z1", Weight: 100}}}
+			f.setUnits(agent.Unit{Name: "cache", Count: 1, MaxPerNode: 1, Exclusive: true, Placement: prefer})
+			var reason string
+			if !consultest.WaitFor(30*time.Second, func() bool {
+				for _, e := range f.auditOf("cache") {
+					if e.Action == "claim" && e.Node == "node0" {
+						reason = e.Reason
+						return true
+					}
+				}
+				return false
+			}) {
+				t.Fatal("node0 never claimed cache/0")
+			}
+			if ranked := reason == "rank 1"; ranked == mutant {
+				t.Fatalf("node0 claimed cache/0 with %q: want rank 1 (node1, registered before the unit came, is preferred)%s", reason,
+					map[bool]string{true: " (mutant: NoFreshMembers; the test does not tell a stale view)"}[mutant])
+			}
+		})
+	}
 }

@@ -189,6 +189,7 @@ func (e *Executor) watchUnits(units []agent.Unit) {
 	e.buckets = nil
 	old := e.units
 	e.units = map[string]*unitWatch{}
+	var fresh []*unitWatch // units new to the node: they wait for a fresh members read
 	for _, run := range buckets(names, e.cfg.Buckets) {
 		if b := kept[strings.Join(run, "\x00")]; b != nil {
 			delete(kept, strings.Join(run, "\x00"))
@@ -205,7 +206,9 @@ func (e *Executor) watchUnits(units []agent.Unit) {
 			w := &unitWatch{index: b.ask, unit: u}
 			if o := old[u]; o != nil {
 				// Its deployment was heard: the index need not wait.
-				w.deployed = o.deployed
+				w.deployed, w.memWait = o.deployed, o.memWait
+			} else {
+				fresh = append(fresh, w)
 			}
 			e.units[u] = w
 		}
@@ -215,6 +218,13 @@ func (e *Executor) watchUnits(units []agent.Unit) {
 	}
 	for _, b := range kept {
 		b.cancel()
+	}
+	if len(fresh) > 0 && !e.cfg.Faults.NoFreshMembers {
+		e.memSeq++
+		for _, w := range fresh {
+			w.memWait = e.memSeq
+		}
+		go e.readMembers(e.memSeq)
 	}
 }
 

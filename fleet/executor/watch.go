@@ -27,6 +27,10 @@ type unitWatch struct {
 	// prevWait: a Sticky unit's previous holders are being read
 	// (place.go); its index's answer waits in early as well.
 	prevWait bool
+	// memWait: the fresh members read this new unit waits for (its
+	// sequence number; 0: none), its index's answer in early meanwhile
+	// (place.go readMembers).
+	memWait uint64
 }
 
 // ask: the unit's index may be asked at at (the loop's word; the latest
@@ -35,18 +39,29 @@ func (w *unitWatch) ask(at time.Time) { w.index.set(w.unit, at) }
 
 // watchMembers follows the service's catalog entries: the fleet's nodes.
 func (e *Executor) watchMembers() {
+	answered := false
 	e.watch(e.ctx, "members", func(q *api.QueryOptions) (uint64, func(), error) {
 		ss, meta, err := e.cfg.Client.Catalog().Service(e.cfg.Service, "", q)
 		if err != nil {
 			return 0, nil, err
 		}
-		names := make([]string, 0, len(ss))
-		for _, s := range ss {
-			names = append(names, s.Node)
+		ans := membersOf(ss, meta.LastIndex)
+		if e.cfg.Faults.MembersStale && answered {
+			return meta.LastIndex, func() {}, nil
 		}
-		info := nodeInfos(ss)
-		return meta.LastIndex, func() { e.inbox.post(membersAns{nodes: uniqueSorted(names), info: info}) }, nil
+		answered = true
+		return meta.LastIndex, func() { e.inbox.post(ans) }, nil
 	})
+}
+
+// membersOf is a members answer from the catalog's entries of the
+// service at index.
+func membersOf(ss []*api.CatalogService, index uint64) membersAns {
+	names := make([]string, 0, len(ss))
+	for _, s := range ss {
+		names = append(names, s.Node)
+	}
+	return membersAns{nodes: uniqueSorted(names), info: nodeInfos(ss), index: index}
 }
 
 // failingFilter has Consul answer only the instances not passing: a
