@@ -140,7 +140,9 @@
 // both. And one blocking query per service the units' placements name
 // (service.<name>: its catalog entries, agent.ServicesAnswer), started
 // and stopped with the units; the agent holds such a unit's claims until
-// each has answered. The units come from the caller (SetUnits; agent.UnitOf).
+// each has answered. The units come from the caller (SetUnits; agent.UnitOf);
+// a change takes effect once the members and control/ have been read after
+// it (fresh.go: the watches may lag the deployment that changed them).
 //
 // # Stopping
 //

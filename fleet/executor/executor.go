@@ -70,9 +70,15 @@ type Faults struct {
 	// MembersStale: the members watch posts its first answer only (a
 	// watch that lags: a node registered since is not in it).
 	MembersStale bool
-	// NoFreshMembers: a new unit's slots are ranked on the members as the
-	// watch last said (no read of its own first: place.go readMembers).
-	NoFreshMembers bool
+	// ControlStale: the control watch posts its first answer only.
+	ControlStale bool
+	// AnsweredLate: a unit index watch marks its answers' units as
+	// waiting for the loop's word after posting them, once f returns
+	// (the order that lost the loop's word).
+	AnsweredLate func()
+	// NoFreshRead: a units change takes effect at once, on the members
+	// and the controls as their watches last said (fresh.go).
+	NoFreshRead bool
 }
 
 // Config is one node's executor.
@@ -167,8 +173,10 @@ type Executor struct {
 	failing  []string
 	haveMem  bool
 	haveFail bool
-	memIndex uint64 // the members' newest answer's index (place.go: readMembers)
-	memSeq   uint64 // fresh members reads started (place.go: readMembers)
+	memIndex uint64 // the members' newest answer's index (place.go)
+	// fresh: the units change waiting for its fresh read (fresh.go).
+	fresh    *pendingUnits
+	freshSeq uint64
 	nodesGen uint64
 	sessions map[string]context.CancelFunc // sessions created, not known gone: their renewal and watch
 	stopping bool
@@ -410,11 +418,9 @@ func (e *Executor) handle(in any) {
 		if e.stopping {
 			return
 		}
-		e.watchUnits(in.units)
-		e.followServices(in.units)
-		e.step(agent.UnitsAnswer{Units: in.units, Stopping: in.stopping})
-		e.unitsSet = true
-		e.readPrevious(in.units)
+		e.unitsChange(in) // fresh.go
+	case freshRead:
+		e.freshRead(in)
 	case stopReq:
 		e.stopDone = append(e.stopDone, in.done)
 		if !e.stopping {

@@ -294,16 +294,27 @@ func (e *Executor) readHeld(ctx context.Context, slots []agent.SlotID, session s
 // watchControl follows control/ (pauses, drains, the storm brake, the
 // takeover log): agent.ControlAnswer.
 func (e *Executor) watchControl() {
+	answered := false
 	e.watch(e.ctx, "control", func(q *api.QueryOptions) (uint64, func(), error) {
 		pairs, meta, err := e.cfg.Client.KV().List(cluster.ControlPrefix, q)
 		if err != nil {
 			return 0, nil, err
 		}
-		v := &agent.ControlView{Index: meta.LastIndex, Control: cluster.ParseControl(pairs, func(key, msg string, err error) {
-			e.log.Warn("control/: "+msg, "key", key, "error", err)
-		})}
+		if e.cfg.Faults.ControlStale && answered {
+			return meta.LastIndex, func() {}, nil
+		}
+		answered = true
+		v := e.controlView(pairs, meta.LastIndex)
 		return meta.LastIndex, func() { e.inbox.post(agent.ControlAnswer{View: v}) }, nil
 	})
+}
+
+// controlView is control/'s keys at index, as the agent takes them (a
+// corrupt key reported).
+func (e *Executor) controlView(pairs api.KVPairs, index uint64) *agent.ControlView {
+	return &agent.ControlView{Index: index, Control: cluster.ParseControl(pairs, func(key, msg string, err error) {
+		e.log.Warn("control/: "+msg, "key", key, "error", err)
+	})}
 }
 
 // failedOps are the indexes of a transaction's failed ops.

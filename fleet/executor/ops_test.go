@@ -8,6 +8,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/executor"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
@@ -158,5 +159,38 @@ func TestDrainDoneOnlyWhenEmpty(t *testing.T) {
 	n := countActions(f.auditOf(u.Name))["drain"] + countActions(f.auditOf(""))["drain-status"]
 	if !released || n != 0 {
 		t.Fatalf("drain records: web/0's release %v, %d drain or drain-status; %v %v", released, n, countActions(f.auditOf(u.Name)), countActions(f.auditOf("")))
+	}
+}
+
+// A pause written just before a deploy holds the deploy's new slot, though
+// the node's control watch has not answered it yet (it lags: Faults.
+// ControlStale keeps its first answer): the units change waits for a read
+// of control/ of its own (fresh.go). Found by e2e's TestFleetPause
+// (`pause -scope placement`, then `deploy` with a count raised). Mutation
+// check: with Faults.NoFreshRead the slot is claimed (the mutant row
+// expects it).
+func TestPauseJustBeforeDeployHolds(t *testing.T) {
+	for _, mutant := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fresh", true: "mutant"}[mutant], func(t *testing.T) {
+			u := agent.Unit{Name: "web", Count: 1, MaxPerNode: 1}
+			f := newFleet(t, fleetOptions{nodes: 2, control: true, faults: func(int) executor.Faults {
+				return executor.Faults{ControlStale: true, NoFreshRead: mutant}
+			}}, u)
+			f.waitSettled(30 * time.Second)
+			if _, err := cluster.Pause(f.c, u.Name, cluster.PausePlacement, "test", "tester"); err != nil {
+				t.Fatal(err)
+			}
+			up := u
+			up.Count = 2
+			f.setUnits(up)
+			second := agent.SlotID{Unit: u.Name, K: 1}
+			claimed := consultest.WaitFor(4*time.Second, func() bool {
+				keys, err := f.slotKeys(u.Name)
+				return err == nil && keys[1] != nil && keys[1].Session != ""
+			})
+			if claimed != mutant {
+				t.Fatalf("%s claimed: %v, want %v (paused before the count was raised)", second, claimed, mutant)
+			}
+		})
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/mariposa-sh/mariposa/checks"
@@ -119,7 +118,7 @@ func (e *Executor) previousRead(in previousRead) {
 // heard. Until then it waits in early, and the agent claims nothing of
 // the unit on a ranking that would lack them.
 func (e *Executor) indexMayStep(w *unitWatch) bool {
-	return w.deployed && !w.prevWait && e.penHeard && w.memWait == 0
+	return w.deployed && !w.prevWait && e.penHeard
 }
 
 // flushEarly steps w's index answer that waited, if it may go now.
@@ -167,57 +166,21 @@ func previousOf(prefix string, pairs api.KVPairs) map[int]string {
 type infoMap = map[string]cluster.NodeInfo
 
 // membersAns: the members watch's answer, the fleet's nodes with their
-// attributes and capacity, at index; or a fresh read's (seq, readMembers).
+// attributes and capacity, at index.
 type membersAns struct {
 	nodes []string
 	info  infoMap
 	index uint64
-	seq   uint64
 }
 
-// readMembers reads the members once, for the units new to the node
-// (seq): their first ranking waits for it. The watch's last answer may be
-// older than the deployment that brought them (it answers no sooner than
-// watchEvery after the last, later on a loaded node): a node registered
-// just before the deploy (which the user saw, as `deploy` did) would be
-// missing, and a node ranking itself first on that view claims a slot
-// whose affinity prefers the missing node, or one its constraint's
-// attributes, not yet heard, exclude. A read started after the unit was
-// heard sees every registration before the deployment (a default read is
-// the leader's). No answer: again a second later.
-func (e *Executor) readMembers(seq uint64) {
-	for e.ctx.Err() == nil {
-		ctx, cancel := e.request()
-		ss, meta, err := e.cfg.Client.Catalog().Service(e.cfg.Service, "", (&api.QueryOptions{}).WithContext(ctx))
-		cancel()
-		if err == nil {
-			ans := membersOf(ss, meta.LastIndex)
-			ans.seq = seq
-			e.inbox.post(ans)
-			return
-		}
-		e.log.Debug("read the members", "error", err)
-		sleep(e.ctx, time.Second)
-	}
-}
-
-// membersAnswer steps the members (an answer older than the one stepped
-// is not: a fresh read may overtake the watch), then the index answers of
-// the units that waited for a fresh read.
+// membersAnswer steps the members; an answer older than the one stepped
+// is not (a fresh read, fresh.go, may overtake the watch).
 func (e *Executor) membersAnswer(in membersAns) {
-	if in.index >= e.memIndex || !e.haveMem {
-		e.members, e.info, e.haveMem, e.memIndex = in.nodes, in.info, true, in.index
-		e.nodesAnswer()
-	}
-	if in.seq == 0 {
+	if in.index < e.memIndex && e.haveMem {
 		return
 	}
-	for _, name := range e.unitNames {
-		if w := e.units[name]; w != nil && w.memWait != 0 && w.memWait <= in.seq {
-			w.memWait = 0
-			e.flushEarly(w)
-		}
-	}
+	e.members, e.info, e.haveMem, e.memIndex = in.nodes, in.info, true, in.index
+	e.nodesAnswer()
 }
 
 // followServices keeps one watch per service the units' placements name

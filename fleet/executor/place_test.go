@@ -239,7 +239,7 @@ func TestExecutorsPlaceByServices(t *testing.T) {
 // Here node0's members watch keeps its first answer (Faults.MembersStale);
 // node1 (no executor: it claims nothing) registers after it, in the zone
 // the unit prefers; node0 then hears the unit and must rank itself second
-// ("rank 1"). Mutation check: with Faults.NoFreshMembers it ranks itself
+// ("rank 1"). Mutation check: with Faults.NoFreshRead it ranks itself
 // first (the test fails).
 func TestNewUnitRankedOnFreshMembers(t *testing.T) {
 	for _, mutant := range []bool{false, true} {
@@ -247,7 +247,7 @@ func TestNewUnitRankedOnFreshMembers(t *testing.T) {
 			heard := make(chan struct{})
 			var once sync.Once
 			f := newFleet(t, fleetOptions{nodes: 1, faults: func(int) executor.Faults {
-				return executor.Faults{MembersStale: true, NoFreshMembers: mutant, Stepped: func(in any) {
+				return executor.Faults{MembersStale: true, NoFreshRead: mutant, Stepped: func(in any) {
 					if a, ok := in.(agent.NodesAnswer); ok && slices.Equal(a.View.Nodes, []string{"node0"}) {
 						once.Do(func() { close(heard) })
 					}
@@ -280,7 +280,7 @@ func TestNewUnitRankedOnFreshMembers(t *testing.T) {
 			}
 			if ranked := reason == "rank 1"; ranked == mutant {
 				t.Fatalf("node0 claimed cache/0 with %q: want rank 1 (node1, registered before the unit came, is preferred)%s", reason,
-					map[bool]string{true: " (mutant: NoFreshMembers; the test does not tell a stale view)"}[mutant])
+					map[bool]string{true: " (mutant: NoFreshRead; the test does not tell a stale view)"}[mutant])
 			}
 		})
 	}

@@ -81,3 +81,63 @@ func TestManyUnitsWithinConnectionLimit(t *testing.T) {
 		})
 	}
 }
+
+// An idle node keeps hearing a unit's index: a slot freed by its holder's
+// lost session (no release, so no vacancy key moves) reaches it, and it
+// takes the slot over. The index watch marks the units it answers as
+// waiting for the loop's word before it posts the answers; the other way
+// round, a loop that stepped an answer at once gave its word first and saw
+// it erased, and the node never asked the unit's index again (CI's
+// TestTakeoverAudited, 2 runs in 40 under load). Mutation check:
+// Faults.AnsweredLate restores that order with the loop first; the node
+// then never hears the slot freed (the mutant row expects that).
+func TestIdleNodeHearsTheIndex(t *testing.T) {
+	for _, mutant := range []bool{false, true} {
+		t.Run(map[bool]string{false: "in order", true: "mutant"}[mutant], func(t *testing.T) {
+			var faults func(int) executor.Faults
+			if mutant {
+				faults = func(int) executor.Faults {
+					return executor.Faults{AnsweredLate: func() { time.Sleep(100 * time.Millisecond) }}
+				}
+			}
+			f := newFleet(t, fleetOptions{nodes: 3, faults: faults}, web)
+			f.waitSettled(30 * time.Second)
+			id := agent.SlotID{Unit: "web", K: 0}
+			a := f.holderOf(id)
+			// Every node has seen it hold the slot: the idle node's last
+			// answer is in, and it waits for its next look. (The mutant's
+			// idle node may never look again: it need not see it.)
+			look, window := 10*time.Second, 15*time.Second
+			if mutant {
+				look, window = 3*time.Second, 10*time.Second
+			}
+			if !consultest.WaitFor(look, func() bool {
+				for _, n := range f.nodes {
+					if !sawHeldBy(n.ex.Stats(), id, a.name) {
+						return false
+					}
+				}
+				return true
+			}) && !mutant {
+				t.Fatalf("not every node saw %s hold %s", a.name, id)
+			}
+			a.ex.Kill()
+			f.rec.killNode(a.name)
+			keys, _ := f.slotKeys("web")
+			if _, err := f.c.Session().Destroy(keys[0].Session, nil); err != nil {
+				t.Fatal(err)
+			}
+			taken := consultest.WaitFor(window, func() bool {
+				keys, err := f.slotKeys("web")
+				if err != nil || keys[0] == nil || keys[0].Session == "" {
+					return false
+				}
+				n, err := f.nodeOf(keys[0].Session)
+				return err == nil && n != a.name
+			})
+			if taken == mutant {
+				t.Fatalf("%s taken over after its holder's session was lost: %v, want %v", id, taken, !mutant)
+			}
+		})
+	}
+}

@@ -27,10 +27,6 @@ type unitWatch struct {
 	// prevWait: a Sticky unit's previous holders are being read
 	// (place.go); its index's answer waits in early as well.
 	prevWait bool
-	// memWait: the fresh members read this new unit waits for (its
-	// sequence number; 0: none), its index's answer in early meanwhile
-	// (place.go readMembers).
-	memWait uint64
 }
 
 // ask: the unit's index may be asked at at (the loop's word; the latest
