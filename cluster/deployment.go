@@ -60,36 +60,45 @@ type DeployState struct {
 	Reason     string `json:"reason,omitempty"`
 }
 
-// Stable is deploy/<name>/stable: the last successful deployment, which
-// auto_revert goes back to.
-type Stable struct {
-	N    uint64    `json:"n"`
-	Hash string    `json:"hash"`
-	At   time.Time `json:"at"`
-}
-
 // StateKey is deploy/<name>/state/<n>.
 func StateKey(name string, n uint64) string {
 	return DeployPrefix + name + "/state/" + strconv.FormatUint(n, 10)
 }
 
-// StableKey is deploy/<name>/stable.
-func StableKey(name string) string { return DeployPrefix + name + "/stable" }
-
 // Deployment is a deployment as read from Consul: its desired spec, that
-// spec's state and the stable spec, with the indexes transitions check.
+// spec's state and its units' records, with the indexes transitions check.
 type Deployment struct {
 	Spec         *Spec
 	DesiredIndex uint64
 	State        *DeployState // nil: written before deployments had states
 	StateIndex   uint64
-	Stable       *Stable
 	// Records: the units' deployment records (the step machine's), when
 	// read (Watch); Effective(*State, Spec, Records) is what happened.
 	Records map[string]*UnitRecord
 	// Holds: what the step machine's holders say of their holds
 	// (units/<unit>/status/<k>), read with the records.
 	Holds map[string]map[int]HoldStatus
+}
+
+// StableN is the deployment's last successful spec, which auto_revert goes
+// back to: the one its units' records name as their stable version
+// ("<name>/<n>"), the oldest when they differ (a unit whose record says
+// nothing of this deployment is not counted); 0 when none does.
+func (d *Deployment) StableN() uint64 {
+	var n uint64
+	for _, r := range d.Records {
+		if r == nil {
+			continue
+		}
+		name, k, err := ParseSpecVersion(r.Stable)
+		if err != nil || name != d.Spec.Name || k == 0 {
+			continue
+		}
+		if n == 0 || k < n {
+			n = k
+		}
+	}
+	return n
 }
 
 // running: the deployment's desired spec is being rolled out.
@@ -270,14 +279,6 @@ func parseDeployments(pairs api.KVPairs, report func(key, msg string, err error)
 				report(sp.Key, "a corrupt deployment state; ignoring it until it is fixed", err)
 			} else {
 				d.State, d.StateIndex = &st, sp.ModifyIndex
-			}
-		}
-		if sp := byKey[StableKey(name)]; sp != nil {
-			var stable Stable
-			if err := json.Unmarshal(sp.Value, &stable); err != nil {
-				report(sp.Key, "a corrupt stable pointer; no auto_revert until it is fixed", err)
-			} else {
-				d.Stable = &stable
 			}
 		}
 		out[name] = d

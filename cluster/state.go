@@ -233,9 +233,7 @@ func statusOf(d *Deployment, slots map[string]map[int]slotKV, live func(string, 
 		eff := Effective(*d.State, d.Spec, d.Records)
 		ds.State = &eff
 	}
-	if d.Stable != nil {
-		ds.Stable = d.Stable.N
-	}
+	ds.Stable = d.StableN()
 	return ds
 }
 

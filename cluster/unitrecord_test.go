@@ -23,7 +23,7 @@ func TestUnitKeysApartFromDeployments(t *testing.T) {
 			t.Errorf("%s is not under %s", k, prefix)
 		}
 	}
-	for _, k := range []string{SpecKey("web", 1), DesiredKey("web"), StateKey("web", 1), StableKey("web"),
+	for _, k := range []string{SpecKey("web", 1), DesiredKey("web"), StateKey("web", 1),
 		rolloutFailedKey("web", "abc"), RolloutPrefix + "web/reload/abc/tokens", SlotKey("web", 0), StatusKey("web", 0)} {
 		if strings.HasPrefix(k, prefix) {
 			t.Errorf("%s is under the unit's deployment prefix %s", k, prefix)

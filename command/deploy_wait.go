@@ -55,15 +55,9 @@ func followDeployment(ui cli.Ui, client *api.Client, name string, n uint64) int 
 			ui.Output(fmt.Sprintf("Deployment %s/%d successful", name, n))
 			return 0
 		case cluster.DeployFailed:
-			msg := fmt.Sprintf("Deployment %s/%d failed: %s", name, n, st.Reason)
-			if st.RevertedTo > 0 {
-				was := "the last successful spec"
-				if d.Stable != nil {
-					was = fmt.Sprintf("spec %d, the last successful one", d.Stable.N)
-				}
-				msg += fmt.Sprintf("\nauto_revert: spec %d runs %s, again; mariposa status follows it", st.RevertedTo, was)
-			}
-			ui.Error(msg)
+			// A revert is the units' records going back to their stable
+			// version, which the reason says ("reverted to web/2").
+			ui.Error(fmt.Sprintf("Deployment %s/%d failed: %s", name, n, st.Reason))
 			return 2
 		case cluster.DeployCancelled:
 			ui.Error(fmt.Sprintf("Deployment %s/%d cancelled: %s", name, n, st.Reason))

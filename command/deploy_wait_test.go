@@ -156,9 +156,6 @@ func TestDeployWaitDoc(t *testing.T) {
 	}
 	setState(1, func(st *cluster.DeployState) { st.Status = cluster.DeploySuccessful })
 	judge(allHealthy())
-	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"), Value: []byte(`{"n":1,"hash":"` + sp1.Hash + `"}`)}, nil); err != nil {
-		t.Fatal(err)
-	}
 
 	// Spec 2 rolls out, one instance after the other.
 	write("v2")
@@ -173,9 +170,6 @@ func TestDeployWaitDoc(t *testing.T) {
 	r := <-done
 	if want := shown("mariposa deploy -name web -wait web.hcl", 1); r.code != 0 || norm(r.out) != want || r.err != "" {
 		t.Fatalf("deploy -wait: exit %d\n%s\n%q\ndeploy.md shows:\n%s", r.code, r.out, r.err, want)
-	}
-	if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"), Value: []byte(`{"n":2,"hash":"` + sp2.Hash + `"}`)}, nil); err != nil {
-		t.Fatal(err)
 	}
 	judge(allHealthy())
 
@@ -304,15 +298,10 @@ func TestDeployPromoteDoc(t *testing.T) {
 		return regexp.MustCompile(`running for \d+s`).ReplaceAllString(s, "running for Ns")
 	}
 	// Specs 1 to 4 (the page's deployment is at spec 5, stable 4).
-	for i, v := range []string{"v1", "v2", "v3", "v4"} {
+	for _, v := range []string{"v1", "v2", "v3", "v4"} {
 		write(v)
 		deploy("-name", "web")
 		finishDeployment(t, c, "web")
-		sp, _ := cluster.DesiredSpec(c, "web")
-		if _, err := c.KV().Put(&api.KVPair{Key: cluster.StableKey("web"),
-			Value: []byte(`{"n":` + string(rune('1'+i)) + `,"hash":"` + sp.Hash + `"}`)}, nil); err != nil {
-			t.Fatal(err)
-		}
 	}
 	write("v5")
 	out := deploy("-name", "web")
