@@ -112,11 +112,6 @@ func (t *Term) ReleaseWith(value []byte, ops api.TxnOps) error {
 	return err
 }
 
-// LastRenewed is when the session's last successful renewal (or its
-// creation) was sent; renewals come every TTL/2. A node that cannot reach
-// Consul sees it fall behind.
-func (t *Term) LastRenewed() time.Time { return t.s.renewedAt() }
-
 // LastConfirmed is the send time of the latest read that showed the key
 // held by the session, on Config.Now's clock.
 func (t *Term) LastConfirmed() time.Time {
