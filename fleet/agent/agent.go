@@ -987,6 +987,10 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		if h := a.held[in.Slot]; h != nil && h.phase == Releasing {
 			if !in.OK {
 				a.ownLost[in.Slot] = true // perhaps still ours; perhaps lost (cut off)
+				// Refused: the view that showed it ours may be stale (a
+				// stray of a session since lost, released again each
+				// second for good while the view stood still): a fresh one.
+				out = append(out, Refresh{Units: []string{in.Slot.Unit}})
 			}
 			delete(a.held, in.Slot)
 			a.heldChanged()

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -235,7 +236,10 @@ func TestElectionStretchesTheHold(t *testing.T) {
 }
 
 // A stray whose release failed (no leader: the view does not change) is
-// released again a second later.
+// released again a second later, and a fresh view is asked for: the
+// refusal may say the view is stale (a stray of a session since lost,
+// e2e's TestFleetPlacementCutReschedule released every second for a
+// minute). Mutation check: without the Refresh the test fails.
 func TestStrayRetried(t *testing.T) {
 	m := newMachine(t, Unit{Name: "web", Count: 1, MaxPerNode: 1})
 	view := slots("web", 9, Slot{K: 0, Node: "me", ModifyIndex: 8})
@@ -245,6 +249,9 @@ func TestStrayRetried(t *testing.T) {
 	acts := m.step(ReleaseDone{Slot: SlotID{"web", 0}})
 	if _, ok := find[Release](acts); ok {
 		t.Fatal("released again at once")
+	}
+	if r, ok := find[Refresh](acts); !ok || !slices.Equal(r.Units, []string{"web"}) {
+		t.Fatalf("no fresh view asked for after the refusal: %+v", acts)
 	}
 	w, ok := find[Wake](acts)
 	if !ok || w.At != m.now.Add(time.Second) {
