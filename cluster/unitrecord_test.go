@@ -14,7 +14,7 @@ import (
 
 // TestUnitKeysApartFromDeployments: a unit named like its deployment (the
 // common case) has its record, statuses and tokens under a prefix that
-// holds none of the deployment's keys, nor cluster.Fleet's rollouts: a
+// holds none of the deployment's keys, nor rollout/'s (RolloutPrefix): a
 // watch on the unit's prefix never receives a spec.
 func TestUnitKeysApartFromDeployments(t *testing.T) {
 	prefix := UnitDeployPrefix("web")
