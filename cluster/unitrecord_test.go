@@ -136,7 +136,7 @@ func TestRecordsOutcome(t *testing.T) {
 	if s, _, ok := RecordsOutcome("shop/2", nil, nil); s != DeploySuccessful || !ok {
 		t.Errorf("no units (a stop): %q %v", s, ok)
 	}
-	// Effective: whichever engine moved says it.
+	// Effective: whichever moved, the state or the records, says it.
 	sp := depSpec(2, "v2", 3, 0, false)
 	running := DeployState{N: 2, Status: DeployRunning}
 	if st := Effective(running, sp, map[string]*UnitRecord{"web": rec("shop/2", DeploySuccessful, nil)}); st.Status != DeploySuccessful {

@@ -28,8 +28,9 @@ import (
 
 // fleetEngineEnv once chose what ran `mariposa run -cluster`'s part in the
 // fleet ("fleet": an older engine, since removed); the fleet's step
-// machine (fleet/agent under fleet/executor) is the only engine. The variable is no longer read, but never silently ignored:
-// run -cluster logs fleetEngineWarning when it is set.
+// machine (fleet/agent under fleet/executor) is the only engine. The
+// variable is no longer read, but never silently ignored: run -cluster
+// logs fleetEngineWarning when it is set.
 const fleetEngineEnv = "MARIPOSA_FLEET_ENGINE"
 
 // fleetEngineWarning is what run -cluster logs when fleetEngineEnv is set
