@@ -321,8 +321,8 @@ func Progress(d *Deployment, slots map[string]map[int]slotKV, live func(unit str
 		}
 		if r := d.Records[u.Unit.Name]; r != nil && r.Spec == SpecVersion(d.Spec.Name, d.Spec.N) && p.AtVersion == 0 {
 			// The step machine's progress: its holders' statuses at the
-			// record's version (the slots' own status keys, written by
-			// the removed cluster.Fleet, say none).
+			// record's version (the slots' own status keys, StatusKey,
+			// are only an older mariposa's and say none).
 			if p.Canaries == 0 && !r.Promoted {
 				p.Canaries = r.Canaries
 			}

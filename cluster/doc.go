@@ -2,8 +2,7 @@
 // layout with its codecs, and the CLI's reads and writes of that layout.
 // It runs nothing: no goroutine is started here. The fleet itself, what
 // `mariposa run -cluster` runs, is the step machine in fleet/agent (pure)
-// under fleet/executor (its I/O); the older engine that lived here,
-// cluster.Fleet (goroutines flipping state under a mutex), is gone.
+// under fleet/executor (its I/O).
 //
 //   - Placement, pure: where the slots of cluster units go and when a
 //     rescheduled slot may be claimed again (CLUSTER.md sections 3 and 4):

@@ -38,8 +38,8 @@ func TestParseControlFailedAndDrops(t *testing.T) {
 	}
 }
 
-// Control.PauseFunc is cluster.Fleet's: a pause of scope all holds a
-// slot's instance, with its drop.
+// Control.PauseFunc is FollowPauses' (pauseFuncOf): a pause of scope all
+// holds a slot's instance, with its drop.
 func TestControlPauseFunc(t *testing.T) {
 	c := Control{Pauses: map[string]PauseRecord{"web": {Scope: PauseAll, Unit: "web", Reason: "x", Actor: "op"}},
 		Drops: map[string]Drop{IntentID("n1", "restart", "web@web/0"): {By: "alice"}}}

@@ -7,7 +7,7 @@ import (
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
-// A held restart is named as cluster.Fleet names it: the service alone,
+// A held restart is named as a fleet node names it: the service alone,
 // or "<service>@<unit>/<k>" for an instance in a slot, so that a drop of
 // its ID reaches the pause function (pauseFuncOf uses the same target).
 func TestLocalIntentsNameSlots(t *testing.T) {

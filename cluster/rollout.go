@@ -20,8 +20,8 @@ import (
 // whether a slot's instances are healthy (slotHealthy).
 
 // RolloutPrefix is rollout/: an operator's manual health marks
-// (ManualHealthKey). The removed cluster.Fleet kept its rollout tokens and
-// failure marks there too (rolloutFailedKey, cleared by a deploy).
+// (ManualHealthKey). Older versions kept their rollout tokens and failure
+// marks there too (rolloutFailedKey, cleared by a deploy).
 const RolloutPrefix = Prefix + "rollout/"
 
 // runHash identifies how a unit's instances run: its services without

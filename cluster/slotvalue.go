@@ -35,8 +35,8 @@ type SlotValue struct {
 	// (counted against the takeover budget, storm.go).
 	Takeover bool `json:"takeover,omitempty"`
 	// Version is how the claimer ran the slot's instances when it claimed
-	// it (the run hash of its unit's definition), as the removed
-	// cluster.Fleet wrote it; the step machine's claims leave it empty
+	// it (the run hash of its unit's definition), as older versions
+	// wrote it; the step machine's claims leave it empty
 	// (its holders' versions are in UnitStatusKey). HealthyAt is only ever
 	// set by a mariposa older than the status key, which wrote both into
 	// the held key (moving the fencing token): read only as the hold's
@@ -49,8 +49,8 @@ type SlotValue struct {
 // what the holder says about its hold after the claim. It is written only
 // by the holder (fleet/executor's publish), in a transaction with
 // check-session and check-index (the hold's fencing token) on the slot
-// key, locked by the holder's session, and deleted with the release. The
-// removed cluster.Fleet wrote it beside the slot key instead
+// key, locked by the holder's session, and deleted with the release.
+// Older versions wrote it beside the slot key instead
 // (slots/<unit>/<k>/status, StatusKey), which parseSlots still reads. It describes the hold whose fencing token is Index and nothing
 // else: a status whose Index is not the slot key's ModifyIndex, or for a
 // slot not held, is an earlier hold's and is ignored.

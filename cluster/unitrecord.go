@@ -269,8 +269,8 @@ func RecordsOutcome(sv string, units []string, recs map[string]*UnitRecord) (sta
 }
 
 // Effective is spec's deployment state st as the fleet moved it: st
-// itself once terminal (a later deploy cancelled it; the removed
-// cluster.Fleet also moved it to successful or failed), else the outcome
+// itself once terminal (a later deploy cancelled it; older versions
+// also moved it to successful or failed), else the outcome
 // of the records (the step machine moves them, and never the state) when
 // it is terminal.
 func Effective(st DeployState, spec *Spec, recs map[string]*UnitRecord) DeployState {

@@ -14,7 +14,7 @@ import (
 
 // TestUnitKeysApartFromDeployments: a unit named like its deployment (the
 // common case) has its record, statuses and tokens under a prefix that
-// holds none of the deployment's keys, nor cluster.Fleet's rollouts: a
+// holds none of the deployment's keys, nor rollout/'s (RolloutPrefix): a
 // watch on the unit's prefix never receives a spec.
 func TestUnitKeysApartFromDeployments(t *testing.T) {
 	prefix := UnitDeployPrefix("web")
@@ -136,7 +136,7 @@ func TestRecordsOutcome(t *testing.T) {
 	if s, _, ok := RecordsOutcome("shop/2", nil, nil); s != DeploySuccessful || !ok {
 		t.Errorf("no units (a stop): %q %v", s, ok)
 	}
-	// Effective: whichever engine moved says it.
+	// Effective: whichever moved, the state or the records, says it.
 	sp := depSpec(2, "v2", 3, 0, false)
 	running := DeployState{N: 2, Status: DeployRunning}
 	if st := Effective(running, sp, map[string]*UnitRecord{"web": rec("shop/2", DeploySuccessful, nil)}); st.Status != DeploySuccessful {

@@ -18,10 +18,9 @@ import (
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
-// The I/O of volumes that both engines perform the same way: cluster.Fleet
-// (volumes.go) and the step machine's executor (fleet/executor's
-// volumes.go) call these, so the periodic copies, the restore of the
-// newest copy after an unplanned loss and the volumes' owner are one code.
+// The I/O of volumes: the step machine's executor (fleet/executor's
+// volumes.go) calls these for the periodic copies, the restore of the
+// newest copy after an unplanned loss and the volumes' owner.
 
 // CopyPeers picks n fleet nodes other than self to push slot k's copies
 // to, with their node API URLs, from the passing entries of the mariposa

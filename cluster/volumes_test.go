@@ -136,9 +136,8 @@ func TestNewestFirst(t *testing.T) {
 // resources.md: the snapshot and restore hooks run as it): PushCopies runs
 // it as CopyPush.Owner, which fleet/executor sets to VolumeOwner's.
 //
-// Mutation-checked: with PushCopies not passing Owner to the hook (as
-// cluster.Fleet's pushCopies once did), the hook runs as root and this
-// fails.
+// Mutation-checked: with PushCopies not passing Owner to the hook (as an
+// older periodic copy did), the hook runs as root and this fails.
 func TestPeriodicCopyHookRunsAsOwner(t *testing.T) {
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {

@@ -27,10 +27,10 @@ import (
 )
 
 // fleetEngineEnv once chose what ran `mariposa run -cluster`'s part in the
-// fleet: "fleet" the older engine, cluster.Fleet, which is gone; the
-// fleet's step machine (fleet/agent under fleet/executor) is the only
-// engine now. The variable is no longer read, but never silently ignored:
-// run -cluster logs fleetEngineWarning when it is set.
+// fleet ("fleet": an older engine, since removed); the fleet's step
+// machine (fleet/agent under fleet/executor) is the only engine. The
+// variable is no longer read, but never silently ignored: run -cluster
+// logs fleetEngineWarning when it is set.
 const fleetEngineEnv = "MARIPOSA_FLEET_ENGINE"
 
 // fleetEngineWarning is what run -cluster logs when fleetEngineEnv is set

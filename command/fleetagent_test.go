@@ -20,7 +20,7 @@ import (
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
-// MARIPOSA_FLEET_ENGINE chose cluster.Fleet ("fleet"), which is gone: run
+// MARIPOSA_FLEET_ENGINE=fleet chose an engine since removed: run
 // -cluster runs the step machine whatever it says, and says so in its log
 // whenever it is set, never silently. Mutation check: with
 // fleetEngineWarning returning "" for "fleet", the "fleet" row fails.

@@ -81,8 +81,8 @@ func (c *ResetCommand) Run(args []string) int {
 
 // resetSlot resets a failed slot: one the fleet's step machine failed
 // (its mark, cluster.FailedKey, under control/) by executor.ResetSlot,
-// else a slot key whose value says failed (written by the removed
-// cluster.Fleet, or left by a reset's race) by cluster.ResetSlot.
+// else a slot key whose value says failed (written by an older
+// mariposa, or left by a reset's race) by cluster.ResetSlot.
 func resetSlot(c *api.Client, unit string, k int, by string) error {
 	p, _, err := c.KV().Get(cluster.FailedKey(unit, k), &api.QueryOptions{RequireConsistent: true})
 	if err != nil {

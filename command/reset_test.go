@@ -86,11 +86,11 @@ func TestResetFailedSlotOfTheStepMachine(t *testing.T) {
 	}
 }
 
-// mariposa reset UNIT/K of a slot that has not failed, on either engine
-// (a released slot key, no failed mark), is refused and writes nothing: no
-// "reset" record of a reset that did nothing, the slot key untouched.
-// Mutation check: without cluster.ResetSlot's state check, the reset
-// rewrites the released slot's key and writes its record.
+// mariposa reset UNIT/K of a slot that has not failed (a released slot key,
+// no failed mark) is refused and writes nothing: no "reset" record of a
+// reset that did nothing, the slot key untouched. Mutation check: without
+// cluster.ResetSlot's state check, the reset rewrites the released slot's
+// key and writes its record.
 func TestResetRefusesSlotNotFailed(t *testing.T) {
 	agent := consultest.NewDev(t)
 	c := agent.Client(t)

@@ -133,8 +133,8 @@ type upgradeState struct {
 	From    string               `json:"from"`    // the build that wrote it
 	Runner  *supervisor.Handover `json:"runner"`
 	// Fleet is the fleet's step machine's part: its session and holds;
-	// absent without -cluster (and from an image that ran the removed
-	// cluster.Fleet, whose slots were held by the runner's sessions).
+	// absent without -cluster (and from an older build whose fleet
+	// engine held its slots under the runner's sessions).
 	Fleet *executor.Handover `json:"fleet,omitempty"`
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/mariposa-sh/mariposa/internal/leader/leadertest"
 )
 
-// removedEngine asks for the fleet engine that is gone (cluster.Fleet):
+// removedEngine asks for a fleet engine that is gone ("fleet"):
 // `mariposa run -cluster` warns that it no longer reads it and runs the
 // fleet's step machine (fleet/agent under fleet/executor), the only one.
 var removedEngine = []string{"MARIPOSA_FLEET_ENGINE=fleet"}

@@ -59,8 +59,8 @@ import (
 //     and given back (2 txns: a token is a key of its own, locked by the
 //     holder's session, CLUSTER.md section 12); and the failed CASes and
 //     txns per instance (each a Raft entry that changed nothing), those
-//     on the rollout tokens apart (api.Semaphore's herd, cluster.Fleet's,
-//     made ~3.7 per instance: a release woke every waiter; the step
+//     on the rollout tokens apart (an api.Semaphore's herd made ~3.7
+//     per instance, BENCHMARKS.md: a release woke every waiter; the step
 //     machine's holders take turns, fleet/agent/tokens.go);
 //   - where the time goes, from the unit's audit records (each slot's
 //     update and healthy; the mariposas' logs are kept per round in
@@ -359,7 +359,7 @@ service "web" {
 	fmt.Printf("  the mariposas' writes, per instance: %.2f KV/txn (design minimum 4: the update and healthy status txns, the token taken and given back): %s; reads %.1f\n",
 		float64(kvw)/float64(updated), perInstance(floatCounts(writes), updated), float64(reads)/float64(updated))
 	failedAll, failedTokens := failedWrites(writes)
-	fmt.Printf("  failed CASes and txns per instance: %.2f, of which on the rollout tokens %.2f (cluster.Fleet's api.Semaphore herd: ~3.7; goal: a release wakes one waiter)\n",
+	fmt.Printf("  failed CASes and txns per instance: %.2f, of which on the rollout tokens %.2f (api.Semaphore's herd: ~3.7; goal: a release wakes one waiter)\n",
 		float64(failedAll)/float64(updated), float64(failedTokens)/float64(updated))
 	b.ReportMetric(toSucc, "s-to-successful")
 	b.ReportMetric(toSucc/bound.Seconds(), "ratio-to-bound")

@@ -31,7 +31,7 @@ import (
 //
 // and the deploy ends with every instance on v2.
 //
-// Mutation check, run by hand on the removed cluster.Fleet: with its
+// Mutation check, run by hand on an older engine (since removed): with its
 // semaphore's contender key named by the session alone (one per node,
 // slots in turn), the node never held two, and the catalog never showed
 // two replaced together.

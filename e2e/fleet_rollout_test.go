@@ -37,7 +37,7 @@ import (
 //     promoted) with the other five on the old version, until mariposa
 //     deploy promote; then it ends successful.
 //
-// Mutation checks, run by hand on the removed cluster.Fleet: with the
+// Mutation checks, run by hand on an older engine (since removed): with the
 // rollout semaphore's limit raised to the count, the sampler saw fewer
 // than 4 passing; with its canary hold-back always false, the canary
 // phase moved every instance.

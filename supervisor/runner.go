@@ -94,7 +94,7 @@ type Options struct {
 	// fleet's step machine holds them under its executor's own session,
 	// which it adopts itself): a slot's process handed over is kept when
 	// Consul shows its key held by it. "" the node's lease's (a handover
-	// without a fleet part: an older build on the removed cluster.Fleet).
+	// without a fleet part: an older build's, before the step machine).
 	AdoptedSlotSession string
 }
 

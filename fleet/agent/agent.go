@@ -546,8 +546,8 @@ type Faults struct {
 	// NoRescheduleDelay: a rescheduled slot is claimed without waiting
 	// for its delay (Slot.After).
 	NoRescheduleDelay bool
-	// LogEveryTakeover: every takeover writes the budget's log (as
-	// cluster.Fleet does), none rides on a fresh one of its lost node.
+	// LogEveryTakeover: every takeover writes the budget's log, none
+	// rides on a fresh one of its lost node.
 	LogEveryTakeover bool
 	// Volumes (volumes.go): the instance starts with its restore, not
 	// after it; the release goes without waiting for the handoff.
@@ -772,7 +772,7 @@ type assignment struct {
 	free               []int
 	mine               map[int]Place
 	// of: per slot of mine, how many nodes may hold it (its feasible
-	// nodes: the queue's "rank 1 of 3", as cluster.Fleet's).
+	// nodes: the queue's "rank 1 of 3").
 	of map[int]int
 	in bool // this node was among the nodes ranked
 }

@@ -154,14 +154,14 @@ type JudgeInput struct {
 
 // ProgressSkew is the margin the judge gives progress_deadline, computed
 // from other nodes' clocks (the statuses' HealthyAt), before it fails a
-// deployment on it (cluster.Fleet's clockSkew).
+// deployment on it.
 const ProgressSkew = 2 * time.Second
 
 // JudgeUnit is the judge's decision on a running deployment d: the next
 // record and the decision's name, or nil; and, when none, the time at
 // which the decision may change with nothing else moving (a
 // progress_deadline; zero: none). Failed when a slot failed for good
-// since d started (its failed mark; cluster.Fleet's rule and reason),
+// since d started (its failed mark; "slot <unit>/<k> failed: ..."),
 // unless d is a revert (failed, it would leave the slots still at the
 // failed version there: it ends once mariposa reset lets the slot run
 // again, or by progress_deadline),
@@ -255,11 +255,10 @@ type (
 	// InstanceUnhealthy: the slot's instance at Version, said healthy
 	// before, is not any more (a check failing, a member not running, or
 	// restarted since). min_healthy_time counts again from the next
-	// InstanceHealthy, from that report (cluster.Fleet's nextStreak: a
-	// streak after a break counts from the look that sees it healthy
-	// again). A break after the streak lasted min_healthy_time changes
-	// nothing (as cluster.Fleet's rollout, which stops looking then;
-	// status's count reads the catalog for what is true now).
+	// InstanceHealthy, from that report (a streak after a break counts
+	// from the look that sees it healthy again). A break after the streak
+	// lasted min_healthy_time changes nothing (the rollout stops looking
+	// then; status's count reads the catalog for what is true now).
 	InstanceUnhealthy struct {
 		Slot    SlotID
 		Version string
@@ -908,9 +907,8 @@ func (a *Agent) failedSlots(unit string, count int, since time.Time) (map[int]cl
 // without a break for min (min_healthy_time) at now, and then its status
 // saying so, fenced, unless it does already; rec is the unit's record
 // (nil: none), named in the audit record while it runs. A hold says it
-// whether a deployment runs or not, as cluster.Fleet's holders do: a
-// slot claimed again after a deployment counts as healthy in status once
-// it is.
+// whether a deployment runs or not: a slot claimed again after a
+// deployment counts as healthy in status once it is.
 func (a *Agent) sayHealthy(now time.Time, id SlotID, h *held, hd *holdDeploy, v *DeployView, min time.Duration, rec *Deployment, out []any, at func(time.Time)) (bool, []any) {
 	if h.phase != Running {
 		return false, out

@@ -69,7 +69,7 @@ func healthRun(t *testing.T, unit Unit, evs []at, end time.Duration) ([]time.Dur
 func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 
 // Every hold says when its instance is healthy at its version, a
-// deployment running or not (as cluster.Fleet's holders): a slot claimed
+// deployment running or not: a slot claimed
 // again after a deployment ended counts in status's healthy count once
 // it is (TestFleetHealthCountAfterReclaim on a real fleet). Fenced on the
 // hold's token, said once, again after a refusal.
@@ -133,8 +133,7 @@ func TestHoldSaysHealthy(t *testing.T) {
 	}
 }
 
-// min_healthy_time is a streak without a break (cluster.Fleet's
-// nextStreak): a break reported during it (a check failing, a member
+// min_healthy_time is a streak without a break: a break reported during it (a check failing, a member
 // stopped or restarted) starts it over from the report that says the
 // instance healthy again; a later pass where the checks run moves its
 // start there; a break after it lasted min_healthy_time changes nothing.

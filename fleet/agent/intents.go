@@ -11,8 +11,8 @@ import (
 )
 
 // The pause's held restarts and the node's queue in the step machine
-// (cluster/pause.go and localpause.go decide the same for cluster.Fleet
-// and for a node outside the fleet; CLUSTER.md section 6):
+// (CLUSTER.md section 6; cluster/localpause.go's FollowPauses decides the
+// same for a node outside the fleet, with pause.go's pauseFuncOf):
 //
 //   - A pause of scope "all" (of the fleet, or of a unit) also holds the
 //     automatic restarts of the unit's instances: a crashed child stays
@@ -23,7 +23,7 @@ import (
 //     instance stays down, failed).
 //   - While deploys are paused (scope deploy or all), a held slot does
 //     not move to its deployment's new version: no rollout token is
-//     taken (updateHeld, as cluster.Fleet's holdUpdate); an update under
+//     taken (updateHeld); an update under
 //     way goes on; a failed deployment is failed, not reverted
 //     (revertHeld).
 //   - While anything is paused, the node lists what it holds back in its
@@ -238,7 +238,7 @@ func itoa(n int) string {
 
 // updateHeld: moving held slot id to target waits while deploys are
 // paused (scope deploy or all: no rollout token is taken), recorded once
-// and listed in the queue ("update"), as cluster.Fleet's holdUpdate.
+// and listed in the queue ("update").
 func (a *Agent) updateHeld(id SlotID, target string, out []any) (bool, []any) {
 	if !a.cfg.Control || a.ops.ctl == nil || a.cfg.Faults.IgnorePause {
 		return false, out
@@ -258,7 +258,7 @@ func (a *Agent) updateHeld(id SlotID, target string, out []any) (bool, []any) {
 }
 
 // revertHeld: while deploys of unit are paused, a failed deployment is
-// not reverted (cluster.Fleet: "deploys paused: no auto_revert").
+// not reverted (cluster/pause.go: scope deploy means no auto_revert).
 func (a *Agent) revertHeld(unit string) bool {
 	if !a.cfg.Control || a.ops.ctl == nil || a.cfg.Faults.IgnorePause {
 		return false
@@ -272,8 +272,8 @@ func (a *Agent) intents(now time.Time) []cluster.Intent {
 	var out []cluster.Intent
 	for id, hb := range a.ops.held {
 		if hb.kind == holdPause {
-			// The node's place, as cluster.Fleet's queue says it (the
-			// pause is the queue's reason to exist).
+			// The node's place, "rank 1 of 3" (claimRank; the pause
+			// is the queue's reason to exist).
 			out = append(out, cluster.Intent{Kind: "claim", Target: id.String(), Detail: hb.rank.String()})
 		}
 	}

@@ -212,7 +212,7 @@ func TestDeployPauseHoldsRevert(t *testing.T) {
 	}
 }
 
-// The queue's claims, as cluster.Fleet's (cluster/pause.go): a claim of a
+// The queue's claims (CLUSTER.md section 6; cluster/pause.go): a claim of a
 // free slot whose time has come is held while placement is paused (the
 // fleet's or the unit's pause, of scope placement or all; not deploy),
 // and listed with the node's place among the nodes that may hold it
@@ -275,7 +275,7 @@ func TestQueueClaimIntents(t *testing.T) {
 
 // claimsOf is "claim web/k: rank r of n" for the slots where "me" ranks
 // first (max_per_node 1: it claims one; the pause holds each whose time
-// came, as cluster.Fleet's).
+// came).
 func claimsOf(r Ranking, ks ...int) []string {
 	var out []string
 	for _, k := range ks {

@@ -8,8 +8,8 @@ import (
 	"github.com/mariposa-sh/mariposa/cluster"
 )
 
-// JudgeUnit's decisions on a failed slot and on progress_deadline, as
-// cluster.Fleet's deployStep takes them: a slot failed for good since the
+// JudgeUnit's decisions on a failed slot and on progress_deadline
+// (CLUSTER.md section 5): a slot failed for good since the
 // deployment started fails it (reverted with auto_revert); no instance
 // newly healthy at the version for progress_deadline plus ProgressSkew
 // fails it; otherwise the judge asks to look again after the deadline.

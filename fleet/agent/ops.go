@@ -12,9 +12,9 @@ import (
 )
 
 // The operator's controls and the fleet's brakes in the step machine
-// (CLUSTER.md sections 4 and 6; cluster/pause.go, drain.go, storm.go
-// decide the same for cluster.Fleet, and their pure parts are reused
-// here): pause, drain, the storm brake and the takeover budget. They are
+// (CLUSTER.md sections 4 and 6; the keys, codecs and pure rules are
+// cluster/pause.go's, drain.go's and storm.go's): pause, drain, the storm
+// brake and the takeover budget. They are
 // on when Config.Control is set: the executor then watches control/ and
 // feeds its answers (ControlAnswer), and the agent claims nothing before
 // the first one.
@@ -126,9 +126,9 @@ type (
 	}
 	// AwaitSuccessor: a drained non-exclusive slot is held by another
 	// node; answer SuccessorPassing once each of Services runs there as
-	// <service>-<k> with its checks passing in Consul (as cluster.Fleet's
-	// awaitSuccessor), so the old instance, still running, stops only
-	// then (website/commands/drain.md: the count is kept).
+	// <service>-<k> with its checks passing in Consul, so the old
+	// instance, still running, stops only then (website/commands/drain.md:
+	// the count is kept).
 	AwaitSuccessor struct {
 		Slot     SlotID
 		Services []string
@@ -167,7 +167,7 @@ type heldBack struct {
 	kind int
 	why  string
 	// rank: a claim held by a pause, the node's place for it (the
-	// queue's detail, "rank 1 of 3" as cluster.Fleet's).
+	// queue's detail, "rank 1 of 3").
 	rank claimRank
 }
 
@@ -552,7 +552,7 @@ func (a *Agent) gateClaim(now time.Time, u Unit, v *SlotsView, k int, d time.Dur
 	delete(a.ops.held, id)
 	e := cluster.Takeover{Slot: id.String(), Node: a.cfg.Node, From: from, At: now}
 	// Its record is the claim's (claimRecord): "takeover from a lost
-	// node", as cluster.Fleet's.
+	// node" (website/operations.md).
 	for _, x := range ctl.Takeovers.Takeovers {
 		if x.From == from && !x.At.Before(now.Add(-FreshTakeover)) && !a.cfg.Faults.LogEveryTakeover {
 			return &TakeoverCAS{Entry: e}, false, true, out

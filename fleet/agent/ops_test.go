@@ -31,8 +31,8 @@ func pause(unit, scope string) cluster.Control {
 	return cluster.Control{Pauses: map[string]cluster.PauseRecord{unit: {Scope: scope, Unit: unit, Reason: "test", Actor: "op", At: t0}}}
 }
 
-// takeoverWords: a takeover's claim record, as cluster.Fleet's reason says
-// it (website/operations.md: its rank, "takeover from a lost node").
+// takeoverWords: a takeover's claim record's reason (website/operations.md:
+// its rank, "takeover from a lost node").
 var takeoverWords = regexp.MustCompile(`^rank [0-9]+; takeover from a lost node$`)
 
 func records(acts []any, action string) []Record {
@@ -108,8 +108,8 @@ func TestControlsGateClaims(t *testing.T) {
 					!slices.ContainsFunc(c.Takeover.Log.Takeovers, func(e cluster.Takeover) bool { return e == c.Takeover.Entry }) {
 					t.Fatalf("budget CAS %+v", c.Takeover)
 				}
-				// Its record is the claim's, in cluster.Fleet's words
-				// (website/operations.md), riding in the claim.
+				// Its record is the claim's, in website/operations.md's
+				// words, riding in the claim.
 				if r := records(acts, "claim"); len(r) != 1 || !takeoverWords.MatchString(r[0].Reason) || r[0].From != tc.lost ||
 					len(records(acts, "takeover")) != 0 {
 					t.Fatalf("takeover's claim record %+v, want one from %s: %v", r, tc.lost, acts)
@@ -333,8 +333,8 @@ func TestDrainOneAtATime(t *testing.T) {
 	}
 	acts := step(ctlView(21, drain(time.Hour, false)))
 	s, ok := find[Stop](acts)
-	// One vocabulary with cluster.Fleet's (website/operations.md): a
-	// drained slot's record is a "release" saying "drained from".
+	// website/operations.md's vocabulary: a drained slot's record is a
+	// "release" saying "drained from".
 	if !ok || s.Slot != (SlotID{"db", 0}) || s.Kill || len(records(acts, "release")) != 1 ||
 		!strings.HasPrefix(records(acts, "release")[0].Reason, "drained from me") || len(records(acts, "drain")) != 0 {
 		t.Fatalf("first: %v", acts)
@@ -443,8 +443,8 @@ func TestDrainDecisions(t *testing.T) {
 }
 
 // A drained slot that no other node may take (its constraint names this
-// node, or the other is full) is stuck: kept running here, not given, as
-// cluster.Fleet's drain decides (TestFleetDrainNowhere). Mutation check:
+// node, or the other is full) is stuck: kept running here, not given
+// (cluster/drain.go; TestFleetDrainNowhere on a real fleet). Mutation check:
 // movable without the feasibility check gives the slot (fails).
 func TestDrainStuckByPlacement(t *testing.T) {
 	onMe := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "node.name", Value: "me"}}}
@@ -667,7 +667,7 @@ func TestFreshTakeoverNotLogged(t *testing.T) {
 		{"logged just now", FreshTakeover / 2, Faults{}, false},
 		{"logged at the edge", FreshTakeover, Faults{}, false},
 		{"logged a while ago", FreshTakeover + time.Millisecond, Faults{}, true},
-		{"every takeover logged (cluster.Fleet's way)", 0, Faults{LogEveryTakeover: true}, true},
+		{"every takeover logged (Faults.LogEveryTakeover)", 0, Faults{LogEveryTakeover: true}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := opsMachine(t, tc.faults, nil, []string{"me", "n2", "n3"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})

@@ -16,8 +16,8 @@ import (
 
 // Placement beyond count, exclusive and max_per_node: the agent ranks a
 // unit's free slots with cluster.Assign (by AssignRanks) over the inputs
-// cluster.Fleet's View has, each from a source that costs a slot change
-// nothing more:
+// of a cluster.View, each from a source that costs a slot change nothing
+// more:
 //
 //   - the unit's placement block and resources (Unit.Placement,
 //     Unit.Resources, Unit.Sticky: UnitOf);
@@ -69,7 +69,7 @@ type PreviousAnswer struct {
 
 // UnitOf is a cluster unit as the agent ranks it: its count, exclusivity
 // and max_per_node, its whole placement block, its resources, whether its
-// volumes keep data on the node (stickiness, as cluster.Fleet's: for
+// volumes keep data on the node (stickiness, cluster/score.go: for
 // "sticky" and "snapshot" handoffs), whether they move with the slot
 // (Volumes: a "snapshot" handoff) and how often a holder pushes copies
 // (CopyEvery: the least interval of the moving volumes with replicas).

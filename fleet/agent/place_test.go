@@ -45,7 +45,7 @@ func rankFor(m *machine, acts []any) int {
 	return -1
 }
 
-// The step machine ranks as cluster.Fleet places: a constraint excludes a
+// The step machine ranks by CLUSTER.md section 4: a constraint excludes a
 // node (on its meta, or on the services it runs: service.<name>, which
 // also hold the unit's claims back until their first answer), a full node
 // is not feasible, a penalty moves a slot, stickiness prefers the

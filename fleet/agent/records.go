@@ -22,8 +22,7 @@ import (
 //     the one that carries the decision out: a Claim or Release of the
 //     same slot (a claim's "claim", with its rank, and "takeover from a
 //     lost node" for a takeover; a stray's release, a drain's release:
-//     a drain's is a "release" whose reason says "drained from", as
-//     cluster.Fleet's).
+//     a drain's is a "release" whose reason says "drained from").
 //   - Deferred: a decision to stop (or hand off) and then release
 //     (scaled down, a drain's stop, a reschedule after a failed restore;
 //     Record.Deferred): the slot's Release carries it (Release.Audit)
@@ -45,21 +44,21 @@ import (
 //     record is the pause's), a drain's status ("drain-status": a report
 //     for the drain's watchers, not a decision) and the stop of a drained slot's old instance
 //     ("orphan-stop": its release's record said it runs until another
-//     node holds the slot, or handoffTimeout): cluster.Fleet writes
-//     none of them, and mariposa events shows one vocabulary for both
-//     engines (website/operations.md: the operator's "drain", then a
-//     "release" per slot). A hold lost ("lost": the session invalidated,
-//     the hold unconfirmed, the key another session's) is not this
-//     node's decision but Consul's or the lease's: logged, as
-//     cluster.Fleet logs it; the instance's end is in the node's own
+//     node holds the slot, or handoffTimeout): none is a record of
+//     website/operations.md's table (a drain there is the operator's
+//     "drain", then a "release" per slot). A hold lost ("lost": the
+//     session invalidated, the hold unconfirmed, the key another
+//     session's) is not this node's decision but Consul's or the lease's:
+//     logged, not written (website/operations.md: a holder that loses its
+//     slot writes no record); the instance's end is in the node's own
 //     audit file (slot-lost), and the slot's move is the next holder's
 //     claim record ("takeover from a lost node", from the lost node).
 //
-// The vocabulary is cluster.Fleet's (website/operations.md's table): a
+// The vocabulary is website/operations.md's table: a
 // claim says its rank, and "takeover from a lost node" (from: the lost
 // node); a handoff of a slot's data, and a handoff that could not be
 // published, are said in the reason of the release that follows it
-// (handedOff), as cluster.Fleet says them in its release's; a rollout's
+// (handedOff); a rollout's
 // instance not healthy in time is "rollout-failed", to its version.
 
 // Where says where a Record is written (see Audits).
@@ -138,7 +137,7 @@ func (h *held) then(r Record) Record {
 	return r
 }
 
-// claimRecord is a claim's record, as cluster.Fleet writes it: its rank
+// claimRecord is a claim's record (website/operations.md): its rank
 // in the unit's ranking, "takeover from a lost node" for a takeover, from
 // the slot's previous holder where this node knows it.
 func claimRecord(id SlotID, rank int, tk *TakeoverCAS, prev string) Record {
@@ -173,8 +172,8 @@ func (a *Agent) seenHolder(v *SlotsView, k int) string {
 }
 
 // handedOff is the reason of a release after its handoff (HandoffDone):
-// what the handoff did, or that there was none, as cluster.Fleet's release
-// says it.
+// what the handoff did, or that there was none ("no handoff of its data:
+// ...", website/operations.md's release row).
 func handedOff(reason string, done HandoffDone) string {
 	switch {
 	case !done.OK:
@@ -186,7 +185,7 @@ func handedOff(reason string, done HandoffDone) string {
 }
 
 // scaledDown is the record of a hold given up because its unit no longer
-// has the slot, in cluster.Fleet's words: "count is N", "unit removed",
+// has the slot, in website/operations.md's words: "count is N", "unit removed",
 // or "mariposa stopped" (UnitsAnswer.Stopping).
 func (a *Agent) scaledDown(id SlotID, u Unit, ok bool) Record {
 	why := "unit removed"
@@ -200,7 +199,7 @@ func (a *Agent) scaledDown(id SlotID, u Unit, ok bool) Record {
 }
 
 // moveRecords are the records of the judge's move of unit's deployment
-// from cur to next, in cluster.Fleet's shape (website/operations.md):
+// from cur to next, in website/operations.md's shape:
 // named by the deployment (its service) and the unit (its slot), to the
 // spec number (cur.Spec's, "<name>/<n>"); a revert is "deploy-failed" then
 // "deploy-revert" (from the failed spec to the stable one it runs again),

@@ -25,7 +25,7 @@ func TestAuditPlace(t *testing.T) {
 		{"fail: the release's", []any{Release{Slot: db}, Record{Slot: db, Action: "fail"}}, 1, Written, -1},
 		{"storm-brake: the brake's", []any{WriteBrake{}, Record{Slot: SlotID{K: -1}, Action: "storm-brake"}}, 1, Written, -1},
 		{"restore: the acknowledgement's", []any{Record{Slot: db, Action: "restore"}, Start{Slot: db}}, 0, Written, -1},
-		{"lost: not this node's decision, logged (as cluster.Fleet)", []any{Stop{Slot: db, Kill: true}, Record{Slot: db, Action: "lost"}}, 1, Logged, -1},
+		{"lost: not this node's decision, logged", []any{Stop{Slot: db, Kill: true}, Record{Slot: db, Action: "lost"}}, 1, Logged, -1},
 		{"scaled down: the coming release", []any{Stop{Slot: db}, Record{Slot: db, Action: "release", Reason: "scaled down", Deferred: true}}, 1, Deferred, -1},
 		{"stray: its release", []any{Release{Slot: other}, Release{Slot: db}, Record{Slot: db, Action: "release", Reason: "stray"}}, 2, Riding, 1},
 		{"drain of a shared slot: its release", []any{Release{Slot: db}, Record{Slot: db, Action: "release", Reason: "drained from n1"}}, 1, Riding, 0},
@@ -91,7 +91,7 @@ func TestScaledDownReleaseCarriesItsRecord(t *testing.T) {
 }
 
 // The reason of a hold given up because its unit no longer has the slot,
-// in cluster.Fleet's words (website/operations.md's release row), and what
+// in website/operations.md's words (its release row), and what
 // its handoff did, said in the same release's record. Mutation check:
 // scaledDown without its Stopping case says "unit removed" for a node
 // that stops; without handedOff the release says nothing of its handoff.
@@ -133,7 +133,7 @@ func TestReleaseReasonsAsCluster(t *testing.T) {
 	}
 }
 
-// The judge's records in cluster.Fleet's shape (website/operations.md):
+// The judge's records in website/operations.md's shape:
 // the deployment as the service, the unit as the slot, to its spec number;
 // a revert is deploy-failed then deploy-revert (failed spec -> the stable
 // one) in the move's transaction. Mutation check: moveRecords returning

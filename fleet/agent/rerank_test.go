@@ -109,7 +109,7 @@ func TestTakenClaimRanksAgain(t *testing.T) {
 // A node that was draining when a slot fell vacant (so not among the
 // nodes ranked for it) claims it once its drain is undone: the ranking
 // made without it is not kept as if only the free slots had shrunk.
-// Found by TestFleetVolumeStopHandsOff under the agent engine (e2e): the
+// Found by TestFleetVolumeStopHandsOff (e2e): the
 // slot came back to no node, and its data stayed unserved.
 func TestUndrainedNodeClaimsAgain(t *testing.T) {
 	u := Unit{Name: "notes", Count: 1, Exclusive: true, MaxPerNode: 1}

@@ -11,8 +11,8 @@ import (
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
-// Reschedules in the step machine (cluster.Fleet's Event and reconcile
-// decide the same, on the same keys; CLUSTER.md section 3, "Reschedules"):
+// Reschedules in the step machine (CLUSTER.md section 3, "Reschedules";
+// the penalty and the delay's rule are cluster's: PenaltyKey, NextDelay):
 //
 //   - A unit whose services say restart.on_exhausted = "reschedule"
 //     (Unit.Reschedule): the instance that failed for good (InstanceFailed,
@@ -20,7 +20,7 @@ import (
 //     stopped and its slot released with a penalty for this node
 //     (cluster.PenaltyKey, cluster's codec {"until","reason"}), the slot's
 //     history with this failure appended (its own key, and the released
-//     slot value's `reschedules` as cluster.Fleet writes it) and its
+//     slot value's `reschedules`, cluster.SlotValue) and its
 //     "reschedule" audit record, in the release's transaction. Once the
 //     history holds more than reschedule.attempts failures within
 //     reschedule.interval (cluster.NextDelay), the slot fails instead, as
@@ -43,7 +43,7 @@ import (
 //     the slot may be claimed from (Rescheduled.After), so every view
 //     that shows the slot free shows its delay, at no cost to the
 //     watches. A node ranked for it claims at that time plus its rank's
-//     delay (cluster.Fleet's notBefore + d), and the claim's transaction
+//     delay, and the claim's transaction
 //     deletes the mark (Claim.Delays). The release also sets the slot's
 //     DelayGuardKey, which every claim whose view shows no mark checks
 //     does not exist (and one that shows it deletes): a claim made on a
@@ -121,8 +121,8 @@ func parseDelayKey(rest string) (k string, after time.Time, ok bool) {
 
 // afterReschedule is when a claim of sl at rank delay d is due, given
 // when it is due otherwise: not before the slot's reschedule delay ends
-// plus d, when that delay ends after the vacancy was first seen (as
-// cluster.Fleet's); delayed says it moved.
+// plus d, when that delay ends after the vacancy was first seen; delayed
+// says it moved.
 func (a *Agent) afterReschedule(when time.Time, vac vacancy, sl Slot, d time.Duration) (time.Time, bool) {
 	if a.cfg.Faults.NoRescheduleDelay || !sl.After.After(vac.since) {
 		return when, false
@@ -136,13 +136,14 @@ func (a *Agent) afterReschedule(when time.Time, vac vacancy, sl Slot, d time.Dur
 // EncodeHistory is the history key's value.
 func (r Rescheduled) EncodeHistory() []byte { b, _ := json.Marshal(r.History); return b }
 
-// EncodePenalty is cluster.PenaltyKey's value, cluster.Fleet's codec.
+// EncodePenalty is cluster.PenaltyKey's value, as cluster.ParsePenalties
+// reads it.
 func (r Rescheduled) EncodePenalty() []byte {
 	b, _ := json.Marshal(map[string]any{"until": r.Until, "reason": r.Reason})
 	return b
 }
 
-// OnExhausted says what cluster.Fleet reads from a unit's services:
+// OnExhausted says what a unit's services ask of a slot failed for good:
 // reschedule, a service's restart.on_exhausted = "reschedule"; group,
 // several services in the slot.
 func OnExhausted(spec cluster.UnitSpec) (reschedule, group bool) {
@@ -189,8 +190,8 @@ func (a *Agent) rescheduleRelease(now time.Time, id SlotID, f *failing, out []an
 	a.penalize(id, r.Until)
 	delay, exhausted := cluster.NextDelay(p, hist, now)
 	if exhausted && !a.cfg.Faults.IgnoreAttempts {
-		// Failed, with its penalty and history all the same (as
-		// cluster.Fleet's): after the reset, the others rank it first.
+		// Failed, with its penalty and history all the same: after the
+		// reset, the others rank it first.
 		reason := "rescheduled " + strconv.Itoa(len(hist)) + " times: " + f.reason
 		why := reason + "; mariposa reset " + id.String() + " clears it"
 		return append(out, Release{Slot: id, Session: a.session, Reschedule: r, Failed: &cluster.FailedRecord{Node: a.cfg.Node, Reason: reason, At: now}},

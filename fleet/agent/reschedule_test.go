@@ -70,7 +70,7 @@ func TestInstanceFailedReschedules(t *testing.T) {
 			}
 			if !tc.resched {
 				// A unit that reschedules fails with its penalty and
-				// history all the same (cluster.Fleet's).
+				// history all the same.
 				if (r.Reschedule != nil) != tc.unit.Reschedule || r.Failed == nil || r.Failed.Reason != tc.reason || len(records(acts, "fail")) != 1 || len(records(acts, "reschedule")) != 0 {
 					t.Fatalf("want a failed release for %q: %+v %+v %v", tc.reason, r, r.Failed, acts)
 				}
@@ -173,8 +173,8 @@ func TestRescheduledSlotStepsAside(t *testing.T) {
 
 // A rescheduled slot is not claimed before its delay ends (its DelayKey
 // in the unit's index, set by the reschedule's release): a node claims it
-// at the delay's end plus its rank's delay, as cluster.Fleet does (its
-// notBefore + d); a delay that ended before the vacancy was first seen
+// at the delay's end plus its rank's delay; a delay that ended before the
+// vacancy was first seen
 // holds nothing back. The claim deletes the marks its view showed.
 func TestRescheduleDelayHoldsTheClaim(t *testing.T) {
 	name := placeUnit(t) // "top" ahead of "me" on slot 0

@@ -7,9 +7,8 @@ import (
 	"github.com/mariposa-sh/mariposa/cluster"
 )
 
-// A failed slot and mariposa reset in the step machine (cluster.Fleet's
-// Event and cluster.ResetSlot decide the same; CLUSTER.md section 3,
-// "Reschedules"):
+// A failed slot and mariposa reset in the step machine (CLUSTER.md
+// section 3, "Reschedules"; mariposa reset's write is executor.ResetSlot):
 //
 //   - The node's supervisor gave up on a slot's instance (its restarts
 //     exhausted; a member of a group failed for good): InstanceFailed.
@@ -17,8 +16,8 @@ import (
 //     as failed: the release's transaction sets the slot's failed mark
 //     (cluster.FailedKey, under control/, so every node hears it with its
 //     ControlAnswer) with its audit record ("fail"). While placement is
-//     paused, the release waits for the resume (cluster.Fleet's
-//     holdPlacement; the node's queue shows it as a "reschedule").
+//     paused, the release waits for the resume (the node's queue shows
+//     it as a "reschedule").
 //   - No node claims a slot its control/ answer shows failed (held back,
 //     recorded once, "hold"), and every claim's transaction checks the
 //     mark is absent (Claim.CheckFailed): a node whose answer of control/

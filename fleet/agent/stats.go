@@ -10,13 +10,13 @@ import (
 )
 
 // What the agent tells operators, read from its state only (no Consul):
-// Stats for the metrics (cluster.FleetStats, with cluster.Fleet.Stats'
-// meaning for each field) and Waiting for the liveness check's output
-// (cluster.Fleet.Waiting's). Both only read; fleet/executor calls them
+// Stats for the metrics (cluster.FleetStats; cluster/stats.go says each
+// field's meaning) and Waiting for the liveness check's output. Both only
+// read; fleet/executor calls them
 // from its loop and publishes the result.
 
-// Stats is a snapshot of what this node last heard and holds, as
-// cluster.Fleet.Stats: Ready once the nodes, control/ (with
+// Stats is a snapshot of what this node last heard and holds: Ready once
+// the nodes, control/ (with
 // Config.Control) and every unit's slots have been heard (the caller
 // knows whether the units were told); LiveNodes the fleet's live members (passing their check);
 // a slot held by this node (its hold not lost: Mine, its fencing token),

@@ -8,8 +8,8 @@ import (
 	"github.com/mariposa-sh/mariposa/cluster"
 )
 
-// The metrics' snapshot from the agent's state, with cluster.Fleet.Stats'
-// meaning: a slot this node holds (Mine, its fencing token), one another
+// The metrics' snapshot from the agent's state, with cluster.FleetStats'
+// meaning (cluster/stats.go): a slot this node holds (Mine, its fencing token), one another
 // node holds, one freed by an invalidation (lost, counted free too), a
 // failed one (its mark in control/), a free one this node plans a claim
 // for (VacantSince), the live nodes, the brake, the pauses and the queue.
@@ -106,8 +106,8 @@ func TestStatsPausedAndWaiting(t *testing.T) {
 	if st.Units[0].Unit != "db" || st.Units[0].Slots[0].VacantSince != t0 || st.Units[0].Slots[1].VacantSince != t0 {
 		t.Fatalf("vacant since: %+v", st.Units)
 	}
-	// web/0's claim is on its way: not held yet (cluster.Fleet counts a
-	// hold once its claim is applied), and not waited for.
+	// web/0's claim is on its way: not held yet (a hold counts once its
+	// claim is applied), and not waited for.
 	if web := st.Units[1]; web.Held != 0 || web.Slots[0].Mine {
 		t.Fatalf("a claim on its way counted held: %+v", web)
 	}

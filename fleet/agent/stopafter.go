@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// A slot lost with its node (CLUSTER.md section 3; cluster.Fleet's
-// reconcile): the three rules that follow an invalidation.
+// A slot lost with its node (CLUSTER.md section 3): the three rules that
+// follow an invalidation.
 //
 //   - node_lost_after (reschedule block): another node takes over a slot
 //     freed by an invalidation only that long after it saw the slot free,
@@ -29,7 +29,7 @@ import (
 // with the locks in one Raft write; the slot key goes with them. The first
 // live nodes by name other than the lost holder (MarkLostWriters) write it
 // back, without a session, naming the holder with state held (check-not-exists: a claim
-// made since wins), as behavior release leaves cluster.Fleet's: mariposa
+// made since wins), as a session of behavior release would leave it: mariposa
 // status says "lost" and names the node.
 
 // lostWait is how long after a vacancy is seen a node other than the lost

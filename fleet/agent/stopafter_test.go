@@ -37,8 +37,8 @@ func runUntil[T any](m *machine, acts []any, until time.Time) (T, time.Time, boo
 // node_lost_after: a slot freed by an invalidation (held by x, then free
 // without the released mark) is taken over by another node only
 // node_lost_after after it saw it free; the lock delay alone without one;
-// stop_after adds TTL/2, the longest stop and a second (cluster.Fleet's
-// reconcile).
+// stop_after adds TTL/2, the longest stop and a second (CLUSTER.md
+// section 3).
 func TestLostSlotWaits(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -198,8 +198,8 @@ func TestMarkLostWriters(t *testing.T) {
 // A slot this node lost (its release refused while cut off from Consul,
 // after stop_after stopped its instance) is its own even when its watches
 // broke meanwhile (their next answers follow a gap: the index cannot say
-// who held it): claimed back as cluster.Fleet claims its own lost slots,
-// no fresh claim, no takeover, not held back by the storm brake.
+// who held it): claimed back as its own, no fresh claim, no takeover,
+// not held back by the storm brake.
 func TestOwnLostSlotClaimedBack(t *testing.T) {
 	for _, tc := range []struct {
 		name string

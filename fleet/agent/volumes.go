@@ -28,18 +28,18 @@ import (
 // once its handoff has been published or has failed (phase HandingOff
 // between the instance's exit and the Release). Which copy of the data a
 // new holder starts from is decided where the data is, by the executor
-// (and the simulator) with cluster.ChooseData, the rule cluster.Fleet
-// applies: by generation (the fencing index of the term that wrote it),
+// (and the simulator) with cluster.ChooseData (cluster/volumes.go): by
+// generation (the fencing index of the term that wrote it),
 // never by who handed off last; a handoff whose lock_index is one less
 // than the new term's is the newest data there is; without one,
 // on_missing decides. The keys and the codec are cluster's (HandoffKey,
-// Handoff), so both engines read each other's handoffs.
+// Handoff).
 //
 // A holder whose restore failed never ran its instance: its handoff
 // (Ready false) forwards the one it was to restore instead of publishing
 // its own older or empty data, and the node does not claim the slot again
-// for RestoreBackoff (cluster.Fleet's reschedule penalty, in short: another
-// node may reach the data's source); with on_missing = "fail" and no data
+// for RestoreBackoff (a short penalty: another node may reach the data's
+// source); with on_missing = "fail" and no data
 // to restore (RestoreDone.Missing), the slot fails instead, its release
 // carrying its failed mark (reset.go) until mariposa reset. A hold lost (watchdog, session, taken)
 // publishes nothing: it cannot, the transaction is fenced by the hold.
@@ -100,7 +100,7 @@ type (
 	// HandoffDone answers PushHandoff. Not OK: with GiveUp (Consul
 	// refused it: the hold is not this session's; or the snapshot
 	// failed), the slot is released without it and the next holder
-	// applies on_missing, as cluster.Fleet does; without (no answer, no
+	// applies on_missing; without (no answer, no
 	// leader), the handoff is sent again HandoffRetry later: the release
 	// waits for it, the data is still only here.
 	HandoffDone struct {
@@ -120,8 +120,7 @@ type (
 		Session string
 	}
 	// CopiesDone answers PushCopies; not OK: no copy was recorded (Note
-	// says why): the next one is due at the next interval all the same,
-	// as cluster.Fleet's.
+	// says why): the next one is due at the next interval all the same.
 	CopiesDone struct {
 		Slot  SlotID
 		Index uint64
@@ -181,7 +180,7 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 		if in.Missing {
 			// on_missing = "fail": the slot fails (reset.go's failed
 			// release: its mark, until mariposa reset), the handoff it
-			// was to restore passed on first, as cluster.Fleet's.
+			// was to restore passed on first.
 			why := in.Note
 			if !strings.HasPrefix(why, "volume data missing") {
 				why = "volume data missing: " + why
@@ -215,8 +214,8 @@ func (a *Agent) stepVolumes(now time.Time, in any, out []any) []any {
 			a.volRetry[in.Slot] = volRetry{at: now.Add(HandoffRetry), h: h}
 			return out
 		}
-		// What the handoff did goes in the release's record, as
-		// cluster.Fleet's release says it (records.go).
+		// What the handoff did goes in the release's record (handedOff,
+		// records.go).
 		if h.release.Action != "" {
 			h.release.Reason = handedOff(h.release.Reason, in)
 		} else if !in.OK || in.Note != "" {
@@ -289,8 +288,8 @@ func (a *Agent) volHeldOff(id SlotID, now time.Time) (time.Time, bool) {
 	return t, true
 }
 
-// reconcileCopies: the periodic copies (cluster.Fleet's copyLoop, as
-// data). A hold whose instance runs (phase running, not lost or
+// reconcileCopies: the periodic copies, decided here and pushed by the
+// executor (PushCopies). A hold whose instance runs (phase running, not lost or
 // orphaned) of a unit with CopyEvery pushes a copy CopyEvery after its
 // instance started (or after it was adopted, or its unit gained
 // replicas), then CopyEvery after each answer, one at a time. A hold

@@ -307,7 +307,7 @@ func TestVolumesHandoffWhenUnitGone(t *testing.T) {
 	}
 }
 
-// The periodic copies (Unit.CopyEvery, cluster.Fleet's copyLoop as data):
+// The periodic copies (Unit.CopyEvery, reconcileCopies):
 // a running hold pushes one CopyEvery after its instance started, one at
 // a time, the next CopyEvery after the answer (OK or not); none before
 // the instance runs, none while stopping, none for a unit without.
@@ -382,7 +382,7 @@ func TestVolumesPeriodicCopies(t *testing.T) {
 
 // A claim's restore names the slot's previous holder as this node saw it
 // in the unit's index (Restore.Prev: cluster.ChooseData's PrevNode and
-// the restore record's From, as cluster.Fleet's), for a unit whose
+// the restore record's From), for a unit whose
 // volumes keep data (Sticky); "" when it never saw one.
 func TestVolumesRestoreNamesPrevious(t *testing.T) {
 	for _, tc := range []struct {

@@ -44,10 +44,10 @@ func countActions(evs []cluster.AuditEvent) map[string]int {
 }
 
 // Every claim and every release is written with its audit record, in its
-// transaction (as cluster.Fleet's are): a fleet settled on a unit of count
-// 2 has a claim record for each slot; a graceful stop of a holder adds a
-// release record, with the decision it carries out in cluster.Fleet's
-// words ("mariposa stopped", made when the instance was stopped,
+// transaction: a fleet settled on a unit of count 2 has a claim record
+// for each slot; a graceful stop of a holder adds a release record, with
+// the decision it carries out in website/operations.md's words
+// ("mariposa stopped", made when the instance was stopped,
 // agent.Release.Audit), and the claim of the slot by another node another
 // claim record, saying its rank. Mutation checks: without the audit op in
 // claimOpsFor, no claim records (the test fails); without it in release,
@@ -86,7 +86,7 @@ func TestClaimsAndReleasesAudited(t *testing.T) {
 }
 
 // A hold lost is not the holder's decision (its session destroyed): it
-// kills its instance and logs it, as cluster.Fleet does, and writes no
+// kills its instance and logs it, and writes no
 // record (website/operations.md has none; the node's audit file has the
 // instance's slot-lost); the slot's move is the next holder's claim
 // record. Mutation check: with "lost" written alone again (agent.Audits),
@@ -119,16 +119,16 @@ func TestLostHoldAudited(t *testing.T) {
 	}
 }
 
-// rankWords: a claim record's reason, as cluster.Fleet's (its rank, and a
-// takeover's words).
+// rankWords: a claim record's reason (website/operations.md: its rank,
+// and a takeover's words).
 var rankWords = regexp.MustCompile(`^rank [0-9]+(; takeover from a lost node)?$`)
 
-// A takeover (with the controls: a slot lost with its holder's session)
-// is recorded in its claim's transaction, in cluster.Fleet's words: one
-// claim record of the slot by the node that claimed it, "rank N; takeover
-// from a lost node", from the lost holder. Mutation check: claimOpsFor
-// without the step's records writes "takeover from a lost node" alone,
-// without the rank or the lost node (the test fails).
+// A takeover (with the controls: a slot lost with its holder's session) is
+// recorded in its claim's transaction, in website/operations.md's words:
+// one claim record of the slot by the node that claimed it, "rank N;
+// takeover from a lost node", from the lost holder. Mutation check:
+// claimOpsFor without the step's records writes "takeover from a lost node"
+// alone, without the rank or the lost node (the test fails).
 func TestTakeoverAudited(t *testing.T) {
 	f := newFleet(t, fleetOptions{nodes: 3, control: true}, web)
 	f.waitSettled(30 * time.Second)

@@ -124,8 +124,9 @@ func (e *Executor) renew(ctx context.Context, id string) {
 
 // markLost performs agent.MarkLost: the slot key, deleted with its
 // holder's session (behavior delete), written back without a session as
-// behavior release would leave it (cluster.Fleet's), unless a claim made
-// it since. Nothing is fed back: no decision depends on it.
+// behavior release would leave it (mariposa status then says "lost" and
+// names the holder), unless a claim made it since. Nothing is fed back:
+// no decision depends on it.
 func (e *Executor) markLost(a agent.MarkLost) {
 	ctx, cancel := e.request()
 	defer cancel()
@@ -231,7 +232,7 @@ func (e *Executor) claim(a agent.Claim, audit []agent.Record) {
 func (e *Executor) release(a agent.Release, audit []agent.Record) {
 	ctx, cancel := e.request()
 	defer cancel()
-	// The release's audit records go with it (as cluster.Fleet's): the
+	// The release's audit records go in its transaction: the
 	// decision it carries out (Release.Audit, made at the stop) and those
 	// of its step (agent.Audits), or a plain "release"; a failed slot's
 	// mark and its record too.
@@ -249,8 +250,8 @@ func (e *Executor) release(a agent.Release, audit []agent.Record) {
 		ops = append(ops, e.auditOp(r))
 	}
 	if a.Failed != nil {
-		// The slot value says failed and why, as cluster.Fleet's does
-		// (mariposa status, and the e2e tests, read it there).
+		// The slot value says failed and why (mariposa status, and the
+		// e2e tests, read it there).
 		ops[0].KV.Value = slotValue(e.cfg.Node, cluster.SlotFailed, a.Failed.Reason, time.Now())
 		ops = append(ops, e.failOps(a)...)
 	}

@@ -391,7 +391,7 @@ func TestAutoRevert(t *testing.T) {
 	if bad != block.MaxParallel {
 		t.Errorf("%d instances went to the bad version, want %d (one batch of max_parallel before the failure)", bad, block.MaxParallel)
 	}
-	// Its records, as cluster.Fleet's (website/operations.md): the
+	// Its records (website/operations.md): the
 	// instance's rollout-failed, then the judge's deploy-failed and
 	// deploy-revert in one transaction. Mutation check: the executor
 	// without MoveDeployment.Also writes no deploy-revert (fails).

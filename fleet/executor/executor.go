@@ -134,7 +134,7 @@ type Config struct {
 	Volumes *Volumes
 	// OnClaim, if set, is told each claim of a slot this node makes: the
 	// unit, and how long the slot was vacant as this node saw it
-	// (cluster.FleetConfig.OnClaim's meaning; stats.go). Called from the
+	// (the claim-delay metric; stats.go). Called from the
 	// loop: it must return at once.
 	OnClaim func(unit string, vacant time.Duration)
 	// Adopt, when set, is what the previous image's executor handed over

@@ -11,7 +11,7 @@ import (
 )
 
 // A slot that fails for good fails the running deployment of its unit
-// on a real agent, as cluster.Fleet's: a unit of count 1 (no other holder
+// on a real agent (CLUSTER.md section 5): a unit of count 1 (no other holder
 // to judge: the node that failed the slot does), its instance at the new
 // version failed while min_healthy_time (a minute) still runs; the record
 // moves to failed with the failed slot's reason and its "deploy-failed"

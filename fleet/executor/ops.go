@@ -37,7 +37,7 @@ func delayOps(a agent.Claim) api.TxnOps {
 func (e *Executor) auditOp(r agent.Record) *api.TxnOp { return e.auditOpAt(r, 0) }
 
 // auditOpAt is auditOp for a decision of the slot's holder under fencing
-// token index (term_index, as cluster.Fleet's holders write it).
+// token index (term_index, website/operations.md).
 func (e *Executor) auditOpAt(r agent.Record, index uint64) *api.TxnOp {
 	slot := ""
 	if r.Slot.K >= 0 && r.Slot.Unit != "" {
@@ -47,8 +47,7 @@ func (e *Executor) auditOpAt(r agent.Record, index uint64) *api.TxnOp {
 		Action: r.Action, From: r.From, To: r.To, Reason: r.Reason, TermIndex: index}
 	switch r.Action {
 	case "release":
-		// What moved, as cluster.Fleet's release says it
-		// (website/operations.md: this node -> released).
+		// What moved (website/operations.md: this node -> released).
 		ev.From, ev.To = e.cfg.Node, cluster.SlotReleased
 	case "claim":
 		// The previous holder (Record.From, where the agent knows it)
@@ -84,7 +83,7 @@ func (e *Executor) claimOpsFor(a agent.Claim, at time.Time, audit ...agent.Recor
 		ops = append(api.TxnOps{kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.ClaimedKey()})}, ops...)
 	}
 	ops = append(ops, delayOps(a)...)
-	// The claim's audit record goes with it (as cluster.Fleet's), before
+	// The claim's audit record goes in its transaction, before
 	// the failed mark's check and the budget's compare-and-set, which
 	// stay the last ops (Claim.FailedOp, Claim.Refusal): the agent's
 	// (agent.Audits: its rank, a takeover's "takeover from a lost
@@ -208,7 +207,7 @@ func (e *Executor) writeBrake(a agent.WriteBrake) {
 	ok, r, err := e.txn(api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.StormKey}),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.StormKey, Value: a.Record.Encode()}),
-		// Its audit record, as cluster.Fleet's.
+		// Its audit record, in the same transaction.
 		e.auditOp(agent.Record{Slot: agent.SlotID{K: -1}, Action: "storm-brake",
 			Reason: a.Record.Reason() + "; takeovers of lost slots paused until mariposa resume"}),
 	})
@@ -328,7 +327,7 @@ func failedOps(errs api.TxnErrors) []int {
 
 // awaitSuccessor performs agent.AwaitSuccessor: blocking queries on the
 // health of each of the slot's services until its instance (<service>-<k>)
-// passes on another node, as cluster.Fleet's drain waits; it gives up
+// passes on another node (cluster/drain.go); it gives up
 // after successorWait (the agent's handoff timeout bounds the wait too).
 // One at a time per node (a drain moves one slot at a time), so it holds
 // no place of the request budget, as a watch does not.

@@ -144,7 +144,7 @@ func TestDrainDoneOnlyWhenEmpty(t *testing.T) {
 	f.waitSettled(30 * time.Second)
 	f.checkNoOverlap()
 	// The drain's decisions are recorded in their transactions, in
-	// cluster.Fleet's vocabulary (website/operations.md): web/0's
+	// website/operations.md's vocabulary: web/0's
 	// release is a "release" record, drained node -> released, saying
 	// "drained from"; no "drain" record of a slot, and the statuses
 	// (reports, not decisions) none. Mutation checks: release without

@@ -13,8 +13,8 @@ import (
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 )
 
-// The placement inputs beyond the views (fleet/agent's place.go), from
-// what cluster.Fleet reads them:
+// The placement inputs beyond the views (fleet/agent's place.go), and
+// where they are read from:
 //
 //   - each node's attributes and capacity: the members' catalog answer
 //     (the node's meta and datacenter, the registration's meta: version,
@@ -24,7 +24,7 @@ import (
 //   - the nodes of each service a unit's placement names (service.<name>
 //     attributes, agent.ServicesNamed): one blocking query on that
 //     service's catalog entries (/v1/catalog/service/<name>, every
-//     instance, as cluster.Fleet's health query without passing-only),
+//     instance, passing or not),
 //     started and stopped as the units change; it answers only when that
 //     service's instances (or their checks) change, with O(its instances)
 //     entries;

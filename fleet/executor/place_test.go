@@ -17,7 +17,7 @@ import (
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
-// On real Consul, the executors place as cluster.Fleet does: a constraint
+// On real Consul, the executors place by CLUSTER.md section 4: a constraint
 // on the node's meta keeps a unit off the nodes it excludes, and a node
 // whose registration publishes too little capacity takes no slot that
 // needs more (the attributes and the capacity come with the members'

@@ -14,15 +14,15 @@ import (
 )
 
 // An instance that fails for good, in a unit with restart.on_exhausted =
-// "reschedule", moves on a real agent: its holder A releases the slot
-// with its penalty (cluster.PenaltyKey, cluster.Fleet's codec), the
-// slot's history and the "reschedule" audit record in one transaction;
-// node B claims it, not before the reschedule delay (3 s) from the
-// failure, and its claim deletes the delay's mark in the index. B's
-// instance fails too, which exhausts the history
-// (attempts = 1): the slot fails, with B's penalty and the history all
-// the same; mariposa reset clears the mark and the history, and node C
-// claims it, neither A nor B while their penalties run.
+// "reschedule", moves on a real agent: its holder A releases the slot with
+// its penalty (cluster.PenaltyKey, as cluster.ParsePenalties reads it), the
+// slot's history and the "reschedule" audit record in one transaction; node
+// B claims it, not before the reschedule delay (3 s) from the failure, and
+// its claim deletes the delay's mark in the index. B's instance fails too,
+// which exhausts the history (attempts = 1): the slot fails, with B's
+// penalty and the history all the same; mariposa reset clears the mark and
+// the history, and node C claims it, neither A nor B while their penalties
+// run.
 func TestRescheduleMovesTheSlot(t *testing.T) {
 	u := agent.Unit{Name: "api", Count: 1, MaxPerNode: 1, Reschedule: true, Placement: &schema.Placement{Reschedule: schema.Reschedule{
 		Attempts: 1, Interval: time.Hour, Delay: 3 * time.Second, MaxDelay: time.Minute, Penalty: 10 * time.Minute}}}
@@ -78,7 +78,7 @@ func TestRescheduleMovesTheSlot(t *testing.T) {
 		t.Fatalf("the delay's guard after the claim: %v, %v", g, err)
 	}
 	if r := f.audits("reschedule"); len(r) != 1 || r[0].Node != a.name || r[0].Slot != id.String() ||
-		r[0].From != a.name || r[0].To != cluster.SlotReleased { // as cluster.Fleet's (website/operations.md)
+		r[0].From != a.name || r[0].To != cluster.SlotReleased { // website/operations.md
 		t.Fatalf("reschedule audit records %+v", r)
 	}
 	// B fails it too: the slot fails; after the reset C, the one node not

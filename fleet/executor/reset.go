@@ -22,7 +22,7 @@ import (
 // Instances without it holds no restart: a paused fleet then restarts what
 // crashes. Called from the loop; must return at once. A supervisor's
 // runner takes one PauseFunc for all its instances: cluster.Control's
-// PauseFunc (of the same answer of control/) is cluster.Fleet's, and also
+// PauseFunc (of the same answer of control/, as FollowPauses gives it) also
 // covers the node's services outside the slots.
 type RestartHolder interface {
 	HoldRestarts(h agent.HoldRestarts)
@@ -62,10 +62,10 @@ func (e *Executor) ServiceFailed(slot agent.SlotID, service, reason string) {
 }
 
 // rescheduleOps: a reschedule's release also writes the node's penalty
-// (cluster.PenaltyKey, cluster.Fleet's codec) and the slot's history
-// (its "reschedule" audit record rides in the release: agent.Audits), and
-// its slot value carries the history
-// (cluster.SlotValue's reschedules) as cluster.Fleet's does.
+// (cluster.PenaltyKey, as cluster.ParsePenalties reads it) and the slot's
+// history (its "reschedule" audit record rides in the release:
+// agent.Audits), and its slot value carries the history
+// (cluster.SlotValue's reschedules).
 // A slot whose history is exhausted (Failed too) gets the penalty and
 // the history, and failOps' "fail" record instead; a slot that moves,
 // its reschedule delay's mark in the unit's index (agent.DelayKey) and
@@ -130,8 +130,8 @@ func (e *Executor) actQueue(a any, audit []agent.Record) bool {
 }
 
 // publishIntents writes the node's queue (deletes it when empty); the
-// "queue" record is logged, not written (agent.Audits), as cluster.Fleet
-// writes none.
+// "queue" record is logged, not written (agent.Audits): a report, not a
+// decision.
 func (e *Executor) publishIntents(a agent.PublishIntents, audit []agent.Record) {
 	op := &api.KVTxnOp{Verb: api.KVDelete, Key: cluster.IntentsKey(e.cfg.Node)}
 	if len(a.List) > 0 {
@@ -155,8 +155,8 @@ func (e *Executor) publishIntents(a agent.PublishIntents, audit []agent.Record) 
 // ResetSlot clears a failed slot (mariposa reset UNIT/K) of a fleet the
 // step machine runs: its failed mark deleted, check-index on the mark as
 // read, with its audit record, in one transaction (cluster.ResetSlot does
-// the same for cluster.Fleet's slot key). The nodes hear it with their
-// answer of control/, and the best-ranked one claims the slot.
+// the same for an older mariposa's failed slot key). The nodes hear it
+// with their answer of control/, and the best-ranked one claims the slot.
 func ResetSlot(client *api.Client, unit string, k int, by string) error {
 	key := cluster.FailedKey(unit, k)
 	p, _, err := client.KV().Get(key, &api.QueryOptions{RequireConsistent: true})

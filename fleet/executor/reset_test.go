@@ -43,7 +43,7 @@ func TestFailedSlotHeldUntilReset(t *testing.T) {
 	if a := f.audits("fail"); len(a) != 1 || a[0].Slot != id.String() || a[0].Node != h.name {
 		t.Fatalf("fail audit records %+v", a)
 	}
-	// The slot key says failed and why (cluster.Fleet's SlotValue).
+	// The slot key says failed and why (cluster.SlotValue).
 	if p, _, err := f.c.KV().Get(id.Key(), nil); err != nil || p == nil {
 		t.Fatalf("slot key: %v, %v", p, err)
 	} else if v, err := cluster.DecodeSlotValue(p.Value); err != nil || v.State != cluster.SlotFailed || v.Node != h.name ||
@@ -81,9 +81,9 @@ func TestFailedSlotHeldUntilReset(t *testing.T) {
 
 // While paused, a node's queue (nodes/<node>/intents, mariposa queue)
 // lists the claims the pause holds back, each with the node's place
-// ("rank 1 of 1": the other node holds web/0 at max_per_node 1; as
-// cluster.Fleet's); the resume deletes it. The queue is
-// a report, not a decision: no audit record (cluster.Fleet writes none).
+// ("rank 1 of 1": the other node holds web/0 at max_per_node 1); the
+// resume deletes it. The queue is a report, not a decision: no audit
+// record (agent.Audits logs it).
 func TestQueuePublishedWhilePaused(t *testing.T) {
 	u := agent.Unit{Name: "web", Count: 1, MaxPerNode: 1}
 	f := newFleet(t, fleetOptions{nodes: 2, control: true}, u)

@@ -28,12 +28,11 @@ type snapshot struct {
 	services  map[string]uint64 // svcSeen (shared: replaced, never changed)
 }
 
-// mostWaiting: Waiting lists at most this many slots (as
-// cluster.Fleet.Waiting).
+// mostWaiting: Waiting lists at most this many slots.
 const mostWaiting = 10
 
 // Stats is a snapshot of what this node last heard and holds, with
-// cluster.Fleet.Stats' meaning for each field (agent.Agent.Stats), as of
+// cluster.FleetStats' meaning for each field (agent.Agent.Stats), as of
 // the loop's last batch of inputs: Ready once SetUnits has been stepped
 // and the agent has heard the live nodes, control/ (Config.Control) and
 // each unit's slots. It only reads, and its slices are shared (not to be
@@ -49,8 +48,8 @@ func (e *Executor) Stats() cluster.FleetStats {
 // Waiting says, one line per free slot this node is placed for, when it
 // claims it or why it does not, as of the loop's last batch: "slot api/2
 // free; rank 2, claiming in 400ms" (agent.Agent.Waiting; at most 10 lines
-// and "and N more"). Empty when it waits for none. cluster.Fleet.Waiting's
-// equivalent, for the node's liveness check output.
+// and "and N more"). Empty when it waits for none. For the node's
+// liveness check output.
 func (e *Executor) Waiting() string {
 	s := e.snap.Load()
 	if s == nil {
@@ -61,8 +60,8 @@ func (e *Executor) Waiting() string {
 
 // FirstLive reports whether this node is the first live supervisor by
 // name as the loop last heard the members and the failing (false before
-// both have answered): cluster.Fleet.FirstLive's meaning, for the
-// housekeeping one node does for the fleet (pruning the audit log).
+// both have answered): the node that does the fleet's housekeeping
+// (pruning the audit log, command/auditfile.go).
 func (e *Executor) FirstLive() bool {
 	s := e.snap.Load()
 	return s != nil && s.firstLive

@@ -2,9 +2,9 @@ package executor
 
 import "testing"
 
-// firstLive is cluster.Fleet.FirstLive's rule on the executor's members
-// and failing: a failing node that sorts first does not count, and
-// nothing is known before both watches have answered.
+// firstLive is the first live supervisor by name (FirstLive) on the
+// executor's members and failing: a failing node that sorts first does
+// not count, and nothing is known before both watches have answered.
 func TestFirstLive(t *testing.T) {
 	for _, tc := range []struct {
 		name             string

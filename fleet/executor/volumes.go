@@ -19,9 +19,8 @@ import (
 )
 
 // Volumes (agent.Restore, agent.PushHandoff) are performed with
-// internal/volume's store, as cluster.Fleet's volumes.go does, on the same
-// keys and values (cluster.HandoffKey, cluster.Handoff), so a handoff one
-// engine writes the other restores:
+// internal/volume's store, on cluster's keys and values
+// (cluster.HandoffKey, cluster.Handoff):
 //
 //   - Restore: the volumes' directories ensured; for the volumes that
 //     move (handoff = "snapshot"), a consistent read of the slot key (its
@@ -46,7 +45,7 @@ import (
 //     (ForwardedBy), if it is the one planned for this term.
 //   - PushCopies (the agent's periodic copies, every Unit.CopyEvery while
 //     the instance runs): for each moving volume with replicas,
-//     cluster.PushCopies, as cluster.Fleet's copyLoop: a snapshot file,
+//     cluster.PushCopies: a snapshot file,
 //     pushed to that many live fleet nodes' APIs, recorded in
 //     volumes/<unit>/<k>/<volume>/copies with a check-session on the
 //     slot key (only the holder records copies).
@@ -58,7 +57,7 @@ import (
 // A stopping executor (Stop) that published handoffs of its own data ends
 // only once each has been acknowledged by its next holder (Restored) or
 // replaced, no other fleet node is live to take it, or the bounds of
-// cluster.HandoffClaimWindow pass (cluster.Fleet's awaitRestores): the
+// cluster.HandoffClaimWindow pass: the
 // caller's node API must serve the snapshots until Stop returns. A Stop
 // whose context ends first ends at once.
 //
@@ -379,7 +378,7 @@ func (e *Executor) pushHandoff(a agent.PushHandoff) (done agent.HandoffDone) {
 		return done
 	}
 	// Its record is the release's that follows (agent.HandoffDone's Note
-	// goes in its reason), as cluster.Fleet's release says its handoff.
+	// goes in its reason: website/operations.md's release row).
 	ok, r, _, err := e.cfg.Client.Txn().Txn(api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session}),
 		kv(&api.KVTxnOp{Verb: api.KVCheckIndex, Key: a.Slot.Key(), Index: a.Index}),
@@ -435,7 +434,7 @@ func (e *Executor) handoffValue(ctx context.Context, a agent.PushHandoff, lockIn
 		m, err := vc.Store.Snapshot(ctx, a.Slot.Unit, a.Slot.K, v.Path, v.Snapshot, os.Environ())
 		if err != nil && len(v.Snapshot) > 0 {
 			// The instance has stopped: its directory is consistent as
-			// it is (cluster.Fleet's rule).
+			// it is.
 			if ho.HookFailed == nil {
 				ho.HookFailed = map[string]string{}
 			}
@@ -494,8 +493,7 @@ func (e *Executor) pushCopies(a agent.PushCopies) agent.CopiesDone {
 // Inputs of the loop about handoffs.
 type (
 	// handedOff: this node published a handoff of its own data (kept
-	// only while stopping, as cluster.Fleet's Release awaits only its
-	// own).
+	// only while stopping: a stop awaits only its own handoffs).
 	handedOff struct {
 		slot agent.SlotID
 		gen  uint64
@@ -546,8 +544,8 @@ func (e *Executor) servedHandoffs() bool {
 	e.serving = 1
 	handed := e.handed
 	if others == 0 {
-		// Nobody to take the data: it stays here, and says so (as
-		// cluster.Fleet's awaitRestore).
+		// Nobody to take the data: it stays here, and says so
+		// (handoff-unserved).
 		go func() {
 			defer e.inbox.post(handoffsServed{})
 			for id, gen := range handed {
@@ -623,10 +621,10 @@ func prevName(node string) string {
 }
 
 // recordUnserved records that this node stopped serving the handoff of
-// slot id's data (generation gen) before a next holder had it
-// (cluster.Fleet's handoff-unserved record): the data stays on this node,
-// and the next holders' restores fail (and pass the handoff on) until it
-// serves it again.
+// slot id's data (generation gen) before a next holder had it (its
+// handoff-unserved record, website/operations.md): the data stays on this
+// node, and the next holders' restores fail (and pass the handoff on)
+// until it serves it again.
 func (e *Executor) recordUnserved(id agent.SlotID, gen uint64, why string) {
 	reason := why + "; the slot's data stays on this node, which serves it again once its mariposa runs"
 	e.log.Warn("no longer serving the slot's handoff", "slot", id.String(), "reason", reason)

@@ -72,8 +72,8 @@ func (r *dataRunner) started() map[uint64]string {
 
 // A holder that stops gracefully hands its data off; the next holder
 // restores it before its instance starts, from the old node's API, and
-// acknowledges it in the handoff (cluster.Handoff.Restored), at the key
-// cluster.Fleet uses.
+// acknowledges it in the handoff (cluster.Handoff.Restored), at
+// cluster.HandoffKey.
 func TestVolumeFollowsTheSlot(t *testing.T) {
 	testVolumeFollows(t, agent.Faults{}, true)
 }
@@ -219,13 +219,13 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 	if !follows {
 		return
 	}
-	// The handoff, as cluster.Fleet reads it: from the first holder, its
-	// term's generation, acknowledged by the next.
+	// The handoff, as cluster.ChooseData reads it: from the first holder,
+	// its term's generation, acknowledged by the next.
 	if ho.Node != first.node || ho.TermIndex != token || ho.Restored.Node != next.node {
 		t.Fatalf("handoff %+v (restored %+v), want from %s at generation %d, restored by %s", ho, ho.Restored, first.node, token, next.node)
 	}
-	// The restore's record names where the data came from, as
-	// cluster.Fleet's does (From: the previous holder).
+	// The restore's record names where the data came from (From: the
+	// previous holder, website/operations.md).
 	var rec cluster.AuditEvent
 	for _, e := range audits(t, c) {
 		if e.Action == "restore" && e.To == next.node {
@@ -237,9 +237,8 @@ func testVolumeFollows(t *testing.T, faults agent.Faults, follows bool) {
 	}
 }
 
-// A stop with no other fleet node live to take the data (cluster.Fleet's
-// awaitRestore): it ends at once and records handoff-unserved (the data
-// stays on the node).
+// A stop with no other fleet node live to take the data: it ends at once
+// and records handoff-unserved (the data stays on the node).
 //
 // Mutation-checked: without the record (the executor ended silently, as
 // it did) this fails.
@@ -291,7 +290,7 @@ func TestVolumeLostWithoutHandoff(t *testing.T) {
 				if got := next.started(); len(got) != 0 {
 					t.Fatalf("%s started with on_missing = \"fail\": %v", next.node, got)
 				}
-				// The slot failed, as cluster.Fleet's: its failed mark set
+				// The slot failed: its failed mark set
 				// by the release, until mariposa reset.
 				var mark cluster.FailedRecord
 				if !consultest.WaitFor(30*time.Second, func() bool {
@@ -427,7 +426,7 @@ func audits(t *testing.T, c *api.Client) []cluster.AuditEvent {
 }
 
 // The volumes' owner (executor.Volumes.Owner, cluster.VolumeOwner: a
-// service's user), as under cluster.Fleet: the volume's directory is the
+// service's user): the volume's directory is the
 // user's, and the snapshot and restore hooks run as it. The data moves in
 // a graceful stop; on the next holder, the file the snapshot hook wrote
 // and the one the restore hook wrote both say uid 65534, and the restored

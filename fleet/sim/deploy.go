@@ -55,7 +55,7 @@ type DeployStats struct {
 	// Statuses: the holders' statuses written (each a transaction of
 	// its own); Idle: those that say a slot healthy while its unit's
 	// deployment does not run (a slot claimed again: every hold says
-	// it, as cluster.Fleet's).
+	// it).
 	Statuses, Idle int
 	// Takes, TakesRefused: the rollout tokens asked for, and those
 	// refused (a Raft entry each that changes nothing: the herd the

@@ -618,8 +618,8 @@ func failedOps(errs api.TxnErrors) []int {
 }
 
 // takeoverRecorded: acts carry the claim record of a takeover of slot, in
-// cluster.Fleet's words (website/operations.md: "takeover from a lost
-// node"), riding in the claim's transaction.
+// website/operations.md's words ("takeover from a lost node"), riding in
+// the claim's transaction.
 func takeoverRecorded(acts []any, slot agent.SlotID) bool {
 	for _, a := range acts {
 		if r, ok := a.(agent.Record); ok && r.Slot == slot && r.Action == "claim" && strings.Contains(r.Reason, "takeover from a lost node") {

@@ -19,8 +19,8 @@ import (
 // capacity verdicts, checked at every start: one unit's, not all slots').
 // The aggregate (several slots' reservations beyond what a node has) is
 // not an invariant: two claims on views that do not show each other may
-// both pass, as with cluster.Fleet; the nodes with room here have room for
-// every slot.
+// both pass (each node decides on its own view); the nodes with room
+// here have room for every slot.
 type simPlace struct {
 	info map[string]cluster.NodeInfo
 	// feasible: per unit with a placement, the nodes it allows, in order.

@@ -35,7 +35,7 @@ import (
 //     data is there, unreachable, and on_missing applies).
 //
 // A slot whose data waits on a holder that no longer serves it may stay
-// without an instance (its restores fail, as cluster.Fleet's do): the
+// without an instance (its restores fail and pass the handoff on): the
 // final check of the full count does not count it.
 
 type nodeSlot struct {
