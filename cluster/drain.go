@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // Drain (issue 13): mariposa drain NODE writes control/drain/<node>, which
@@ -127,11 +129,11 @@ func parseDrains(pairs api.KVPairs, report func(key, msg string, err error)) map
 }
 
 // markDraining: nodes with their drains.
-func markDraining(nodes []NodeInfo, drains map[string]DrainRecord) []NodeInfo {
+func markDraining(nodes []placement.NodeInfo, drains map[string]DrainRecord) []placement.NodeInfo {
 	if len(drains) == 0 {
 		return nodes
 	}
-	out := make([]NodeInfo, len(nodes))
+	out := make([]placement.NodeInfo, len(nodes))
 	for i, n := range nodes {
 		if _, ok := drains[n.Name]; ok {
 			n.Draining = true
@@ -160,7 +162,7 @@ func (st *State) Stuck(node string, now time.Time) map[string]string {
 			delete(v.Holders, k)
 			var why []string
 			movable := false
-			for _, r := range Rank(u.Unit, k, v, now) {
+			for _, r := range placement.Rank(u.Unit, k, v, now) {
 				if r.Node == node {
 					continue
 				}
@@ -180,4 +182,10 @@ func (st *State) Stuck(node string, now time.Time) map[string]string {
 		}
 	}
 	return out
+}
+
+// oneLine folds a verdict's reason onto one line (as placement.Explain
+// does).
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }

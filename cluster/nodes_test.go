@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -80,14 +81,14 @@ func TestAssignSkipsNodesNotInFleet(t *testing.T) {
 		{Node: &api.Node{Node: "c"}, Service: &api.AgentService{ID: "mariposa-c", Service: "mariposa",
 			Meta: map[string]string{checks.ManagedByKey: checks.ManagedByValue, checks.FleetMetaKey: checks.FleetMetaValue}}},
 	})
-	u := Unit{Name: "two", Placement: &schema.Placement{Count: 2, MaxPerNode: 1}}
-	asg := Assign(u, []int{0, 1}, View{Nodes: nodes}, time.Now())
+	u := placement.Unit{Name: "two", Placement: &schema.Placement{Count: 2, MaxPerNode: 1}}
+	asg := placement.Assign(u, []int{0, 1}, placement.View{Nodes: nodes}, time.Now())
 	firsts := map[string]bool{}
 	for _, k := range []int{0, 1} {
 		var top string
 		for _, r := range asg[k] {
 			if r.Node == "a-plain" {
-				if r.Verdict.OK || r.Verdict.Filter != FilterNotInFleet {
+				if r.Verdict.OK || r.Verdict.Filter != placement.FilterNotInFleet {
 					t.Errorf("slot %d: the plain node's verdict %+v", k, r.Verdict)
 				}
 			} else if r.Verdict.OK && r.Rank == 0 {

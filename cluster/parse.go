@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/checks"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // The codecs of the answers of whole prefixes of the layout: slots/,
@@ -115,8 +116,8 @@ func holdStatus(s slotKV, st HoldStatus) *HoldStatus {
 // parseNodes reads the health of the service "mariposa": one NodeInfo per
 // node. A node with two supervisors (-allow-second-supervisor) has two
 // entries: the one that runs the fleet counts, else the first.
-func parseNodes(entries []*api.ServiceEntry) []NodeInfo {
-	var nodes []NodeInfo
+func parseNodes(entries []*api.ServiceEntry) []placement.NodeInfo {
+	var nodes []placement.NodeInfo
 	at := map[string]int{}
 	for _, e := range entries {
 		if e.Node == nil || e.Service == nil || e.Service.Meta[checks.ManagedByKey] != checks.ManagedByValue {
@@ -128,11 +129,11 @@ func parseNodes(entries []*api.ServiceEntry) []NodeInfo {
 				live = false
 			}
 		}
-		n := NodeInfo{Name: e.Node.Node, Datacenter: e.Node.Datacenter, Meta: e.Node.Meta,
+		n := placement.NodeInfo{Name: e.Node.Node, Datacenter: e.Node.Datacenter, Meta: e.Node.Meta,
 			MariposaVersion: e.Service.Meta["version"], Live: live, Eligible: e.Service.Meta["eligible"] != "false",
 			Draining: e.Service.Meta["draining"] == "true",
 			Fleet:    e.Service.Meta[checks.FleetMetaKey] == checks.FleetMetaValue,
-			Capacity: ParseCapacityMeta(e.Service.Meta)}
+			Capacity: placement.ParseCapacityMeta(e.Service.Meta)}
 		if i, dup := at[n.Name]; dup {
 			if n.Fleet && !nodes[i].Fleet {
 				nodes[i] = n
@@ -148,8 +149,8 @@ func parseNodes(entries []*api.ServiceEntry) []NodeInfo {
 // FleetNodes keeps the nodes that run the fleet: the ones the fleet
 // counts (placement, the storm brake, the takeover budget, the node that
 // judges deployments).
-func FleetNodes(nodes []NodeInfo) []NodeInfo {
-	var out []NodeInfo
+func FleetNodes(nodes []placement.NodeInfo) []placement.NodeInfo {
+	var out []placement.NodeInfo
 	for _, n := range nodes {
 		if n.Fleet {
 			out = append(out, n)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -22,7 +23,7 @@ func ServicesNamed(p *schema.Placement) []string {
 	if p == nil {
 		return nil
 	}
-	return referencedServices(map[string]UnitSpec{"": {Unit: Unit{Placement: p}}})
+	return referencedServices(map[string]UnitSpec{"": {Unit: placement.Unit{Placement: p}}})
 }
 
 // ServiceCounts counts a service's instances per node, from the catalog's
@@ -40,6 +41,6 @@ func ServiceCounts(ss []*api.CatalogService) map[string]int {
 
 // WithServices returns nodes with Services filled from svcNodes (per
 // service, per node, its instances), as a View has them.
-func WithServices(nodes []NodeInfo, svcNodes map[string]map[string]int) []NodeInfo {
+func WithServices(nodes []placement.NodeInfo, svcNodes map[string]map[string]int) []placement.NodeInfo {
 	return withServices(nodes, svcNodes)
 }

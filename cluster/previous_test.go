@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -50,17 +51,17 @@ func TestViewPrevious(t *testing.T) {
 // first among equally good nodes, whichever the rendezvous hash prefers.
 func TestStickinessRanksLastHolderFirst(t *testing.T) {
 	now := time.Date(2026, 11, 26, 8, 0, 0, 0, time.UTC)
-	u := Unit{Name: "db", Placement: &schema.Placement{Count: 1}, HasVolume: true}
-	nodes := []NodeInfo{{Name: "n1", Fleet: true, Live: true, Eligible: true}, {Name: "n2", Fleet: true, Live: true, Eligible: true}, {Name: "n3", Fleet: true, Live: true, Eligible: true}}
-	first := func(v View) string {
-		for _, r := range Rank(u, 0, v, now) {
+	u := placement.Unit{Name: "db", Placement: &schema.Placement{Count: 1}, HasVolume: true}
+	nodes := []placement.NodeInfo{{Name: "n1", Fleet: true, Live: true, Eligible: true}, {Name: "n2", Fleet: true, Live: true, Eligible: true}, {Name: "n3", Fleet: true, Live: true, Eligible: true}}
+	first := func(v placement.View) string {
+		for _, r := range placement.Rank(u, 0, v, now) {
 			if r.Rank == 0 {
 				return r.Node
 			}
 		}
 		return ""
 	}
-	hrw := first(View{Nodes: nodes})
+	hrw := first(placement.View{Nodes: nodes})
 	for _, last := range []string{"n1", "n2", "n3"} {
 		st := &State{Nodes: nodes, Slots: map[string]map[int]SlotState{"db": {0: {Value: SlotValue{Node: last, State: SlotReleased}}}}}
 		if got := first(st.View("db")); got != last {

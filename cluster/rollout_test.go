@@ -4,12 +4,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
 func TestSlotHealthy(t *testing.T) {
-	u := UnitSpec{Unit: Unit{Name: "front"}, Services: []*schema.Service{{Name: "web"}, {Name: "side"}}}
+	u := UnitSpec{Unit: placement.Unit{Name: "front"}, Services: []*schema.Service{{Name: "web"}, {Name: "side"}}}
 	run := func(svc string, pid int, checks bool) supervisor.Snapshot {
 		return supervisor.Snapshot{Service: svc, Slot: "front/1", State: supervisor.StateRunning, PID: pid, ChecksPassing: checks}
 	}
@@ -41,7 +42,7 @@ func TestSlotHealthy(t *testing.T) {
 // enough when mariposa's own runs say otherwise.
 func TestSlotHealthyLocal(t *testing.T) {
 	t0 := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
-	u := UnitSpec{Unit: Unit{Name: "front"}, Services: []*schema.Service{{Name: "web"}, {Name: "side"}}}
+	u := UnitSpec{Unit: placement.Unit{Name: "front"}, Services: []*schema.Service{{Name: "web"}, {Name: "side"}}}
 	run := func(svc string, catalog, local bool, since time.Time) supervisor.Snapshot {
 		return supervisor.Snapshot{Service: svc, Slot: "front/1", State: supervisor.StateRunning, PID: 7,
 			ChecksPassing: catalog, LocalChecks: local, LocalPassingSince: since}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // referencedServices lists the services named by service.<name> attributes
@@ -14,8 +16,8 @@ import (
 func referencedServices(units map[string]UnitSpec) []string {
 	seen := map[string]bool{}
 	add := func(attr string) {
-		a := trimAttr(attr)
-		if name, ok := strings.CutPrefix(a, AttrServicePrefix); ok && name != "" {
+		a := placement.TrimAttr(attr)
+		if name, ok := strings.CutPrefix(a, placement.AttrServicePrefix); ok && name != "" {
 			seen[name] = true
 		}
 	}
@@ -53,7 +55,7 @@ func countByNode(entries []*api.ServiceEntry) map[string]int {
 // withServicesRead reads the nodes of the services the units' attributes
 // name (one read each, as the commands need them once) and returns nodes
 // with them filled in.
-func withServicesRead(client *api.Client, nodes []NodeInfo, units map[string]UnitSpec, q *api.QueryOptions) ([]NodeInfo, error) {
+func withServicesRead(client *api.Client, nodes []placement.NodeInfo, units map[string]UnitSpec, q *api.QueryOptions) ([]placement.NodeInfo, error) {
 	svcNodes := map[string]map[string]int{}
 	for _, name := range referencedServices(units) {
 		entries, _, err := client.Health().Service(name, "", false, q)
@@ -66,11 +68,11 @@ func withServicesRead(client *api.Client, nodes []NodeInfo, units map[string]Uni
 }
 
 // withServices returns nodes with Services filled from svcNodes.
-func withServices(nodes []NodeInfo, svcNodes map[string]map[string]int) []NodeInfo {
+func withServices(nodes []placement.NodeInfo, svcNodes map[string]map[string]int) []placement.NodeInfo {
 	if len(svcNodes) == 0 {
 		return nodes
 	}
-	out := make([]NodeInfo, len(nodes))
+	out := make([]placement.NodeInfo, len(nodes))
 	for i, n := range nodes {
 		n.Services = map[string]int{}
 		for svc, byNode := range svcNodes {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // Slot states in a slot key's value.
@@ -30,7 +32,7 @@ type SlotValue struct {
 	Reason string `json:"reason,omitempty"`
 	// Reschedules is the slot's reschedule tracker: it lives in the key, so
 	// it survives the loss of any node.
-	Reschedules []RescheduleEvent `json:"reschedules,omitempty"`
+	Reschedules []placement.RescheduleEvent `json:"reschedules,omitempty"`
 	// Takeover: this claim took the slot over from a node that lost it
 	// (counted against the takeover budget, storm.go).
 	Takeover bool `json:"takeover,omitempty"`

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -247,7 +248,7 @@ func (sp *Spec) Units() []UnitSpec {
 
 // UnitSpec is a unit and the services that run in each of its slots.
 type UnitSpec struct {
-	Unit     Unit
+	Unit     placement.Unit
 	Services []*schema.Service
 }
 
@@ -267,11 +268,11 @@ func unitsOf(services []*schema.Service, groups []*schema.Group) []UnitSpec {
 			continue
 		}
 		idx[name] = len(out)
-		out = append(out, UnitSpec{Unit: Unit{Name: name, Placement: svc.Placement, HasVolume: keepsData(svc.Placement)}, Services: []*schema.Service{svc}})
+		out = append(out, UnitSpec{Unit: placement.Unit{Name: name, Placement: svc.Placement, HasVolume: keepsData(svc.Placement)}, Services: []*schema.Service{svc}})
 	}
 	_ = groups
 	for i := range out {
-		out[i].Unit.Resources = ReservationOf(out[i].Services)
+		out[i].Unit.Resources = placement.ReservationOf(out[i].Services)
 	}
 	return out
 }

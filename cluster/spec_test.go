@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -151,19 +152,19 @@ func writeFile(t *testing.T, path, text string) {
 
 func TestReferencedServices(t *testing.T) {
 	units := map[string]UnitSpec{
-		"a": {Unit: Unit{Name: "a", Placement: &schema.Placement{Count: 1,
+		"a": {Unit: placement.Unit{Name: "a", Placement: &schema.Placement{Count: 1,
 			Constraints: []*schema.Constraint{{Attribute: "service.db", Operator: "is_set"}, {Attribute: "node.name", Operator: "==", Value: "x"}},
 			Affinities:  []*schema.Affinity{{Attribute: "${service.cache}", Operator: "==~"}}}}},
-		"b": {Unit: Unit{Name: "b"}},
+		"b": {Unit: placement.Unit{Name: "b"}},
 	}
 	if got := referencedServices(units); len(got) != 2 || got[0] != "cache" || got[1] != "db" {
 		t.Fatalf("referenced %v", got)
 	}
-	nodes := withServices([]NodeInfo{{Name: "n1"}, {Name: "n2"}}, map[string]map[string]int{"db": {"n2": 2}})
+	nodes := withServices([]placement.NodeInfo{{Name: "n1"}, {Name: "n2"}}, map[string]map[string]int{"db": {"n2": 2}})
 	if len(nodes[0].Services) != 0 || nodes[1].Services["db"] != 2 {
 		t.Fatalf("nodes %+v", nodes)
 	}
-	if v, set, _ := Attr(nodes[1], "service.db"); !set || v != "2" {
+	if v, set, _ := placement.Attr(nodes[1], "service.db"); !set || v != "2" {
 		t.Errorf("service.db on n2: %q %v", v, set)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // State is the fleet as one consistent look at Consul shows it: what the
@@ -15,7 +17,7 @@ import (
 type State struct {
 	Units     map[string]UnitSpec
 	Slots     map[string]map[int]SlotState
-	Nodes     []NodeInfo
+	Nodes     []placement.NodeInfo
 	Penalties map[string]map[string]time.Time
 	// Deployments are the deployments with their state and progress.
 	Deployments []DeploymentStatus
@@ -119,7 +121,7 @@ func ReadState(client *api.Client) (*State, error) {
 
 // View is the placement view of unit as this state shows it: the same
 // builder the nodes use (viewOf), over the slots as Slots shows them.
-func (st *State) View(unit string) View {
+func (st *State) View(unit string) placement.View {
 	slots := make(map[string]map[int]slotKV, len(st.Slots))
 	for u, ks := range st.Slots {
 		m := make(map[int]slotKV, len(ks))
@@ -159,10 +161,10 @@ func (st *State) Why(unit string, now time.Time) (string, error) {
 			free = append(free, k)
 		}
 	}
-	asg := Assign(u.Unit, free, v, now)
+	asg := placement.Assign(u.Unit, free, v, now)
 	for _, k := range free {
 		out += fmt.Sprintf("  slot %d: free\n", k)
-		out += indent(Explain(unit, k, asg[k]), "    ")
+		out += indent(placement.Explain(unit, k, asg[k]), "    ")
 	}
 	if len(free) == 0 {
 		// Where a new slot would go: slot count's ranking.
@@ -179,7 +181,7 @@ func (st *State) Why(unit string, now time.Time) (string, error) {
 			v0.Reserved = maps.Clone(v.Reserved)
 			v0.Reserved[n] = v0.Reserved[n].Sub(u.Unit.Resources)
 		}
-		out += indent(Explain(unit, 0, Rank(u.Unit, 0, v0, now)), "    ")
+		out += indent(placement.Explain(unit, 0, placement.Rank(u.Unit, 0, v0, now)), "    ")
 	}
 	return out, nil
 }

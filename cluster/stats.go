@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"time"
+
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // FleetStats is a read-only snapshot of what a node's fleet member (the
@@ -62,7 +64,7 @@ type SlotStats struct {
 	// lost slot it plans claims for (zero otherwise).
 	VacantSince time.Time
 	// Reschedules is the slot's reschedule tracker (its last events).
-	Reschedules []RescheduleEvent
+	Reschedules []placement.RescheduleEvent
 }
 
 // Slot states in SlotStats.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
@@ -23,7 +24,7 @@ type VanishTracker struct{ t vanishTracker }
 // Observe takes the supervisors as now read and returns those that
 // vanished within StormWindow (sorted) and how many were live at some
 // point in it.
-func (v *VanishTracker) Observe(nodes []NodeInfo, now time.Time) (vanished []string, base int) {
+func (v *VanishTracker) Observe(nodes []placement.NodeInfo, now time.Time) (vanished []string, base int) {
 	return v.t.observe(nodes, now)
 }
 

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // The storm brake (CLUSTER.md section 4). A takeover is a claim of a slot
@@ -104,7 +106,7 @@ type vanishTracker struct {
 // observe takes the supervisors as now read and returns those that
 // vanished within StormWindow (sorted) and how many were live at some
 // point in it (live now plus vanished).
-func (t *vanishTracker) observe(nodes []NodeInfo, now time.Time) (vanished []string, base int) {
+func (t *vanishTracker) observe(nodes []placement.NodeInfo, now time.Time) (vanished []string, base int) {
 	if t.live == nil {
 		t.live, t.gone = map[string]bool{}, map[string]time.Time{}
 	}

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 func TestStorm(t *testing.T) {
@@ -39,14 +41,14 @@ func TestTakeoverBudget(t *testing.T) {
 // counts as vanished after each.
 func TestVanishTracker(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-	live := func(names ...string) []NodeInfo {
-		var out []NodeInfo
+	live := func(names ...string) []placement.NodeInfo {
+		var out []placement.NodeInfo
 		for _, n := range names {
-			out = append(out, NodeInfo{Name: n, Live: true})
+			out = append(out, placement.NodeInfo{Name: n, Live: true})
 		}
 		return out
 	}
-	dead := func(nodes []NodeInfo, names ...string) []NodeInfo {
+	dead := func(nodes []placement.NodeInfo, names ...string) []placement.NodeInfo {
 		out := slices.Clone(nodes)
 		for i := range out {
 			if slices.Contains(names, out[i].Name) {
@@ -60,7 +62,7 @@ func TestVanishTracker(t *testing.T) {
 	for _, st := range []struct {
 		name     string
 		at       time.Duration
-		nodes    []NodeInfo
+		nodes    []placement.NodeInfo
 		forget   bool
 		vanished []string
 		base     int

@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // viewOf is the one builder of a unit's placement view, for the nodes'
@@ -26,18 +28,18 @@ func TestViewOf(t *testing.T) {
 		},
 	}
 	units := map[string]UnitSpec{
-		"api": {Unit: Unit{Name: "api", Resources: Reservation{CPU: 100}}},
-		"db":  {Unit: Unit{Name: "db", Resources: Reservation{Memory: 256}}},
+		"api": {Unit: placement.Unit{Name: "api", Resources: placement.Reservation{CPU: 100}}},
+		"db":  {Unit: placement.Unit{Name: "db", Resources: placement.Reservation{Memory: 256}}},
 	}
-	nodes := []NodeInfo{{Name: "n1"}, {Name: "n2"}}
+	nodes := []placement.NodeInfo{{Name: "n1"}, {Name: "n2"}}
 	v := viewOf("api", nodes, slots, units, pen)
-	want := View{
+	want := placement.View{
 		Nodes:     nodes,
 		Holders:   map[int]string{0: "n1"},
 		Previous:  map[int]string{1: "n2"},
 		Penalties: pen,
 		Load:      map[string]int{"n1": 2, "n2": 1},
-		Reserved:  map[string]Reservation{"n1": {CPU: 100, Memory: 256}, "n2": {CPU: 100}},
+		Reserved:  map[string]placement.Reservation{"n1": {CPU: 100, Memory: 256}, "n2": {CPU: 100}},
 	}
 	if !reflect.DeepEqual(v, want) {
 		t.Errorf("viewOf(api) =\n%+v\nwant\n%+v", v, want)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
@@ -16,7 +17,7 @@ import (
 func volumeUnit() UnitSpec {
 	p := &schema.Placement{Count: 1, Exclusive: true, Volumes: []*schema.Volume{{Name: "data", Path: "data",
 		Handoff: schema.HandoffSnapshot, OnMissing: schema.OnMissingLatest, RestoreTimeout: time.Minute, Interval: 5 * time.Minute}}}
-	return UnitSpec{Unit: Unit{Name: "db", Placement: p, HasVolume: true}, Services: []*schema.Service{{Name: "db", Placement: p}}}
+	return UnitSpec{Unit: placement.Unit{Name: "db", Placement: p, HasVolume: true}, Services: []*schema.Service{{Name: "db", Placement: p}}}
 }
 
 // A handoff read from Consul is checked before use.

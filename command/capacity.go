@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -30,22 +30,22 @@ const reserveFlagHelp = `  -reserve=cpu=MILLICORES,memory=MIB
 // nodeCapacity is what this host offers the fleet: its capacity (detected,
 // or $MARIPOSA_CAPACITY), the operator's reserve, and what cfg's own
 // services reserve.
-func nodeCapacity(reserve cluster.Reservation, cfg *schema.Config) (cluster.Capacity, error) {
+func nodeCapacity(reserve placement.Reservation, cfg *schema.Config) (placement.Capacity, error) {
 	total, err := hostCapacity()
 	if err != nil {
-		return cluster.Capacity{}, err
+		return placement.Capacity{}, err
 	}
 	if reserve.CPU > total.CPU || reserve.Memory > total.Memory {
-		return cluster.Capacity{}, fmt.Errorf("-reserve %s is more than this host has (%s)", reserve, total)
+		return placement.Capacity{}, fmt.Errorf("-reserve %s is more than this host has (%s)", reserve, total)
 	}
-	return cluster.Capacity{Total: total, Reserve: reserve, Local: cluster.LocalReservation(cfg)}, nil
+	return placement.Capacity{Total: total, Reserve: reserve, Local: placement.LocalReservation(cfg)}, nil
 }
 
 // hostCapacity is $MARIPOSA_CAPACITY when set, else the cores this process
 // may run on × 1000 and /proc/meminfo's MemTotal in MiB.
-func hostCapacity() (cluster.Reservation, error) {
+func hostCapacity() (placement.Reservation, error) {
 	if v := os.Getenv(capacityEnv); v != "" {
-		r, err := cluster.ParseReservation(v)
+		r, err := placement.ParseReservation(v)
 		if err != nil {
 			return r, fmt.Errorf("$%s: %w", capacityEnv, err)
 		}
@@ -53,9 +53,9 @@ func hostCapacity() (cluster.Reservation, error) {
 	}
 	mem, err := memTotal("/proc/meminfo")
 	if err != nil {
-		return cluster.Reservation{}, err
+		return placement.Reservation{}, err
 	}
-	return cluster.Reservation{CPU: runtime.NumCPU() * 1000, Memory: mem}, nil
+	return placement.Reservation{CPU: runtime.NumCPU() * 1000, Memory: mem}, nil
 }
 
 // memTotal reads MemTotal (kB) from a meminfo file, in MiB.
@@ -82,13 +82,13 @@ func memTotal(path string) (int, error) {
 
 // reserveFlag is -reserve.
 type reserveFlag struct {
-	r   cluster.Reservation
+	r   placement.Reservation
 	set bool
 }
 
 func (f *reserveFlag) String() string { return "" }
 func (f *reserveFlag) Set(s string) error {
-	r, err := cluster.ParseReservation(s)
+	r, err := placement.ParseReservation(s)
 	if err != nil {
 		return fmt.Errorf("-reserve: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/render"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -116,7 +117,7 @@ func (c *DeployCommand) Run(args []string) int {
 		c.UI.Error("mariposa deploy: " + err.Error())
 		return 1
 	}
-	var fits []cluster.Fit
+	var fits []placement.Fit
 	err = retryNoLeader(func() (err error) { fits, err = cluster.FitSpec(client, spec); return err })
 	if err != nil {
 		c.UI.Error("mariposa deploy: " + consulErrText(err))
@@ -252,7 +253,7 @@ func noLeader(err error) bool {
 }
 
 // noFleet: the spec has units and no live node runs the fleet to run them.
-func noFleet(fits []cluster.Fit) bool {
+func noFleet(fits []placement.Fit) bool {
 	for _, f := range fits {
 		if f.Live > 0 {
 			return false

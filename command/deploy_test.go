@@ -14,6 +14,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -120,14 +121,14 @@ func TestDeployDocFit(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := string(b)
-	var nodes []cluster.NodeInfo
+	var nodes []placement.NodeInfo
 	for i, disk := range []string{"hdd", "ssd", "ssd"} {
-		nodes = append(nodes, cluster.NodeInfo{Name: "node-" + string(rune('1'+i)), Fleet: true, Live: true, Eligible: true,
+		nodes = append(nodes, placement.NodeInfo{Name: "node-" + string(rune('1'+i)), Fleet: true, Live: true, Eligible: true,
 			Meta: map[string]string{"disk": disk}})
 	}
-	db := cluster.FitOf(cluster.Unit{Name: "db", Placement: &schema.Placement{Count: 1, MaxPerNode: 1,
+	db := placement.FitOf(placement.Unit{Name: "db", Placement: &schema.Placement{Count: 1, MaxPerNode: 1,
 		Constraints: []*schema.Constraint{{Attribute: "node.meta.disk", Operator: "==", Value: "nvme", Pos: "db.hcl:5:3"}}}}, nodes)
-	web := cluster.FitOf(cluster.Unit{Name: "web", Placement: &schema.Placement{Count: 5, MaxPerNode: 1}}, nodes)
+	web := placement.FitOf(placement.Unit{Name: "web", Placement: &schema.Placement{Count: 5, MaxPerNode: 1}}, nodes)
 	for _, want := range []string{"mariposa deploy: " + db.String() + "\nNothing was deployed.", "Warning: " + web.String() + "\n"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("deploy.md does not show:\n%s", want)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/volume"
 	"github.com/mariposa-sh/mariposa/schema"
@@ -56,13 +57,13 @@ func TestAgentUnits(t *testing.T) {
 	jobP := &schema.Placement{Count: 2}
 	grpP := &schema.Placement{Count: 1}
 	units := map[string]cluster.UnitSpec{
-		"web":  {Unit: cluster.Unit{Name: "web", Placement: webP, Resources: cluster.Reservation{CPU: 500, Memory: 256}}},
-		"db":   {Unit: cluster.Unit{Name: "db", Placement: dbP}},
-		"none": {Unit: cluster.Unit{Name: "none"}},
-		"kv":   {Unit: cluster.Unit{Name: "kv", Placement: kvP, HasVolume: true}},
-		"job": {Unit: cluster.Unit{Name: "job", Placement: jobP},
+		"web":  {Unit: placement.Unit{Name: "web", Placement: webP, Resources: placement.Reservation{CPU: 500, Memory: 256}}},
+		"db":   {Unit: placement.Unit{Name: "db", Placement: dbP}},
+		"none": {Unit: placement.Unit{Name: "none"}},
+		"kv":   {Unit: placement.Unit{Name: "kv", Placement: kvP, HasVolume: true}},
+		"job": {Unit: placement.Unit{Name: "job", Placement: jobP},
 			Services: []*schema.Service{{Name: "job", Restart: schema.Restart{OnExhausted: "reschedule"}}}},
-		"grp": {Unit: cluster.Unit{Name: "grp", Placement: grpP}, Services: []*schema.Service{{Name: "a"}, {Name: "b"}}},
+		"grp": {Unit: placement.Unit{Name: "grp", Placement: grpP}, Services: []*schema.Service{{Name: "a"}, {Name: "b"}}},
 	}
 	dm := schema.DefaultMaxPerNode
 	want := []agent.Unit{
@@ -70,7 +71,7 @@ func TestAgentUnits(t *testing.T) {
 		{Name: "grp", Count: 1, MaxPerNode: dm, Placement: grpP, Group: true, Services: "a b"},
 		{Name: "job", Count: 2, MaxPerNode: dm, Placement: jobP, Reschedule: true, Services: "job"},
 		{Name: "kv", Count: 1, Exclusive: true, MaxPerNode: dm, Volumes: true, Placement: kvP, Sticky: true},
-		{Name: "web", Count: 3, MaxPerNode: 1, Placement: webP, Resources: cluster.Reservation{CPU: 500, Memory: 256}},
+		{Name: "web", Count: 3, MaxPerNode: 1, Placement: webP, Resources: placement.Reservation{CPU: 500, Memory: 256}},
 	}
 	got := agentUnits(units)
 	if len(got) != len(want) {
@@ -155,7 +156,7 @@ func TestAgentFleetInstances(t *testing.T) {
 	a := newAgentFleet(apply, hclog.NewNullLogger())
 	a.ex = ex
 	svcA, svcB := &schema.Service{Name: "db-a"}, &schema.Service{Name: "db-b"}
-	a.units = map[string]cluster.UnitSpec{"db": {Unit: cluster.Unit{Name: "db", Placement: &schema.Placement{Count: 2, Exclusive: true}},
+	a.units = map[string]cluster.UnitSpec{"db": {Unit: placement.Unit{Name: "db", Placement: &schema.Placement{Count: 2, Exclusive: true}},
 		Services: []*schema.Service{svcA, svcB}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -245,7 +246,7 @@ func TestAgentFleetVersions(t *testing.T) {
 	a := newAgentFleet(apply, hclog.NewNullLogger())
 	a.ex = ex
 	def := func(cmd string) cluster.UnitSpec {
-		return cluster.UnitSpec{Unit: cluster.Unit{Name: "web", Placement: &schema.Placement{Count: 2}},
+		return cluster.UnitSpec{Unit: placement.Unit{Name: "web", Placement: &schema.Placement{Count: 2}},
 			Services: []*schema.Service{{Name: "web", Command: []string{cmd}}}}
 	}
 	a.units = map[string]cluster.UnitSpec{"web": def("current")}
@@ -329,7 +330,7 @@ func TestAgentFleetVersions(t *testing.T) {
 func TestAgentHealthy(t *testing.T) {
 	since := time.Date(2026, 11, 26, 18, 0, 0, 0, time.UTC)
 	unit := func(mode string, names ...string) cluster.UnitSpec {
-		u := cluster.UnitSpec{Unit: cluster.Unit{Name: "u", Placement: &schema.Placement{Count: 1, Update: schema.Update{HealthCheck: mode}}}}
+		u := cluster.UnitSpec{Unit: placement.Unit{Name: "u", Placement: &schema.Placement{Count: 1, Update: schema.Update{HealthCheck: mode}}}}
 		for _, n := range names {
 			u.Services = append(u.Services, &schema.Service{Name: n})
 		}
@@ -371,7 +372,7 @@ func TestAgentHealthy(t *testing.T) {
 // unit's volume blocks.
 func TestAgentFleetVolumeDir(t *testing.T) {
 	vol := &schema.Volume{Name: "data", Path: "data"}
-	units := map[string]cluster.UnitSpec{"kv": {Unit: cluster.Unit{Name: "kv", Placement: &schema.Placement{Count: 1, Exclusive: true,
+	units := map[string]cluster.UnitSpec{"kv": {Unit: placement.Unit{Name: "kv", Placement: &schema.Placement{Count: 1, Exclusive: true,
 		Volumes: []*schema.Volume{vol}}}, Services: []*schema.Service{{Name: "kv"}}}}
 	for _, store := range []*volume.Store{nil, {Root: "/var/lib/m"}} {
 		a := newAgentFleet(nil, hclog.NewNullLogger())
@@ -404,10 +405,10 @@ func TestAgentFleetEventFailed(t *testing.T) {
 	a := newAgentFleet(nil, hclog.NewNullLogger())
 	a.ex = ex
 	defs := map[string]cluster.UnitSpec{
-		"job": {Unit: cluster.Unit{Name: "job", Placement: &schema.Placement{Count: 1}},
+		"job": {Unit: placement.Unit{Name: "job", Placement: &schema.Placement{Count: 1}},
 			Services: []*schema.Service{{Name: "job", Restart: schema.Restart{OnExhausted: "reschedule"}}}},
-		"grp":   {Unit: cluster.Unit{Name: "grp", Placement: &schema.Placement{Count: 1}}, Services: []*schema.Service{{Name: "a"}, {Name: "b"}}},
-		"plain": {Unit: cluster.Unit{Name: "plain", Placement: &schema.Placement{Count: 1}}, Services: []*schema.Service{{Name: "plain"}}},
+		"grp":   {Unit: placement.Unit{Name: "grp", Placement: &schema.Placement{Count: 1}}, Services: []*schema.Service{{Name: "a"}, {Name: "b"}}},
+		"plain": {Unit: placement.Unit{Name: "plain", Placement: &schema.Placement{Count: 1}}, Services: []*schema.Service{{Name: "plain"}}},
 	}
 	for name, u := range defs {
 		u := u
@@ -515,7 +516,7 @@ func TestAgentFleetManualHealth(t *testing.T) {
 	ex := &fakeExec{}
 	a := newAgentFleet(apply, hclog.NewNullLogger())
 	a.ex = ex
-	def := cluster.UnitSpec{Unit: cluster.Unit{Name: "web", Placement: &schema.Placement{Count: 1,
+	def := cluster.UnitSpec{Unit: placement.Unit{Name: "web", Placement: &schema.Placement{Count: 1,
 		Update: schema.Update{HealthCheck: schema.UpdateManual, MinHealthyTime: time.Second}}},
 		Services: []*schema.Service{{Name: "web", Command: []string{"x"}}}}
 	a.readUnit = func(version, unit string) (cluster.UnitSpec, error) { return def, nil }

@@ -19,8 +19,8 @@ import (
 	"github.com/mitchellh/cli"
 
 	"github.com/mariposa-sh/mariposa/checks"
-	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/coord"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/cgroup"
 	"github.com/mariposa-sh/mariposa/internal/control"
 	"github.com/mariposa-sh/mariposa/internal/lease"
@@ -214,7 +214,7 @@ func (c *RunCommand) Run(args []string) int {
 			c.UI.Error("mariposa run: " + err.Error())
 			return 1
 		}
-		maps.Copy(selfMeta, cluster.CapacityMeta(capa))
+		maps.Copy(selfMeta, placement.CapacityMeta(capa))
 	}
 
 	stderr := c.Stderr
@@ -390,7 +390,7 @@ func (c *RunCommand) Run(args []string) int {
 				}
 			} else if capa, err := nodeCapacity(reserve.r, ncfg); err == nil {
 				// The node's own services may reserve more or less now.
-				r.SetSelfMeta(cluster.CapacityMeta(capa))
+				r.SetSelfMeta(placement.CapacityMeta(capa))
 			}
 			fl.setLocal(ncfg)
 			return ncfg

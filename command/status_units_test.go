@@ -18,6 +18,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/report"
 	"github.com/mariposa-sh/mariposa/schema"
@@ -37,17 +38,17 @@ func TestUnitsStatus(t *testing.T) {
 	front := &schema.Placement{Count: 2}
 	st := &cluster.State{
 		Units: map[string]cluster.UnitSpec{
-			"api": {Unit: cluster.Unit{Name: "api", Placement: api5},
+			"api": {Unit: placement.Unit{Name: "api", Placement: api5},
 				Services: []*schema.Service{{Name: "api", Placement: api5}}},
-			"front": {Unit: cluster.Unit{Name: "front", Placement: front},
+			"front": {Unit: placement.Unit{Name: "front", Placement: front},
 				Services: []*schema.Service{{Name: "web", Group: "front", Placement: front}, {Name: "side", Group: "front", Placement: front}}},
-			"empty": {Unit: cluster.Unit{Name: "empty"}}, // no placement: a count of 0
+			"empty": {Unit: placement.Unit{Name: "empty"}}, // no placement: a count of 0
 		},
 		Slots: map[string]map[int]cluster.SlotState{
 			"api": {
 				0: {Session: "s1", Value: cluster.SlotValue{Node: "n1", State: cluster.SlotHeld, Since: t0}},
 				1: {Value: cluster.SlotValue{Node: "n2", State: cluster.SlotFailed, Since: t0.Add(time.Minute), Reason: "reschedules exhausted",
-					Reschedules: []cluster.RescheduleEvent{{Node: "n2", At: t0}, {Node: "n4", At: t0.Add(time.Second)}}}},
+					Reschedules: []placement.RescheduleEvent{{Node: "n2", At: t0}, {Node: "n4", At: t0.Add(time.Second)}}}},
 				2: {Value: cluster.SlotValue{Node: "n3", State: cluster.SlotHeld, Since: t0}}, // its node was lost
 				3: {Value: cluster.SlotValue{Node: "n1", State: cluster.SlotReleased, Since: t0, Reason: "drained"}},
 				// 4: never claimed
@@ -194,7 +195,7 @@ group "front" {
 	}
 	put(cluster.SlotKey("api", 0), cluster.SlotValue{Node: agent.Name, State: cluster.SlotHeld, Since: since}, sess)
 	put(cluster.SlotKey("api", 1), cluster.SlotValue{Node: "gone", State: cluster.SlotFailed, Since: since, Reason: "reschedules exhausted",
-		Reschedules: []cluster.RescheduleEvent{{Node: "gone", At: since}}}, "")
+		Reschedules: []placement.RescheduleEvent{{Node: "gone", At: since}}}, "")
 	put(cluster.SlotKey("front", 0), cluster.SlotValue{Node: "gone", State: cluster.SlotHeld, Since: since}, "") // lost
 
 	// The instance in api/0, as mariposa run -cluster registers it.
@@ -394,9 +395,9 @@ func TestStatusDocJSON(t *testing.T) {
 
 func TestCapacityTable(t *testing.T) {
 	nodes := []cluster.NodeCapacity{
-		{Node: "n1", Live: true, Capacity: &cluster.Capacity{Total: cluster.Reservation{CPU: 2000, Memory: 2048},
-			Reserve: cluster.Reservation{Memory: 512}, Local: cluster.Reservation{CPU: 100, Memory: 100}},
-			Slots: cluster.Reservation{CPU: 500, Memory: 512}, Free: cluster.Reservation{CPU: 1400, Memory: 924}},
+		{Node: "n1", Live: true, Capacity: &placement.Capacity{Total: placement.Reservation{CPU: 2000, Memory: 2048},
+			Reserve: placement.Reservation{Memory: 512}, Local: placement.Reservation{CPU: 100, Memory: 100}},
+			Slots: placement.Reservation{CPU: 500, Memory: 512}, Free: placement.Reservation{CPU: 1400, Memory: 924}},
 		{Node: "old", Live: false},
 	}
 	want := "NODE                                    CPU FREE  CPU RESERVED  CPU OFFERED  MEM FREE  MEM RESERVED  MEM OFFERED\n" +
@@ -408,11 +409,11 @@ func TestCapacityTable(t *testing.T) {
 }
 
 func TestReservesCapacity(t *testing.T) {
-	capa := func(local int) *cluster.Capacity {
-		return &cluster.Capacity{Total: cluster.Reservation{CPU: 1000, Memory: 1024}, Local: cluster.Reservation{Memory: local}}
+	capa := func(local int) *placement.Capacity {
+		return &placement.Capacity{Total: placement.Reservation{CPU: 1000, Memory: 1024}, Local: placement.Reservation{Memory: local}}
 	}
-	plain := &cluster.State{Units: map[string]cluster.UnitSpec{"web": {Unit: cluster.Unit{Name: "web"}}}}
-	sized := &cluster.State{Units: map[string]cluster.UnitSpec{"db": {Unit: cluster.Unit{Name: "db", Resources: cluster.Reservation{Memory: 64}}}}}
+	plain := &cluster.State{Units: map[string]cluster.UnitSpec{"web": {Unit: placement.Unit{Name: "web"}}}}
+	sized := &cluster.State{Units: map[string]cluster.UnitSpec{"db": {Unit: placement.Unit{Name: "db", Resources: placement.Reservation{Memory: 64}}}}}
 	for _, tc := range []struct {
 		name  string
 		st    *cluster.State

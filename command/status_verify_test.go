@@ -21,6 +21,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/internal/report"
 	"github.com/mariposa-sh/mariposa/schema"
@@ -39,12 +40,12 @@ func verifyFleet() ([]InstanceStatus, *cluster.State) {
 	}
 	st := &cluster.State{
 		Units: map[string]cluster.UnitSpec{
-			"api": {Unit: cluster.Unit{Name: "api", Placement: apiP},
+			"api": {Unit: placement.Unit{Name: "api", Placement: apiP},
 				Services: []*schema.Service{{Name: "api", Version: "1.4.2", Placement: apiP}}},
-			"front": {Unit: cluster.Unit{Name: "front", Placement: frontP}, Services: []*schema.Service{
+			"front": {Unit: placement.Unit{Name: "front", Placement: frontP}, Services: []*schema.Service{
 				{Name: "web", Group: "front", Version: "1.4.2", Placement: frontP},
 				{Name: "side", Group: "front", Version: "1.4.2", Placement: frontP}}},
-			"batch": {Unit: cluster.Unit{Name: "batch", Placement: batchP},
+			"batch": {Unit: placement.Unit{Name: "batch", Placement: batchP},
 				Services: []*schema.Service{{Name: "batch", Placement: batchP}}},
 		},
 		Slots: map[string]map[int]cluster.SlotState{

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
@@ -54,7 +55,7 @@ service "agent" {
 		live := passingInstances(c, "mariposa")
 		n := 0
 		for _, e := range live {
-			if cluster.ParseCapacityMeta(e.Service.Meta) != nil {
+			if placement.ParseCapacityMeta(e.Service.Meta) != nil {
 				n++
 			}
 		}
@@ -182,7 +183,7 @@ service "agent" {
 	waitFor(t, 60*time.Second, "c1 publishes local_memory 256", func() (bool, string) {
 		for _, e := range passingInstances(c, "mariposa") {
 			if e.Node.Node == names[1] {
-				return e.Service.Meta[cluster.MetaLocalMemory] == "256", fmt.Sprint(e.Service.Meta)
+				return e.Service.Meta[placement.MetaLocalMemory] == "256", fmt.Sprint(e.Service.Meta)
 			}
 		}
 		return false, "c1 not live"

@@ -15,6 +15,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/supervisor"
 )
 
@@ -320,7 +321,7 @@ func TestInstancesAndFleet(t *testing.T) {
 		Units: []cluster.UnitStats{{Unit: "api", Desired: 3, Held: 1, Free: 1, Failed: 1, Slots: []cluster.SlotStats{
 			{K: 0, State: "held", Mine: true},
 			{K: 1, State: "free", VacantSince: t0.Add(-5 * time.Second)},
-			{K: 2, State: "failed", Reschedules: []cluster.RescheduleEvent{{Node: "n1", At: t0.Add(-time.Hour)}}},
+			{K: 2, State: "failed", Reschedules: []placement.RescheduleEvent{{Node: "n1", At: t0.Add(-time.Hour)}}},
 		}}},
 		Pauses: []cluster.PauseRecord{{Scope: cluster.PausePlacement}}, HeldBack: 4,
 		Deployments: []cluster.DeploymentStats{{Name: "a", Status: cluster.DeployRunning}, {Name: "b", Status: cluster.DeployRunning}, {Name: "c", Status: cluster.DeployFailed}}}
@@ -364,8 +365,8 @@ func TestInstancesAndFleet(t *testing.T) {
 	// This node reschedules api/2 twice, another node once: two counted,
 	// each once however many scrapes see it.
 	st.Units[0].Slots[2].Reschedules = append(st.Units[0].Slots[2].Reschedules,
-		cluster.RescheduleEvent{Node: "n1", At: t0.Add(time.Second)}, cluster.RescheduleEvent{Node: "n2", At: t0.Add(2 * time.Second)},
-		cluster.RescheduleEvent{Node: "n1", At: t0.Add(3 * time.Second)})
+		placement.RescheduleEvent{Node: "n1", At: t0.Add(time.Second)}, placement.RescheduleEvent{Node: "n2", At: t0.Add(2 * time.Second)},
+		placement.RescheduleEvent{Node: "n1", At: t0.Add(3 * time.Second)})
 	for range 3 {
 		got = gather(t, m)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/holdrule"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -34,7 +35,7 @@ type Unit struct {
 	// reserves on its node; Sticky: the unit's volumes keep data on the
 	// node, so a slot prefers its previous holder (place.go, UnitOf).
 	Placement *schema.Placement
-	Resources cluster.Reservation
+	Resources placement.Reservation
 	Sticky    bool
 	// Reschedule: a service's restart.on_exhausted = "reschedule" (the
 	// policy is Placement.Reschedule); Group: several services share the
@@ -177,7 +178,7 @@ type Slot struct {
 	// refuses to lock it for the lock delay.
 	Released bool
 	// After: the slot was released by a reschedule (DelayKey): no claim
-	// of it before this time (cluster.NextDelay's delay after the
+	// of it before this time (placement.NextDelay's delay after the
 	// failure; the latest when the index shows several).
 	After time.Time
 }
@@ -253,16 +254,16 @@ type NodesView struct {
 	// Info: each node's attributes and capacity by name (the members'
 	// catalog answer: node meta, the registration's meta); nil or a name
 	// missing: its name alone.
-	Info map[string]cluster.NodeInfo
+	Info map[string]placement.NodeInfo
 	pos  map[string]int
-	info []cluster.NodeInfo
+	info []placement.NodeInfo
 }
 
 // infos are Nodes as placement sees them: in the fleet, live, eligible
 // (built once).
-func (v *NodesView) infos() []cluster.NodeInfo {
+func (v *NodesView) infos() []placement.NodeInfo {
 	if v.info == nil {
-		v.info = make([]cluster.NodeInfo, len(v.Nodes))
+		v.info = make([]placement.NodeInfo, len(v.Nodes))
 		for i, n := range v.Nodes {
 			in, ok := v.Info[n]
 			if !ok {
@@ -560,7 +561,7 @@ type Faults struct {
 // Config is a node's agent.
 type Config struct {
 	Node      string
-	Step      time.Duration // rank spacing (cluster.DefaultStep)
+	Step      time.Duration // rank spacing (placement.DefaultStep)
 	LockDelay time.Duration // the session's lock delay (1 s)
 	Seed      uint64        // the claim jitter's source
 	// Detect is Consul's failure-detection floor D (internal/holdrule):
@@ -778,7 +779,7 @@ type assignment struct {
 }
 
 // Ranking is where each feasible node stands for each free slot of a
-// unit (cluster.Assign's outcome, kept small: a node reads only its own
+// unit (placement.Assign's outcome, kept small: a node reads only its own
 // place).
 type Ranking struct {
 	pos    map[string]int  // node -> its position in the nodes view
@@ -787,7 +788,7 @@ type Ranking struct {
 
 // Place is one feasible node's standing for a slot: its first-round rank
 // and its rank by rendezvous hash alone (ClaimDelay, SecondRoundDelay).
-type Place = cluster.Place
+type Place = placement.Place
 
 // Of returns node's place for slot; false: not feasible there.
 func (r Ranking) Of(slot int, node string) (Place, bool) {
@@ -802,7 +803,7 @@ func (r Ranking) Of(slot int, node string) (Place, bool) {
 // New returns a node's agent.
 func New(cfg Config) *Agent {
 	if cfg.Step <= 0 {
-		cfg.Step = cluster.DefaultStep
+		cfg.Step = placement.DefaultStep
 	}
 	if cfg.LockDelay <= 0 {
 		cfg.LockDelay = time.Second
@@ -1456,9 +1457,9 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 					vs = a.vacantOf(name)
 					vs[k] = vac
 				}
-				d, first := cluster.ClaimDelay(me.Rank, a.cfg.Step, vac.jitter)
+				d, first := placement.ClaimDelay(me.Rank, a.cfg.Step, vac.jitter)
 				if !first {
-					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
+					d, _ = placement.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
 				sl := v.slot(k)
@@ -1542,7 +1543,7 @@ func (a *Agent) assign(r *unitRec, u Unit, v *SlotsView, free []int, force bool,
 			return c.mine
 		}
 		// Not when this node had a place only in slots filled since:
-		// cluster.Assign gave it one slot in turn (max_per_node), another
+		// placement.Assign gave it one slot in turn (max_per_node), another
 		// node took that one, and with no claim time coming it would
 		// never rank again (TestTakenClaimRanksAgain). Nor when this node
 		// was not among the nodes ranked (draining, or not live then):
@@ -1599,8 +1600,8 @@ func subset(a, b []int) bool {
 	return true
 }
 
-// DefaultRank is cluster.Assign over a unit's slots view and the live
-// nodes (cluster.AssignRanks: its ranks alone).
+// DefaultRank is placement.Assign over a unit's slots view and the live
+// nodes (placement.AssignRanks: its ranks alone).
 func DefaultRank(u Unit, v *SlotsView, nodes *NodesView, free []int) Ranking {
 	return DefaultRankWith(u, v, nodes, free, Extra{})
 }

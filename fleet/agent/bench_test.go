@@ -58,7 +58,7 @@ func benchAgent() (*Agent, []Unit) {
 
 // BenchmarkStepSlotChange is one node's step for one answer of a unit's
 // index that shows a vacancy: the unit ranked anew over 1,000 nodes
-// (cluster.Assign, not shared: each real node ranks for itself).
+// (placement.Assign, not shared: each real node ranks for itself).
 func BenchmarkStepSlotChange(b *testing.B) {
 	a, units := benchAgent()
 	idx := uint64(100)

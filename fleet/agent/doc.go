@@ -7,8 +7,8 @@
 // a model of Consul (fleet/consulmodel), on simulated time.
 //
 // It holds the slot protocol (CLUSTER.md section 3): the node's session,
-// rank-ordered claims (cluster.Assign's ranks by AssignRanks over the
-// inputs a cluster.View has, the nodes of the services a placement names
+// rank-ordered claims (placement.Assign's ranks by AssignRanks over the
+// inputs a placement.View has, the nodes of the services a placement names
 // among them, place.go; ClaimDelay,
 // SecondRoundDelay), the
 // hold, the exclusive holder's confirmations and watchdog, scale-down,

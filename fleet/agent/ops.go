@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // The operator's controls and the fleet's brakes in the step machine
@@ -432,12 +433,12 @@ func (a *Agent) noteLostFrom(old, v *SlotsView) {
 // observeVanish follows the supervisors vanishing; a storm makes the
 // brake's record, written at the next look.
 func (a *Agent) observeVanish(now time.Time, v *NodesView) {
-	infos := make([]cluster.NodeInfo, 0, len(v.Nodes)+len(v.Failing))
+	infos := make([]placement.NodeInfo, 0, len(v.Nodes)+len(v.Failing))
 	for _, n := range v.Nodes {
-		infos = append(infos, cluster.NodeInfo{Name: n, Live: true})
+		infos = append(infos, placement.NodeInfo{Name: n, Live: true})
 	}
 	for _, n := range v.Failing {
-		infos = append(infos, cluster.NodeInfo{Name: n})
+		infos = append(infos, placement.NodeInfo{Name: n})
 	}
 	vanished, base := a.ops.vanish.Observe(infos, now)
 	a.ops.base = base
@@ -754,14 +755,14 @@ func (a *Agent) movable(id SlotID, u Unit) bool {
 		}
 		if u.Placement != nil || !u.Resources.IsZero() {
 			// Its constraints and capacity, as a ranking sees them.
-			view := cluster.View{}
+			view := placement.View{}
 			if v != nil {
 				view.Holders = v.Holders
 			}
 			if !u.Resources.IsZero() {
 				view.Reserved = a.reserved()
 			}
-			if !cluster.Feasible(clusterUnit(u), a.nodes.infos()[a.nodes.positions()[n]], id.K, view).OK {
+			if !placement.Feasible(clusterUnit(u), a.nodes.infos()[a.nodes.positions()[n]], id.K, view).OK {
 				continue
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -149,7 +150,7 @@ func TestResumeRestartsTheVacancy(t *testing.T) {
 	w, woke := find[Wake](acts)
 	// Rank 0 claims at its jitter (under a step/4) from the resume; a
 	// rank 1 would wait a step more.
-	if !claimed && (!woke || w.At.Sub(m.now) > cluster.DefaultStep/4) {
+	if !claimed && (!woke || w.At.Sub(m.now) > placement.DefaultStep/4) {
 		t.Fatalf("after the resume: %v", acts)
 	}
 	if !claimed {
@@ -451,12 +452,12 @@ func TestDrainStuckByPlacement(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		unit  Unit
-		info  map[string]cluster.NodeInfo
+		info  map[string]placement.NodeInfo
 		given int
 	}{
 		{name: "constraint names me", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1, Placement: onMe}},
-		{name: "n2 full", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{Memory: 512}},
-			info: map[string]cluster.NodeInfo{"n2": {Eligible: true, Capacity: &cluster.Capacity{Total: cluster.Reservation{CPU: 1000, Memory: 256}}}}},
+		{name: "n2 full", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1, Resources: placement.Reservation{Memory: 512}},
+			info: map[string]placement.NodeInfo{"n2": {Eligible: true, Capacity: &placement.Capacity{Total: placement.Reservation{CPU: 1000, Memory: 256}}}}},
 		{name: "no placement: given", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1}, given: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

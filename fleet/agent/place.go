@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
 // Placement beyond count, exclusive and max_per_node: the agent ranks a
-// unit's free slots with cluster.Assign (by AssignRanks) over the inputs
-// of a cluster.View, each from a source that costs a slot change nothing
+// unit's free slots with placement.Assign (by AssignRanks) over the inputs
+// of a placement.View, each from a source that costs a slot change nothing
 // more:
 //
 //   - the unit's placement block and resources (Unit.Placement,
@@ -73,7 +74,7 @@ type PreviousAnswer struct {
 // "sticky" and "snapshot" handoffs), whether they move with the slot
 // (Volumes: a "snapshot" handoff) and how often a holder pushes copies
 // (CopyEvery: the least interval of the moving volumes with replicas).
-func UnitOf(cu cluster.Unit) Unit {
+func UnitOf(cu placement.Unit) Unit {
 	u := Unit{Name: cu.Name, Placement: cu.Placement, Resources: cu.Resources, Sticky: cu.HasVolume}
 	if p := cu.Placement; p != nil {
 		u.Count, u.Exclusive, u.MaxPerNode = max(p.Count, 0), p.Exclusive, p.MaxPerNode
@@ -90,26 +91,26 @@ func UnitOf(cu cluster.Unit) Unit {
 	return u
 }
 
-// clusterUnit is u as cluster.Assign takes it: its placement block with
+// clusterUnit is u as placement.Assign takes it: its placement block with
 // the agent's count, exclusivity and max_per_node.
-func clusterUnit(u Unit) cluster.Unit {
+func clusterUnit(u Unit) placement.Unit {
 	var p schema.Placement
 	if u.Placement != nil {
 		p = *u.Placement
 	}
 	p.Count, p.MaxPerNode, p.Exclusive = u.Count, u.MaxPerNode, u.Exclusive
-	return cluster.Unit{Name: u.Name, Placement: &p, HasVolume: u.Sticky, Resources: u.Resources}
+	return placement.Unit{Name: u.Name, Placement: &p, HasVolume: u.Sticky, Resources: u.Resources}
 }
 
 // Extra is what a ranking needs beyond the unit, its index view and the
-// nodes: cluster.View's Penalties (those running), Previous and Reserved,
+// nodes: placement.View's Penalties (those running), Previous and Reserved,
 // and the nodes of the services the unit's placement names (Services: per
 // service, per node, its instances; NodeInfo.Services). Equal Keys mean
 // equal contents (a memo's key).
 type Extra struct {
 	Penalties map[string]time.Time
 	Previous  map[int]string
-	Reserved  map[string]cluster.Reservation
+	Reserved  map[string]placement.Reservation
 	Services  map[string]map[string]int
 	Key       string
 }
@@ -121,7 +122,7 @@ type placeState struct {
 	prev map[string]map[int]string
 	// reserved, for resKey (the views of the units with resources).
 	resKey string
-	res    map[string]cluster.Reservation
+	res    map[string]placement.Reservation
 	// resSum names res's contents: views that moved without moving a
 	// reservation rank as before (and share a ranking in the simulator).
 	resSum string
@@ -296,7 +297,7 @@ func (a *Agent) stepPlace(in any) bool {
 }
 
 // sameInfo: a and b are the same answer's (the same map), or both none.
-func sameInfo(a, b map[string]cluster.NodeInfo) bool {
+func sameInfo(a, b map[string]placement.NodeInfo) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return len(a) == len(b)
 	}
@@ -360,7 +361,7 @@ func (a *Agent) extra(u Unit, v *SlotsView, now time.Time) Extra {
 // reserved is View.Reserved: per node, what the slots of the units with
 // resources that its index views show it holding reserve (kept while
 // those views are the same).
-func (a *Agent) reserved() map[string]cluster.Reservation {
+func (a *Agent) reserved() map[string]placement.Reservation {
 	var names []string
 	for name, u := range a.units {
 		if !u.Resources.IsZero() {
@@ -400,7 +401,7 @@ func (a *Agent) reserved() map[string]cluster.Reservation {
 	if a.place.res != nil && a.place.resKey == key.String() {
 		return a.place.res
 	}
-	res := map[string]cluster.Reservation{}
+	res := map[string]placement.Reservation{}
 	for _, name := range names {
 		v := a.slots[name]
 		if v == nil {
@@ -440,7 +441,7 @@ func (a *Agent) rank(u Unit, v *SlotsView, nodes *NodesView, free []int, x Extra
 	return DefaultRankWith(u, v, nodes, free, x)
 }
 
-// DefaultRankWith is cluster.Assign (its ranks alone, by AssignRanks) over
+// DefaultRankWith is placement.Assign (its ranks alone, by AssignRanks) over
 // the unit's placement, its index view, the live nodes with their
 // attributes and capacity, and x.
 func DefaultRankWith(u Unit, v *SlotsView, nodes *NodesView, free []int, x Extra) Ranking {
@@ -448,6 +449,6 @@ func DefaultRankWith(u Unit, v *SlotsView, nodes *NodesView, free []int, x Extra
 	if len(x.Services) > 0 {
 		infos = cluster.WithServices(infos, x.Services) // a copy: the view's are shared
 	}
-	view := cluster.View{Nodes: infos, Holders: v.Holders, Penalties: x.Penalties, Previous: x.Previous, Reserved: x.Reserved}
-	return Ranking{pos: nodes.positions(), places: cluster.AssignRanks(clusterUnit(u), free, view, time.Time{})}
+	view := placement.View{Nodes: infos, Holders: v.Holders, Penalties: x.Penalties, Previous: x.Previous, Reserved: x.Reserved}
+	return Ranking{pos: nodes.positions(), places: placement.AssignRanks(clusterUnit(u), free, view, time.Time{})}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -15,7 +15,7 @@ import (
 func placeUnit(t *testing.T) string {
 	for i := range 100 {
 		name := fmt.Sprintf("web%d", i)
-		if cluster.HRW(name, 0, "top") > cluster.HRW(name, 0, "me") {
+		if placement.HRW(name, 0, "top") > placement.HRW(name, 0, "me") {
 			return name
 		}
 	}
@@ -33,7 +33,7 @@ func rankFor(m *machine, acts []any) int {
 			if c.Slot.K != 0 {
 				m.t.Fatalf("claimed %v", c.Slot)
 			}
-			return int(m.now.Sub(start) / cluster.DefaultStep)
+			return int(m.now.Sub(start) / placement.DefaultStep)
 		}
 		w, ok := find[Wake](acts)
 		if !ok || !w.At.After(m.now) || w.At.Sub(start) > time.Minute {
@@ -54,11 +54,11 @@ func rankFor(m *machine, acts []any) int {
 func TestPlacementInputs(t *testing.T) {
 	name := placeUnit(t)
 	zone := func(z string) map[string]string { return map[string]string{"zone": z} }
-	capa := func(cpu int) *cluster.Capacity {
-		return &cluster.Capacity{Total: cluster.Reservation{CPU: cpu, Memory: 1 << 20}}
+	capa := func(cpu int) *placement.Capacity {
+		return &placement.Capacity{Total: placement.Reservation{CPU: cpu, Memory: 1 << 20}}
 	}
 	notZ1 := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${node.meta.zone}", Operator: "!=", Value: "z1"}}}
-	big := Unit{Name: "big", Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 800}}
+	big := Unit{Name: "big", Count: 1, MaxPerNode: 1, Resources: placement.Reservation{CPU: 800}}
 	withDB := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "service.db", Operator: schema.OpIsSet}}}
 	notWithDB := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${service.db}", Operator: schema.OpIsNotSet}}}
 	nearDB := &schema.Placement{Affinities: []*schema.Affinity{{Attribute: "service.db", Operator: schema.OpIsSet, Weight: 100}}}
@@ -66,7 +66,7 @@ func TestPlacementInputs(t *testing.T) {
 		name  string
 		unit  Unit
 		other []Unit
-		info  map[string]cluster.NodeInfo
+		info  map[string]placement.NodeInfo
 		in    []any // before the unit's slots answer
 		// claim: me claims this other unit's slot 0 (free in its first
 		// answer, and the claim answered) before the unit's slots answer.
@@ -75,20 +75,20 @@ func TestPlacementInputs(t *testing.T) {
 	}{
 		{name: "HRW alone", unit: Unit{Name: name, Count: 1, MaxPerNode: 1}, want: 1},
 		{name: "constraint excludes top", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: notZ1},
-			info: map[string]cluster.NodeInfo{"me": {Meta: zone("z2"), Eligible: true}, "top": {Meta: zone("z1"), Eligible: true}}, want: 0},
+			info: map[string]placement.NodeInfo{"me": {Meta: zone("z2"), Eligible: true}, "top": {Meta: zone("z1"), Eligible: true}}, want: 0},
 		{name: "constraint excludes me", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Placement: notZ1},
-			info: map[string]cluster.NodeInfo{"me": {Meta: zone("z1"), Eligible: true}, "top": {Meta: zone("z2"), Eligible: true}}, want: -1},
-		{name: "capacity: top is full", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 500}},
+			info: map[string]placement.NodeInfo{"me": {Meta: zone("z1"), Eligible: true}, "top": {Meta: zone("z2"), Eligible: true}}, want: -1},
+		{name: "capacity: top is full", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: placement.Reservation{CPU: 500}},
 			other: []Unit{big},
-			info:  map[string]cluster.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
+			info:  map[string]placement.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
 			in:    []any{slots("big", 3, Slot{K: 0, Node: "top", ModifyIndex: 3})}, want: 0},
-		{name: "capacity: top has room", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 100}},
+		{name: "capacity: top has room", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: placement.Reservation{CPU: 100}},
 			other: []Unit{big},
-			info:  map[string]cluster.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
+			info:  map[string]placement.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
 			in:    []any{slots("big", 3, Slot{K: 0, Node: "top", ModifyIndex: 3})}, want: 1},
-		{name: "capacity: me holds big, its index not answered yet", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: cluster.Reservation{CPU: 500}},
+		{name: "capacity: me holds big, its index not answered yet", unit: Unit{Name: name, Count: 1, MaxPerNode: 1, Resources: placement.Reservation{CPU: 500}},
 			other: []Unit{big},
-			info:  map[string]cluster.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
+			info:  map[string]placement.NodeInfo{"me": {Capacity: capa(1000), Eligible: true}, "top": {Capacity: capa(1000), Eligible: true}},
 			claim: "big", want: -1},
 		{name: "penalty on top", unit: Unit{Name: name, Count: 1, MaxPerNode: 1},
 			in: []any{PenaltiesAnswer{Penalties: map[string]map[string]time.Time{name: {"top": t0.Add(time.Hour)}}}}, want: 0},
@@ -145,14 +145,14 @@ func TestUnitOf(t *testing.T) {
 	sticky := &schema.Placement{Count: 3, Exclusive: true, Volumes: []*schema.Volume{{Handoff: schema.HandoffSticky}}}
 	snap := &schema.Placement{Count: 1, MaxPerNode: 2, Volumes: []*schema.Volume{{Handoff: schema.HandoffNone}, {Handoff: schema.HandoffSnapshot}}}
 	for _, tc := range []struct {
-		in   cluster.Unit
+		in   placement.Unit
 		want Unit
 	}{
-		{cluster.Unit{Name: "db", Placement: sticky, HasVolume: true, Resources: cluster.Reservation{CPU: 5}},
-			Unit{Name: "db", Count: 3, Exclusive: true, MaxPerNode: schema.DefaultMaxPerNode, Placement: sticky, Sticky: true, Resources: cluster.Reservation{CPU: 5}}},
-		{cluster.Unit{Name: "q", Placement: snap, HasVolume: true},
+		{placement.Unit{Name: "db", Placement: sticky, HasVolume: true, Resources: placement.Reservation{CPU: 5}},
+			Unit{Name: "db", Count: 3, Exclusive: true, MaxPerNode: schema.DefaultMaxPerNode, Placement: sticky, Sticky: true, Resources: placement.Reservation{CPU: 5}}},
+		{placement.Unit{Name: "q", Placement: snap, HasVolume: true},
 			Unit{Name: "q", Count: 1, MaxPerNode: 2, Placement: snap, Sticky: true, Volumes: true}},
-		{cluster.Unit{Name: "none"}, Unit{Name: "none", MaxPerNode: schema.DefaultMaxPerNode}},
+		{placement.Unit{Name: "none"}, Unit{Name: "none", MaxPerNode: schema.DefaultMaxPerNode}},
 	} {
 		if u := UnitOf(tc.in); u != tc.want {
 			t.Errorf("UnitOf(%s): %+v, want %+v", tc.in.Name, u, tc.want)
@@ -173,7 +173,7 @@ func TestNewNodeInfoRanksAgain(t *testing.T) {
 	if got := rankFor(m, m.step(slots("web", 10))); got != -1 {
 		t.Fatalf("ranked %d without the node's meta", got)
 	}
-	info := map[string]cluster.NodeInfo{"me": {Meta: map[string]string{"zone": "z1"}, Eligible: true}}
+	info := map[string]placement.NodeInfo{"me": {Meta: map[string]string{"zone": "z1"}, Eligible: true}}
 	if got := rankFor(m, m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me"}, Info: info}})); got != 0 {
 		t.Fatalf("rank %d with the node's meta, want 0", got)
 	}

@@ -9,7 +9,7 @@ import (
 
 // A claim refused because another node took the slot (Taken) must not
 // leave the node without a claim time for the slot still free: the ranking
-// that sent it to the refused slot (cluster.Assign places each node on one
+// that sent it to the refused slot (placement.Assign places each node on one
 // slot in turn, so with max_per_node 1 it had no place for the others) is
 // not reused when the next view only shows fewer free slots. Found by the
 // executor's scale test on real Consul (fleet/executor): four nodes, a

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -23,7 +24,7 @@ import (
 //     slot value's `reschedules`, cluster.SlotValue) and its
 //     "reschedule" audit record, in the release's transaction. Once the
 //     history holds more than reschedule.attempts failures within
-//     reschedule.interval (cluster.NextDelay), the slot fails instead, as
+//     reschedule.interval (placement.NextDelay), the slot fails instead, as
 //     reset.go's failed path (its mark, "fail", with the penalty and the
 //     history all the same), until mariposa reset, whose transaction also
 //     deletes the history.
@@ -37,7 +38,7 @@ import (
 //     (InstanceFailed.Service); the whole slot stops, and moves
 //     (reschedule) or fails with "member <service> failed: <reason>".
 //
-//   - The reschedule delay (cluster.NextDelay's delay after the failure,
+//   - The reschedule delay (placement.NextDelay's delay after the failure,
 //     reschedule.delay and its function): the release also sets the
 //     slot's DelayKey in the unit's index, whose name carries the time
 //     the slot may be claimed from (Rescheduled.After), so every view
@@ -52,7 +53,7 @@ import (
 //     slot waits for a newer view, which shows the delay.
 
 // RescheduleHistoryKey holds a slot's reschedule history (JSON, a list of
-// cluster.RescheduleEvent, oldest first, at most 32): the step machine's
+// placement.RescheduleEvent, oldest first, at most 32): the step machine's
 // claims do not carry the slot key's value forward, so the history lives
 // beside it. Written by a reschedule's release, deleted by mariposa reset.
 func (s SlotID) RescheduleHistoryKey() string {
@@ -61,8 +62,8 @@ func (s SlotID) RescheduleHistoryKey() string {
 
 // ParseRescheduleHistory reads the history key's value (nil: none or
 // unreadable).
-func ParseRescheduleHistory(b []byte) []cluster.RescheduleEvent {
-	var h []cluster.RescheduleEvent
+func ParseRescheduleHistory(b []byte) []placement.RescheduleEvent {
+	var h []placement.RescheduleEvent
 	if len(b) == 0 || json.Unmarshal(b, &h) != nil {
 		return nil
 	}
@@ -76,12 +77,12 @@ const maxHistory = 32
 type Rescheduled struct {
 	// History: the slot's history, this failure last (the history key,
 	// and the slot value's `reschedules`).
-	History []cluster.RescheduleEvent
+	History []placement.RescheduleEvent
 	// Until: the end of this node's penalty for the unit; Reason its why.
 	Until  time.Time
 	Reason string
 	// After: no claim of the slot before then (the failure plus
-	// cluster.NextDelay's delay; zero for a slot that fails): the
+	// placement.NextDelay's delay; zero for a slot that fails): the
 	// release sets the slot's DelayKey(After).
 	After time.Time
 }
@@ -182,13 +183,13 @@ func failReason(u Unit, in InstanceFailed) string {
 // with its penalty and history, or failed once the history is exhausted.
 func (a *Agent) rescheduleRelease(now time.Time, id SlotID, f *failing, out []any) []any {
 	p := reschedulePolicy(f.unit)
-	hist := append(slices.Clone(f.history), cluster.RescheduleEvent{Node: a.cfg.Node, At: now, Reason: f.reason})
+	hist := append(slices.Clone(f.history), placement.RescheduleEvent{Node: a.cfg.Node, At: now, Reason: f.reason})
 	if len(hist) > maxHistory {
 		hist = hist[len(hist)-maxHistory:]
 	}
 	r := &Rescheduled{History: hist, Until: now.Add(p.Penalty), Reason: f.reason}
 	a.penalize(id, r.Until)
-	delay, exhausted := cluster.NextDelay(p, hist, now)
+	delay, exhausted := placement.NextDelay(p, hist, now)
 	if exhausted && !a.cfg.Faults.IgnoreAttempts {
 		// Failed, with its penalty and history all the same: after the
 		// reset, the others rank it first.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -31,8 +32,8 @@ func reschedUnit(attempts int, interval time.Duration) Unit {
 // that does not reschedule fails as one, naming its member.
 func TestInstanceFailedReschedules(t *testing.T) {
 	web0 := SlotID{"web", 0}
-	ev := func(ago time.Duration) cluster.RescheduleEvent {
-		return cluster.RescheduleEvent{Node: "n2", At: t0.Add(-ago), Reason: "x"}
+	ev := func(ago time.Duration) placement.RescheduleEvent {
+		return placement.RescheduleEvent{Node: "n2", At: t0.Add(-ago), Reason: "x"}
 	}
 	for _, tc := range []struct {
 		name    string
@@ -46,13 +47,13 @@ func TestInstanceFailedReschedules(t *testing.T) {
 		{name: "first failure", unit: reschedUnit(2, time.Hour),
 			in: InstanceFailed{Slot: web0, Service: "api", Reason: "3 restarts in 1m"}, resched: true, reason: "api: 3 restarts in 1m", after: time.Second},
 		{name: "within attempts: the delay doubles", unit: reschedUnit(2, time.Hour),
-			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(time.Minute)}}, resched: true, reason: "r", after: 2 * time.Second},
+			in: InstanceFailed{Slot: web0, Reason: "r", History: []placement.RescheduleEvent{ev(time.Minute)}}, resched: true, reason: "r", after: 2 * time.Second},
 		{name: "attempts exhausted", unit: reschedUnit(2, time.Hour),
-			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(2 * time.Minute), ev(time.Minute)}}, reason: "rescheduled 3 times: r"},
+			in: InstanceFailed{Slot: web0, Reason: "r", History: []placement.RescheduleEvent{ev(2 * time.Minute), ev(time.Minute)}}, reason: "rescheduled 3 times: r"},
 		{name: "exhausted, the limit ignored (mutation)", unit: reschedUnit(2, time.Hour), faults: Faults{IgnoreAttempts: true},
-			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(2 * time.Minute), ev(time.Minute)}}, resched: true, reason: "r"},
+			in: InstanceFailed{Slot: web0, Reason: "r", History: []placement.RescheduleEvent{ev(2 * time.Minute), ev(time.Minute)}}, resched: true, reason: "r"},
 		{name: "old failures out of the interval", unit: reschedUnit(2, time.Hour),
-			in: InstanceFailed{Slot: web0, Reason: "r", History: []cluster.RescheduleEvent{ev(3 * time.Hour), ev(2 * time.Hour)}}, resched: true, reason: "r", after: 4 * time.Second},
+			in: InstanceFailed{Slot: web0, Reason: "r", History: []placement.RescheduleEvent{ev(3 * time.Hour), ev(2 * time.Hour)}}, resched: true, reason: "r", after: 4 * time.Second},
 		{name: "group fails as one", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1, Group: true},
 			in: InstanceFailed{Slot: web0, Service: "sidecar", Reason: "3 restarts in 1m"}, reason: "member sidecar failed: 3 restarts in 1m"},
 		{name: "on_exhausted fail", unit: Unit{Name: "web", Count: 1, MaxPerNode: 1},
@@ -87,9 +88,9 @@ func TestInstanceFailedReschedules(t *testing.T) {
 				t.Fatalf("penalty %q until %v", rs.Reason, rs.Until)
 			}
 			if want := t0.Add(tc.after); tc.after == 0 && !rs.After.IsZero() || tc.after > 0 && !rs.After.Equal(want) {
-				t.Fatalf("claimed again from %v, want the failure + %v (cluster.NextDelay)", rs.After.Sub(t0), tc.after)
+				t.Fatalf("claimed again from %v, want the failure + %v (placement.NextDelay)", rs.After.Sub(t0), tc.after)
 			}
-			if n := len(rs.History); n != len(tc.in.History)+1 || rs.History[n-1] != (cluster.RescheduleEvent{Node: "me", At: t0, Reason: tc.reason}) {
+			if n := len(rs.History); n != len(tc.in.History)+1 || rs.History[n-1] != (placement.RescheduleEvent{Node: "me", At: t0, Reason: tc.reason}) {
 				t.Fatalf("history %+v", rs.History)
 			}
 			if rec := records(acts, "reschedule"); len(rec) != 1 || !strings.Contains(rec[0].Reason, tc.reason) {
@@ -192,7 +193,7 @@ func TestRescheduleDelayHoldsTheClaim(t *testing.T) {
 		{name: "delay 5s, the mutation that ignores it", keys: []string{released, mark(5 * time.Second)}, nodes: []string{"me"},
 			faults: Faults{NoRescheduleDelay: true}, want: 0},
 		{name: "delay 5s, rank 1: one step after (top, first, claims unseen)", keys: []string{released, mark(5 * time.Second)}, nodes: []string{"me", "top"},
-			want: 5*time.Second + cluster.DefaultStep},
+			want: 5*time.Second + placement.DefaultStep},
 		{name: "two marks: the latest", keys: []string{released, mark(2 * time.Second), mark(7 * time.Second)}, nodes: []string{"me"}, want: 7 * time.Second},
 		{name: "ended before the vacancy was seen", keys: []string{released, mark(-time.Second)}, nodes: []string{"me"}, want: 0},
 		{name: "an unreadable mark is no delay", keys: []string{released, IndexPrefix(name) + "0.after.x"}, nodes: []string{"me"}, want: 0},
@@ -206,7 +207,7 @@ func TestRescheduleDelayHoldsTheClaim(t *testing.T) {
 			for range 50 {
 				if c, ok := find[Claim](acts); ok {
 					got := m.now.Sub(t0)
-					if got < tc.want || got > tc.want+cluster.DefaultStep/4 {
+					if got < tc.want || got > tc.want+placement.DefaultStep/4 {
 						t.Fatalf("claimed at %v, want %v (+ jitter)", got, tc.want)
 					}
 					var want []string

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // A failed slot and mariposa reset in the step machine (CLUSTER.md
@@ -45,7 +46,7 @@ type InstanceFailed struct {
 	Slot    SlotID
 	Service string
 	Reason  string
-	History []cluster.RescheduleEvent
+	History []placement.RescheduleEvent
 }
 
 // holdFailed: a claim held back because the slot failed.
@@ -58,7 +59,7 @@ type failing struct {
 	// resched: the unit reschedules (reschedule.go), with the slot's
 	// history and the unit as it was.
 	resched bool
-	history []cluster.RescheduleEvent
+	history []placement.RescheduleEvent
 	unit    Unit
 }
 

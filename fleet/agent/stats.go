@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // What the agent tells operators, read from its state only (no Consul):
@@ -189,9 +190,9 @@ func (a *Agent) Waiting(now time.Time) []string {
 			case !seen:
 				line += ", not looked at yet"
 			default:
-				d, first := cluster.ClaimDelay(me.Rank, a.cfg.Step, vac.jitter)
+				d, first := placement.ClaimDelay(me.Rank, a.cfg.Step, vac.jitter)
 				if !first {
-					d, _ = cluster.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
+					d, _ = placement.SecondRoundDelay(me.HRWRank, a.cfg.Step, vac.jitter)
 				}
 				when := vac.since.Add(d)
 				why := ""

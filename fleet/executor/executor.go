@@ -109,7 +109,7 @@ type Config struct {
 	// suspicion_mult x probe_interval), the strict rule when it cannot be
 	// read; negative: the strict rule.
 	Detect time.Duration
-	// Step is the rank spacing (default cluster.DefaultStep).
+	// Step is the rank spacing (default placement.DefaultStep).
 	Step time.Duration
 	// Seed of the agent's claim jitter (0: random).
 	Seed uint64

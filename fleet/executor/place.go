@@ -11,6 +11,7 @@ import (
 	"github.com/mariposa-sh/mariposa/checks"
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // The placement inputs beyond the views (fleet/agent's place.go), and
@@ -36,17 +37,17 @@ import (
 // (cluster's parseNodes, less the health, which the failing watch says):
 // a node with two entries counts the one that runs the fleet, else the
 // first.
-func nodeInfos(ss []*api.CatalogService) map[string]cluster.NodeInfo {
-	out := make(map[string]cluster.NodeInfo, len(ss))
+func nodeInfos(ss []*api.CatalogService) map[string]placement.NodeInfo {
+	out := make(map[string]placement.NodeInfo, len(ss))
 	for _, s := range ss {
 		fleet := s.ServiceMeta[checks.FleetMetaKey] == checks.FleetMetaValue
 		if prev, dup := out[s.Node]; dup && (prev.Fleet || !fleet) {
 			continue
 		}
-		out[s.Node] = cluster.NodeInfo{Name: s.Node, Datacenter: s.Datacenter, Meta: s.NodeMeta,
+		out[s.Node] = placement.NodeInfo{Name: s.Node, Datacenter: s.Datacenter, Meta: s.NodeMeta,
 			MariposaVersion: s.ServiceMeta["version"], Eligible: s.ServiceMeta["eligible"] != "false",
 			Draining: s.ServiceMeta["draining"] == "true", Fleet: fleet,
-			Capacity: cluster.ParseCapacityMeta(s.ServiceMeta)}
+			Capacity: placement.ParseCapacityMeta(s.ServiceMeta)}
 	}
 	return out
 }
@@ -64,7 +65,7 @@ func (e *Executor) watchPenalties() {
 }
 
 // readPrevious reads, once per Sticky unit, the slot keys' values: each
-// free slot's previous holder (cluster.View.Previous).
+// free slot's previous holder (placement.View.Previous).
 func (e *Executor) readPrevious(units []agent.Unit) {
 	for _, u := range units {
 		if !u.Sticky || e.prevRead[u.Name] {
@@ -163,7 +164,7 @@ func previousOf(prefix string, pairs api.KVPairs) map[int]string {
 }
 
 // infoMap is the members' attributes and capacity by node.
-type infoMap = map[string]cluster.NodeInfo
+type infoMap = map[string]placement.NodeInfo
 
 // membersAns: the members watch's answer, the fleet's nodes with their
 // attributes and capacity, at index.

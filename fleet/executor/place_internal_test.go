@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // A free slot's previous holder is the node its value names; a held, failed
@@ -33,7 +34,7 @@ func TestPreviousOf(t *testing.T) {
 // eligibility, drain and capacity; a node with two entries counts the one
 // that runs the fleet.
 func TestNodeInfos(t *testing.T) {
-	capa := cluster.CapacityMeta(cluster.Capacity{Total: cluster.Reservation{CPU: 2000, Memory: 512}})
+	capa := placement.CapacityMeta(placement.Capacity{Total: placement.Reservation{CPU: 2000, Memory: 512}})
 	capa["fleet"] = "true"
 	capa["version"] = "1.2.3"
 	got := nodeInfos([]*api.CatalogService{
@@ -42,9 +43,9 @@ func TestNodeInfos(t *testing.T) {
 		{Node: "b", ServiceMeta: map[string]string{"fleet": "true", "draining": "true"}},
 		{Node: "b", ServiceMeta: map[string]string{}},
 	})
-	want := map[string]cluster.NodeInfo{
+	want := map[string]placement.NodeInfo{
 		"a": {Name: "a", Datacenter: "dc1", Meta: map[string]string{"zone": "z1"}, MariposaVersion: "1.2.3", Fleet: true, Eligible: true,
-			Capacity: &cluster.Capacity{Total: cluster.Reservation{CPU: 2000, Memory: 512}}},
+			Capacity: &placement.Capacity{Total: placement.Reservation{CPU: 2000, Memory: 512}}},
 		"b": {Name: "b", Fleet: true, Eligible: true, Draining: true},
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -13,6 +13,7 @@ import (
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/fleet/executor"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -28,7 +29,7 @@ func TestExecutorsPlaceByConstraintAndCapacity(t *testing.T) {
 	for _, n := range f.nodes {
 		meta := map[string]string{}
 		if n.name == "node3" {
-			meta = cluster.CapacityMeta(cluster.Capacity{Total: cluster.Reservation{CPU: 100, Memory: 1024}})
+			meta = placement.CapacityMeta(placement.Capacity{Total: placement.Reservation{CPU: 100, Memory: 1024}})
 		}
 		_, err := f.c.Catalog().Register(&api.CatalogRegistration{Node: n.name, Address: "127.0.0.1", NodeMeta: map[string]string{"zone": zone[n.name]},
 			Service: &api.AgentService{ID: "mariposa-" + n.name, Service: "mariposa", Meta: meta},
@@ -39,7 +40,7 @@ func TestExecutorsPlaceByConstraintAndCapacity(t *testing.T) {
 	}
 	inZ2 := &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${node.meta.zone}", Operator: "=", Value: "z2"}}}
 	zoned := agent.Unit{Name: "zoned", Count: 2, MaxPerNode: 1, Placement: inZ2}
-	sized := agent.Unit{Name: "sized", Count: 1, MaxPerNode: 1, Placement: inZ2, Resources: cluster.Reservation{CPU: 500}}
+	sized := agent.Unit{Name: "sized", Count: 1, MaxPerNode: 1, Placement: inZ2, Resources: placement.Reservation{CPU: 500}}
 	// The units come once the nodes' meta is in: the executors have
 	// heard it with the members' next answer.
 	waitMembersMeta(t, f)
@@ -89,7 +90,7 @@ func waitMembersMeta(t *testing.T, f *fleet) {
 func hrwOrder(unit string, nodes []string) []string {
 	out := slices.Clone(nodes)
 	slices.SortFunc(out, func(a, b string) int {
-		return cmp.Compare(cluster.HRW(unit, 0, b), cluster.HRW(unit, 0, a))
+		return cmp.Compare(placement.HRW(unit, 0, b), placement.HRW(unit, 0, a))
 	})
 	return out
 }

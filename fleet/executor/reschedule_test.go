@@ -9,6 +9,7 @@ import (
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/fleet/executor"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -83,7 +84,7 @@ func TestRescheduleMovesTheSlot(t *testing.T) {
 	}
 	// B fails it too: the slot fails; after the reset C, the one node not
 	// penalized, takes it.
-	var hist []cluster.RescheduleEvent
+	var hist []placement.RescheduleEvent
 	b.ex.ServiceFailed(id, "api", "again")
 	if !consultest.WaitFor(30*time.Second, func() bool {
 		hp, _, err := f.c.KV().Get(id.RescheduleHistoryKey(), nil)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // A failed slot, mariposa reset, the pause's held restarts and the node's
@@ -41,7 +42,7 @@ func (e *Executor) InstanceFailed(slot agent.SlotID, reason string) {
 // unread after Request and three tries: none).
 func (e *Executor) ServiceFailed(slot agent.SlotID, service, reason string) {
 	go func() {
-		var hist []cluster.RescheduleEvent
+		var hist []placement.RescheduleEvent
 		for try := 0; try < 3; try++ {
 			ctx, cancel := e.request()
 			p, _, err := e.cfg.Client.KV().Get(slot.RescheduleHistoryKey(), (&api.QueryOptions{RequireConsistent: true}).WithContext(ctx))

@@ -3,8 +3,8 @@ package sim
 import (
 	"fmt"
 
-	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -15,14 +15,14 @@ import (
 // with i mod 5 = 3 reserves 500 millicores a slot; a unit keeps its
 // placement only when twice its count of nodes allows it, so that a loss
 // leaves room for every slot. The invariant: no instance starts on a node
-// its unit's placement excludes (cluster.Feasible's constraint and
+// its unit's placement excludes (placement.Feasible's constraint and
 // capacity verdicts, checked at every start: one unit's, not all slots').
 // The aggregate (several slots' reservations beyond what a node has) is
 // not an invariant: two claims on views that do not show each other may
 // both pass (each node decides on its own view); the nodes with room
 // here have room for every slot.
 type simPlace struct {
-	info map[string]cluster.NodeInfo
+	info map[string]placement.NodeInfo
 	// feasible: per unit with a placement, the nodes it allows, in order.
 	feasible map[string][]*node
 }
@@ -37,15 +37,15 @@ func (s *Sim) placeInit() {
 	if !s.cfg.Placement {
 		return
 	}
-	p := &simPlace{info: map[string]cluster.NodeInfo{}, feasible: map[string][]*node{}}
+	p := &simPlace{info: map[string]placement.NodeInfo{}, feasible: map[string][]*node{}}
 	for i, n := range s.nodes {
 		c := bigCPU
 		if i%8 == 7 {
 			c = smallCPU
 		}
-		p.info[n.name] = cluster.NodeInfo{Name: n.name, Fleet: true, Live: true, Eligible: true,
+		p.info[n.name] = placement.NodeInfo{Name: n.name, Fleet: true, Live: true, Eligible: true,
 			Meta:     map[string]string{"zone": fmt.Sprintf("z%d", i%4)},
-			Capacity: &cluster.Capacity{Total: cluster.Reservation{CPU: c, Memory: bigCPU}}}
+			Capacity: &placement.Capacity{Total: placement.Reservation{CPU: c, Memory: bigCPU}}}
 	}
 	s.plc = p
 	for i, u := range s.units {
@@ -53,7 +53,7 @@ func (s *Sim) placeInit() {
 		case 1:
 			u.Placement = &schema.Placement{Constraints: []*schema.Constraint{{Attribute: "${node.meta.zone}", Operator: "!=", Value: "z0", Pos: "sim"}}}
 		case 3:
-			u.Resources = cluster.Reservation{CPU: slotCPU}
+			u.Resources = placement.Reservation{CPU: slotCPU}
 		default:
 			continue
 		}
@@ -79,7 +79,7 @@ func (p *simPlace) allows(u agent.Unit, n *node, k int) string {
 	if u.Placement != nil {
 		pl.Constraints = u.Placement.Constraints
 	}
-	v := cluster.Feasible(cluster.Unit{Name: u.Name, Placement: pl, Resources: u.Resources}, p.info[n.name], k, cluster.View{})
+	v := placement.Feasible(placement.Unit{Name: u.Name, Placement: pl, Resources: u.Resources}, p.info[n.name], k, placement.View{})
 	if v.OK {
 		return ""
 	}
@@ -87,7 +87,7 @@ func (p *simPlace) allows(u agent.Unit, n *node, k int) string {
 }
 
 // infos is the nodes' attributes for their view (nil without placement).
-func (p *simPlace) infos() map[string]cluster.NodeInfo {
+func (p *simPlace) infos() map[string]placement.NodeInfo {
 	if p == nil {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/schema"
 )
 
@@ -24,14 +25,14 @@ import (
 // Invariants:
 //   - a reschedule's release comes with its "reschedule" record in the
 //     same step; its history is Consul's with this failure appended, and
-//     is within the unit's attempts (cluster.NextDelay over it: an
+//     is within the unit's attempts (placement.NextDelay over it: an
 //     exhausted history must fail the slot);
 //   - Consul applies no claim of a rescheduled slot by the node penalized
 //     for it while its penalty runs and another node could hold the slot
 //     (up, reachable, not draining, not penalized, holding none of the
 //     unit's slots: max_per_node is 1).
 //   - Consul applies no claim of a rescheduled slot before its delay ends
-//     (the failure plus cluster.NextDelay's delay over the history the
+//     (the failure plus placement.NextDelay's delay over the history the
 //     release wrote; one second for the first failure here).
 
 const (
@@ -122,7 +123,7 @@ func (s *Sim) runningOf(n *node, unit string) (agent.SlotID, bool) {
 // failFor: n's instance of id fails for good, with the slot's history as
 // Consul has it (the executor's read).
 func (s *Sim) failFor(n *node, id agent.SlotID) {
-	var hist []cluster.RescheduleEvent
+	var hist []placement.RescheduleEvent
 	if e, _, _ := s.store.Get(id.RescheduleHistoryKey(), true); e != nil {
 		hist = agent.ParseRescheduleHistory(e.Value)
 	}
@@ -206,7 +207,7 @@ func (s *Sim) rescheduleApplied(n *node, a agent.Release) {
 		s.res.Ops.Rescheduled++
 		// The delay the history gives, computed here, not read from
 		// the release (whose After is what is checked).
-		if d, _ := cluster.NextDelay(reschedPolicy(), a.Reschedule.History, s.wall()); d > 0 {
+		if d, _ := placement.NextDelay(reschedPolicy(), a.Reschedule.History, s.wall()); d > 0 {
 			last := a.Reschedule.History[len(a.Reschedule.History)-1]
 			s.rs.after[a.Slot] = last.At.Add(d)
 		}
@@ -247,7 +248,7 @@ func (s *Sim) checkReschedule(n *node, a agent.Release, recorded func(string, ag
 	if a.Failed == nil && !recorded("reschedule", a.Slot, false) {
 		s.violate("audit: %s reschedules %s without a reschedule record", n.name, a.Slot)
 	}
-	var hist []cluster.RescheduleEvent
+	var hist []placement.RescheduleEvent
 	if e, _, _ := s.store.Get(a.Slot.RescheduleHistoryKey(), true); e != nil {
 		hist = agent.ParseRescheduleHistory(e.Value)
 	}
@@ -255,7 +256,7 @@ func (s *Sim) checkReschedule(n *node, a agent.Release, recorded func(string, ag
 		s.violate("%s reschedules %s with history %+v; Consul has %+v", n.name, a.Slot, r.History, hist)
 		return
 	}
-	if _, exhausted := cluster.NextDelay(reschedPolicy(), r.History, s.wall()); exhausted && a.Failed == nil {
+	if _, exhausted := placement.NextDelay(reschedPolicy(), r.History, s.wall()); exhausted && a.Failed == nil {
 		s.violate("%s reschedules %s beyond its attempts (%d failures within %v): the slot must fail", n.name, a.Slot, len(r.History), reschedWindow)
 	}
 }

@@ -43,9 +43,9 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
 	"github.com/mariposa-sh/mariposa/fleet/consulmodel"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 	"github.com/mariposa-sh/mariposa/internal/holdrule"
 	"github.com/mariposa-sh/mariposa/schema"
 )
@@ -67,7 +67,7 @@ type Config struct {
 	// Election, when set, is the whole scenario: the Consul leader is lost
 	// at LossAt for this long, and nothing else happens (no node lost).
 	Election time.Duration
-	Step     time.Duration // cluster.DefaultStep
+	Step     time.Duration // placement.DefaultStep
 	// LoseFraction of the nodes is lost at once at LossAt (0.1).
 	LoseFraction float64
 	LossAt       time.Duration
@@ -152,7 +152,7 @@ func (c *Config) defaults() {
 		c.LockDelay = time.Second
 	}
 	if c.Step <= 0 {
-		c.Step = cluster.DefaultStep
+		c.Step = placement.DefaultStep
 	}
 	if c.LoseFraction == 0 {
 		c.LoseFraction = 0.1
@@ -194,7 +194,7 @@ type Result struct {
 	// Steps and StepTime: every agent step, and the wall time they took.
 	Steps    uint64
 	StepTime time.Duration
-	// Rankings: cluster.Assign runs (one per unit and pair of views,
+	// Rankings: placement.Assign runs (one per unit and pair of views,
 	// shared by the nodes that hold that pair).
 	Rankings uint64
 	Events   uint64
@@ -604,7 +604,7 @@ func (s *Sim) rank(u agent.Unit, v *agent.SlotsView, nodes *agent.NodesView, fre
 		}
 	}
 	if s.cfg.ExecFaults.NoPlacement {
-		u.Placement, u.Resources = nil, cluster.Reservation{}
+		u.Placement, u.Resources = nil, placement.Reservation{}
 	}
 	a := agent.DefaultRankWith(u, v, nodes, free, x)
 	s.res.Rankings++

@@ -18,11 +18,11 @@ var (
 	deploys = flag.Bool("sim.deploys", true, "operator deploys in TestSimulation")
 	volumes = flag.Bool("sim.volumes", true, "volumes on the exclusive units in TestSimulation")
 	// -sim.placement=false: no constraints or resources (Config.Placement).
-	placement = flag.Bool("sim.placement", true, "constraints and resources on some units in TestSimulation")
+	placementOn = flag.Bool("sim.placement", true, "constraints and resources on some units in TestSimulation")
 )
 
 func config(seed uint64) Config {
-	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: *deploys, Volumes: *volumes, Placement: *placement}
+	return Config{Seed: seed, Nodes: *nodes, Units: 10, SlotsPerUnit: 10, ExclusiveEvery: 2, Chaos: true, Deploys: *deploys, Volumes: *volumes, Placement: *placementOn}
 }
 
 // TestSimulation runs the seeded simulations make test-race runs: 50

@@ -1,4 +1,4 @@
-package cluster
+package placement
 
 import (
 	"time"
@@ -83,50 +83,4 @@ func placement(u Unit) schema.Placement {
 		p.MaxPerNode = schema.DefaultMaxPerNode
 	}
 	return p
-}
-
-// viewOf is the placement view of unit from the slot keys as read (every
-// unit's: load and reservations count them all), the units' specs, the
-// nodes as placement sees them and the unit's penalties: the builder
-// behind status/why (State.View). The step machine builds its View from
-// its own watches (fleet/agent/place.go), with the same placement
-// functions, so what `mariposa why` shows is what the nodes rank.
-func viewOf(unit string, nodes []NodeInfo, slots map[string]map[int]slotKV, units map[string]UnitSpec, penalties map[string]time.Time) View {
-	v := View{Nodes: nodes, Holders: map[int]string{}, Penalties: penalties, Load: map[string]int{},
-		Previous: previousHolders(slots[unit]), Reserved: reservedBy(slots, units)}
-	for u, ks := range slots {
-		for k, s := range ks {
-			if s.session == "" {
-				continue
-			}
-			v.Load[s.value.Node]++
-			if u == unit && s.corrupt == nil {
-				v.Holders[k] = s.value.Node
-			}
-		}
-	}
-	return v
-}
-
-// previousHolders is View.Previous from a unit's slot keys: for each slot
-// nobody holds, the node its value names (the node that released it, or
-// that held it when it was lost). A held, failed or corrupt slot, or one
-// never claimed, has none.
-func previousHolders(slots map[int]slotKV) map[int]string {
-	out := map[int]string{}
-	for k, s := range slots {
-		if n := lastHolder(s.value, s.session); n != "" && s.corrupt == nil {
-			out[k] = n
-		}
-	}
-	return out
-}
-
-// lastHolder is the node a free slot's value names as its last holder, ""
-// when the slot is held, failed (nobody claims it) or names none.
-func lastHolder(v SlotValue, session string) string {
-	if session != "" || v.State == SlotFailed {
-		return ""
-	}
-	return v.Node
 }

@@ -1,11 +1,9 @@
-package cluster
+package placement
 
 import (
 	"fmt"
 	"sort"
 	"strings"
-
-	"github.com/hashicorp/consul/api"
 )
 
 // Fit is how a unit fits the fleet as it is now, for `mariposa deploy`:
@@ -93,7 +91,7 @@ func FitOfReserved(u Unit, nodes []NodeInfo, reserved map[string]Reservation) Fi
 	noSvc := p
 	noSvc.Constraints = nil
 	for _, c := range p.Constraints {
-		if c != nil && !strings.HasPrefix(trimAttr(c.Attribute), AttrServicePrefix) {
+		if c != nil && !strings.HasPrefix(TrimAttr(c.Attribute), AttrServicePrefix) {
 			noSvc.Constraints = append(noSvc.Constraints, c)
 		}
 	}
@@ -126,33 +124,6 @@ func FitOfReserved(u Unit, nodes []NodeInfo, reserved map[string]Reservation) Fi
 	return f
 }
 
-// FitSpec reads the live supervisors (and the services the spec's
-// constraints name) and says how each unit of spec fits.
-func FitSpec(client *api.Client, spec *Spec) ([]Fit, error) {
-	q := &api.QueryOptions{RequireConsistent: true}
-	entries, _, err := client.Health().Service("mariposa", "", false, q)
-	if err != nil {
-		return nil, fmt.Errorf("read the mariposa service: %w", err)
-	}
-	nodes := parseNodes(entries)
-	units := map[string]UnitSpec{}
-	for _, u := range spec.Units() {
-		units[u.Unit.Name] = u
-	}
-	if nodes, err = withServicesRead(client, nodes, units, q); err != nil {
-		return nil, err
-	}
-	others, err := reservedByOthers(client, spec, q)
-	if err != nil {
-		return nil, err
-	}
-	var out []Fit
-	for _, u := range spec.Units() {
-		out = append(out, FitOfReserved(u.Unit, nodes, others[u.Unit.Name]))
-	}
-	return out, nil
-}
-
 // roomFor is how many slots reserving need a node of capacity c (nil:
 // unknown, not limited) holds beside used, at most most.
 func roomFor(need Reservation, c *Capacity, used Reservation, most int) int {
@@ -181,40 +152,4 @@ func amounts(need, r Reservation) string {
 		parts = append(parts, fmt.Sprintf("%d MiB memory", max(r.Memory, 0)))
 	}
 	return strings.Join(parts, ", ")
-}
-
-// reservedByOthers reads slots/ and deploy/ and says, per unit of spec,
-// what the slots of every other deployed unit reserve on each node (each
-// as its deployed spec says).
-func reservedByOthers(client *api.Client, spec *Spec, q *api.QueryOptions) (map[string]map[string]Reservation, error) {
-	pairs, _, err := client.KV().List(SlotsPrefix, q)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", SlotsPrefix, err)
-	}
-	ignore := func(string, string, error) {}
-	slots := parseSlots(pairs, ignore)
-	dpairs, _, err := client.KV().List(DeployPrefix, q)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", DeployPrefix, err)
-	}
-	deployed := map[string]UnitSpec{}
-	for _, sp := range parseDeploy(dpairs, ignore) {
-		if sp == nil {
-			continue
-		}
-		for _, u := range sp.Units() {
-			deployed[u.Unit.Name] = u
-		}
-	}
-	all := reservedBy(slots, deployed)
-	out := map[string]map[string]Reservation{}
-	for _, u := range spec.Units() {
-		own := reservedBy(map[string]map[int]slotKV{u.Unit.Name: slots[u.Unit.Name]}, deployed)
-		m := map[string]Reservation{}
-		for node, r := range all {
-			m[node] = r.Sub(own[node])
-		}
-		out[u.Unit.Name] = m
-	}
-	return out, nil
 }

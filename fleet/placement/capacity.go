@@ -1,4 +1,4 @@
-package cluster
+package placement
 
 import (
 	"fmt"
@@ -170,25 +170,6 @@ func fullness(need Reservation, c *Capacity, used Reservation) float64 {
 	return sum / float64(k)
 }
 
-// reservedBy is View.Reserved from slot keys: per node, what the slots it
-// holds (every unit's) reserve, each as units says (a unit not in units
-// reserves nothing).
-func reservedBy(slots map[string]map[int]slotKV, units map[string]UnitSpec) map[string]Reservation {
-	out := map[string]Reservation{}
-	for name, ks := range slots {
-		u, ok := units[name]
-		if !ok || u.Unit.Resources.IsZero() {
-			continue
-		}
-		for _, s := range ks {
-			if s.session != "" && s.value.Node != "" {
-				out[s.value.Node] = out[s.value.Node].Add(u.Unit.Resources)
-			}
-		}
-	}
-	return out
-}
-
 // ParseReservation reads "cpu=500,memory=512" (either part may be left
 // out; cpu in millicores, memory in MiB): mariposa run -reserve, and
 // $MARIPOSA_CAPACITY.
@@ -238,52 +219,4 @@ func LocalReservation(cfg *schema.Config) Reservation {
 		}
 	}
 	return ReservationOf(local)
-}
-
-// NodeCapacity is one fleet node's capacity and what is reserved of it,
-// for `mariposa status`.
-type NodeCapacity struct {
-	Node string `json:"node"`
-	Live bool   `json:"live"`
-	// Capacity is nil when the node publishes none (a mariposa older than
-	// capacity placement): not limited.
-	Capacity *Capacity `json:"capacity,omitempty"`
-	// Slots is what the slots the node holds reserve (every unit's).
-	Slots Reservation `json:"slots"`
-	// Free is Capacity.Allocatable() − Slots (negative when overcommitted);
-	// zero when Capacity is nil.
-	Free Reservation `json:"free"`
-}
-
-// Capacity lists the fleet nodes, by name, with their capacity, what the
-// slots they hold reserve (as the deployed units say) and what is free.
-func (st *State) Capacity() []NodeCapacity {
-	reserved := map[string]Reservation{}
-	for unit, ks := range st.Slots {
-		u, ok := st.Units[unit]
-		if !ok {
-			continue
-		}
-		for _, s := range ks {
-			if s.Session != "" && s.Value.Node != "" {
-				reserved[s.Value.Node] = reserved[s.Value.Node].Add(u.Unit.Resources)
-			}
-		}
-	}
-	nodes := FleetNodes(st.Nodes)
-	sortNodes(nodes)
-	var out []NodeCapacity
-	seen := map[string]bool{}
-	for _, n := range nodes {
-		if seen[n.Name] {
-			continue
-		}
-		seen[n.Name] = true
-		nc := NodeCapacity{Node: n.Name, Live: n.Live, Capacity: n.Capacity, Slots: reserved[n.Name]}
-		if n.Capacity != nil {
-			nc.Free = n.Capacity.Allocatable().Sub(nc.Slots)
-		}
-		out = append(out, nc)
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package cluster
+package placement
 
 import (
 	"reflect"
@@ -248,40 +248,6 @@ func TestFitCapacity(t *testing.T) {
 	}
 }
 
-func TestStateCapacity(t *testing.T) {
-	st := &State{
-		Units: map[string]UnitSpec{
-			"api": {Unit: Unit{Name: "api", Resources: Reservation{CPU: 250, Memory: 256}}},
-			"web": {Unit: Unit{Name: "web"}},
-		},
-		Slots: map[string]map[int]SlotState{
-			"api": {0: {Value: SlotValue{Node: "n1"}, Session: "s1"}, 1: {Value: SlotValue{Node: "n1"}, Session: "s1"},
-				2: {Value: SlotValue{Node: "n2"}}}, // free: reserves nothing
-			"web":   {0: {Value: SlotValue{Node: "n1"}, Session: "s1"}},
-			"other": {0: {Value: SlotValue{Node: "n2"}, Session: "s2"}}, // not deployed: unknown
-		},
-		Nodes: []NodeInfo{
-			capNode("n2", 1000, 1024, Reservation{}, Reservation{}),
-			capNode("n1", 2000, 2048, Reservation{Memory: 512}, Reservation{Memory: 100}),
-			node("old"),
-			{Name: "plain", Live: true},
-		},
-	}
-	got := st.Capacity()
-	want := []NodeCapacity{
-		{Node: "n1", Live: true, Capacity: st.Nodes[1].Capacity, Slots: Reservation{500, 512}, Free: Reservation{1500, 924}},
-		{Node: "n2", Live: true, Capacity: st.Nodes[0].Capacity, Free: Reservation{1000, 1024}},
-		{Node: "old", Live: true},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("got  %+v\nwant %+v", got, want)
-	}
-	v := st.View("web")
-	if v.Reserved["n1"] != (Reservation{500, 512}) || len(v.Reserved) != 1 {
-		t.Errorf("view reserved: %+v", v.Reserved)
-	}
-}
-
 func TestParseReservation(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
@@ -305,52 +271,5 @@ func TestParseReservation(t *testing.T) {
 		case tc.err == "" && (err != nil || got != tc.want):
 			t.Errorf("%q: %+v, %v; want %+v", tc.in, got, err, tc.want)
 		}
-	}
-}
-
-func TestLocalReservation(t *testing.T) {
-	cfg := &schema.Config{Services: []*schema.Service{
-		{Name: "a", Resources: &schema.Resources{CPU: 100, Memory: 64, MemoryMax: 1000}},
-		{Name: "b"},
-		{Name: "c", Resources: &schema.Resources{Memory: 32}},
-		{Name: "slot", Resources: &schema.Resources{CPU: 999, Memory: 999}, Placement: &schema.Placement{Count: 1}},
-	}}
-	if got := LocalReservation(cfg); got != (Reservation{100, 96}) {
-		t.Errorf("local: %+v", got)
-	}
-	us := unitsOf(cfg.Services, nil)
-	if len(us) != 1 || us[0].Unit.Resources != (Reservation{999, 999}) {
-		t.Errorf("unit resources: %+v", us)
-	}
-	// A group's slot reserves what its members do together.
-	gp := &schema.Placement{Count: 2}
-	members := []*schema.Service{
-		{Name: "app", Group: "shop", Placement: gp, Resources: &schema.Resources{CPU: 500, Memory: 256}},
-		{Name: "sidecar", Group: "shop", Placement: gp, Resources: &schema.Resources{CPU: 100, Memory: 32}},
-		{Name: "bare", Group: "shop", Placement: gp},
-	}
-	if us := unitsOf(members, nil); len(us) != 1 || us[0].Unit.Resources != (Reservation{600, 288}) {
-		t.Errorf("group resources: %+v", us)
-	}
-}
-
-// Why of a unit whose every slot is held ranks a vacancy of slot 0: its
-// holder gets slot 0's reservation back, and a node short of room says so.
-func TestWhyCapacity(t *testing.T) {
-	u := Unit{Name: "db", Placement: &schema.Placement{Count: 1, MaxPerNode: 1}, Resources: Reservation{Memory: 512}}
-	st := &State{
-		Units: map[string]UnitSpec{"db": {Unit: u}},
-		Slots: map[string]map[int]SlotState{"db": {0: {Value: SlotValue{Node: "n1"}, Session: "s1"}}},
-		Nodes: []NodeInfo{
-			capNode("n1", 1000, 512, Reservation{}, Reservation{}),
-			capNode("n2", 1000, 1024, Reservation{}, Reservation{Memory: 768}),
-		},
-	}
-	out, err := st.Why("db", t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(out, "db/0: 1 of 2 nodes feasible") || !strings.Contains(out, "needs 512 MiB memory, 256 MiB free") {
-		t.Errorf("why:\n%s", out)
 	}
 }

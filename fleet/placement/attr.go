@@ -1,4 +1,4 @@
-package cluster
+package placement
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ const (
 //   - service.<name>: set when at least one instance of the service is
 //     registered on the node; the value is how many, in decimal.
 func Attr(n NodeInfo, attribute string) (value string, set bool, err error) {
-	a := trimAttr(attribute)
+	a := TrimAttr(attribute)
 	switch {
 	case a == AttrNodeName:
 		return n.Name, n.Name != "", nil
@@ -51,8 +51,8 @@ func Attr(n NodeInfo, attribute string) (value string, set bool, err error) {
 	return "", false, fmt.Errorf("unknown attribute %q (node.name, node.datacenter, node.meta.<key>, mariposa.version, service.<name>)", attribute)
 }
 
-// trimAttr strips blanks and an interpolation wrapper: "${node.name}".
-func trimAttr(a string) string {
+// TrimAttr strips blanks and an interpolation wrapper: "${node.name}".
+func TrimAttr(a string) string {
 	a = strings.TrimSpace(a)
 	if strings.HasPrefix(a, "${") && strings.HasSuffix(a, "}") {
 		a = strings.TrimSpace(a[2 : len(a)-1])
@@ -61,7 +61,7 @@ func trimAttr(a string) string {
 }
 
 func isServiceAttr(a string) bool {
-	return strings.HasPrefix(trimAttr(a), AttrServicePrefix)
+	return strings.HasPrefix(TrimAttr(a), AttrServicePrefix)
 }
 
 // matcher evaluates operators, compiling each regexp and version constraint
@@ -182,14 +182,14 @@ func (m *matcher) check(n NodeInfo, attribute, op, want string) (ok bool, why st
 	}
 	ok, err = m.holds(attribute, op, want, value, set)
 	if err != nil {
-		return false, trimAttr(attribute) + ": " + err.Error()
+		return false, TrimAttr(attribute) + ": " + err.Error()
 	}
 	if ok {
 		return true, ""
 	}
-	have := trimAttr(attribute) + " not set"
+	have := TrimAttr(attribute) + " not set"
 	if set {
-		have = fmt.Sprintf("%s = %q", trimAttr(attribute), value)
+		have = fmt.Sprintf("%s = %q", TrimAttr(attribute), value)
 	}
 	rule := op
 	if want != "" || (op != schema.OpIsSet && op != schema.OpIsNotSet && !isServiceAttr(attribute)) {
