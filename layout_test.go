@@ -23,8 +23,11 @@ const modulePath = "github.com/mariposa-sh/mariposa"
 //	65 fleet/sim/cmd/sim (make sim)
 //	60 fleet/sim (the simulator drives the agent over the model)
 //	55 cluster/plan (what deploying a spec would change: mariposa plan)
-//	50 the fleet: cluster, fleet/agent, fleet/consulmodel, fleet/executor (the
-//	   agent run against Consul; never imported by the supervisor)
+//	50 the fleet: cluster (the KV layout, its codecs, the CLI's reads and
+//	   writes), fleet/agent, fleet/consulmodel, fleet/executor (the agent
+//	   run against Consul); never imported by the supervisor
+//	45 fleet/placement (pure placement: imports schema alone, never the KV
+//	   layout)
 //	40 supervisor
 //	30 checks, render
 //	20 schema
@@ -43,6 +46,8 @@ func layer(pkg string) int {
 		return 65
 	case pkg == "fleet/sim":
 		return 60
+	case pkg == "fleet/placement":
+		return 45
 	case pkg == "cluster", strings.HasPrefix(pkg, "fleet/"):
 		return 50
 	case pkg == "supervisor":
@@ -105,7 +110,7 @@ func TestImportsPointDown(t *testing.T) {
 			}
 			// Within a layer only the leaves and the fleet's own parts
 			// may import each other (internal/leader uses internal/lease;
-			// the agent uses cluster's placement).
+			// the agent uses cluster's codecs).
 			if tl > from || (tl == from && from != 0 && from != 50) {
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports point down", path, from, to, tl)
 			}
@@ -122,7 +127,7 @@ func TestImportsPointDown(t *testing.T) {
 
 func TestLayerOfEveryRule(t *testing.T) {
 	for pkg, want := range map[string]int{
-		"internal/proc": 0, "schema": 20, "render": 30, "supervisor": 40, "cluster": 50, "cluster/plan": 55, "fleet/agent": 50, "fleet/executor": 50,
+		"internal/proc": 0, "schema": 20, "render": 30, "supervisor": 40, "cluster": 50, "cluster/plan": 55, "fleet/agent": 50, "fleet/executor": 50, "fleet/placement": 45,
 		"fleet/sim": 60, "fleet/sim/cmd/sim": 65, "nodeapi": 70, "command": 80, "": 90, "tools/mangen": 90, "somethingnew": -1,
 	} {
 		if got := layer(pkg); got != want {

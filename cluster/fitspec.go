@@ -1,3 +1,6 @@
+// FitSpec: the reads behind how a spec fits the fleet (placement.Fit),
+// for mariposa plan and deploy.
+
 package cluster
 
 import (

@@ -1,3 +1,6 @@
+// The placement view of a unit from the KV layout as read: what status
+// and why rank with (State.View, State.Capacity).
+
 package cluster
 
 import (

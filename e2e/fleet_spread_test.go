@@ -54,7 +54,7 @@ func TestFleetSpreadNodeLostDNS(t *testing.T) {
 	fleetOf(t, cl)
 
 	// (a) Spread against an affinity. Every score component is in [-1, 1]
-	// and the total is their plain mean (cluster/score.go), so one
+	// and the total is their plain mean (fleet/placement/score.go), so one
 	// affinity's or one spread's weight does not change its component:
 	// the affinity gives +1 to both z1 nodes, the spread (no targets) +1
 	// to a zone with no instance yet and -1 to a used zone once every used

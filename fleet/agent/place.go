@@ -70,7 +70,7 @@ type PreviousAnswer struct {
 
 // UnitOf is a cluster unit as the agent ranks it: its count, exclusivity
 // and max_per_node, its whole placement block, its resources, whether its
-// volumes keep data on the node (stickiness, cluster/score.go: for
+// volumes keep data on the node (stickiness, fleet/placement/score.go: for
 // "sticky" and "snapshot" handoffs), whether they move with the slot
 // (Volumes: a "snapshot" handoff) and how often a holder pushes copies
 // (CopyEvery: the least interval of the moving volumes with replicas).

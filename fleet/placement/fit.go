@@ -77,7 +77,7 @@ func (f Fit) String() string {
 }
 
 // FitOf says how u fits nodes (with the services of service.<name>
-// attributes filled in, withServices), counting only their capacity less
+// attributes filled in, cluster.WithServices), counting only their capacity less
 // reserve and node-local services.
 func FitOf(u Unit, nodes []NodeInfo) Fit { return FitOfReserved(u, nodes, nil) }
 

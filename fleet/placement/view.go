@@ -56,7 +56,7 @@ type View struct {
 	Holders map[int]string
 	// Previous maps a free slot to the node that held it last, as its
 	// released (or lost) value names it (stickiness, for units whose volume
-	// says handoff = "sticky" or "snapshot"). previousHolders builds it.
+	// says handoff = "sticky" or "snapshot"). cluster's previousHolders builds it.
 	Previous map[int]string
 	// Penalties maps a node to the end of its reschedule penalty for this
 	// unit (penalty/<unit>/<node>).
