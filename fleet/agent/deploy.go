@@ -540,7 +540,7 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 		}
 	case InstanceUnhealthy:
 		hd := d.holds[in.Slot]
-		if hd == nil || hd.version != in.Version || hd.healthySince.IsZero() || !hd.lasted.IsZero() {
+		if hd == nil || hd.version != in.Version || hd.healthySince.IsZero() || !hd.lasted.IsZero() || a.cfg.Faults.IgnoreUnhealthy {
 			break
 		}
 		if due := hd.healthySince.Add(a.minHealthyFor(in.Slot.Unit)); !now.Before(due) {
@@ -841,8 +841,15 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			}
 			continue
 		}
-		next, what, wake := JudgeUnit(v.Record, JudgeInput{Unit: unit, Count: u.Count, Status: v.Status, Failed: failed, Now: now,
+		judgeNow := now
+		if a.cfg.Faults.NoProgressSkew {
+			judgeNow = now.Add(ProgressSkew)
+		}
+		next, what, wake := JudgeUnit(v.Record, JudgeInput{Unit: unit, Count: u.Count, Status: v.Status, Failed: failed, Now: judgeNow,
 			Revert: !a.cfg.Faults.NoRevert && !a.revertHeld(unit)})
+		if a.cfg.Faults.NoProgressSkew && !wake.IsZero() {
+			wake = wake.Add(-ProgressSkew)
+		}
 		if !wake.IsZero() && judge {
 			at(wake) // progress_deadline
 		}
