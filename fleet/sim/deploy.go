@@ -156,6 +156,9 @@ type depTrack struct {
 	pdVersion map[uint64]string
 	progress  map[uint64]time.Duration
 	judgeless map[uint64]time.Duration
+	// points: its start and every HealthyAt at its version (no sooner
+	// than its start), as written.
+	points map[uint64][]progressPoint
 }
 
 type simDeploy struct {
@@ -190,7 +193,8 @@ func (s *Sim) deploySetup() {
 		must(err)
 		s.dep.track[u.Name] = &depTrack{lastN: 1, lastStatus: d.Status, started: map[uint64]time.Duration{1: 0}, status: map[uint64]string{},
 			terminal: map[uint64]bool{1: true}, flagged: map[uint64]bool{}, failed: map[string]bool{}, short: map[uint64]time.Duration{},
-			pd: map[uint64]time.Duration{}, pdVersion: map[uint64]string{}, progress: map[uint64]time.Duration{}, judgeless: map[uint64]time.Duration{}}
+			pd: map[uint64]time.Duration{}, pdVersion: map[uint64]string{}, progress: map[uint64]time.Duration{}, judgeless: map[uint64]time.Duration{},
+			points: map[uint64][]progressPoint{}}
 	}
 	for _, n := range s.nodes {
 		for _, id := range sortedSlots(n.inst) {
@@ -401,6 +405,7 @@ func (s *Sim) checkRecord(unit string) {
 		}
 		if pd := d.Update.ProgressDeadline; pd > 0 && d.Status == cluster.DeployRunning {
 			t.pd[d.N], t.pdVersion[d.N], t.progress[d.N] = pd, d.Version, d.Started.Sub(epoch)
+			t.points[d.N] = []progressPoint{{at: t.progress[d.N], seen: -time.Hour}}
 			if !s.dep.sampling {
 				s.dep.sampling = true
 				s.at(judgeSample, s.progressTick)
