@@ -21,10 +21,10 @@ package sim
 //     healthy for min_healthy_time without a break (health.go: a break
 //     within min_healthy_time starts the time over), and not a later one
 //     than its publish;
-//   - a deployment with a progress_deadline fails on it no sooner than
-//     progress_deadline + agent.ProgressSkew after its last progress, and
-//     no later than progressSlack after that beyond its judge's absence
-//     (progress.go);
+//   - a deployment with a progress_deadline fails on it only once it went
+//     progress_deadline + agent.ProgressSkew without progress, and no
+//     later than progressSlack after its last progress's deadline beyond
+//     its judge's absence (progress.go);
 //   - the fencing token does not move across an update (the Update names
 //     the hold's token; the fenced writes go on with it);
 //   - every decision written (a record, a holder's status) has its audit
@@ -88,7 +88,7 @@ type DeployStats struct {
 // min_healthy_time, and as much again for a revert): 40 s for 10 slots.
 // Unchanged by the health breaks: one within min_healthy_time delays its
 // batch by less than earlyBreakBy + earlyBreakFor (2.4 s), once per
-// instance, and the longest deployment in seeds 1-300 took 23.4 s.
+// instance, and the longest deployment in seeds 1-400 took 24.0 s.
 func deployBound(count int) time.Duration {
 	batches := (count + updateBlock.MaxParallel - 1) / updateBlock.MaxParallel
 	return 20*time.Second + time.Duration(batches)*4*time.Second
