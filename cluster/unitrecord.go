@@ -89,10 +89,14 @@ func (d *UnitRecord) Target(k int) string {
 
 // StartVersion is the version a slot claimed under d starts at (the step
 // machine's Start): its target, or the version the deployment comes from
-// when it has none (a failed deployment).
+// when it has none (a failed deployment); a revert that failed comes from
+// the version that failed, and its slots start at the one it reverts to.
 func (d *UnitRecord) StartVersion(k int) string {
 	if v := d.Target(k); v != "" {
 		return v
+	}
+	if d.RevertOf > 0 {
+		return d.Version
 	}
 	return d.From
 }

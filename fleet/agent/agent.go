@@ -534,6 +534,12 @@ type Faults struct {
 	// once, its turn or not (tokens.go).
 	TokenHerd bool
 	NoRevert  bool // the judge fails a deployment without its auto_revert
+	// IgnoreUnhealthy: a break within min_healthy_time does not start the
+	// time over (InstanceUnhealthy ignored).
+	IgnoreUnhealthy bool
+	// NoProgressSkew: the judge fails a deployment on progress_deadline
+	// without ProgressSkew's margin (it judges ProgressSkew ahead).
+	NoProgressSkew bool
 	// The controls (ops.go): claims ignore pauses; takeovers ignore the
 	// storm brake; a drain says done as soon as it starts.
 	IgnorePause, IgnoreBrake, DrainDoneEarly bool

@@ -150,6 +150,10 @@ type JudgeInput struct {
 	Now    time.Time
 	// Revert: auto_revert may act (deploys not paused).
 	Revert bool
+	// Progress: the latest HealthyAt at d's version the judge saw in
+	// the views before this one (a status gone since, its hold ended,
+	// still was progress); zero: none.
+	Progress time.Time
 }
 
 // ProgressSkew is the margin the judge gives progress_deadline, computed
@@ -168,7 +172,8 @@ const ProgressSkew = 2 * time.Second
 // when a slot's instance at d's version was not healthy within
 // healthy_deadline, or when no instance became healthy at d's version for
 // progress_deadline (plus ProgressSkew) since d started or the last one
-// did (a count no node can hold ends so); with the revert to Stable in
+// did (in this view or an earlier one: in.Progress; a count no node can
+// hold ends so); with the revert to Stable in
 // the same record when auto_revert (and Revert) says so. Successful once
 // every slot is healthy at d's version; promoted when its canaries are
 // healthy and auto_promote says so.
@@ -213,6 +218,9 @@ func JudgeUnit(d *Deployment, in JudgeInput) (*Deployment, string, time.Time) {
 		if k < d.Canaries {
 			canariesOK = false
 		}
+	}
+	if in.Progress.After(progress) {
+		progress = in.Progress
 	}
 	next := *d
 	if healthy == count {
@@ -369,6 +377,10 @@ type deployState struct {
 	busy   bool
 	holds  map[SlotID]*holdDeploy
 	moving map[string]*move
+	// progress: per unit, the latest HealthyAt at its running
+	// deployment's version this node saw while it judged it
+	// (JudgeInput.Progress).
+	progress map[string]judgeProgress
 	// unsaid: holds healthy at their version whose status does not say
 	// so yet (every hold says it, a deployment running or not: status's
 	// healthy count after a re-claim).
@@ -380,6 +392,11 @@ type deployState struct {
 	// per look (seq).
 	turns map[string]*tokenTurns
 	seq   uint64
+}
+
+type judgeProgress struct {
+	n  uint64 // the deployment
+	at time.Time
 }
 
 type move struct {
@@ -453,7 +470,7 @@ func healthyFrom(since, started, now time.Time) time.Time {
 func (a *Agent) deps() *deployState {
 	if a.dep == nil {
 		a.dep = &deployState{views: map[string]*DeployView{}, holds: map[SlotID]*holdDeploy{}, moving: map[string]*move{},
-			unsaid: map[SlotID]bool{}}
+			unsaid: map[SlotID]bool{}, progress: map[string]judgeProgress{}}
 	}
 	return a.dep
 }
@@ -539,7 +556,7 @@ func (a *Agent) stepDeploy(now time.Time, in any, out []any) []any {
 		}
 	case InstanceUnhealthy:
 		hd := d.holds[in.Slot]
-		if hd == nil || hd.version != in.Version || hd.healthySince.IsZero() || !hd.lasted.IsZero() {
+		if hd == nil || hd.version != in.Version || hd.healthySince.IsZero() || !hd.lasted.IsZero() || a.cfg.Faults.IgnoreUnhealthy {
 			break
 		}
 		if due := hd.healthySince.Add(a.minHealthyFor(in.Slot.Unit)); !now.Before(due) {
@@ -813,6 +830,7 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 	for i, unit := range d.units {
 		v := d.list[i]
 		if v.Record == nil || v.Record.Status != cluster.DeployRunning {
+			delete(d.progress, unit)
 			continue
 		}
 		u, ok := a.units[unit]
@@ -829,6 +847,23 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			// failed (count 1: nobody holds a slot) is judged.
 			continue
 		}
+		// The progress this judge saw: a slot healthy at the version
+		// whose status is gone since (its hold ended) made progress all
+		// the same.
+		p := d.progress[unit]
+		if p.n != v.Record.N {
+			p = judgeProgress{n: v.Record.N}
+		}
+		count := u.Count
+		if v.Record.Count > 0 {
+			count = v.Record.Count
+		}
+		for k, st := range v.Status {
+			if k < count && st.Version == v.Record.Version && st.HealthyAt != nil && st.HealthyAt.After(p.at) {
+				p.at = *st.HealthyAt
+			}
+		}
+		d.progress[unit] = p
 		m := d.moving[unit]
 		if m == nil {
 			m = &move{}
@@ -840,8 +875,15 @@ func (a *Agent) reconcileDeploy(now time.Time, out []any, at func(time.Time)) []
 			}
 			continue
 		}
-		next, what, wake := JudgeUnit(v.Record, JudgeInput{Unit: unit, Count: u.Count, Status: v.Status, Failed: failed, Now: now,
-			Revert: !a.cfg.Faults.NoRevert && !a.revertHeld(unit)})
+		judgeNow := now
+		if a.cfg.Faults.NoProgressSkew {
+			judgeNow = now.Add(ProgressSkew)
+		}
+		next, what, wake := JudgeUnit(v.Record, JudgeInput{Unit: unit, Count: u.Count, Status: v.Status, Failed: failed, Now: judgeNow,
+			Revert: !a.cfg.Faults.NoRevert && !a.revertHeld(unit), Progress: p.at})
+		if a.cfg.Faults.NoProgressSkew && !wake.IsZero() {
+			wake = wake.Add(-ProgressSkew)
+		}
 		if !wake.IsZero() && judge {
 			at(wake) // progress_deadline
 		}

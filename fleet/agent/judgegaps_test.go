@@ -168,3 +168,43 @@ func TestProgressDeadlineFailsTheDeployment(t *testing.T) {
 		t.Fatalf("not failed after the deadline: %+v %v", mv, acts)
 	}
 }
+
+// The judge's progress outlives the status that said it: a slot healthy
+// at the deployment's version whose status is gone since (its hold ended:
+// a scale-down, a drain, its node lost) still counts as progress, for the
+// judge that saw it (the simulator: a revert failed on progress_deadline
+// 3 s after a slot became healthy at it, the slot released since;
+// go run ./fleet/sim/cmd/sim -nodes 50 -units 10 -slots 10 -seeds 1 -seed 29 -deploys -ops -volumes -placement).
+// Mutation-checked: without the judge's memory (JudgeInput.Progress), the
+// first row fails the deployment.
+func TestProgressOutlivesItsStatus(t *testing.T) {
+	pd := time.Minute
+	healthy := t0.Add(30 * time.Second)
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		fail bool
+	}{
+		{"past the deadline from the start, not from the last progress", t0.Add(pd + ProgressSkew + time.Second), false},
+		{"past the deadline from the last progress", healthy.Add(pd + ProgressSkew + time.Second), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := running(2, "v1", "v2")
+			d.Update.AutoRevert, d.Update.ProgressDeadline = false, pd
+			m := holder(t, 3, 0)
+			m.now = t0.Add(time.Second)
+			m.step(deployView(10, d, nil, nil))
+			m.now = healthy.Add(time.Second)
+			at := healthy
+			m.step(deployView(11, d, map[int]Status{1: {HoldStatus: cluster.HoldStatus{Index: 99, Version: "v2", HealthyAt: &at}}}, nil))
+			m.now = healthy.Add(2 * time.Second)
+			m.step(deployView(12, d, nil, nil)) // slot 1's hold ended
+			m.now = tc.at
+			acts := m.step(Tick{})
+			mv, moved := find[MoveDeployment](acts)
+			if moved != tc.fail || (moved && mv.Next.Status != cluster.DeployFailed) {
+				t.Fatalf("at %v: moved %v (%+v), want failed %v", tc.at.Sub(t0), moved, mv.Next, tc.fail)
+			}
+		})
+	}
+}

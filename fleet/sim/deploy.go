@@ -13,7 +13,18 @@ package sim
 //     revert succeeds, and at the end);
 //   - never more than max_parallel instances of a unit down for an update
 //     at once (from the Update sent until the slot is published healthy,
-//     while its holder's session still holds the slot);
+//     while the session whose token covers it still holds the slot: an
+//     instance that breaks before min_healthy_time stays down until it
+//     is said healthy again; an orphan claimed back under a new session
+//     counts again once it holds a token again, markDown);
+//   - a healthy status says a time by which the instance had been said
+//     healthy for min_healthy_time without a break (health.go: a break
+//     within min_healthy_time starts the time over), and not a later one
+//     than its publish;
+//   - a deployment with a progress_deadline fails on it only once it went
+//     progress_deadline + agent.ProgressSkew without progress, and no
+//     later than progressSlack after its last progress's deadline beyond
+//     its judge's absence (progress.go);
 //   - the fencing token does not move across an update (the Update names
 //     the hold's token; the fenced writes go on with it);
 //   - every decision written (a record, a holder's status) has its audit
@@ -21,15 +32,18 @@ package sim
 //
 // The operator's deploys, each on its own unit: a rolling update; a
 // canary phase of 2 promoted by hand 4-8 s later; a bad version (its
-// instances never pass their checks) with auto_revert; and a rolling
+// instances never pass their checks) with auto_revert; a rolling
 // update followed, the moment its last instance is healthy, by another
 // deploy 0-20 ms later (a pipeline deploying again at once: the judge's
 // success and the operator's deploy race for the record, which the CAS
-// settles).
+// settles); and a stalled version (never healthy, no healthy_deadline,
+// progress_deadline 5 s, auto_revert: stallBlock). Instances said healthy
+// break now and then, for a while or for good (health.go).
 
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,12 +76,19 @@ type DeployStats struct {
 	// holders' turns avoid, fleet/agent/tokens.go); Returns,
 	// ReturnsRefused the same for their returns.
 	Takes, TakesRefused, Returns, ReturnsRefused int
+	// Breaks: instances said healthy that broke (health.go); BreaksDown:
+	// those down for an update then (their min_healthy_time counts
+	// again). ProgressFailed: deployments failed by progress_deadline.
+	Breaks, BreaksDown, ProgressFailed int
 }
 
 // deployBound: a deployment of a unit of count slots is terminal within
 // this long of its start: 20 s (a lost node's detection, a slot 0 to
 // claim again) plus 4 s per batch of max_parallel (an update's start,
 // min_healthy_time, and as much again for a revert): 40 s for 10 slots.
+// Unchanged by the health breaks: one within min_healthy_time delays its
+// batch by less than earlyBreakBy + earlyBreakFor (2.4 s), once per
+// instance, and the longest deployment in seeds 1-400 took 24.0 s.
 func deployBound(count int) time.Duration {
 	batches := (count + updateBlock.MaxParallel - 1) / updateBlock.MaxParallel
 	return 20*time.Second + time.Duration(batches)*4*time.Second
@@ -79,7 +100,25 @@ const healthyAfter = 300 * time.Millisecond
 
 var updateBlock = agent.UpdateBlock{MaxParallel: 2, AutoRevert: true, MinHealthyTime: time.Second, HealthyDeadline: 3 * time.Second}
 
-func badVersion(v string) bool { return strings.HasSuffix(v, "-bad") }
+// stallBlock: the stalled deploy's update block: no healthy_deadline, so
+// that only its progress_deadline fails it.
+var stallBlock = agent.UpdateBlock{MaxParallel: 2, AutoRevert: true, MinHealthyTime: time.Second, ProgressDeadline: 5 * time.Second}
+
+// neverHealthy: a bad version's instances ("-bad") never pass their
+// checks, nor a stalled one's ("-stall": no healthy_deadline, failed by
+// progress_deadline).
+func neverHealthy(v string) bool {
+	return strings.HasSuffix(v, "-bad") || strings.HasSuffix(v, "-stall")
+}
+
+// downBy: the node that took a slot down for an update, and the session
+// whose rollout token covers it (the Update's; after the node claimed
+// the slot back under a new session, that session's once it took a
+// token again).
+type downBy struct {
+	n    *node
+	sess string
+}
 
 type nodeUnit struct {
 	n    *node
@@ -109,6 +148,17 @@ type depTrack struct {
 	// failed: versions a deployment of the unit failed at with auto_revert
 	// asked; no instance may stay on them.
 	failed map[string]bool
+	// Per deployment with a progress_deadline (pd): its version, its last
+	// progress (its start, or the latest HealthyAt at its version a
+	// holder's status said), and how long its judge was absent (no live
+	// holder of slot 0 that reaches a leader, sampled every judgeSample).
+	pd        map[uint64]time.Duration
+	pdVersion map[uint64]string
+	progress  map[uint64]time.Duration
+	judgeless map[uint64]time.Duration
+	// points: its start and every HealthyAt at its version (no sooner
+	// than its start), as written.
+	points map[uint64][]progressPoint
 }
 
 type simDeploy struct {
@@ -116,11 +166,18 @@ type simDeploy struct {
 	cache map[string]*agent.DeployView
 	track map[string]*depTrack
 	// down: slots whose instance is down for an update, by holder.
-	down     map[agent.SlotID]*node
+	down     map[agent.SlotID]downBy
 	auditSeq uint64
 	// race: the unit whose next deploy follows its last healthy instance.
 	race      string
 	raceFired bool
+	// hrng: the source of the health breaks and of the stalled deploy's
+	// time (health.go), apart from the scheduler's; breaks: how many so
+	// far.
+	hrng   *rand.Rand
+	breaks int
+	// sampling: the judges' absence is being sampled (progressTick).
+	sampling bool
 }
 
 func (s *Sim) deploySetup() {
@@ -128,14 +185,16 @@ func (s *Sim) deploySetup() {
 		return
 	}
 	s.dep = &simDeploy{watch: map[nodeUnit]*deployWatch{}, cache: map[string]*agent.DeployView{}, track: map[string]*depTrack{},
-		down: map[agent.SlotID]*node{}}
+		down: map[agent.SlotID]downBy{}, hrng: rand.New(rand.NewPCG(s.cfg.Seed, 0x627265616b))}
 	for _, u := range s.units {
 		d := agent.Deployment{N: 1, Version: "v1", From: "v1", Stable: "v1", Status: cluster.DeploySuccessful, Update: updateBlock, Started: s.wall()}
 		b, _ := json.Marshal(d)
 		_, err := s.store.Put(s.wall(), agent.RecordKey(u.Name), b, 0)
 		must(err)
 		s.dep.track[u.Name] = &depTrack{lastN: 1, lastStatus: d.Status, started: map[uint64]time.Duration{1: 0}, status: map[uint64]string{},
-			terminal: map[uint64]bool{1: true}, flagged: map[uint64]bool{}, failed: map[string]bool{}, short: map[uint64]time.Duration{}}
+			terminal: map[uint64]bool{1: true}, flagged: map[uint64]bool{}, failed: map[string]bool{}, short: map[uint64]time.Duration{},
+			pd: map[uint64]time.Duration{}, pdVersion: map[uint64]string{}, progress: map[uint64]time.Duration{}, judgeless: map[uint64]time.Duration{},
+			points: map[uint64][]progressPoint{}}
 	}
 	for _, n := range s.nodes {
 		for _, id := range sortedSlots(n.inst) {
@@ -161,7 +220,7 @@ func (s *Sim) deployStart(n *node, warm bool) {
 		return
 	}
 	for id, dn := range s.dep.down {
-		if dn == n {
+		if dn.n == n {
 			delete(s.dep.down, id)
 		}
 	}
@@ -171,21 +230,21 @@ func (s *Sim) deployStart(n *node, warm bool) {
 	}
 	if warm {
 		for _, id := range sortedSlots(n.inst) {
-			s.step(n, agent.InstanceHealthy{Slot: id, Version: n.inst[id].version})
+			s.reportHealthy(n, id, n.inst[id], n.inst[id].version, placedOdds)
 		}
 	}
 }
 
 // afterStart: a good version's instance passes its checks healthyAfter
-// later.
+// later (and may break then: health.go).
 func (s *Sim) afterStart(n *node, id agent.SlotID, version string) {
-	if s.dep == nil || badVersion(version) {
+	if s.dep == nil || neverHealthy(version) {
 		return
 	}
 	gen, inst := n.gen, n.inst[id]
 	s.at(healthyAfter, func() {
 		if n.gen == gen && inst != nil && n.inst[id] == inst && inst.running {
-			s.step(n, agent.InstanceHealthy{Slot: id, Version: version})
+			s.reportHealthy(n, id, inst, version, startedOdds)
 		}
 	})
 }
@@ -281,6 +340,9 @@ func (s *Sim) deployCommits(commits []consulmodel.Commit) {
 			if tail != "record" && !strings.HasPrefix(tail, "status/") {
 				continue
 			}
+			if tail != "record" {
+				s.statusProgress(unit, k, c.Index)
+			}
 			if e, _, _ := s.store.Get(k, true); e != nil && e.ModifyIndex == c.Index && !audited {
 				s.violate("%s written without its audit record in the same transaction", k)
 			}
@@ -306,7 +368,7 @@ func (s *Sim) deployCommits(commits []consulmodel.Commit) {
 			}
 			if ok {
 				s.dep.raceFired = true
-				s.at(time.Duration(s.rng.Int64N(int64(20*time.Millisecond))), func() { s.deploy(u, "v3", 0) })
+				s.at(time.Duration(s.rng.Int64N(int64(20*time.Millisecond))), func() { s.deploy(u, "v3", 0, updateBlock) })
 			}
 		}
 	}
@@ -341,6 +403,14 @@ func (s *Sim) checkRecord(unit string) {
 		if _, ok := t.started[d.N]; !ok {
 			t.started[d.N] = s.now
 		}
+		if pd := d.Update.ProgressDeadline; pd > 0 && d.Status == cluster.DeployRunning {
+			t.pd[d.N], t.pdVersion[d.N], t.progress[d.N] = pd, d.Version, d.Started.Sub(epoch)
+			t.points[d.N] = []progressPoint{{at: t.progress[d.N], seen: -time.Hour}}
+			if !s.dep.sampling {
+				s.dep.sampling = true
+				s.at(judgeSample, s.progressTick)
+			}
+		}
 	}
 	if d.Promoted && !t.lastPromoted && d.N == t.lastN && d.Canaries > 0 {
 		s.res.Deploys.Promotes++
@@ -349,12 +419,14 @@ func (s *Sim) checkRecord(unit string) {
 		s.res.Deploys.Reverts++
 	}
 	if e := d.Ended; e != nil {
+		s.progressEnded(unit, t, e.N, e.Status, e.Reason)
 		s.ended(t, e.N, e.Status)
 		if e.Status == cluster.DeployFailed {
 			t.failed[e.Version] = true
 		}
 	}
 	if agent.Terminal(d.Status) {
+		s.progressEnded(unit, t, d.N, d.Status, d.Reason)
 		s.ended(t, d.N, d.Status)
 		if d.Status == cluster.DeployFailed && d.Update.AutoRevert && d.Stable != "" && d.Stable != d.Version && !s.deploysPaused(unit) {
 			// Failed with auto_revert asked and a stable version to go
@@ -389,10 +461,11 @@ func (s *Sim) ended(t *depTrack, n uint64, status string) {
 func (s *Sim) checkReverted(unit string, end bool) {
 	t := s.dep.track[unit]
 	for _, n := range s.nodes {
-		// A node cut off from the servers hears of no revert: its orphan
-		// of a non-exclusive slot runs on until it is healed and sees the
+		// A node cut off from the servers, or whose server is on the
+		// minority side, hears of no revert: its orphan of a
+		// non-exclusive slot runs on until it is healed and sees the
 		// slot's new holder (checked at the end).
-		if !n.alive || !n.up || (n.cut && !end) {
+		if !n.alive || !n.up || (!n.watched() && !end) {
 			continue
 		}
 		for _, id := range sortedSlots(n.inst) {
@@ -407,14 +480,32 @@ func (s *Sim) checkReverted(unit string, end bool) {
 	}
 }
 
-// markDown: n takes slot id down for an update; never more than
-// max_parallel of a unit at once (counting the slots whose holder's
-// session still holds them).
-func (s *Sim) markDown(n *node, id agent.SlotID) {
-	s.dep.down[id] = n
+// markDown: n takes slot id down for an update under session sess;
+// never more than max_parallel of a unit at once, counting the slots
+// whose token's session still holds them. An orphan claimed back under a
+// new session while down for an update (its token gone with the old
+// session) counts again once it holds a token again (downAgain): in
+// between it is down without one, as agent's retake says, while another
+// holder may have taken the token its old session lost (seed 114 of
+// TestSimulation's config: the stalled deploy's judge on the minority
+// side of a partition, its token given to another slot meanwhile).
+func (s *Sim) markDown(n *node, id agent.SlotID, sess string) {
+	s.dep.down[id] = downBy{n, sess}
+	s.checkDown(id.Unit)
+}
+
+// downAgain: n holds a rollout token for slot id under sess again.
+func (s *Sim) downAgain(n *node, id agent.SlotID, sess string) {
+	if dn, ok := s.dep.down[id]; ok && dn.n == n && dn.sess != sess {
+		s.dep.down[id] = downBy{n, sess}
+		s.checkDown(id.Unit)
+	}
+}
+
+func (s *Sim) checkDown(unit string) {
 	count := 0
 	for did, dn := range s.dep.down {
-		if did.Unit != id.Unit || !dn.alive || !dn.up {
+		if did.Unit != unit || !dn.n.alive || !dn.n.up {
 			continue
 		}
 		if e, _, _ := s.store.Get(did.Key(), true); e != nil && e.Session == dn.sess {
@@ -422,12 +513,12 @@ func (s *Sim) markDown(n *node, id agent.SlotID) {
 		}
 	}
 	if max := updateBlock.MaxParallel; count > max {
-		s.violate("unit %s: %d instances down for an update at once, max_parallel %d", id.Unit, count, max)
+		s.violate("unit %s: %d instances down for an update at once, max_parallel %d", unit, count, max)
 	}
 }
 
 func (s *Sim) deployStopped(n *node, id agent.SlotID) {
-	if s.dep != nil && s.dep.down[id] == n {
+	if s.dep != nil && s.dep.down[id].n == n {
 		delete(s.dep.down, id)
 	}
 }
@@ -463,6 +554,7 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 			if err != nil || !r.OK {
 				return agent.TokenDone{Slot: a.Slot, T: a.T}
 			}
+			s.downAgain(n, a.Slot, a.Session)
 			return agent.TokenDone{Slot: a.Slot, T: a.T, OK: true, Index: r.Results[1].ModifyIndex}
 		}, func() any { return agent.TokenDone{Slot: a.Slot, T: a.T} })
 	case agent.ReturnToken:
@@ -482,7 +574,7 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 		if old := n.inst[a.Slot]; old != nil && old.index != a.Index && !old.reclaimed {
 			s.violate("slot %s on %s: the fencing token moved across an update (%d -> %d)", a.Slot, n.name, old.index, a.Index)
 		}
-		s.markDown(n, a.Slot)
+		s.markDown(n, a.Slot, a.Session)
 		s.res.Deploys.Updates++
 		if inst := n.inst[a.Slot]; inst != nil {
 			inst.running = false
@@ -503,6 +595,7 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 		})
 	case agent.Publish:
 		s.note("%s publish %s %s healthy=%v failed=%q", n.name, a.Slot, a.Status.Version, a.Status.HealthyAt != nil, a.Status.Failed)
+		s.checkStreak(n, a)
 		if a.Status.HealthyAt != nil {
 			s.deployStopped(n, a.Slot)
 		}
@@ -544,7 +637,12 @@ func (s *Sim) actDeploy(n *node, a any) bool {
 				ops = append(ops, s.auditOp(n.name, a.Also))
 			}
 		}
+		drop := s.cfg.ExecFaults.DropProgressFail && (strings.Contains(a.Next.Reason, "progress_deadline") ||
+			(a.Next.Ended != nil && strings.Contains(a.Next.Ended.Reason, "progress_deadline")))
 		s.rpc(n, func() any {
+			if drop {
+				return agent.MoveDone{Unit: a.Unit}
+			}
 			r, err := s.store.KVTxn(s.wall(), ops)
 			return agent.MoveDone{Unit: a.Unit, OK: err == nil && r.OK}
 		}, func() any { return agent.MoveDone{Unit: a.Unit} })
@@ -572,27 +670,34 @@ func (s *Sim) operator() {
 	order := s.rng.Perm(len(s.units))
 	at := func() time.Duration { return time.Second + time.Duration(s.rng.Int64N(int64(11*time.Second))) }
 	rolling, canary, bad, race := s.units[order[0]].Name, s.units[order[1]].Name, s.units[order[2]].Name, s.units[order[3]].Name
-	s.at(at(), func() { s.deploy(rolling, "v2", 0) })
+	s.at(at(), func() { s.deploy(rolling, "v2", 0, updateBlock) })
 	t, promote := at(), time.Duration(4+s.rng.IntN(5))*time.Second
 	s.at(t, func() {
-		s.deploy(canary, "v2", 2)
+		s.deploy(canary, "v2", 2, updateBlock)
 		s.at(promote, func() { s.promote(canary, 2) })
 	})
-	s.at(at(), func() { s.deploy(bad, "v2-bad", 0) })
+	s.at(at(), func() { s.deploy(bad, "v2-bad", 0, updateBlock) })
 	s.dep.race = race
-	s.at(at(), func() { s.deploy(race, "v2", 0) })
+	s.at(at(), func() { s.deploy(race, "v2", 0, updateBlock) })
+	if len(s.units) < 5 {
+		return
+	}
+	// Drawn from the breaks' source: the scheduler's draws stay as they
+	// were.
+	stall := s.units[order[4]].Name
+	s.at(time.Second+time.Duration(s.dep.hrng.Int64N(int64(11*time.Second))), func() { s.deploy(stall, "v2-stall", 0, stallBlock) })
 }
 
 // deploy is the operator's deploy: the next record, CAS on the current
 // one, with its audit record; a running deployment is cancelled by it.
-func (s *Sim) deploy(unit, version string, canaries int) {
+func (s *Sim) deploy(unit, version string, canaries int, up agent.UpdateBlock) {
 	e, _, _ := s.store.Get(agent.RecordKey(unit), true)
 	var cur agent.Deployment
 	if e == nil || json.Unmarshal(e.Value, &cur) != nil {
 		return
 	}
 	next := agent.Deployment{N: cur.N + 1, Version: version, Stable: cur.Stable, Status: cluster.DeployRunning, Canaries: canaries,
-		Promoted: canaries == 0, Update: updateBlock, Started: s.wall(), From: cur.Stable}
+		Promoted: canaries == 0, Update: up, Started: s.wall(), From: cur.Stable}
 	if cur.Status == cluster.DeploySuccessful {
 		next.From = cur.Version
 	}
@@ -600,7 +705,7 @@ func (s *Sim) deploy(unit, version string, canaries int) {
 		next.Ended = &agent.Outcome{N: cur.N, Version: cur.Version, Status: cluster.DeployCancelled,
 			Reason: fmt.Sprintf("superseded by deployment %d", next.N)}
 	}
-	s.operatorWrite(unit, e.ModifyIndex, next, "deploy", func() { s.deploy(unit, version, canaries) })
+	s.operatorWrite(unit, e.ModifyIndex, next, "deploy", func() { s.deploy(unit, version, canaries, up) })
 }
 
 // promote ends deployment n's canary phase (CAS on the record).

@@ -32,7 +32,7 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 		Units:         fs.Int("units", 0, "units (default nodes/10, at least 10)"),
 		Slots:         fs.Int("slots", 0, "slots per unit (default 100, at most nodes/2)"),
 		Chaos:         fs.Bool("chaos", true, "mariposa kills, a cut-off node and lost answers besides the loss"),
-		Deploys:       fs.Bool("deploys", false, "an operator's deploys from the seed: rolling, canary + promote, a bad version auto-reverted, a deploy racing the judge"),
+		Deploys:       fs.Bool("deploys", false, "an operator's deploys from the seed: rolling, canary + promote, a bad version auto-reverted, a deploy racing the judge, a stalled version failed on progress_deadline; instances breaking after they were healthy"),
 		Settle:        fs.Duration("settle", 0, "how long after the loss the run goes on (default 60s)"),
 		Ops:           fs.Bool("ops", false, "operator actions (pause, resume, drain) and the takeover budget; 30% of the nodes lost"),
 		Storm:         fs.Bool("storm", false, "the storm brake's scenario: 60% of the nodes lost, resumed 20 s later"),

@@ -121,6 +121,9 @@ type ExecFaults struct {
 	// without their audit record; PublishInHeldKey: a holder's status
 	// write also writes its held lock key (the fencing token moves).
 	NoDeployCAS, NoAudit, PublishInHeldKey bool
+	// DropProgressFail: the judge's moves that fail a deployment on
+	// progress_deadline are refused, never applied.
+	DropProgressFail bool
 	// NoBudgetCAS: a takeover's claim sets control/takeovers instead of
 	// compare-and-setting it.
 	NoBudgetCAS bool
@@ -300,6 +303,10 @@ type instance struct {
 	// runs on with the token it started with, and its next update starts
 	// it with the new one.
 	reclaimed bool
+	// spans: when the node's supervisor said it healthy and, once it
+	// broke, until when (health.go); broken: it is not healthy now.
+	spans  []span
+	broken bool
 }
 
 type node struct {

@@ -33,6 +33,7 @@ func config(seed uint64) Config {
 // the judge); every invariant checked at every step.
 func TestSimulation(t *testing.T) {
 	var vols VolumeStats
+	var breaks, breaksDown int
 	for seed := uint64(1); seed <= uint64(*seeds); seed++ {
 		r := Run(config(seed))
 		vols.Add(r.Volumes)
@@ -46,12 +47,22 @@ func TestSimulation(t *testing.T) {
 			t.Fatalf("seed %d: nothing was lost or recovered: %+v", seed, r)
 		}
 		// Every deploy happened and ended: the bad version failed and was
-		// reverted, the canary phase was promoted, the rest succeeded.
+		// reverted, the stalled one failed on progress_deadline and was
+		// reverted, the canary phase was promoted, the rest succeeded (a
+		// revert may fail on progress_deadline too, a slot of its unit
+		// held by no node for longer: twice in seeds 1-300).
 		d := r.Deploys
-		if *deploys && (d.Reverts != 1 || d.Promotes != 1 || d.Outcomes["failed"] != 1 || d.Outcomes["running"] != 0 || d.Outcomes["successful"] < 4 || d.Updates < 20) {
+		if *deploys && (d.Reverts != 2 || d.Promotes != 1 || d.ProgressFailed < 1 || d.Outcomes["failed"] != 1+d.ProgressFailed || d.Outcomes["running"] != 0 || d.Outcomes["successful"] < 5 || d.Updates < 20) {
 			t.Fatalf("seed %d: the deployments did not all happen: %+v", seed, d)
 		}
+		breaks += d.Breaks
+		breaksDown += d.BreaksDown
 	}
+	// Instances broke, some while down for an update (health.go).
+	if *deploys && (breaks == 0 || breaksDown == 0) {
+		t.Fatalf("no health break (%d), or none during a rollout (%d)", breaks, breaksDown)
+	}
+	t.Logf("health breaks: %d, %d of them down for an update", breaks, breaksDown)
 	// The volumes' invariants were exercised: graceful handoffs restored
 	// by the next holders, and holders lost without one.
 	if *volumes && (vols.Handoffs == 0 || vols.FromHandoff == 0 || vols.Unplanned == 0) {
@@ -119,6 +130,13 @@ func TestSimulationCatchesMutations(t *testing.T) {
 		// Deployments.
 		{"updates without a rollout token", func(c *Config) { c.Faults.NoToken = true }, "down for an update at once"},
 		{"failed without its auto_revert", func(c *Config) { c.Faults.NoRevert = true }, "on the failed version"},
+		// Health breaks (health.go): a break within min_healthy_time
+		// that does not start the time over.
+		{"a break within min_healthy_time ignored", func(c *Config) { c.Faults.IgnoreUnhealthy = true }, "not healthy without a break for min_healthy_time"},
+		// progress_deadline (progress.go): the judge fails too early, or
+		// its failure never lands.
+		{"progress_deadline without its skew", func(c *Config) { c.Faults.NoProgressSkew = true }, "never went longer than"},
+		{"progress_deadline's failure never written", func(c *Config) { c.ExecFaults.DropProgressFail = true }, ") not failed "},
 		{"the judge's write without its CAS", func(c *Config) { c.ExecFaults.NoDeployCAS = true }, "deployment record of"},
 		{"decisions without their audit record", func(c *Config) { c.ExecFaults.NoAudit = true }, "without its audit record"},
 		{"a holder's status written into its lock key", func(c *Config) { c.ExecFaults.PublishInHeldKey = true }, "token moved"},

@@ -276,8 +276,13 @@ func (s *Sim) volStart(n *node, a agent.Start) {
 		s.violate("slot %s: %s starts its instance (token %d) before its restore is done", a.Slot, n.name, a.Index)
 		return
 	}
+	// An update in place starts the hold's instance again on the data
+	// its restore chose: whether a handoff was lost was judged at the
+	// hold's first start (the handoff's node may serve again only since:
+	// seed 136 of TestSimulation's config, a revert after its restart).
+	again := s.vol.ran[k] == a.Index
 	s.vol.ran[k] = a.Index
-	if g, ok := s.vol.graceful[a.Slot]; ok && r.from < g.gen && serves(g.node) {
+	if g, ok := s.vol.graceful[a.Slot]; ok && !again && r.from < g.gen && serves(g.node) {
 		s.violate("slot %s: the handoff of generation %d by %s is lost: %s starts from generation %d", a.Slot, g.gen, g.node.name, n.name, r.from)
 	}
 }

@@ -82,6 +82,9 @@ func main() {
 		deps.TakesRefused += r.Deploys.TakesRefused
 		deps.Returns += r.Deploys.Returns
 		deps.ReturnsRefused += r.Deploys.ReturnsRefused
+		deps.Breaks += r.Deploys.Breaks
+		deps.BreaksDown += r.Deploys.BreaksDown
+		deps.ProgressFailed += r.Deploys.ProgressFailed
 		deps.Longest = max(deps.Longest, r.Deploys.Longest)
 		for k, n := range r.Deploys.Outcomes {
 			if deps.Outcomes == nil {
@@ -122,6 +125,8 @@ func main() {
 		fmt.Printf("rollout tokens: %d taken of %d asked (%d refused, %.2f per instance updated), %d returns (%d refused, %.2f per instance updated)\n",
 			deps.Takes-deps.TakesRefused, deps.Takes, deps.TakesRefused, float64(deps.TakesRefused)/float64(max(1, deps.Updates)),
 			deps.Returns, deps.ReturnsRefused, float64(deps.ReturnsRefused)/float64(max(1, deps.Updates)))
+		fmt.Printf("health: %d instances broke after they were said healthy (%d of them down for an update); %d deployments failed on progress_deadline\n",
+			deps.Breaks, deps.BreaksDown, deps.ProgressFailed)
 	}
 	if *volumes {
 		fmt.Printf("volumes: %s\n", vols)
