@@ -86,6 +86,18 @@ type Handoff struct {
 	Restored *HandoffAck `json:"restored,omitempty"`
 }
 
+// plannedFor: h is the handoff left for the term of lockIndex and fencing
+// index term: written by the term just before it (its lock index one
+// less), and restored by no other term.
+func (h *Handoff) plannedFor(lockIndex, term uint64) bool {
+	return h.LockIndex+1 == lockIndex && (h.Restored == nil || h.Restored.TermIndex == term)
+}
+
+// PlannedFor is plannedFor, for the step machine's executor and the
+// simulator: a holder whose volumes were never ready passes on only a
+// handoff planned for its term.
+func (h *Handoff) PlannedFor(lockIndex, term uint64) bool { return h.plannedFor(lockIndex, term) }
+
 // HandoffAck says which holder restored a handoff.
 type HandoffAck struct {
 	Node      string    `json:"node"`
@@ -126,8 +138,10 @@ const (
 // and the generation of its own copy of the volumes.
 type dataCandidates struct {
 	Self string
-	// LockIndex is this node's term's (the slot key's LockIndex).
+	// LockIndex is this node's term's (the slot key's LockIndex); Term
+	// its fencing index (0: unknown).
 	LockIndex uint64
+	Term      uint64
 	// PrevNode held the slot before this node claimed it ("" for none).
 	PrevNode string
 	Handoff  *Handoff // nil: none, or one that cannot be read
@@ -142,10 +156,17 @@ type dataCandidates struct {
 // (written by the holder just before this one, whose lock_index is one
 // less than this term's) is the newest data there is, and this node keeps
 // its own copy only when that copy is of the handoff's generation.
+//
+// A handoff another term has restored is not planned for this one, though
+// the lock indexes say so: that term ran from the data and moved it on,
+// and a slot key deleted with its holder's session starts its LockIndex
+// over, so a later term can have the one after the handoff's (simulator
+// seed 323: every later holder fetched the stale handoff from a node that
+// served it no more, and the slot never ran again).
 func chooseData(c dataCandidates) (dataChoice, string) {
 	ho := c.Handoff
 	switch {
-	case ho != nil && ho.LockIndex+1 == c.LockIndex:
+	case ho != nil && ho.plannedFor(c.LockIndex, c.Term):
 		switch {
 		case c.Local != 0 && c.Local == ho.TermIndex:
 			return dataKeep, fmt.Sprintf("kept this node's data: it is the handoff's generation (%d)", c.Local)

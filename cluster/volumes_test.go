@@ -57,12 +57,22 @@ func TestChooseData(t *testing.T) {
 	}
 	fw := ho("n2", 7, 40)
 	fw.ForwardedBy = "n1"
+	// n4's term (fencing index 521) restored n2's handoff and ran; then
+	// its session went, deleting the slot key, whose LockIndex started
+	// over: the next term's is again the handoff's plus one.
+	consumed := ho("n2", 1, 221)
+	consumed.Restored = &HandoffAck{Node: "n4", TermIndex: 521}
 	for _, tc := range []struct {
 		name string
 		in   dataCandidates
 		want dataChoice
 	}{
 		{"first holder", dataCandidates{Self: "n1", LockIndex: 1}, dataEmpty},
+		// Simulator seed 323: not planned for a later term (on_missing),
+		// however the lock indexes line up; planned still for the term
+		// that acknowledged it (its restore again).
+		{"restored by an earlier term, the key recreated since", dataCandidates{Self: "n3", LockIndex: 2, Term: 900, PrevNode: "n4", Handoff: consumed}, dataUnplanned},
+		{"restored by this term", dataCandidates{Self: "n4", LockIndex: 2, Term: 521, PrevNode: "n2", Handoff: consumed}, dataRestore},
 		{"planned from another node", dataCandidates{Self: "n3", LockIndex: 6, PrevNode: "n2", Handoff: ho("n2", 5, 50), Local: 30}, dataRestore},
 		{"planned, no copy here", dataCandidates{Self: "n3", LockIndex: 6, PrevNode: "n2", Handoff: ho("n2", 5, 50)}, dataRestore},
 		// Issue 25: this node handed off generation 30 long ago; the

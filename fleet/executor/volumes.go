@@ -271,7 +271,7 @@ func (e *Executor) readyVolumes(ctx context.Context, a agent.Restore) (note, fro
 			prev = "(an earlier holder)"
 		}
 	}
-	choice, why := cluster.ChooseData(cluster.DataCandidates{Self: e.cfg.Node, LockIndex: key.LockIndex, PrevNode: prev, Handoff: ho, Local: local})
+	choice, why := cluster.ChooseData(cluster.DataCandidates{Self: e.cfg.Node, LockIndex: key.LockIndex, Term: a.Index, PrevNode: prev, Handoff: ho, Local: local})
 	switch choice {
 	case cluster.DataEmpty:
 	case cluster.DataKeep:
@@ -414,7 +414,7 @@ func (e *Executor) handoffValue(ctx context.Context, a agent.PushHandoff, lockIn
 		if err != nil {
 			return nil, "", err
 		}
-		if ho == nil || ho.LockIndex+1 != lockIndex {
+		if ho == nil || !ho.PlannedFor(lockIndex, a.Index) {
 			return nil, "its volumes were never ready here, and there is no handoff of its data to pass on", nil
 		}
 		fw := *ho

@@ -158,7 +158,7 @@ func (s *Sim) restore(n *node, a agent.Restore) {
 		if c, _, _ := s.store.Get(a.Slot.ClaimedKey(), false); ho != nil || local != 0 || c != nil && c.CreateIndex < a.Index {
 			prev = "?" // held before, by whom the sim's agent does not say (the executor's rule)
 		}
-		choice, _ := cluster.ChooseData(cluster.DataCandidates{Self: n.name, LockIndex: e.LockIndex, PrevNode: prev, Handoff: ho, Local: local})
+		choice, _ := cluster.ChooseData(cluster.DataCandidates{Self: n.name, LockIndex: e.LockIndex, Term: a.Index, PrevNode: prev, Handoff: ho, Local: local})
 		var from uint64
 		switch choice {
 		case cluster.DataEmpty:
@@ -172,6 +172,7 @@ func (s *Sim) restore(n *node, a agent.Restore) {
 			}
 			from = ho.TermIndex
 			s.res.Volumes.FromHandoff++
+			s.ackHandoff(n, a, ho)
 		default:
 			// on_missing = "latest": the newest copy that can be reached.
 			s.res.Volumes.Unplanned++
@@ -188,6 +189,29 @@ func (s *Sim) restore(n *node, a agent.Restore) {
 	})
 }
 
+// ackHandoff writes the restore's acknowledgement into the handoff it
+// restored (its Restored, CAS on the handoff, with the slot's session
+// checked), as the executor writes it with the restore's record: the
+// handoff is then not planned for a later term (cluster's plannedFor).
+func (s *Sim) ackHandoff(n *node, a agent.Restore, ho *cluster.Handoff) {
+	key := cluster.HandoffKey(a.Slot.Unit, a.Slot.K)
+	he, _, _ := s.store.Get(key, false)
+	if he == nil {
+		return
+	}
+	acked := *ho
+	acked.Restored = &cluster.HandoffAck{Node: n.name, TermIndex: a.Index, At: s.wall()}
+	b, err := json.Marshal(acked)
+	if err != nil {
+		panic(err)
+	}
+	r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{
+		{Verb: api.KVCheckSession, Key: a.Slot.Key(), Session: a.Session},
+		{Verb: api.KVCAS, Key: key, Value: b, Index: he.ModifyIndex},
+	})
+	s.countTxn(r, err)
+}
+
 func (s *Sim) pushHandoff(n *node, a agent.PushHandoff) {
 	s.note("%s push handoff %s ready=%v", n.name, a.Slot, a.Ready)
 	s.rpc(n, func() any {
@@ -201,7 +225,7 @@ func (s *Sim) pushHandoff(n *node, a agent.PushHandoff) {
 				Volumes: map[string]volume.Meta{"data": {SHA256: simSHA, Size: 1}}}
 		} else {
 			old := s.readHandoff(a.Slot)
-			if old == nil || old.LockIndex+1 != e.LockIndex {
+			if old == nil || !old.PlannedFor(e.LockIndex, a.Index) {
 				return agent.HandoffDone{Slot: a.Slot, OK: true, Note: "nothing to pass on"}
 			}
 			ho = *old
