@@ -78,10 +78,13 @@ func TestSimulation(t *testing.T) {
 //     with the session, started its LockIndex over), and its node served
 //     it no more: the slot never ran again (cluster's plannedFor).
 //     Mutation check: plannedFor without its Restored test fails it.
+//   - ops 97: a false alarm of the volumes' invariant: a graceful handoff
+//     counted as lost after its restorer ran from it and was lost in turn
+//     (the next holder applies on_missing then; volumes.go volStart).
 func TestSimulationPinnedSeeds(t *testing.T) {
-	for _, seed := range []uint64{323} {
-		for _, v := range Run(config(seed)).Violations {
-			t.Errorf("%s (replay: %s)", v, config(seed).Replay())
+	for _, c := range []Config{config(323), opsConfig(97)} {
+		for _, v := range Run(c).Violations {
+			t.Errorf("%s (replay: %s)", v, c.Replay())
 		}
 	}
 }

@@ -32,7 +32,9 @@ import (
 //     with a generation at least the one its last graceful holder (one
 //     that released the slot after its instance ran) had, unless that
 //     holder no longer serves it (its node or its mariposa is down: the
-//     data is there, unreachable, and on_missing applies).
+//     data is there, unreachable, and on_missing applies); once an
+//     instance has started from it, it is delivered (a later loss is an
+//     unplanned one).
 //
 // A slot whose data waits on a holder that no longer serves it may stay
 // without an instance (its restores fail and pass the handoff on): the
@@ -308,6 +310,13 @@ func (s *Sim) volStart(n *node, a agent.Start) {
 	s.vol.ran[k] = a.Index
 	if g, ok := s.vol.graceful[a.Slot]; ok && !again && r.from < g.gen && serves(g.node) {
 		s.violate("slot %s: the handoff of generation %d by %s is lost: %s starts from generation %d", a.Slot, g.gen, g.node.name, n.name, r.from)
+	} else if ok && r.from >= g.gen {
+		// Delivered: an instance runs from the handoff's data (or newer),
+		// which its old holder serves no more once restored. A later loss
+		// of this holder is an unplanned one (on_missing), not this
+		// handoff's (-ops seed 97: the restorer, lost, and the next holder
+		// started from what on_missing found).
+		delete(s.vol.graceful, a.Slot)
 	}
 }
 
