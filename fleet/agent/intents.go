@@ -150,9 +150,11 @@ func (a *Agent) reconcileQueue(out []any) []any {
 	}
 	for _, id := range ids {
 		h := a.held[id]
-		if h.phase == Claiming || h.phase == Releasing || h.lost {
-			// No instance, or one on its way out: the next one is told
-			// afresh.
+		if h.phase == Claiming || h.phase == Restoring || h.phase == Releasing || h.lost {
+			// No instance (none before its volumes are ready), or one on
+			// its way out: the next one is told afresh (simulator -ops
+			// seeds 206 and 282: told while restoring, its instance started
+			// unheld).
 			delete(a.pq.told, id)
 			continue
 		}

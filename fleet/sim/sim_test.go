@@ -81,8 +81,11 @@ func TestSimulation(t *testing.T) {
 //   - ops 97: a false alarm of the volumes' invariant: a graceful handoff
 //     counted as lost after its restorer ran from it and was lost in turn
 //     (the next holder applies on_missing then; volumes.go volStart).
+//   - ops 206, 282: an instance whose volumes were being readied when a
+//     pause of scope all came was told to hold its restarts before it
+//     existed, and ran unheld (fleet/agent's reconcileQueue).
 func TestSimulationPinnedSeeds(t *testing.T) {
-	for _, c := range []Config{config(323), opsConfig(97)} {
+	for _, c := range []Config{config(323), opsConfig(97), opsConfig(206), opsConfig(282)} {
 		for _, v := range Run(c).Violations {
 			t.Errorf("%s (replay: %s)", v, c.Replay())
 		}
