@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -76,14 +77,34 @@ service "lead" {
 }
 
 // holdingProxy forwards to target, except that the requests match picks
-// wait until hold is closed (counted in held).
+// wait until hold is closed (counted in held). A failing test prints the
+// writes it saw (when each arrived and was answered, held or not): what
+// reached the agent around the release (CI's
+// TestACLLeaderReleaseWithdraws once found the service synced back 3 ms
+// after the release withdrew it).
 func holdingProxy(t testing.TB, target string, match func(*http.Request) bool, hold <-chan struct{}, held *atomic.Int32) string {
+	var mu sync.Mutex
+	var seen []string
+	t.Cleanup(func() {
+		if t.Failed() {
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("the proxy's writes:\n%s", strings.Join(seen, "\n"))
+		}
+	})
 	return consultest.AgentProxy(t, target, func(rp *httputil.ReverseProxy, w http.ResponseWriter, r *http.Request) {
-		if match(r) {
+		at := time.Now()
+		hold1 := match(r)
+		if hold1 {
 			held.Add(1)
 			<-hold
 		}
 		rp.ServeHTTP(w, r)
+		if r.Method != http.MethodGet {
+			mu.Lock()
+			seen = append(seen, fmt.Sprintf("%s %s %s answered %s held %v", at.Format("15:04:05.000"), r.Method, r.URL.Path, time.Now().Format("15:04:05.000"), hold1))
+			mu.Unlock()
+		}
 	})
 }
 
