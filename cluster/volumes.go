@@ -86,17 +86,14 @@ type Handoff struct {
 	Restored *HandoffAck `json:"restored,omitempty"`
 }
 
-// plannedFor: h is the handoff left for the term of lockIndex and fencing
+// PlannedFor: h is the handoff left for the term of lockIndex and fencing
 // index term: written by the term just before it (its lock index one
-// less), and restored by no other term.
-func (h *Handoff) plannedFor(lockIndex, term uint64) bool {
+// less), and restored by no other term. chooseData restores only such a
+// handoff, and a holder whose volumes were never ready passes on only
+// such a one.
+func (h *Handoff) PlannedFor(lockIndex, term uint64) bool {
 	return h.LockIndex+1 == lockIndex && (h.Restored == nil || h.Restored.TermIndex == term)
 }
-
-// PlannedFor is plannedFor, for the step machine's executor and the
-// simulator: a holder whose volumes were never ready passes on only a
-// handoff planned for its term.
-func (h *Handoff) PlannedFor(lockIndex, term uint64) bool { return h.plannedFor(lockIndex, term) }
 
 // HandoffAck says which holder restored a handoff.
 type HandoffAck struct {
@@ -166,7 +163,7 @@ type dataCandidates struct {
 func chooseData(c dataCandidates) (dataChoice, string) {
 	ho := c.Handoff
 	switch {
-	case ho != nil && ho.plannedFor(c.LockIndex, c.Term):
+	case ho != nil && ho.PlannedFor(c.LockIndex, c.Term):
 		switch {
 		case c.Local != 0 && c.Local == ho.TermIndex:
 			return dataKeep, fmt.Sprintf("kept this node's data: it is the handoff's generation (%d)", c.Local)

@@ -73,9 +73,9 @@ type Faults struct {
 	// ControlStale: the control watch posts its first answer only.
 	ControlStale bool
 	// AnsweredLate: a unit index watch marks its answers' units as
-	// waiting for the loop's word after posting them, once f returns
-	// (the order that lost the loop's word).
-	AnsweredLate func()
+	// waiting for the loop's word after posting them, once the loop has
+	// given its word (at most a second): the order that erased it.
+	AnsweredLate bool
 	// NoFreshRead: a units change takes effect at once, on the members
 	// and the controls as their watches last said (fresh.go).
 	NoFreshRead bool

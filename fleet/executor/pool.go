@@ -302,11 +302,21 @@ func (e *Executor) watchBucketIndex(ctx context.Context, b *bucket) {
 		// idle node kept a view of a slot held by a lost node for good:
 		// CI's TestTakeoverAudited).
 		b.ask.answered(posted, last)
-		if f := e.cfg.Faults.AnsweredLate; f != nil {
+		if e.cfg.Faults.AnsweredLate && len(answers) > 0 {
+			select {
+			case <-b.ask.wake: // an older word's wake-up
+			default:
+			}
 			for _, a := range answers {
 				e.inbox.post(a)
 			}
-			f()
+			t := time.NewTimer(time.Second)
+			select {
+			case <-b.ask.wake: // the loop's word for them
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
 			b.ask.answered(posted, last)
 			continue
 		}

@@ -97,7 +97,7 @@ func TestIdleNodeHearsTheIndex(t *testing.T) {
 			var faults func(int) executor.Faults
 			if mutant {
 				faults = func(int) executor.Faults {
-					return executor.Faults{AnsweredLate: func() { time.Sleep(100 * time.Millisecond) }}
+					return executor.Faults{AnsweredLate: true}
 				}
 			}
 			f := newFleet(t, fleetOptions{nodes: 3, faults: faults}, web)

@@ -76,8 +76,8 @@ func TestSimulation(t *testing.T) {
 //   - 323: a handoff one term restored and ran from was taken, after that
 //     holder's loss, as planned for a later term (the slot key, deleted
 //     with the session, started its LockIndex over), and its node served
-//     it no more: the slot never ran again (cluster's plannedFor).
-//     Mutation check: plannedFor without its Restored test fails it.
+//     it no more: the slot never ran again (cluster's Handoff.PlannedFor).
+//     Mutation check: Handoff.PlannedFor without its Restored test fails it.
 //   - ops 97: a false alarm of the volumes' invariant: a graceful handoff
 //     counted as lost after its restorer ran from it and was lost in turn
 //     (the next holder applies on_missing then; volumes.go volStart).

@@ -194,7 +194,7 @@ func (s *Sim) restore(n *node, a agent.Restore) {
 // ackHandoff writes the restore's acknowledgement into the handoff it
 // restored (its Restored, CAS on the handoff, with the slot's session
 // checked), as the executor writes it with the restore's record: the
-// handoff is then not planned for a later term (cluster's plannedFor).
+// handoff is then not planned for a later term (cluster's Handoff.PlannedFor).
 func (s *Sim) ackHandoff(n *node, a agent.Restore, ho *cluster.Handoff) {
 	key := cluster.HandoffKey(a.Slot.Unit, a.Slot.K)
 	he, _, _ := s.store.Get(key, false)
