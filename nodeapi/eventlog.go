@@ -11,9 +11,13 @@ import (
 // hands new ones to followers. Add never blocks: a follower that falls
 // behind loses events and is told how many.
 type EventLog struct {
-	mu     sync.Mutex
+	mu sync.Mutex
+	// ring grows by append up to max, then is written over in turn: a
+	// node that has had few events holds few (a full ring of 1,000 is
+	// 144 KB).
 	ring   []supervisor.Event
-	next   int // where the next event goes
+	max    int
+	next   int // where the next event goes once the ring is full
 	full   bool
 	seq    uint64 // events added, ever
 	follow map[*EventFollower]struct{}
@@ -30,17 +34,19 @@ func NewEventLog(n int) *EventLog {
 	if n <= 0 {
 		n = DefaultEvents
 	}
-	return &EventLog{ring: make([]supervisor.Event, n), follow: map[*EventFollower]struct{}{}}
+	return &EventLog{max: n, follow: map[*EventFollower]struct{}{}}
 }
 
 // Add records e: pass it to supervisor.Options.Events.
 func (l *EventLog) Add(e supervisor.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.ring[l.next] = e
-	l.next = (l.next + 1) % len(l.ring)
-	if l.next == 0 {
-		l.full = true
+	if !l.full {
+		l.ring = append(l.ring, e)
+		l.full = len(l.ring) == l.max
+	} else {
+		l.ring[l.next] = e
+		l.next = (l.next + 1) % len(l.ring)
 	}
 	l.seq++
 	for f := range l.follow {
@@ -60,10 +66,7 @@ func (l *EventLog) Last(n int) []supervisor.Event {
 }
 
 func (l *EventLog) lastLocked(n int) []supervisor.Event {
-	size := l.next
-	if l.full {
-		size = len(l.ring)
-	}
+	size := len(l.ring)
 	if n < 0 || n > size {
 		n = size
 	}

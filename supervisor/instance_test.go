@@ -3,6 +3,8 @@ package supervisor
 import (
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/metrics"
 	"strings"
 	"syscall"
 	"testing"
@@ -189,4 +191,43 @@ func TestSnapshotLocalPassing(t *testing.T) {
 	if sn := in2.Snapshot(); sn.LocalChecks || !sn.LocalPassingSince.IsZero() {
 		t.Fatalf("a check the agent keeps, yet local %v %v", sn.LocalChecks, sn.LocalPassingSince)
 	}
+}
+
+// An idle instance's goroutine parks with little on its stack, so that the
+// runtime shrinks the stack to 8 KB or less: a service costs its state, not
+// a 16 KB stack it used once at start (issue 28). Its loop's frame was
+// 3 KB, a hair over the quarter of 16 KB under which the runtime shrinks.
+func TestIdleInstanceStack(t *testing.T) {
+	const n = 200
+	svc := testService(func(s *schema.Service) {
+		s.Command = []string{"/nonexistent/program"}
+		s.Restart.Delay, s.Restart.Attempts, s.Restart.Window = time.Hour, 0, 0
+	})
+	stacks := func() uint64 {
+		// Each collection shrinks a stack by half at most.
+		for range 4 {
+			runtime.GC()
+		}
+		s := []metrics.Sample{{Name: "/memory/classes/heap/stacks:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	before := stacks()
+	var ins []*Instance
+	for range n {
+		in, _ := testInstance(t, svc)
+		go in.run()
+		ins = append(ins, in)
+	}
+	for _, in := range ins {
+		waitFor(t, "backoff after the start failure", 10*time.Second, func() bool { return in.Snapshot().State == StateBackoff })
+	}
+	per := float64(stacks()-before) / n
+	for _, in := range ins {
+		in.Stop()
+	}
+	if per > 8<<10 {
+		t.Errorf("an idle instance's stack is %.1f KB, want at most 8 KB", per/1024)
+	}
+	t.Logf("an idle instance's stack: %.1f KB", per/1024)
 }

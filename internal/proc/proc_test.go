@@ -1,6 +1,8 @@
 package proc
 
 import (
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,5 +150,70 @@ func TestLongLinesArriveInPieces(t *testing.T) {
 		if len(l.Text) > maxLine || strings.Trim(l.Text, "x") != "" {
 			t.Fatalf("bad piece of %d bytes", len(l.Text))
 		}
+	}
+}
+
+// The sink's queue keeps lines in order up to its size while the writer is
+// busy, drops the rest and says how many, and writes what is queued before
+// Close returns.
+func TestSinkQueue(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var got []string
+	var reported atomic.Int64
+	s := NewSink(8, func(l Line) {
+		<-release
+		mu.Lock()
+		got = append(got, l.Text)
+		mu.Unlock()
+	}, func(n int64) { reported.Add(n) })
+	s.push(Line{Text: "0"})
+	waitUntil(t, 5*time.Second, func() bool { return s.queued() == 0 }) // the writer took it
+	for i := 1; i <= 20; i++ {
+		s.push(Line{Text: strconv.Itoa(i)})
+	}
+	if d := s.Dropped(); d != 12 {
+		t.Fatalf("dropped %d, want 12 (8 queued behind the one being written)", d)
+	}
+	s.push(Line{Text: "late"}) // dropped too
+	go close(release)
+	s.Close()
+	s.push(Line{Text: "after Close"})
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"0", "1", "2", "3", "4", "5", "6", "7", "8"}
+	if !slices.Equal(got, want) {
+		t.Errorf("written %v, want %v", got, want)
+	}
+	if r, d := reported.Load(), s.Dropped(); r != 13 || d != 1 {
+		t.Errorf("reported %d dropped lines and %d not yet, want 13 and 1 (the line after Close)", r, d)
+	}
+}
+
+// A burst's queue is let go once it is written: a sink of 4,096 lines holds
+// room for what is printed, not for its size.
+func TestSinkLetsTheBurstGo(t *testing.T) {
+	release := make(chan struct{})
+	s := NewSink(4096, func(l Line) {
+		if l.Text == "first" {
+			<-release
+		}
+	}, nil)
+	defer s.Close()
+	s.push(Line{Text: "first"})
+	waitUntil(t, 5*time.Second, func() bool { return s.queued() == 0 })
+	for range 1000 {
+		s.push(Line{Text: "burst"})
+	}
+	close(release)
+	s.Flush(5 * time.Second)
+	// The next line is queued and written through the swap of the queue
+	// and the written batch: the burst's array must not come back.
+	s.push(Line{Text: "one"})
+	s.Flush(5 * time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := cap(s.queue); c > keptQueue {
+		t.Errorf("the drained queue keeps room for %d lines, want at most %d", c, keptQueue)
 	}
 }

@@ -22,32 +22,72 @@ const maxLine = 64 << 10
 // Sink carries output lines from every child to one writer through a bounded
 // queue. When the writer falls behind, lines are dropped and counted rather
 // than letting a child block on a full pipe.
+//
+// The queue is a slice that grows with what is queued and is let go once
+// drained, not a channel of its full size: a channel of 4,096 lines holds
+// 192 KB for a node whose children print nothing (and the heap goal grows
+// with it), where a queue that grows costs what is printed.
 type Sink struct {
-	ch      chan Line
+	size    int // the most lines queued; more are dropped
 	write   func(Line)
 	dropped atomic.Int64
 	// Dropped lines are reported through this, with the count since the
 	// last report.
 	report func(n int64)
+	wake   chan struct{} // one pending wake-up for run
 	done   chan struct{}
-	// mu orders pushes against Close: no send on a closed channel.
-	mu     sync.RWMutex
+
+	mu     sync.Mutex
+	queue  []Line
+	busy   bool // run is writing a batch taken from queue
 	closed bool
 }
 
 // NewSink starts a sink with room for size queued lines.
 func NewSink(size int, write func(Line), reportDropped func(n int64)) *Sink {
-	s := &Sink{ch: make(chan Line, size), write: write, report: reportDropped, done: make(chan struct{})}
+	s := &Sink{size: size, write: write, report: reportDropped, wake: make(chan struct{}, 1), done: make(chan struct{})}
 	go s.run()
 	return s
 }
 
+// keptQueue is the capacity a drained queue keeps for the next lines; a
+// larger one (a burst) is let go.
+const keptQueue = 64
+
 func (s *Sink) run() {
 	defer close(s.done)
-	for l := range s.ch {
-		s.write(l)
-		if n := s.dropped.Swap(0); n > 0 && s.report != nil {
-			s.report(n)
+	var batch []Line
+	for {
+		<-s.wake
+		for {
+			s.mu.Lock()
+			if len(s.queue) == 0 {
+				s.busy = false
+				closed := s.closed
+				s.mu.Unlock()
+				if closed {
+					return
+				}
+				break
+			}
+			// Swap the queue with the written batch: pushes go on
+			// while the batch is written, and no line is copied.
+			batch, s.queue = s.queue, batch[:0]
+			if cap(s.queue) > keptQueue {
+				s.queue = nil
+			}
+			s.busy = true
+			s.mu.Unlock()
+			for i := range batch {
+				s.write(batch[i])
+				batch[i] = Line{}
+			}
+			if n := s.dropped.Swap(0); n > 0 && s.report != nil {
+				s.report(n)
+			}
+			if cap(batch) > keptQueue {
+				batch = nil
+			}
 		}
 	}
 }
@@ -56,9 +96,16 @@ func (s *Sink) run() {
 // upgrade's exec: nothing is read from the children meanwhile).
 func (s *Sink) Flush(timeout time.Duration) {
 	deadline := time.Now().Add(timeout)
-	for len(s.ch) > 0 && time.Now().Before(deadline) {
+	for s.pending() && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// pending: lines queued or being written.
+func (s *Sink) pending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue) > 0 || s.busy
 }
 
 // Dropped is the number of lines dropped and not yet reported.
@@ -68,26 +115,29 @@ func (s *Sink) Dropped() int64 { return s.dropped.Load() }
 // after Close are dropped.
 func (s *Sink) Close() {
 	s.mu.Lock()
-	if !s.closed {
-		s.closed = true
-		close(s.ch)
-	}
+	s.closed = true
 	s.mu.Unlock()
+	s.poke()
 	<-s.done
 }
 
+func (s *Sink) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (s *Sink) push(l Line) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.closed {
+	s.mu.Lock()
+	if s.closed || len(s.queue) >= s.size {
+		s.mu.Unlock()
 		s.dropped.Add(1)
 		return
 	}
-	select {
-	case s.ch <- l:
-	default:
-		s.dropped.Add(1)
-	}
+	s.queue = append(s.queue, l)
+	s.mu.Unlock()
+	s.poke()
 }
 
 // forward reads r line by line until EOF, on a goroutine of its own: where
@@ -171,4 +221,11 @@ func (s *stream) flush() {
 		s.emit(s.part)
 	}
 	s.part = nil
+}
+
+// queued is how many lines wait in the queue (tests).
+func (s *Sink) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue)
 }
