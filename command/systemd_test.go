@@ -100,25 +100,41 @@ func TestNotifyWithoutSystemd(t *testing.T) {
 	}
 }
 
-// The start's memory goes back once the services are registered, once;
-// not when mariposa stops before that.
+// The start's memory goes back once the services are registered, once, and
+// again once the node has settled; not when mariposa stops before either.
 func TestAfterRegistrationReleasesMemory(t *testing.T) {
 	t.Setenv("NOTIFY_SOCKET", "")
-	calls := 0
-	old := releaseStartMemory
-	releaseStartMemory = func() { calls++ }
-	t.Cleanup(func() { releaseStartMemory = old })
+	var start, settled int
+	oldStart, oldSettled, oldDelay := releaseStartMemory, releaseSettledMemory, settleDelay
+	releaseStartMemory = func() { start++ }
+	releaseSettledMemory = func() { settled++ }
+	t.Cleanup(func() { releaseStartMemory, releaseSettledMemory, settleDelay = oldStart, oldSettled, oldDelay })
 
 	stop := make(chan struct{})
 	close(stop)
 	afterRegistration(hclog.NewNullLogger(), make(chan struct{}), stop)
-	if calls != 0 {
-		t.Fatalf("released %d times when stopped before registration; want 0", calls)
+	if start != 0 || settled != 0 {
+		t.Fatalf("released %d and %d times when stopped before registration; want 0 and 0", start, settled)
 	}
 	registered := make(chan struct{})
 	close(registered)
+	// Stopped after the registration, before the node settled.
+	settleDelay = time.Hour
+	released := make(chan struct{})
+	releaseStartMemory = func() { start++; close(released) }
+	stop = make(chan struct{})
+	done := make(chan struct{})
+	go func() { afterRegistration(hclog.NewNullLogger(), registered, stop); close(done) }()
+	<-released
+	close(stop)
+	<-done
+	if start != 1 || settled != 0 {
+		t.Fatalf("released %d and %d times when stopped once registered; want 1 and 0", start, settled)
+	}
+	releaseStartMemory = func() { start++ }
+	settleDelay = time.Millisecond
 	afterRegistration(hclog.NewNullLogger(), registered, make(chan struct{}))
-	if calls != 1 {
-		t.Fatalf("released %d times once registered; want 1", calls)
+	if start != 2 || settled != 1 {
+		t.Fatalf("released %d and %d times once registered and settled; want 2 and 1", start, settled)
 	}
 }
