@@ -279,6 +279,23 @@ func BenchmarkIdleServices(b *testing.B) {
 						n, cpMem, mem.rss/cpMem.rss, mem.pss/cpMem.pss, mem.uss/cpMem.uss)
 					b.ReportMetric(mem.rss/cpMem.rss, "ratio-containerpilot-RSS")
 				}
+				if n <= 100 && !starved {
+					// What of the binary an idle process uses: its
+					// pages paged out, those resident again 30 s on.
+					pids := []int{pid}
+					if cpPID != 0 {
+						pids = append(pids, cpPID)
+					}
+					used := pageOutBinaries(30*time.Second, pids...)
+					line := fmt.Sprintf("  the binary's pages in use (paged out, resident again 30 s later): mariposa %s", mbOrUnknown(used[0]))
+					if cpPID != 0 {
+						line += ", ContainerPilot " + mbOrUnknown(used[1])
+					}
+					fmt.Println(line)
+					if used[0] >= 0 {
+						b.ReportMetric(used[0], "binary-in-use-MB")
+					}
+				}
 				b.ReportMetric(mem.pss, "PSS-MB")
 				b.ReportMetric(mem.uss, "USS-MB")
 				switch {
@@ -487,4 +504,11 @@ func portOf(addr string) int {
 	_, p, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(p)
 	return n
+}
+
+func mbOrUnknown(mb float64) string {
+	if mb < 0 {
+		return "unknown (process_madvise refused)"
+	}
+	return fmt.Sprintf("%.1f MB", mb)
 }

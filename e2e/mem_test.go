@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // memFigures is a process's memory as users compare it, in MB, from
@@ -120,4 +123,86 @@ func startIdleContainerPilot(b *testing.B, agent string, n int) int {
 		return got >= n, fmt.Sprint(got)
 	})
 	return cmd.Process.Pid
+}
+
+// pageOutBinaries asks the kernel to page out the read-only mappings of
+// each process's own binary (process_madvise MADV_PAGEOUT), waits for, and
+// returns, in MB, how much of each binary is resident again: the pages the
+// idle process touches in that time. The kernel maps a cached file in
+// large folios (a fault maps the whole folio), so a binary's resident
+// pages grow with its size more than with its use; this is its use. A
+// process it cannot page out (no permission, an old kernel) gets -1.
+func pageOutBinaries(wait time.Duration, pids ...int) []float64 {
+	out := make([]float64, len(pids))
+	exes := make([]string, len(pids))
+	for i, pid := range pids {
+		out[i] = -1
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		if err != nil {
+			continue
+		}
+		exes[i] = exe
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		ok := true
+		for _, m := range binaryMappings(pid, exe) {
+			if m.writable {
+				continue
+			}
+			// A struct iovec of the other process's addresses: the
+			// kernel reads it, nothing here touches that memory.
+			iov := [2]uint64{uint64(m.start), uint64(m.end - m.start)}
+			if _, _, errno := unix.Syscall6(unix.SYS_PROCESS_MADVISE, uintptr(fd), uintptr(unsafe.Pointer(&iov)), 1, unix.MADV_PAGEOUT, 0, 0); errno != 0 {
+				ok = false
+			}
+		}
+		unix.Close(fd)
+		if ok {
+			out[i] = 0
+		}
+	}
+	time.Sleep(wait)
+	for i, pid := range pids {
+		if out[i] < 0 {
+			continue
+		}
+		for _, m := range binaryMappings(pid, exes[i]) {
+			out[i] += m.rssKB / 1024
+		}
+	}
+	return out
+}
+
+type mapping struct {
+	start, end uintptr
+	writable   bool
+	rssKB      float64
+}
+
+// binaryMappings lists pid's mappings of the file exe, from its smaps.
+func binaryMappings(pid int, exe string) []mapping {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/smaps", pid))
+	var ms []mapping
+	var cur *mapping
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4 {
+			cur = nil
+			if len(f) >= 6 && f[5] == exe {
+				lo, hi, _ := strings.Cut(f[0], "-")
+				s, _ := strconv.ParseUint(lo, 16, 64)
+				e, _ := strconv.ParseUint(hi, 16, 64)
+				ms = append(ms, mapping{start: uintptr(s), end: uintptr(e), writable: f[1][1] == 'w'})
+				cur = &ms[len(ms)-1]
+			}
+			continue
+		}
+		if cur != nil && len(f) >= 2 && f[0] == "Rss:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			cur.rssKB = kb
+		}
+	}
+	return ms
 }
