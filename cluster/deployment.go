@@ -53,11 +53,11 @@ type DeployState struct {
 	Canaries map[string]int `json:"canaries,omitempty"`
 	// Promoted: the canary phase is over (or there is none).
 	Promoted bool `json:"promoted,omitempty"`
-	// RevertOf: this deployment reverts failed deployment n;
-	// RevertedTo: (a failed one) the deployment that reverted it.
-	RevertOf   uint64 `json:"revert_of,omitempty"`
-	RevertedTo uint64 `json:"reverted_to,omitempty"`
-	Reason     string `json:"reason,omitempty"`
+	// RevertOf: this deployment reverts failed deployment n. (A
+	// reverted_to field older fleets wrote on the failed one is ignored:
+	// nothing wrote it since the step machine.)
+	RevertOf uint64 `json:"revert_of,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // StateKey is deploy/<name>/state/<n>.
