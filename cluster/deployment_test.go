@@ -91,3 +91,15 @@ func TestDeploymentTransitions(t *testing.T) {
 		t.Fatalf("audit: %s", got)
 	}
 }
+
+// A state an older fleet wrote with reverted_to still decodes: the field is
+// gone, not refused.
+func TestDeployStateOldRevertedTo(t *testing.T) {
+	var st DeployState
+	if err := json.Unmarshal([]byte(`{"n":3,"hash":"h","status":"failed","revert_of":0,"reverted_to":4,"reason":"unhealthy"}`), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.N != 3 || st.Status != DeployFailed || st.Reason != "unhealthy" {
+		t.Errorf("decoded %+v", st)
+	}
+}
