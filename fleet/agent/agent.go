@@ -1495,6 +1495,9 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 				a.held[id] = &held{phase: Claiming, exclusive: u.Exclusive, sent: now, prev: a.place.prev[name][k]}
 				a.heldChanged()
 				mine++
+				if tk != nil && tk.Logged && a.ops.casFrom != nil {
+					a.ops.casFrom[id] = tk.Index
+				}
 				out = append(out, Claim{Slot: id, Session: a.session, Node: a.cfg.Node, Takeover: tk,
 					Released: a.cfg.Control && v.slot(k).Released, Fresh: fresh, CheckFailed: a.cfg.Control, Delays: v.DelayKeys(k), From: a.claimFrom(r, v, k)},
 					claimRecord(id, me.Rank, tk, a.claimFrom(r, v, k)))

@@ -219,6 +219,9 @@ type opsState struct {
 	// apart, rather than every node claiming as the window moves on).
 	budgetAt map[SlotID]time.Time
 	refused  map[SlotID]uint64
+	// casFrom: the takeovers log's index each takeover claim in flight
+	// compares and sets from.
+	casFrom map[SlotID]uint64
 	// existed: slots whose Fresh claim found the key existing (ClaimDone.
 	// NotFresh): claimed as takeovers from then on.
 	existed   map[SlotID]bool
@@ -230,7 +233,7 @@ type opsState struct {
 func (o *opsState) init() {
 	if o.handoffs == nil {
 		o.handoffs, o.maybe, o.held, o.lostFrom, o.refused = map[SlotID]*handoff{}, map[SlotID]uint64{}, map[SlotID]heldBack{}, map[SlotID]string{}, map[SlotID]uint64{}
-		o.gap, o.budgetAt, o.existed = map[string]bool{}, map[SlotID]time.Time{}, map[SlotID]bool{}
+		o.gap, o.budgetAt, o.existed, o.casFrom = map[string]bool{}, map[SlotID]time.Time{}, map[SlotID]bool{}, map[SlotID]uint64{}
 	}
 }
 
@@ -361,7 +364,14 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 			if in.NotFresh {
 				a.ops.existed[in.Slot] = true
 			}
-			if (in.Budget || in.Failed) && a.ops.ctl != nil {
+			from, cas := a.ops.casFrom[in.Slot]
+			delete(a.ops.casFrom, in.Slot)
+			// Not again on the view it was refused on: a newer answer of
+			// control/ first. Unless the view already has a newer log than
+			// the one the CAS was from: the answer with the takeover that
+			// beat it came before the refusal, and no other may come (a
+			// slot left vacant for good, CI's TestFleetStormBrake).
+			if (in.Failed || in.Budget && (!cas || a.ops.ctl == nil || a.ops.ctl.TakeoversIndex == from)) && a.ops.ctl != nil {
 				a.ops.refused[in.Slot] = a.ops.ctl.Index
 			}
 			if in.Lost {

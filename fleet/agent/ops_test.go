@@ -735,3 +735,41 @@ func TestClaimRefusal(t *testing.T) {
 		}
 	}
 }
+
+// The answer of control/ with the takeover that beat a claim's budget CAS
+// can come before the refusal: the view is then already the newer one, and
+// the claim is tried again on it, not after a further change of control/
+// that may never come (CI's TestFleetStormBrake left a slot vacant for
+// good: both survivors claimed at the same moment, one lost the CAS and
+// waited for an answer past the one it had).
+func TestBudgetRefusedAfterTheNewerLog(t *testing.T) {
+	m := opsMachine(t, Faults{}, nil, []string{"me", "n2", "n3"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
+	m.step(ctlView(20, cluster.Control{}))
+	m.step(slots("web", 5, Slot{K: 0, Node: "n9", ModifyIndex: 5}))
+	m.step(slots("web", 6))
+	m.now = m.now.Add(5 * time.Second)
+	c, ok := find[Claim](m.step(Tick{}))
+	if !ok || c.Takeover == nil || c.Takeover.Index != 0 {
+		t.Fatal("no takeover")
+	}
+	// Another node took over a slot of n9 (the same lost node: free); its
+	// log is heard before this claim's refusal.
+	log := cluster.TakeoverLog{Takeovers: []cluster.Takeover{{Slot: "x/0", Node: "n2", From: "n9", At: m.now.Add(-2 * FreshTakeover)}}}
+	m.step(ctlView(30, cluster.Control{Takeovers: log, TakeoversIndex: 30}))
+	acts := m.step(ClaimDone{Slot: c.Slot, Budget: true})
+	for i := 0; i < 20; i++ {
+		if _, ok := find[Claim](acts); ok {
+			break
+		}
+		if w, ok := find[Wake](acts); ok && w.At.After(m.now) {
+			m.now = w.At
+		} else {
+			m.now = m.now.Add(time.Second)
+		}
+		acts = m.step(Tick{})
+	}
+	c, ok = find[Claim](acts)
+	if !ok || c.Takeover == nil || c.Takeover.Index != 30 {
+		t.Fatalf("no claim on the log it already has (index 30): %+v %v", c, acts)
+	}
+}
