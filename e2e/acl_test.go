@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,9 +159,13 @@ service "lead" {
 type entriesAnswer struct {
 	index   uint64
 	entries int
+	nodes   []string // the nodes of the entries
 }
 
 func (a entriesAnswer) String() string { return fmt.Sprintf("%d: %d", a.index, a.entries) }
+
+// lists: the answer has an entry on node.
+func (a entriesAnswer) lists(node string) bool { return slices.Contains(a.nodes, node) }
 
 // watchEntries follows name's health entries with blocking queries until
 // the test ends and returns a function giving every answer so far, in
@@ -185,7 +190,11 @@ func watchEntries(t *testing.T, c *api.Client, name string) func() []entriesAnsw
 				continue
 			}
 			mu.Lock()
-			seen = append(seen, entriesAnswer{meta.LastIndex, len(es)})
+			var nodes []string
+			for _, e := range es {
+				nodes = append(nodes, e.Node.Node)
+			}
+			seen = append(seen, entriesAnswer{meta.LastIndex, len(es), nodes})
 			mu.Unlock()
 			idx = meta.LastIndex
 		}
