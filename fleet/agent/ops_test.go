@@ -162,9 +162,10 @@ func TestResumeRestartsTheVacancy(t *testing.T) {
 	}
 }
 
-// A takeover whose budget CAS was refused waits for a newer answer of
-// control/, then tries again with it.
-func TestBudgetRefusedWaitsForNewerLog(t *testing.T) {
+// takeoverOfN9: a machine whose slot web/0 was held by n9, lost, and the
+// takeover it claims (the budget's CAS from no log, at index 20).
+func takeoverOfN9(t *testing.T) (*machine, Claim) {
+	t.Helper()
 	m := opsMachine(t, Faults{}, nil, []string{"me", "n2", "n3"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
 	m.step(ctlView(20, cluster.Control{}))
 	m.step(slots("web", 5, Slot{K: 0, Node: "n9", ModifyIndex: 5}))
@@ -174,6 +175,13 @@ func TestBudgetRefusedWaitsForNewerLog(t *testing.T) {
 	if !ok || c.Takeover == nil {
 		t.Fatal("no takeover")
 	}
+	return m, c
+}
+
+// A takeover whose budget CAS was refused waits for a newer answer of
+// control/, then tries again with it.
+func TestBudgetRefusedWaitsForNewerLog(t *testing.T) {
+	m, c := takeoverOfN9(t)
 	m.step(ClaimDone{Slot: c.Slot, Budget: true})
 	m.now = m.now.Add(5 * time.Second)
 	if _, ok := find[Claim](append(m.step(Tick{}), m.step(slots("web", 7))...)); ok {
@@ -186,7 +194,7 @@ func TestBudgetRefusedWaitsForNewerLog(t *testing.T) {
 		m.now = w.At
 		acts = append(acts, m.step(Tick{})...)
 	}
-	c, ok = find[Claim](acts)
+	c, ok := find[Claim](acts)
 	if !ok || c.Takeover == nil || !c.Takeover.Logged || c.Takeover.Index != 30 || len(c.Takeover.Log.Takeovers) != 2 {
 		t.Fatalf("claim on the newer log: %+v %v", c, acts)
 	}
@@ -743,14 +751,9 @@ func TestClaimRefusal(t *testing.T) {
 // good: both survivors claimed at the same moment, one lost the CAS and
 // waited for an answer past the one it had).
 func TestBudgetRefusedAfterTheNewerLog(t *testing.T) {
-	m := opsMachine(t, Faults{}, nil, []string{"me", "n2", "n3"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})
-	m.step(ctlView(20, cluster.Control{}))
-	m.step(slots("web", 5, Slot{K: 0, Node: "n9", ModifyIndex: 5}))
-	m.step(slots("web", 6))
-	m.now = m.now.Add(5 * time.Second)
-	c, ok := find[Claim](m.step(Tick{}))
-	if !ok || c.Takeover == nil || c.Takeover.Index != 0 {
-		t.Fatal("no takeover")
+	m, c := takeoverOfN9(t)
+	if c.Takeover.Index != 0 {
+		t.Fatalf("the CAS is from index %d, want 0 (no log yet)", c.Takeover.Index)
 	}
 	// Another node took over a slot of n9 (the same lost node: free); its
 	// log is heard before this claim's refusal.
@@ -768,7 +771,7 @@ func TestBudgetRefusedAfterTheNewerLog(t *testing.T) {
 		}
 		acts = m.step(Tick{})
 	}
-	c, ok = find[Claim](acts)
+	c, ok := find[Claim](acts)
 	if !ok || c.Takeover == nil || c.Takeover.Index != 30 {
 		t.Fatalf("no claim on the log it already has (index 30): %+v %v", c, acts)
 	}
