@@ -163,7 +163,7 @@ func pageOutBinaries(wait time.Duration, pids ...int) []float64 {
 			out[i] = 0
 		}
 	}
-	time.Sleep(wait)
+	time.Sleep(wait) // the benchmark's measuring window, not a wait for a condition
 	for i, pid := range pids {
 		if out[i] < 0 {
 			continue

@@ -404,7 +404,6 @@ type runWaits struct {
 	adoptTimer            *time.Timer
 	stopScripts           context.CancelFunc
 	scripts               sync.WaitGroup
-	stopElecting          context.CancelFunc
 	electorDone           chan struct{}
 }
 
@@ -453,7 +452,6 @@ func (in *Instance) setUp() (*loop, *runWaits) {
 	// to this loop, waiting until the loop has stopped the leader-only work.
 	electCtx, stopElecting := context.WithCancel(context.Background())
 	l.stopElecting = stopElecting
-	w.stopElecting = stopElecting
 	w.electorDone = make(chan struct{})
 	if in.elector != nil {
 		l.termc = make(chan termMsg)
@@ -494,7 +492,7 @@ func (w *runWaits) tearDown(l *loop) {
 		l.releaseReload(seq)
 	}
 	w.stopScripts()
-	w.stopElecting()
+	l.stopElecting()
 	l.closeGroup()
 	<-w.electorDone // lock released, session destroyed
 	w.scripts.Wait()
