@@ -556,6 +556,10 @@ type Faults struct {
 	// LogEveryTakeover: every takeover writes the budget's log, none
 	// rides on a fresh one of its lost node.
 	LogEveryTakeover bool
+	// RefusedWaitsAnyway: a takeover the budget refused always waits for
+	// a newer answer of control/, even when the view already has the
+	// log that beat it (the rule before CI's TestFleetStormBrake).
+	RefusedWaitsAnyway bool
 	// Volumes (volumes.go): the instance starts with its restore, not
 	// after it; the release goes without waiting for the handoff.
 	StartBeforeRestore, ReleaseBeforeHandoff bool

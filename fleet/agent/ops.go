@@ -371,7 +371,7 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 			// the one the CAS was from: the answer with the takeover that
 			// beat it came before the refusal, and no other may come (a
 			// slot left vacant for good, CI's TestFleetStormBrake).
-			if a.ops.ctl != nil && (in.Failed || in.Budget && (!cas || a.ops.ctl.TakeoversIndex == from)) {
+			if a.ops.ctl != nil && (in.Failed || in.Budget && (!cas || a.ops.ctl.TakeoversIndex == from || a.cfg.Faults.RefusedWaitsAnyway)) {
 				a.ops.refused[in.Slot] = a.ops.ctl.Index
 			}
 			if in.Lost {
