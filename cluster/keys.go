@@ -17,6 +17,9 @@ const (
 	ControlPrefix = Prefix + "control/"
 	// StormKey is control/storm: present while the storm brake is engaged.
 	StormKey = ControlPrefix + "storm"
+	// StormLiftedKey is control/storm-lifted: the last brake mariposa
+	// resume lifted (StormLifted).
+	StormLiftedKey = ControlPrefix + "storm-lifted"
 	// TakeoversKey is control/takeovers: the takeover budget's log.
 	TakeoversKey = ControlPrefix + "takeovers"
 )

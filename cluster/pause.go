@@ -170,7 +170,19 @@ func ResumeAll(client *api.Client, unit, by string) (Lifted, error) {
 				reason = "storm brake engaged by " + r.Node + " at " + r.At.UTC().Format(time.RFC3339) + ": " + r.Reason()
 			}
 			out.Storm = &r
+			lifted := StormLifted{At: now, By: by}
+			if derr == nil {
+				lifted.Storm = &r
+			}
+			entries, _, err := client.Health().Service("mariposa", "", false, &api.QueryOptions{RequireConsistent: true})
+			if err != nil {
+				return Lifted{}, fmt.Errorf("read the mariposa service: %w", err)
+			}
+			lifted.Down = LiftedDown(lifted.Storm, parseNodes(entries))
+			// The lifted key goes with the deletion: the nodes that never
+			// saw the brake forget the vanishings it was for too.
 			ops = append(ops, &api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: StormKey, Index: p.ModifyIndex}},
+				&api.TxnOp{KV: &api.KVTxnOp{Verb: api.KVSet, Key: StormLiftedKey, Value: lifted.Encode()}},
 				AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Action: "resume", Reason: reason}))
 		case strings.HasPrefix(p.Key, DropsPrefix) && unit == "":
 			out.Drops++

@@ -32,6 +32,10 @@ func (v *VanishTracker) Observe(nodes []placement.NodeInfo, now time.Time) (vani
 // ones count towards the next storm).
 func (v *VanishTracker) Forget() { v.t.forget() }
 
+// Lifted drops the vanishings seen so far and counts down (StormLifted's)
+// as gone already.
+func (v *VanishTracker) Lifted(down []string) { v.t.lifted(down) }
+
 // Allows says whether a takeover of a slot lost with node from, at at,
 // fits budget; if not, oldest is the window's oldest takeover.
 func (l TakeoverLog) Allows(from string, at time.Time, budget int) (ok bool, oldest time.Time) {
@@ -62,6 +66,11 @@ type Control struct {
 	// machine (FailedKey), by "<unit>/<k>", until mariposa reset.
 	Drops  map[string]Drop
 	Failed map[string]FailedRecord
+	// Lifted: control/storm-lifted (nil: absent or corrupt), at
+	// LiftedIndex (0: absent); when it moves, every node forgets the
+	// vanishings it has seen.
+	Lifted      *StormLifted
+	LiftedIndex uint64
 }
 
 // ParseControl reads an answer of the watch on control/.
@@ -74,8 +83,18 @@ func ParseControl(pairs api.KVPairs, report func(key, msg string, err error)) Co
 	c.Pauses, c.Drops = parsePauses(pairs, report)
 	c.Drains = parseDrains(pairs, report)
 	for _, p := range pairs {
-		if p.Key == TakeoversKey {
+		switch p.Key {
+		case TakeoversKey:
 			c.TakeoversIndex = p.ModifyIndex
+		case StormLiftedKey:
+			c.LiftedIndex = p.ModifyIndex
+			l, err := DecodeStormLifted(p.Value)
+			if err != nil {
+				// Its index still moves: the vanishings are forgotten.
+				report(p.Key, "a corrupt storm-lifted record; forgetting the vanishings seen, no more", err)
+				break
+			}
+			c.Lifted = &l
 		}
 		if slot, ok := strings.CutPrefix(p.Key, FailedPrefix); ok {
 			var r FailedRecord

@@ -85,6 +85,72 @@ func (r StormRecord) encode() []byte {
 	return b
 }
 
+// StormLifted is the value of control/storm-lifted: the last brake
+// mariposa resume lifted (Storm: nil when its record was corrupt), when
+// and by whom, and Down, the supervisors not live then (the record's
+// vanished and every mariposa instance not passing). When the key moves,
+// every node forgets the vanishings it has seen and counts the Down ones
+// gone already, those that never saw the brake among them (cut off while
+// it was engaged, they may see the same nodes vanish only after the
+// resume), so none engages the brake again for the storm an operator
+// resumed. A brake's write checks the key is as its node last saw it.
+type StormLifted struct {
+	At    time.Time    `json:"at"`
+	By    string       `json:"by"`
+	Storm *StormRecord `json:"storm,omitempty"`
+	Down  []string     `json:"down,omitempty"`
+}
+
+// DecodeStormLifted reads control/storm-lifted's value.
+func DecodeStormLifted(b []byte) (StormLifted, error) {
+	var l StormLifted
+	if err := json.Unmarshal(b, &l); err != nil {
+		return StormLifted{}, fmt.Errorf("not a mariposa storm-lifted record: %w", err)
+	}
+	return l, nil
+}
+
+// LiftedDown is the supervisors not live when a brake is lifted: the
+// storm record's vanished (r may be nil) and the nodes not live, sorted.
+func LiftedDown(r *StormRecord, nodes []placement.NodeInfo) []string {
+	down := map[string]bool{}
+	if r != nil {
+		for _, n := range r.Vanished {
+			down[n] = true
+		}
+	}
+	for _, n := range nodes {
+		if !n.Live {
+			down[n.Name] = true
+		}
+	}
+	out := make([]string, 0, len(down))
+	for n := range down {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Encode is control/storm-lifted's value.
+func (l StormLifted) Encode() []byte {
+	b, _ := json.Marshal(l)
+	return b
+}
+
+// ReadStorm reads control/storm: nil when the brake is not engaged.
+func ReadStorm(client *api.Client) (*StormRecord, error) {
+	p, _, err := client.KV().Get(StormKey, &api.QueryOptions{RequireConsistent: true})
+	if err != nil || p == nil {
+		return nil, err
+	}
+	r, err := DecodeStormRecord(p.Value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", StormKey, err)
+	}
+	return &r, nil
+}
+
 // Storm says whether vanished of base supervisors is a storm: more than
 // half, and at least two (a two-node fleet losing one is a node loss).
 func Storm(vanished, base int) bool {
@@ -144,6 +210,18 @@ func (t *vanishTracker) observe(nodes []placement.NodeInfo, now time.Time) (vani
 // forget drops the vanishings seen so far.
 func (t *vanishTracker) forget() { clear(t.gone) }
 
+// lifted forgets the vanishings seen and counts down as gone already: a
+// node seen not live later is no vanishing unless it was seen live first.
+func (t *vanishTracker) lifted(down []string) {
+	t.forget()
+	if t.live == nil {
+		t.live, t.gone = map[string]bool{}, map[string]time.Time{}
+	}
+	for _, n := range down {
+		t.live[n] = false
+	}
+}
+
 // TakeoverLog is the value of control/takeovers: the takeovers started
 // within the last TakeoverWindow (older ones are dropped at each write).
 type TakeoverLog struct {
@@ -200,44 +278,4 @@ func (l TakeoverLog) with(e Takeover) TakeoverLog {
 func (l TakeoverLog) encode() []byte {
 	b, _ := json.Marshal(l)
 	return b
-}
-
-// ReadStorm reads control/storm: nil when the brake is not engaged.
-func ReadStorm(client *api.Client) (*StormRecord, error) {
-	p, _, err := client.KV().Get(StormKey, &api.QueryOptions{RequireConsistent: true})
-	if err != nil || p == nil {
-		return nil, err
-	}
-	r, err := DecodeStormRecord(p.Value)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", StormKey, err)
-	}
-	return &r, nil
-}
-
-// Resume lifts the storm brake: deletes control/storm (only the record it
-// read) with its audit record, in one txn. It returns the record lifted,
-// or nil if the brake was not engaged. A corrupt record is deleted too.
-func Resume(client *api.Client, by string) (*StormRecord, error) {
-	p, _, err := client.KV().Get(StormKey, &api.QueryOptions{RequireConsistent: true})
-	if err != nil || p == nil {
-		return nil, err
-	}
-	r, derr := DecodeStormRecord(p.Value)
-	reason := "corrupt storm record"
-	if derr == nil {
-		reason = "storm brake engaged by " + r.Node + " at " + r.At.UTC().Format(time.RFC3339) + ": " + r.Reason()
-	}
-	now := time.Now().UTC()
-	ok, _, _, err := client.Txn().Txn(api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVDeleteCAS, Key: StormKey, Index: p.ModifyIndex}},
-		AuditOp(AuditEvent{At: now, Node: "-", Actor: by, Action: "resume", Reason: reason}),
-	}, nil)
-	if err != nil {
-		return nil, err
-	}
-	if !ok {
-		return nil, fmt.Errorf("%s changed while resuming; run mariposa resume again", StormKey)
-	}
-	return &r, nil
 }

@@ -90,6 +90,49 @@ func TestVanishTracker(t *testing.T) {
 	}
 }
 
+// TestVanishTrackerLifted: a node that saw the supervisors live, then
+// the lifted record of a resume it never saw the brake of, and only then
+// the supervisors down: those the record names are no vanishings; one it
+// does not name is, and one named that comes back and goes again is.
+func TestVanishTrackerLifted(t *testing.T) {
+	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	nodes := func(down ...string) []placement.NodeInfo {
+		var out []placement.NodeInfo
+		for _, n := range []string{"a", "b", "c", "d", "e"} {
+			out = append(out, placement.NodeInfo{Name: n, Live: !slices.Contains(down, n)})
+		}
+		return out
+	}
+	var tr vanishTracker
+	tr.observe(nodes(), t0)
+	tr.lifted([]string{"a", "b", "c", "x"})
+	for _, st := range []struct {
+		at       time.Duration
+		down     []string
+		vanished []string
+	}{
+		{time.Second, []string{"a", "b", "c"}, nil},
+		{2 * time.Second, []string{"a", "b", "c", "d"}, []string{"d"}},
+		{3 * time.Second, []string{"b", "c", "d"}, []string{"d"}},           // a comes back
+		{4 * time.Second, []string{"a", "b", "c", "d"}, []string{"a", "d"}}, // and goes again
+	} {
+		if v, _ := tr.observe(nodes(st.down...), t0.Add(st.at)); !slices.Equal(v, st.vanished) {
+			t.Fatalf("at %v, down %v: vanished %v, want %v", st.at, st.down, v, st.vanished)
+		}
+	}
+}
+
+func TestLiftedDown(t *testing.T) {
+	r := &StormRecord{Vanished: []string{"c", "a"}}
+	got := LiftedDown(r, []placement.NodeInfo{{Name: "a"}, {Name: "b"}, {Name: "d", Live: true}, {Name: "e"}})
+	if !slices.Equal(got, []string{"a", "b", "c", "e"}) {
+		t.Fatalf("LiftedDown = %v", got)
+	}
+	if got := LiftedDown(nil, []placement.NodeInfo{{Name: "b"}, {Name: "d", Live: true}}); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("LiftedDown of a corrupt record = %v", got)
+	}
+}
+
 func TestTakeoverLog(t *testing.T) {
 	t0 := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
 	l := TakeoverLog{Takeovers: []Takeover{

@@ -52,6 +52,17 @@ func TestResume(t *testing.T) {
 	if p, _, _ := c.KV().Get(cluster.StormKey, nil); p != nil {
 		t.Fatal("control/storm still there")
 	}
+	// The lifted record, as the nodes read it: every node forgets the
+	// vanishings it saw, and counts the ones it names down as gone.
+	ctl, _, err := c.KV().List(cluster.ControlPrefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lifted := cluster.ParseControl(ctl, nil)
+	if lifted.LiftedIndex == 0 || lifted.Lifted == nil || lifted.Lifted.Storm == nil || lifted.Lifted.Storm.Node != "node-4" ||
+		strings.Join(lifted.Lifted.Down, ",") != "node-1,node-2,node-3" || lifted.Lifted.By == "" {
+		t.Fatalf("lifted record %+v at %d", lifted.Lifted, lifted.LiftedIndex)
+	}
 	pairs, _, err := c.KV().List(cluster.AuditPrefix, nil)
 	if err != nil || len(pairs) != 1 {
 		t.Fatalf("audit: %d records, %v", len(pairs), err)
@@ -71,5 +82,10 @@ func TestResume(t *testing.T) {
 	}
 	if p, _, _ := c.KV().Get(cluster.StormKey, nil); p != nil {
 		t.Fatal("corrupt control/storm still there")
+	}
+	// Lifted again: its index moves, so every node forgets again.
+	ctl, _, _ = c.KV().List(cluster.ControlPrefix, nil)
+	if again := cluster.ParseControl(ctl, nil); again.LiftedIndex <= lifted.LiftedIndex || again.Lifted == nil || again.Lifted.Storm != nil {
+		t.Fatalf("lifted record after the corrupt one %+v at %d", again.Lifted, again.LiftedIndex)
 	}
 }

@@ -166,6 +166,13 @@ service %q {
 	if err != nil || !strings.Contains(string(out), "is lifted") {
 		t.Fatalf("mariposa resume: %v\n%s", err, out)
 	}
+	// The lifted record names the vanished nodes down: a node that missed
+	// the brake counts them gone already (website/cluster.md).
+	if p, _, err := c.KV().Get(cluster.StormLiftedKey, nil); err != nil || p == nil {
+		t.Fatalf("no %s after the resume: %v", cluster.StormLiftedKey, err)
+	} else if l, err := cluster.DecodeStormLifted(p.Value); err != nil || l.Storm == nil || !isSubset(victims, l.Down) {
+		t.Fatalf("%s %+v (%v): want the lifted record with %v down", cluster.StormLiftedKey, l, err, victims)
+	}
 	// The takeover budget still paces them: one lost node's slots per
 	// TakeoverWindow (10s), and up to two lost nodes are left, each after
 	// its lock delay and rank delays: 20-25s on an idle machine, so the
@@ -194,4 +201,14 @@ func passingCount(c *api.Client, name string) int {
 		return -1
 	}
 	return len(es)
+}
+
+// isSubset: every element of a is in b.
+func isSubset(a, b []string) bool {
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
 }

@@ -560,6 +560,11 @@ type Faults struct {
 	// a newer answer of control/, even when the view already has the
 	// log that beat it (the rule before CI's TestFleetStormBrake).
 	RefusedWaitsAnyway bool
+	// ForgetOnlyOnLift: a node forgets the vanishings only when it sees
+	// the brake it saw engaged lifted, not when control/storm-lifted
+	// moves (a node cut off during the storm engages it again after the
+	// resume).
+	ForgetOnlyOnLift bool
 	// Volumes (volumes.go): the instance starts with its restore, not
 	// after it; the release goes without waiting for the handoff.
 	StartBeforeRestore, ReleaseBeforeHandoff bool
@@ -1428,18 +1433,28 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 			r.rerank = false
 			// What this node holds of the unit, as it knows it: a view
 			// may not show its latest claims yet.
+			// An orphan's claim back on its way counts: with another
+			// claim beside it the node held two slots of a unit of
+			// max_per_node 1 (the simulator at 12 nodes, a node healed
+			// from a cut claiming its orphan and a takeover at once).
 			mine := 0
 			for _, id := range a.heldOf(r, name) {
-				if !a.held[id].orphan {
+				if h := a.held[id]; !h.orphan || h.reclaim {
 					mine++
+				}
+			}
+			// Orphans first: claimed back, their instances run on.
+			for _, k := range free {
+				id := SlotID{name, k}
+				if h, ok := a.held[id]; ok && h.orphan && !h.reclaim && mine < max(1, u.MaxPerNode) {
+					if out = a.reclaimOrphan(now, u, v, id, h, out); h.reclaim {
+						mine++
+					}
 				}
 			}
 			for _, k := range free {
 				id := SlotID{name, k}
-				if h, ok := a.held[id]; ok {
-					if h.orphan {
-						out = a.reclaimOrphan(now, u, v, id, h, out)
-					}
+				if _, ok := a.held[id]; ok {
 					continue
 				}
 				if mine >= max(1, u.MaxPerNode) {

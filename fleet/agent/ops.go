@@ -49,9 +49,12 @@ import (
 //     two nodes racing for the last of it cannot both win; refused, the
 //     slot waits for a newer answer of control/.
 //   - The brake is written (WriteBrake: check-not-exists and set, in one
-//     transaction) when this node sees more than half of the supervisors
+//     transaction, with a check that control/storm-lifted is as this node
+//     last saw it) when this node sees more than half of the supervisors
 //     vanish within cluster.StormWindow (cluster.Storm); its lifting
-//     (mariposa resume deletes the key) forgets the vanishings seen.
+//     (mariposa resume deletes the key and writes control/storm-lifted)
+//     forgets the vanishings seen, on every node, those that never saw
+//     the brake too.
 
 // handoffTimeout bounds how long a drain waits for a slot it gave away to
 // be held elsewhere before it gives the next (cluster's drain: 2 minutes).
@@ -113,7 +116,14 @@ type (
 type (
 	// WriteBrake engages the storm brake: create control/storm with Record
 	// if it does not exist (answer: BrakeDone).
-	WriteBrake struct{ Record cluster.StormRecord }
+	// Lifted: control/storm-lifted's index this node last saw (0:
+	// absent), checked in the same transaction, so a node whose view
+	// predates a resume does not engage the brake again for the storm it
+	// lifted.
+	WriteBrake struct {
+		Record cluster.StormRecord
+		Lifted uint64
+	}
 	// PublishDrain writes Status to DrainStatusKey (answer:
 	// DrainPublished).
 	PublishDrain struct{ Status DrainStatus }
@@ -191,10 +201,12 @@ type opsState struct {
 	// The brake: the vanishings seen, the record to write when they make
 	// a storm, this node's own write (the index it was applied at, until
 	// an answer of control/ at or after it), and when to try again.
-	vanish     cluster.VanishTracker
-	base       int
-	storm      *cluster.StormRecord
-	braking    bool
+	vanish  cluster.VanishTracker
+	base    int
+	storm   *cluster.StormRecord
+	braking bool
+	// lifted: control/storm-lifted's index as last seen.
+	lifted     uint64
 	brakeIdx   uint64
 	brakeRetry time.Time
 	// The drain.
@@ -292,10 +304,24 @@ func (a *Agent) stepOps(now time.Time, in any) (out []any, handled bool) {
 		if in.View.Storm != nil {
 			a.ops.storm = nil
 		}
-		if old != nil && old.Storm != nil && in.View.Storm == nil {
+		resumed := old != nil && old.Storm != nil && in.View.Storm == nil
+		if in.View.LiftedIndex != a.ops.lifted && !a.cfg.Faults.ForgetOnlyOnLift {
+			// A resume, whether this node saw the brake or not (cut off
+			// while it was engaged: it would engage it again for the
+			// same storm, and no operator is there to resume twice).
+			a.ops.lifted, resumed = in.View.LiftedIndex, true
+		}
+		if resumed {
 			// Resumed: the vanishings that engaged the brake are dealt
-			// with; only new ones count towards the next storm.
-			a.ops.vanish.Forget()
+			// with; only new ones count towards the next storm, and the
+			// nodes down at the resume are no new ones when this node
+			// sees them down only now.
+			var down []string
+			if in.View.Lifted != nil && !a.cfg.Faults.ForgetOnlyOnLift {
+				down = in.View.Lifted.Down
+			}
+			a.ops.vanish.Lifted(down)
+			a.ops.storm = nil
 		}
 		// Claims held back for a pause or the brake that is lifted: their
 		// vacancies start again now, so the ranks stay apart.
@@ -608,7 +634,7 @@ func (a *Agent) reconcileOps(now time.Time, out []any, at func(time.Time)) []any
 		} else {
 			a.ops.braking = true
 			r := *a.ops.storm
-			out = append(out, WriteBrake{Record: r},
+			out = append(out, WriteBrake{Record: r, Lifted: a.ops.lifted},
 				Record{Action: "storm-brake", Reason: r.Reason() + "; takeovers of lost slots paused until mariposa resume"})
 		}
 	}

@@ -269,6 +269,57 @@ func TestStormBrake(t *testing.T) {
 	}
 }
 
+// A resume this node never saw the brake of (cut off while it was
+// engaged) forgets its vanishings all the same: the lifted record's
+// index moves, and the nodes it names down are no new vanishings when
+// this node sees them down only now, whichever answer comes first. A
+// storm of other nodes still engages the brake, its write checking the
+// lifted record it saw.
+func TestBrakeNotEngagedAgainAfterAMissedResume(t *testing.T) {
+	all := []string{"me", "n2", "n3", "n4", "n5", "n6"}
+	failing := []string{"n2", "n3", "n4", "n5"}
+	lifted := func(idx uint64, down ...string) cluster.Control {
+		return cluster.Control{LiftedIndex: idx, Lifted: &cluster.StormLifted{At: t0, By: "op", Down: down}}
+	}
+	web := Unit{Name: "web", Count: 1, MaxPerNode: 1}
+	t.Run("the resume's answer first", func(t *testing.T) {
+		m := opsMachine(t, Faults{}, nil, all, web)
+		m.step(ctlView(20, cluster.Control{}))
+		m.now = m.now.Add(10 * time.Second)
+		m.step(ctlView(60, lifted(55, failing...)))
+		acts := m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "n6"}, Failing: failing}})
+		if w, ok := find[WriteBrake](acts); ok {
+			t.Fatalf("brake engaged again for the nodes the resume lifted it for: %+v", w)
+		}
+	})
+	t.Run("the nodes' answer first", func(t *testing.T) {
+		m := opsMachine(t, Faults{}, nil, all, web)
+		m.step(ctlView(20, cluster.Control{}))
+		m.now = m.now.Add(10 * time.Second)
+		w, ok := find[WriteBrake](m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "n6"}, Failing: failing}}))
+		if !ok || w.Lifted != 0 {
+			t.Fatalf("brake %+v %v: want one checking no lifted record", w, ok)
+		}
+		m.step(BrakeDone{}) // refused: the lifted record is there
+		m.step(ctlView(60, lifted(55, failing...)))
+		m.now = m.now.Add(time.Second)
+		acts := m.step(NodesAnswer{View: &NodesView{Index: 3, Nodes: []string{"me", "n6"}, Failing: failing}})
+		if _, ok := find[WriteBrake](append(acts, m.step(Tick{})...)); ok {
+			t.Fatal("brake engaged again after the resume's answer")
+		}
+	})
+	t.Run("a new storm", func(t *testing.T) {
+		m := opsMachine(t, Faults{}, nil, all, web)
+		m.step(ctlView(20, cluster.Control{}))
+		m.step(ctlView(60, lifted(55, "n2")))
+		m.now = m.now.Add(10 * time.Second)
+		w, ok := find[WriteBrake](m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: []string{"me", "n2"}, Failing: []string{"n3", "n4", "n5", "n6"}}}))
+		if !ok || w.Lifted != 55 {
+			t.Fatalf("brake %+v %v: want one checking the lifted record at 55", w, ok)
+		}
+	})
+}
+
 // A brake write that fails is tried again a second later, not in a loop.
 func TestBrakeWriteRetried(t *testing.T) {
 	m := opsMachine(t, Faults{}, nil, []string{"me", "n2", "n3", "n4"}, Unit{Name: "web", Count: 1, MaxPerNode: 1})

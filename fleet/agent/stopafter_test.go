@@ -165,6 +165,44 @@ func TestOrphanClaimedBack(t *testing.T) {
 	}
 }
 
+// An orphan's claim back on its way counts toward max_per_node: with the
+// other slot of its unit free too, the node claims that one only if the
+// claim back is refused (the simulator at 12 nodes: a node healed from a
+// cut claimed its orphan and a takeover at once and held both). And when
+// both are free, the orphan is claimed back first: its instance runs on.
+func TestOrphanClaimBackCountsTowardMaxPerNode(t *testing.T) {
+	u := Unit{Name: "keep", Count: 2, MaxPerNode: 1, Placement: &schema.Placement{}}
+	m := newMachineWith(t, Config{TTL: 10 * time.Second, LockDelay: time.Second}, []string{"me", "x"}, u)
+	m.step(slots("keep", 5))
+	m.step(slots("keep", 5, Slot{K: 0, Node: "x", ModifyIndex: 5}))
+	c := holdKeep(t, m, m.step(slots("keep", 6, Slot{K: 0, Node: "x", ModifyIndex: 5})), 10*time.Second)
+	if c.Slot.K != 1 {
+		t.Fatalf("claimed %v, want keep/1", c.Slot)
+	}
+	m.step(slots("keep", 42, Slot{K: 0, Node: "x", ModifyIndex: 5}, Slot{K: 1, Node: "me", ModifyIndex: 42}))
+	m.now = m.now.Add(time.Second)
+	m.step(SessionLost{})
+	m.step(SessionCreated{ID: "s-2"})
+	m.now = m.now.Add(time.Second)
+	// x is gone too: both slots free, this node ranked first for keep/0.
+	m.step(NodesAnswer{View: &NodesView{Index: 3, Nodes: []string{"me"}, Failing: []string{"x"}}})
+	acts := m.step(slots("keep", 50, Slot{K: 0}, Slot{K: 1}))
+	back, ok := find[Claim](acts)
+	if !ok || back.Slot != c.Slot || back.Session != "s-2" {
+		t.Fatalf("orphan not claimed back first: %+v %v (%v)", back, ok, acts)
+	}
+	for _, a := range acts {
+		if cl, ok := a.(Claim); ok && cl.Slot != c.Slot {
+			t.Fatalf("claimed %v beside its orphan's claim back (max_per_node 1): %v", cl.Slot, acts)
+		}
+	}
+	// While the claim back is on its way, nothing else of the unit, on a
+	// newer view too.
+	if other, _, ok := runUntil[Claim](m, m.step(slots("keep", 51, Slot{K: 0}, Slot{K: 1})), m.now.Add(30*time.Second)); ok {
+		t.Fatalf("claimed %v while its claim back was on its way (max_per_node 1)", other.Slot)
+	}
+}
+
 // A slot freed by an invalidation gets its key back (MarkLost, naming its
 // holder) from the first MarkLostWriters live nodes by name other than
 // the holder and the nodes known failing; the others write nothing.

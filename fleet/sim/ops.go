@@ -11,6 +11,7 @@ import (
 
 	"github.com/mariposa-sh/mariposa/cluster"
 	"github.com/mariposa-sh/mariposa/fleet/agent"
+	"github.com/mariposa-sh/mariposa/fleet/placement"
 )
 
 // The operator's controls and the fleet's brakes in the simulator
@@ -106,6 +107,65 @@ type simOps struct {
 	pauses []pauseSpan
 	// fail: the instance failed for good (reset.go).
 	fail *simFail
+	// lifted: the last resume of the brake; live and backAt: each
+	// supervisor's instance as Consul last showed it, and when it last
+	// turned live.
+	lifted *liftedAt
+	live   map[string]bool
+	backAt map[string]time.Duration
+}
+
+// liftedAt: the last resume that lifted the brake, and the supervisors
+// down then (the lifted record's Down).
+type liftedAt struct {
+	at   time.Duration
+	down map[string]bool
+}
+
+// supervisors is the mariposa service's instances as Consul shows them,
+// live or not (as the CLI reads them for the lifted record).
+func (s *Sim) supervisors() []placement.NodeInfo {
+	es, _, _ := s.store.HealthService("mariposa", false, true)
+	out := make([]placement.NodeInfo, 0, len(es))
+	for _, e := range es {
+		out = append(out, placement.NodeInfo{Name: e.Instance.Node, Live: e.Status == api.HealthPassing})
+	}
+	return out
+}
+
+// noteLive follows when each supervisor's instance was last seen turn
+// live in Consul (after a check changed on node).
+func (s *Sim) noteLive(node string) {
+	if s.ops == nil {
+		return
+	}
+	for _, n := range s.supervisors() {
+		if n.Name != node {
+			continue
+		}
+		was, seen := s.ops.live[node]
+		if n.Live && seen && !was {
+			s.ops.backAt[node] = s.now
+		}
+		s.ops.live[node] = n.Live // unseen: live since the start
+	}
+}
+
+// checkBrakeAfterLift: a brake engaged after a resume names no supervisor
+// that was down at the resume and has not been live since: the resume
+// dealt with it (a node cut off while the brake was engaged, which sees
+// the same nodes vanish only after the resume, must not engage it again:
+// no operator is there to resume twice).
+func (s *Sim) checkBrakeAfterLift(n *node, r cluster.StormRecord) {
+	l := s.ops.lifted
+	if l == nil {
+		return
+	}
+	for _, v := range r.Vanished {
+		if l.down[v] && s.ops.backAt[v] <= l.at {
+			s.violate("storm brake engaged again by %s for %s, down when the brake was lifted at %v and not live since", n.name, v, l.at)
+		}
+	}
 }
 
 // pauseSpan: unit ("" the fleet) was paused from from to to.
@@ -161,7 +221,8 @@ func (c *Config) opsDefaults() {
 
 func (s *Sim) opsInit() {
 	s.ops = &simOps{on: s.cfg.Ops || s.cfg.Storm, nodes: map[*node]*nodeOps{}, everHeld: map[agent.SlotID]bool{},
-		lastHolder: map[agent.SlotID]string{}, pausedSince: map[string]time.Duration{}, drainSince: map[string]time.Duration{}}
+		lastHolder: map[agent.SlotID]string{}, pausedSince: map[string]time.Duration{}, drainSince: map[string]time.Duration{},
+		live: map[string]bool{}, backAt: map[string]time.Duration{}}
 }
 
 func (s *Sim) nodeOps(n *node) *nodeOps {
@@ -409,8 +470,15 @@ func (s *Sim) claimApplied(n *node, id agent.SlotID, from string, takeover bool)
 func (s *Sim) writeBrake(n *node, a agent.WriteBrake) {
 	s.note("%s writes the storm brake: %s", n.name, a.Record.Reason())
 	s.rpc(n, func() any {
-		r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: cluster.StormKey},
-			{Verb: api.KVSet, Key: cluster.StormKey, Value: a.Record.Encode()}})
+		ops := api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: cluster.StormKey}}
+		switch {
+		case s.cfg.ExecFaults.NoLiftedCheck:
+		case a.Lifted == 0:
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.StormLiftedKey})
+		default:
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cluster.StormLiftedKey, Index: a.Lifted})
+		}
+		r, err := s.store.KVTxn(s.wall(), append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: cluster.StormKey, Value: a.Record.Encode()}))
 		s.countTxn(r, err)
 		switch {
 		case err != nil:
@@ -420,6 +488,7 @@ func (s *Sim) writeBrake(n *node, a agent.WriteBrake) {
 		}
 		s.res.Ops.BrakeEngaged = true
 		s.note("storm brake engaged by %s", n.name)
+		s.checkBrakeAfterLift(n, a.Record)
 		return agent.BrakeDone{OK: true, Index: r.Index}
 	}, func() any { return agent.BrakeDone{Err: fmt.Errorf("no answer")} })
 }
@@ -510,13 +579,26 @@ func (s *Sim) pause(unit, scope string) {
 	s.res.Ops.Pauses++
 }
 
-// resume deletes every pause and the storm brake (mariposa resume).
+// resume deletes every pause and the storm brake, and writes the lifted
+// key (mariposa resume).
 func (s *Sim) resume() {
 	es, _, _ := s.store.List(cluster.ControlPrefix, true)
 	var ops api.KVTxnOps
 	for _, e := range es {
 		if e.Key == cluster.StormKey || e.Key == cluster.PauseAllKey || strings.HasPrefix(e.Key, cluster.PausePrefix) {
 			ops = append(ops, &api.KVTxnOp{Verb: api.KVDelete, Key: e.Key})
+		}
+		if e.Key == cluster.StormKey {
+			var r *cluster.StormRecord
+			if d, err := cluster.DecodeStormRecord(e.Value); err == nil {
+				r = &d
+			}
+			l := cluster.StormLifted{At: s.wall(), By: "sim", Storm: r, Down: cluster.LiftedDown(r, s.supervisors())}
+			ops = append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: cluster.StormLiftedKey, Value: l.Encode()})
+			s.ops.lifted = &liftedAt{at: s.now, down: map[string]bool{}}
+			for _, n := range l.Down {
+				s.ops.lifted.down[n] = true
+			}
 		}
 	}
 	for u, t := range s.ops.pausedSince {

@@ -28,6 +28,51 @@ func smallStormConfig(seed uint64) Config {
 	return Config{Seed: seed, Nodes: 10, Units: 2, SlotsPerUnit: 4, ExclusiveEvery: 2, Storm: true}
 }
 
+// smallFleets: the fleets of a few nodes TestSimulationSmallFleets runs,
+// where one node's decision is not hidden by the traffic of fifty: a
+// node cut off through the storm brake and its resume, an orphan claimed
+// back beside a takeover, the chaos's kills tripping the brake.
+var smallFleets = []struct{ nodes, slots int }{{6, 3}, {8, 3}, {12, 4}}
+
+// smallOpsConfig: the operator's run with deploys and volumes on a small
+// fleet. (Placement is left out: at 12 nodes a penalized node can take
+// back the slot it rescheduled while the one node that could hold it
+// instead is ranked for a takeover the budget holds, ops seed 15 with
+// -placement; the ranking does not know the budget. A gap of the
+// penalty's preference, not of safety: CHANGELOG and the closing note.)
+func smallOpsConfig(seed uint64, nodes, slots int) Config {
+	return Config{Seed: seed, Nodes: nodes, Units: 2, SlotsPerUnit: slots, ExclusiveEvery: 2, Chaos: true, Ops: true,
+		Deploys: true, Volumes: true}
+}
+
+// smallStormPlacedConfig: the storm with volumes and placement on a small
+// fleet (its final check counts only the nodes a unit's placement allows).
+func smallStormPlacedConfig(seed uint64, nodes, slots int) Config {
+	return Config{Seed: seed, Nodes: nodes, Units: 2, SlotsPerUnit: slots, ExclusiveEvery: 2, Storm: true,
+		Volumes: true, Placement: true}
+}
+
+// TestSimulationSmallFleets runs the operator's and the storm's scenarios
+// on fleets of 6 to 12 nodes: every invariant, and at the end every slot
+// running unless too few nodes are left for its unit or a brake engaged
+// after the last resume holds it (no brake comes back for the storm a
+// resume lifted: ops.go).
+func TestSimulationSmallFleets(t *testing.T) {
+	for _, f := range smallFleets {
+		for _, mk := range []func(uint64, int, int) Config{smallOpsConfig, smallStormPlacedConfig} {
+			for seed := uint64(1); seed <= 20; seed++ {
+				c := mk(seed, f.nodes, f.slots)
+				for _, v := range Run(c).Violations {
+					t.Errorf("%s (replay: %s -trace)", v, c.Replay())
+				}
+				if t.Failed() {
+					return
+				}
+			}
+		}
+	}
+}
+
 // TestSimulationOps runs the chaos simulation with the operator's
 // controls: a pause and its resume around the loss of 30 % of the nodes,
 // whose takeovers the budget paces, and a drain; every invariant of
@@ -104,6 +149,13 @@ func TestSimulationCatchesOpsMutations(t *testing.T) {
 		{"pause ignored in updates", opsConfig, func(c *Config) { c.Faults = agent.Faults{IgnorePause: true} }, "rollout token"},
 		{"restarts not held by a pause of scope all", opsConfig, func(c *Config) { c.Faults = agent.Faults{NoRestartHold: true} }, "hold its restarts"},
 		{"a refused takeover waits for an answer that came", smallStormConfig, func(c *Config) { c.Faults = agent.Faults{RefusedWaitsAnyway: true} }, "never ran again"},
+		// A node cut off while the brake was engaged and resumed engages
+		// it again after the resume, when neither the lifted record's
+		// answer nor its check in the brake's write stops it.
+		{"a resume not seen by a node cut off", func(seed uint64) Config { return smallOpsConfig(seed, 10, 4) }, func(c *Config) {
+			c.Faults = agent.Faults{ForgetOnlyOnLift: true}
+			c.ExecFaults.NoLiftedCheck = true
+		}, "storm brake engaged again"},
 		{"brake ignored", stormConfig, func(c *Config) { c.Faults = agent.Faults{IgnoreBrake: true} }, "storm brake engaged"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -294,6 +294,9 @@ func (s *Sim) claimOfRescheduled(n *node, id agent.SlotID) {
 		if q := s.rs.penalties[id.Unit][o.name]; q.After(s.wall()) {
 			continue
 		}
+		if s.plc != nil && s.plc.allows(s.byU[id.Unit], o, id.K) != "" {
+			continue // its placement excludes o
+		}
 		s.violate("rescheduled slot %s claimed again by %s within its penalty (until %v), while %s could hold it", id, n.name, p.until.Sub(s.wall()), o.name)
 		return
 	}
