@@ -45,6 +45,17 @@ func smallOpsConfig(seed uint64, nodes, slots int) Config {
 		Deploys: true, Volumes: true}
 }
 
+// placedOpsConfig: the operator's run with deploys and placement on 14
+// nodes (three units), where a node healed from the minority side of a
+// partition had its session invalidated after its heal (the check that
+// did it waited for a leader elected late) and, told nothing by the
+// model, claimed with it for good (seed 17; the executor's watch of its
+// session is watchSessions now).
+func placedOpsConfig(seed uint64) Config {
+	return Config{Seed: seed, Nodes: 14, Units: 3, SlotsPerUnit: 5, ExclusiveEvery: 2, Chaos: true, Ops: true,
+		Deploys: true, Placement: true}
+}
+
 // smallStormPlacedConfig: the storm with volumes and placement on a small
 // fleet (its final check counts only the nodes a unit's placement allows).
 func smallStormPlacedConfig(seed uint64, nodes, slots int) Config {
@@ -58,17 +69,19 @@ func smallStormPlacedConfig(seed uint64, nodes, slots int) Config {
 // after the last resume holds it (no brake comes back for the storm a
 // resume lifted: ops.go).
 func TestSimulationSmallFleets(t *testing.T) {
-	for _, f := range smallFleets {
-		for _, mk := range []func(uint64, int, int) Config{smallOpsConfig, smallStormPlacedConfig} {
-			for seed := uint64(1); seed <= 20; seed++ {
-				c := mk(seed, f.nodes, f.slots)
-				for _, v := range Run(c).Violations {
-					t.Errorf("%s (replay: %s -trace)", v, c.Replay())
-				}
-				if t.Failed() {
-					return
-				}
-			}
+	var cs []Config
+	for seed := uint64(1); seed <= 20; seed++ {
+		for _, f := range smallFleets {
+			cs = append(cs, smallOpsConfig(seed, f.nodes, f.slots), smallStormPlacedConfig(seed, f.nodes, f.slots))
+		}
+		cs = append(cs, placedOpsConfig(seed))
+	}
+	for _, c := range cs {
+		for _, v := range Run(c).Violations {
+			t.Errorf("%s (replay: %s -trace)", v, c.Replay())
+		}
+		if t.Failed() {
+			return
 		}
 	}
 }

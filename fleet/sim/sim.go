@@ -324,6 +324,8 @@ type node struct {
 	minority bool
 	gen      int // mariposa's incarnation: answers to an older one are dropped
 	sess     string
+	// toldLost: the session whose loss its agent was told (once).
+	toldLost string
 	inst     map[agent.SlotID]*instance
 	// starting: starts on their way, by slot; a stop cancels one.
 	starting map[agent.SlotID]uint64
@@ -706,6 +708,12 @@ func (s *Sim) act(n *node, a any) {
 			}
 			if err != nil || !r.OK {
 				delay := err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "lock delay")
+				if err == nil && len(r.Errors) > 0 && strings.Contains(r.Errors[0].What, "invalid session") {
+					// As the executor answers it: refused, not taken (the
+					// view is not stale); the session's loss comes from
+					// its watch (watchSessions).
+					return agent.ClaimDone{Slot: a.Slot}
+				}
 				return agent.ClaimDone{Slot: a.Slot, LockDelay: delay, Taken: err == nil && !delay}
 			}
 			s.claimApplied(n, a.Slot, from, takeover)
@@ -1280,7 +1288,36 @@ func (s *Sim) setCheck(node, check, status string) {
 	}
 	must(s.store.SetCheck(s.wall(), node, check, status))
 	s.noteLive(node)
+	if status != api.HealthPassing {
+		s.watchSessions()
+	}
 	s.notify()
+}
+
+// watchSessions: the executor's watch of its session (fleet/executor's
+// watchSession, a blocking query) tells each node that reaches the
+// servers that its session is gone, a watch's answer after a check
+// invalidated it. A node cut off, or on the minority side, learns it when
+// healed. (Without it a node whose session a deferred check invalidated
+// after its heal, a leader elected late, claimed with it for good,
+// refused every time: the simulator at 14 nodes.)
+func (s *Sim) watchSessions() {
+	for _, n := range s.nodes {
+		if n.sess == "" || !n.watched() {
+			continue
+		}
+		if se, _ := s.store.SessionInfo(n.sess, true); se != nil {
+			continue
+		}
+		sess, gen := n.sess, n.gen
+		s.at(s.latency(), func() {
+			if n.gen == gen && n.sess == sess && n.toldLost != sess && n.watched() {
+				s.note("%s session %s gone", n.name, sess)
+				n.toldLost = sess
+				s.step(n, agent.SessionLost{})
+			}
+		})
+	}
 }
 
 // detection is Consul's gossip failure detection for n nodes.
@@ -1389,7 +1426,8 @@ func (s *Sim) faults() {
 				s.note("heal %s", n.name)
 				n.minority = false
 				s.setCheck(n.name, "serfHealth", api.HealthPassing)
-				if se, _ := s.store.SessionInfo(n.sess, true); se == nil {
+				if se, _ := s.store.SessionInfo(n.sess, true); se == nil && n.toldLost != n.sess {
+					n.toldLost = n.sess
 					s.step(n, agent.SessionLost{})
 				}
 				for i := range n.w {
@@ -1425,7 +1463,8 @@ func (s *Sim) faults() {
 				s.setCheck(n.name, "serfHealth", api.HealthPassing)
 				s.notify()
 				// The executor finds its session gone when it renews.
-				if se, _ := s.store.SessionInfo(n.sess, true); se == nil {
+				if se, _ := s.store.SessionInfo(n.sess, true); se == nil && n.toldLost != n.sess {
+					n.toldLost = n.sess
 					s.step(n, agent.SessionLost{})
 				}
 				for i := range n.w {
@@ -1506,10 +1545,11 @@ func (s *Sim) finalCheck() {
 	}
 	infeasible := map[string]bool{}
 	for _, u := range s.units {
-		// The nodes that may run it: live, and allowed by its placement.
+		// The nodes that may run it: live, not draining, and allowed by
+		// its placement.
 		live := 0
 		for _, n := range s.nodes {
-			if n.alive && n.up && !n.cut && (s.plc == nil || s.plc.allows(u, n, 0) == "") {
+			if n.alive && n.up && !n.cut && !s.drained(n) && (s.plc == nil || s.plc.allows(u, n, 0) == "") {
 				live++
 			}
 		}
@@ -1550,6 +1590,15 @@ func (s *Sim) finalCheck() {
 		s.violate("slot %s vacated by the loss never ran again", id)
 	}
 	s.res.RaftWrites = s.store.Stats().RaftWrites - s.fencedRaft - s.raftFrom + s.aloneAudits
+}
+
+// drained: n is draining (an operator's drain in an Ops run).
+func (s *Sim) drained(n *node) bool {
+	if s.ops == nil {
+		return false
+	}
+	_, ok := s.ops.drainSince[n.name]
+	return ok
 }
 
 func sortedLost(m map[agent.SlotID]time.Duration) []agent.SlotID {
