@@ -147,7 +147,11 @@ service "db" {
 	// db's node, which also holds an exclusive slot: the cut ends the
 	// node's session there (the watchdog), and the non-exclusive instance
 	// must still stop after stop_after, not before and not never.
-	dbNow := slotHolders(t, c, "db")[0]
+	var dbNow string
+	waitFor(t, 30*time.Second, "db held", func() (bool, string) {
+		dbNow = slotHolders(t, c, "db")[0]
+		return dbNow != "", fmt.Sprint(slotHolders(t, c, "db"))
+	})
 	lazy := writeHCL(t, fmt.Sprintf(`
 service "lazy" {
   command    = ["/bin/sh", "-c", "exec %s -stamp-file %s/lazy.$MARIPOSA_NODE.stamps"]
