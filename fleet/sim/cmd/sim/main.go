@@ -25,6 +25,13 @@ func main() {
 	memprofile := flag.String("memprofile", "", "write a heap profile here at the end")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here")
 	flag.Parse()
+	if *fl.NodeLostAfter > 0 && !*fl.Ops && !*fl.Storm {
+		// node_lost_after is judged with the controls' view (which slots
+		// existed, who held them), and mariposa always runs them: without
+		// -ops or -storm the run would report what no fleet does.
+		fmt.Fprintln(os.Stderr, "sim: -node-lost-after needs -ops or -storm (the controls mariposa always runs)")
+		os.Exit(2)
+	}
 	// The simulation allocates fast and keeps little: collecting at four
 	// times the live heap, not twice, saves a fifth of the CPU at 1,000
 	// nodes for about 2 GB more a seed. GOGC, when set, decides.
