@@ -110,6 +110,15 @@ func DecodeStormLifted(b []byte) (StormLifted, error) {
 	return l, nil
 }
 
+// StormLiftedCheck is a brake write's check that control/storm-lifted is
+// at index, the one its node last saw (0: absent).
+func StormLiftedCheck(index uint64) *api.KVTxnOp {
+	if index == 0 {
+		return &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: StormLiftedKey}
+	}
+	return &api.KVTxnOp{Verb: api.KVCheckIndex, Key: StormLiftedKey, Index: index}
+}
+
 // LiftedDown is the supervisors not live when a brake is lifted: the
 // storm record's vanished (r may be nil) and the nodes not live, sorted.
 func LiftedDown(r *StormRecord, nodes []placement.NodeInfo) []string {

@@ -207,7 +207,7 @@ func (e *Executor) moveDeployment(a agent.MoveDeployment) {
 func (e *Executor) writeBrake(a agent.WriteBrake) {
 	ok, r, err := e.txn(api.TxnOps{
 		kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.StormKey}),
-		kv(liftedCheck(a.Lifted)),
+		kv(cluster.StormLiftedCheck(a.Lifted)),
 		kv(&api.KVTxnOp{Verb: api.KVSet, Key: cluster.StormKey, Value: a.Record.Encode()}),
 		// Its audit record, in the same transaction.
 		e.auditOp(agent.Record{Slot: agent.SlotID{K: -1}, Action: "storm-brake",
@@ -221,14 +221,6 @@ func (e *Executor) writeBrake(a agent.WriteBrake) {
 	default:
 		e.inbox.post(agent.BrakeDone{OK: true, Index: resultIndex(r, cluster.StormKey)})
 	}
-}
-
-// liftedCheck checks control/storm-lifted is at index (0: absent).
-func liftedCheck(index uint64) *api.KVTxnOp {
-	if index == 0 {
-		return &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.StormLiftedKey}
-	}
-	return &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cluster.StormLiftedKey, Index: index}
 }
 
 // publishDrain performs agent.PublishDrain.

@@ -471,12 +471,8 @@ func (s *Sim) writeBrake(n *node, a agent.WriteBrake) {
 	s.note("%s writes the storm brake: %s", n.name, a.Record.Reason())
 	s.rpc(n, func() any {
 		ops := api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: cluster.StormKey}}
-		switch {
-		case s.cfg.ExecFaults.NoLiftedCheck:
-		case a.Lifted == 0:
-			ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: cluster.StormLiftedKey})
-		default:
-			ops = append(ops, &api.KVTxnOp{Verb: api.KVCheckIndex, Key: cluster.StormLiftedKey, Index: a.Lifted})
+		if !s.cfg.ExecFaults.NoLiftedCheck {
+			ops = append(ops, cluster.StormLiftedCheck(a.Lifted))
 		}
 		r, err := s.store.KVTxn(s.wall(), append(ops, &api.KVTxnOp{Verb: api.KVSet, Key: cluster.StormKey, Value: a.Record.Encode()}))
 		s.countTxn(r, err)

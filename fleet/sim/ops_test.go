@@ -39,7 +39,7 @@ var smallFleets = []struct{ nodes, slots int }{{6, 3}, {8, 3}, {12, 4}}
 // back the slot it rescheduled while the one node that could hold it
 // instead is ranked for a takeover the budget holds, ops seed 15 with
 // -placement; the ranking does not know the budget. A gap of the
-// penalty's preference, not of safety: CHANGELOG and the closing note.)
+// penalty's preference, not of safety: website/reference/reschedule.md.)
 func smallOpsConfig(seed uint64, nodes, slots int) Config {
 	return Config{Seed: seed, Nodes: nodes, Units: 2, SlotsPerUnit: slots, ExclusiveEvery: 2, Chaos: true, Ops: true,
 		Deploys: true, Volumes: true}

@@ -288,7 +288,7 @@ func (s *Sim) claimOfRescheduled(n *node, id agent.SlotID) {
 		if o == n || !o.reachable() || holders[o.name] {
 			continue
 		}
-		if _, d := s.ops.drainSince[o.name]; d {
+		if s.drained(o) {
 			continue
 		}
 		if q := s.rs.penalties[id.Unit][o.name]; q.After(s.wall()) {

@@ -1317,9 +1317,8 @@ func (s *Sim) applyCheck(node, check, status, key string, gen int) {
 // watchSession, a blocking query) tells each node that reaches the
 // servers that its session is gone, a watch's answer after a check
 // invalidated it. A node cut off, or on the minority side, learns it when
-// healed. (Without it a node whose session a deferred check invalidated
-// after its heal, a leader elected late, claimed with it for good,
-// refused every time: the simulator at 14 nodes.)
+// healed. (Without it a node told nothing claimed with its dead session
+// for good, refused every time: TestSimulationModelRegressions.)
 func (s *Sim) watchSessions() {
 	for _, n := range s.nodes {
 		if n.sess == "" || !n.watched() {
@@ -1330,13 +1329,22 @@ func (s *Sim) watchSessions() {
 		}
 		sess, gen := n.sess, n.gen
 		s.at(s.latency(), func() {
-			if n.gen == gen && n.sess == sess && n.toldLost != sess && n.watched() {
-				s.note("%s session %s gone", n.name, sess)
-				n.toldLost = sess
-				s.step(n, agent.SessionLost{})
+			if n.gen == gen && n.sess == sess && n.watched() {
+				s.tellSessionLost(n)
 			}
 		})
 	}
+}
+
+// tellSessionLost: n's agent learns its session is gone, once a session,
+// if it is (by its watch, or at its heal when its renewal finds it gone).
+func (s *Sim) tellSessionLost(n *node) {
+	if se, _ := s.store.SessionInfo(n.sess, true); se != nil || n.toldLost == n.sess {
+		return
+	}
+	s.note("%s session %s gone", n.name, n.sess)
+	n.toldLost = n.sess
+	s.step(n, agent.SessionLost{})
 }
 
 // detection is Consul's gossip failure detection for n nodes.
@@ -1445,10 +1453,7 @@ func (s *Sim) faults() {
 				s.note("heal %s", n.name)
 				n.minority = false
 				s.setCheck(n.name, "serfHealth", api.HealthPassing)
-				if se, _ := s.store.SessionInfo(n.sess, true); se == nil && n.toldLost != n.sess {
-					n.toldLost = n.sess
-					s.step(n, agent.SessionLost{})
-				}
+				s.tellSessionLost(n)
 				for i := range n.w {
 					n.w[i].index = 0
 				}
@@ -1482,10 +1487,7 @@ func (s *Sim) faults() {
 				s.setCheck(n.name, "serfHealth", api.HealthPassing)
 				s.notify()
 				// The executor finds its session gone when it renews.
-				if se, _ := s.store.SessionInfo(n.sess, true); se == nil && n.toldLost != n.sess {
-					n.toldLost = n.sess
-					s.step(n, agent.SessionLost{})
-				}
+				s.tellSessionLost(n)
 				for i := range n.w {
 					n.w[i].index = 0
 				}
