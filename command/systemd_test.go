@@ -107,7 +107,7 @@ func TestAfterRegistrationReleasesMemory(t *testing.T) {
 	var start, settled int
 	oldStart, oldSettled, oldDelay := releaseStartMemory, releaseSettledMemory, settleDelay
 	releaseStartMemory = func() { start++ }
-	releaseSettledMemory = func() { settled++ }
+	releaseSettledMemory = func(hclog.Logger) { settled++ }
 	t.Cleanup(func() { releaseStartMemory, releaseSettledMemory, settleDelay = oldStart, oldSettled, oldDelay })
 
 	stop := make(chan struct{})
