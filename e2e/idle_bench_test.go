@@ -455,7 +455,7 @@ func measureIdle(b *testing.B, agent *consultest.Agent, proxy *countingProxy, n 
 		}
 	}
 	time.Sleep(idleSettle) // the measuring window opens on an idle node
-	scrape()                    // Prometheus has been scraping all along
+	scrape()               // Prometheus has been scraping all along
 	lines := func() int {
 		bs, _ := os.ReadFile(audit)
 		return bytes.Count(bs, []byte("\n"))
