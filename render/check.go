@@ -2,7 +2,6 @@ package render
 
 import (
 	"fmt"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -35,7 +34,7 @@ const parseSentinel = "__mariposa_parse_check__"
 
 // parseErr reads text/template's "template: NAME:LINE: message" (some
 // errors also carry a column).
-var parseErr = regexp.MustCompile(`^(?:parse: )?template: [^:]*:(\d+):(?:(\d+):)? ?(.*)$`)
+var parseErr = lazyRE(`^(?:parse: )?template: [^:]*:(\d+):(?:(\d+):)? ?(.*)$`)
 
 func checkTemplate(text string) *schema.TemplateError {
 	// First without functions: syntax errors anywhere, and every tree to
@@ -77,7 +76,7 @@ func checkTemplate(text string) *schema.TemplateError {
 	// sentinel), so only a failure before the sentinel is the text's own.
 	{
 		msg := parseWithFuncs(text).Error()
-		m := parseErr.FindStringSubmatch(msg)
+		m := parseErr().FindStringSubmatch(msg)
 		if m == nil || !strings.Contains(m[3], parseSentinel) {
 			te := parseError(text, "Template syntax error", msg)
 			if name, ok := undefinedFunc(te.Message); ok {
@@ -135,7 +134,7 @@ func parseWithFuncs(text string) error {
 // parseError turns text/template's message into a TemplateError with its line.
 func parseError(text, summary, msg string) *schema.TemplateError {
 	te := &schema.TemplateError{Summary: summary, Message: msg}
-	if m := parseErr.FindStringSubmatch(msg); m != nil {
+	if m := parseErr().FindStringSubmatch(msg); m != nil {
 		te.Message = m[3]
 		if n, err := strconv.Atoi(m[1]); err == nil && n >= 1 && n <= strings.Count(text, "\n")+1 {
 			te.Line = n
@@ -144,10 +143,10 @@ func parseError(text, summary, msg string) *schema.TemplateError {
 	return te
 }
 
-var undefinedRe = regexp.MustCompile(`^function "([^"]*)" not defined$`)
+var undefinedRe = lazyRE(`^function "([^"]*)" not defined$`)
 
 func undefinedFunc(msg string) (string, bool) {
-	m := undefinedRe.FindStringSubmatch(msg)
+	m := undefinedRe().FindStringSubmatch(msg)
 	if m == nil {
 		return "", false
 	}
@@ -204,7 +203,7 @@ func suggestFunc(name string) string {
 		return ""
 	}
 	// Confirm against the real function map: only the sentinel may fail.
-	if m := parseErr.FindStringSubmatch(parseWithFuncs("{{ " + best + " }}").Error()); m == nil || !strings.Contains(m[3], parseSentinel) {
+	if m := parseErr().FindStringSubmatch(parseWithFuncs("{{ " + best + " }}").Error()); m == nil || !strings.Contains(m[3], parseSentinel) {
 		return ""
 	}
 	return best

@@ -30,53 +30,70 @@ import (
 // returns it: "execute: template: NAME:LINE:COL: executing "NAME" at
 // <CONTEXT>: MESSAGE". CONTEXT is the failing action's template text,
 // cut at 20 bytes.
-var execErrRE = regexp.MustCompile(`(?s)^(?:execute: )?template: [^:]*:(\d+):(\d+): executing "[^"]*" at <(.*?)>: (.*)$`)
+var execErrRE = lazyRE(`(?s)^(?:execute: )?template: [^:]*:(\d+):(\d+): executing "[^"]*" at <(.*?)>: (.*)$`)
 
 // callRE is a function's error, as text/template wraps it.
-var callRE = regexp.MustCompile(`(?s)^error calling ([A-Za-z0-9_]+): (.*)$`)
+var callRE = lazyRE(`(?s)^error calling ([A-Za-z0-9_]+): (.*)$`)
 
 // withheld ends a message whose details are not shown.
 const withheld = "(its message is not shown: it may quote data read from Consul)"
 
 // safeExec are text/template's own execution errors that name only types,
 // fields and template text: shown as they are.
-var safeExec = []*regexp.Regexp{
-	regexp.MustCompile(`^can't evaluate field [A-Za-z0-9_]+ in type [^\n]+$`),
-	regexp.MustCompile(`^nil pointer evaluating [^\n]+$`),
-	regexp.MustCompile(`^wrong type for value; expected [^\n]+; got [^\n]+$`),
-	regexp.MustCompile(`^invalid value; expected [^\n]+$`),
-	regexp.MustCompile(`^wrong number of args for [A-Za-z0-9_]+: want \d+ got \d+$`),
-	regexp.MustCompile(`^index of (untyped nil|nil pointer)$`),
-	regexp.MustCompile(`^can't call method/function "[A-Za-z0-9_]+" with \d+ results$`),
-	regexp.MustCompile(`^[A-Za-z0-9_]+ is not a method but has arguments$`),
-	regexp.MustCompile(`^[A-Za-z0-9_]+ has arguments but cannot be invoked as function$`),
-	regexp.MustCompile(`^[A-Za-z0-9_]+ is an unexported field of struct type [^\n]+$`),
-	regexp.MustCompile(`^nil is not a command$`),
-	regexp.MustCompile(`^cannot assign nil to [^\n]+$`),
-	regexp.MustCompile(`^exceeded maximum template depth \(\d+\)$`),
-}
+var safeExec = lazyREs(
+	`^can't evaluate field [A-Za-z0-9_]+ in type [^\n]+$`,
+	`^nil pointer evaluating [^\n]+$`,
+	`^wrong type for value; expected [^\n]+; got [^\n]+$`,
+	`^invalid value; expected [^\n]+$`,
+	`^wrong number of args for [A-Za-z0-9_]+: want \d+ got \d+$`,
+	`^index of (untyped nil|nil pointer)$`,
+	`^can't call method/function "[A-Za-z0-9_]+" with \d+ results$`,
+	`^[A-Za-z0-9_]+ is not a method but has arguments$`,
+	`^[A-Za-z0-9_]+ has arguments but cannot be invoked as function$`,
+	`^[A-Za-z0-9_]+ is an unexported field of struct type [^\n]+$`,
+	`^nil is not a command$`,
+	`^cannot assign nil to [^\n]+$`,
+	`^exceeded maximum template depth \(\d+\)$`,
+)
 
 // safeCall are functions' errors that name only types and positions given
 // by the template.
-var safeCall = []*regexp.Regexp{
-	regexp.MustCompile(`^incompatible types for comparison: [^\n]+$`),
-	regexp.MustCompile(`^invalid type for comparison$`),
-	regexp.MustCompile(`^missing argument for comparison$`),
-	regexp.MustCompile(`^can't index item of type [^\n]+$`),
-	regexp.MustCompile(`^cannot index slice/array with (nil|type [^\n]+)$`),
-	regexp.MustCompile(`^function "[A-Za-z0-9_]+" is not available in mariposa templates: [^\n]+$`),
+var safeCall = lazyREs(
+	`^incompatible types for comparison: [^\n]+$`,
+	`^invalid type for comparison$`,
+	`^missing argument for comparison$`,
+	`^can't index item of type [^\n]+$`,
+	`^cannot index slice/array with (nil|type [^\n]+)$`,
+	`^function "[A-Za-z0-9_]+" is not available in mariposa templates: [^\n]+$`,
+)
+
+// lazyRE compiles expr on its first use: these read error messages only,
+// and compiled at start they held 0.3 MB of every idle mariposa's heap.
+func lazyRE(expr string) func() *regexp.Regexp {
+	return sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(expr) })
+}
+
+// lazyREs is lazyRE for a list.
+func lazyREs(exprs ...string) func() []*regexp.Regexp {
+	return sync.OnceValue(func() []*regexp.Regexp {
+		res := make([]*regexp.Regexp, len(exprs))
+		for i, e := range exprs {
+			res[i] = regexp.MustCompile(e)
+		}
+		return res
+	})
 }
 
 var (
-	strconvRE = regexp.MustCompile(`(?s)^(strconv\.[A-Za-z0-9]+): parsing .*: (invalid syntax|value out of range)$`)
-	regexpRE  = regexp.MustCompile("(?s)^error parsing regexp: ([^:`]+): `")
-	fileRE    = regexp.MustCompile(`(?s)^file ".*": (outside the service directory [^\n]*|not a regular file|larger than the [^\n]+ limit|no such file or directory|permission denied|is a directory)$`)
+	strconvRE = lazyRE(`(?s)^(strconv\.[A-Za-z0-9]+): parsing .*: (invalid syntax|value out of range)$`)
+	regexpRE  = lazyRE("(?s)^error parsing regexp: ([^:`]+): `")
+	fileRE    = lazyRE(`(?s)^file ".*": (outside the service directory [^\n]*|not a regular file|larger than the [^\n]+ limit|no such file or directory|permission denied|is a directory)$`)
 )
 
 // execMessage rewrites an error of a template's execution for people:
 // "LABEL:LINE:COL: at <ACTION>: WHAT", with no data read from Consul.
 func execMessage(label string, err error) string {
-	m := execErrRE.FindStringSubmatch(err.Error())
+	m := execErrRE().FindStringSubmatch(err.Error())
 	if m == nil {
 		return "rendering failed " + withheld
 	}
@@ -86,13 +103,13 @@ func execMessage(label string, err error) string {
 
 // execWhat says what went wrong in an execution error's message.
 func execWhat(msg string) string {
-	if c := callRE.FindStringSubmatch(msg); c != nil {
+	if c := callRE().FindStringSubmatch(msg); c != nil {
 		return "error calling " + c[1] + ": " + callWhat(c[1], c[2])
 	}
 	if strings.HasPrefix(msg, "range can't iterate over ") {
 		return "range can't iterate over the value (not shown: it may be data read from Consul)"
 	}
-	for _, re := range safeExec {
+	for _, re := range safeExec() {
 		if re.MatchString(msg) {
 			return msg
 		}
@@ -104,14 +121,14 @@ func execWhat(msg string) string {
 func callWhat(fn, msg string) string {
 	// consul-template prefixes most of its functions' errors with their name.
 	msg = strings.TrimPrefix(msg, fn+": ")
-	for _, re := range safeCall {
+	for _, re := range safeCall() {
 		if re.MatchString(msg) {
 			return msg
 		}
 	}
 	switch {
-	case strconvRE.MatchString(msg):
-		s := strconvRE.FindStringSubmatch(msg)
+	case strconvRE().MatchString(msg):
+		s := strconvRE().FindStringSubmatch(msg)
 		return s[1] + ": " + s[2] + " (the value is not shown)"
 	case strings.HasPrefix(msg, "invalid character "), strings.HasPrefix(msg, "unexpected end of JSON input"),
 		strings.HasPrefix(msg, "json: "):
@@ -124,10 +141,10 @@ func callWhat(fn, msg string) string {
 		return "index out of range"
 	case strings.HasPrefix(msg, "required environment variable ") && strings.HasSuffix(msg, " is empty"):
 		return "a required environment variable is empty"
-	case regexpRE.MatchString(msg):
-		return "error parsing regexp: " + regexpRE.FindStringSubmatch(msg)[1]
-	case fileRE.MatchString(msg):
-		return fileRE.FindStringSubmatch(msg)[1]
+	case regexpRE().MatchString(msg):
+		return "error parsing regexp: " + regexpRE().FindStringSubmatch(msg)[1]
+	case fileRE().MatchString(msg):
+		return fileRE().FindStringSubmatch(msg)[1]
 	}
 	return "failed " + withheld
 }
