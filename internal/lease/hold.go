@@ -26,18 +26,7 @@ type Hold struct {
 	// next renewal, within TTL/2) or another confirmed hold's read sees
 	// the session gone. Leaders and exclusive slots are confirmed.
 	Unconfirmed bool
-	// Claim, if set, makes the acquisition one transaction built from the
-	// key's current value (nil when absent), read by a consistent read:
-	// check that the key is unchanged since, lock it with the returned
-	// value (Value is ignored), and apply ops in the same transaction (an
-	// audit record of the claim). An error aborts the acquisition and is
-	// returned as is. A count slot carries its history in its value.
-	Claim func(cur *api.KVPair) (value []byte, ops api.TxnOps, err error)
 }
-
-// ErrKeyHeld is TryAcquire's answer (errors.Is) when another session holds
-// the key.
-var ErrKeyHeld = errors.New("held by another session")
 
 // key reservations in Lease.keys.
 const (
@@ -45,21 +34,12 @@ const (
 	keyPending = "pending" // its release failed; retried
 )
 
-// errHeld is acquire's answer, in failIfHeld mode, when another session
-// holds the key.
+// errHeld is acquire's answer, in failIfHeld mode (the node lock's), when
+// another session holds the key.
 type errHeld struct{ pair *api.KVPair }
 
 func (e *errHeld) Error() string {
 	return fmt.Sprintf("%s is held by session %s", e.pair.Key, e.pair.Session)
-}
-
-func (e *errHeld) Unwrap() error { return ErrKeyHeld }
-
-// TryAcquire is Acquire that fails with ErrKeyHeld when another session
-// holds the key, instead of waiting for it. A free key refused for its
-// lock delay is retried until ctx ends.
-func (l *Lease) TryAcquire(ctx context.Context, h Hold) (*Term, error) {
-	return l.acquire(ctx, h, true)
 }
 
 // Acquire waits until the lease's current session (created first if there
@@ -333,16 +313,8 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 		var ok bool
 		var held *api.KVPair
 		sent = l.now()
-		if h.Claim != nil {
-			ok, held, err = s.claim(rctx, h, pair)
-		} else {
-			ok, held, err = s.lock(rctx, h)
-		}
+		ok, held, err = s.lock(rctx, h)
 		cancel()
-		var aborted *claimAborted
-		if errors.As(err, &aborted) {
-			return time.Time{}, nil, aborted.err
-		}
 		if ok && err == nil && held != nil && held.Session == s.id {
 			// The transaction's answer is the held key itself, with the
 			// index that fences this term: no read needed (a round trip
@@ -377,37 +349,13 @@ func (s *session) contend(ctx context.Context, h Hold, failIfHeld bool, log hclo
 	}
 }
 
-// claimAborted carries Hold.Claim's own error out of contend unchanged.
-type claimAborted struct{ err error }
-
-func (e *claimAborted) Error() string { return e.err.Error() }
-
-// claim acquires h.Key in one transaction built by h.Claim from cur, the
-// value just read: the key unchanged since, the lock, and the claim's ops.
-// false: refused (changed meanwhile, lock delay, another session first).
-func (s *session) claim(ctx context.Context, h Hold, cur *api.KVPair) (bool, *api.KVPair, error) {
-	value, extra, err := h.Claim(cur)
-	if err != nil {
-		return false, nil, &claimAborted{err}
-	}
-	check := &api.KVTxnOp{Verb: api.KVCheckNotExists, Key: h.Key}
-	if cur != nil {
-		check = &api.KVTxnOp{Verb: api.KVCheckIndex, Key: h.Key, Index: cur.ModifyIndex}
-	}
-	ops := append(api.TxnOps{{KV: check}, {KV: &api.KVTxnOp{Verb: api.KVLock, Key: h.Key, Value: value, Session: s.id}}}, extra...)
-	return s.lockTxn(ctx, h.Key, value, ops, 1)
-}
-
 // lock acquires h.Key with h.Value in a transaction of one lock: unlike a
-// plain acquire, its answer says the key's new indexes.
+// plain acquire, its answer says the key's new indexes. It returns the key
+// as held (its value is the one written: a lock's answer leaves it out).
+// false: refused (a lock delay, or another session first).
 func (s *session) lock(ctx context.Context, h Hold) (bool, *api.KVPair, error) {
-	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: h.Key, Value: h.Value, Session: s.id}}}
-	return s.lockTxn(ctx, h.Key, h.Value, ops, 0)
-}
-
-// lockTxn runs ops, whose op at lockAt locks key with value, and returns the
-// key as held (its value is the one written: a lock's answer leaves it out).
-func (s *session) lockTxn(ctx context.Context, key string, value []byte, ops api.TxnOps, lockAt int) (bool, *api.KVPair, error) {
+	key, value := h.Key, h.Value
+	ops := api.TxnOps{{KV: &api.KVTxnOp{Verb: api.KVLock, Key: key, Value: value, Session: s.id}}}
 	ok, resp, _, err := s.l.cfg.Client.Txn().Txn(ops, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return false, nil, err
@@ -421,8 +369,8 @@ func (s *session) lockTxn(ctx context.Context, key string, value []byte, ops api
 		return false, nil, nil
 	}
 	var held *api.KVPair
-	if lockAt < len(resp.Results) && resp.Results[lockAt].KV != nil && resp.Results[lockAt].KV.Key == key {
-		kvp := *resp.Results[lockAt].KV
+	if len(resp.Results) > 0 && resp.Results[0].KV != nil && resp.Results[0].KV.Key == key {
+		kvp := *resp.Results[0].KV
 		kvp.Value = value
 		held = &kvp
 	}

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -225,30 +224,4 @@ func (t *Term) expireLocked(now time.Time, err error) {
 	}
 	t.log.Warn("lock lost: stop the work it guards now", "session", t.Session,
 		"reason", err, "deadline_in", t.deadline.Sub(now).Round(time.Millisecond))
-}
-
-// Fenced applies ops in one transaction that fails unless this term
-// still holds the key as it was acquired: check-session on Key with
-// Session, and check-index on Key with Index, the checks a guarded child
-// makes with its fencing token. The held key itself is never written while
-// held (its ModifyIndex is the fencing token): what a holder says about its
-// hold goes beside it, in ops (a slot's status key), and is never written
-// by a node that lost the hold, nor from an earlier term of the same
-// session.
-func (t *Term) Fenced(ctx context.Context, ops api.TxnOps) error {
-	if err := t.Err(); err != nil {
-		return err
-	}
-	all := append(api.TxnOps{
-		{KV: &api.KVTxnOp{Verb: api.KVCheckSession, Key: t.Key, Session: t.Session}},
-		{KV: &api.KVTxnOp{Verb: api.KVCheckIndex, Key: t.Key, Index: t.Index}},
-	}, ops...)
-	ok, resp, _, err := t.l.cfg.Client.Txn().Txn(all, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return txnError(resp)
-	}
-	return nil
 }
