@@ -61,5 +61,9 @@ var releaseSettledMemory = func(log hclog.Logger) {
 	runtime.GC() // -> 4 KB
 	debug.FreeOSMemory()
 	kb, err := exepages.Drop()
-	log.Debug("released the start's memory", "binary_pages_unmapped_kb", kb, "error", err)
+	if err != nil {
+		// Harmless: the pages stay mapped, as they were.
+		log.Debug("the binary's pages could not be unmapped", "error", err)
+	}
+	log.Debug("released the start's memory", "binary_pages_unmapped_kb", kb)
 }
