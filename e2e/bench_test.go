@@ -419,72 +419,9 @@ service "dependent" {
 func BenchmarkLeaderFailover(b *testing.B) {
 	const trials, killTrials = 20, 10
 	rounds := benchRounds(3)
-	cl := consultest.NewCluster(b, 1, 2)
-	c := cl.Servers[0].Client(b)
-	dir := b.TempDir()
-	hcl := writeHCL(b, fmt.Sprintf(`
-service "lead" {
-  command = ["/bin/sh", "-c", "exec %s"]
-  env     = { STAMP_FILE = "%s/stamps", STAMP_SLEEP_MS = "-1" }
-  leader {
-    key = "mariposa/leader/bench-failover"
-  }
-  stop {
-    timeout = "1s"
-  }
-}
-`, stampBin, dir))
-	stamps := filepath.Join(dir, "stamps")
-	leaderNode := func() string {
-		var l string
-		waitFor(b, 60*time.Second, "one passing leader", func() (bool, string) {
-			es, _, _ := c.Health().Service("lead", "", true, nil)
-			if len(es) != 1 {
-				return false, fmt.Sprint(len(es))
-			}
-			l = es[0].Node.Node
-			return true, l
-		})
-		return l
-	}
-	// handovers starts a mariposa on every client, hands over n times by
-	// sending how to the leader's (started again as the next standby),
-	// and stops them all.
-	// via, when not nil, names the agent each client's mariposa talks to
-	// (a timing proxy in front of it).
+	cl, hcl, stamps, leaderNode := leaderBench(b)
 	handovers := func(how syscall.Signal, n int, via map[string]*consultest.Agent) latencies {
-		agentFor := func(a *consultest.Agent) *consultest.Agent {
-			if via != nil {
-				return via[a.Name]
-			}
-			return a
-		}
-		sups := map[string]*mariposa{}
-		for _, a := range cl.Clients {
-			sups[a.Name] = startMariposa(b, agentFor(a), nil, "-log-level", "warn", hcl)
-		}
-		// standbyReady: a standby's mariposa contends once its instance
-		// is a standby. Its node's session alone says less: mariposa
-		// makes it at its start, for its node lock, before the service's
-		// instance boots (seen: handovers timed from a stop while the
-		// standby was still starting).
-		// The event is read from its audit file (the default one, beside
-		// its control socket).
-		standbyReady := func(node string) (bool, string) {
-			audit, _ := os.ReadFile(filepath.Join(filepath.Dir(sups[node].sock), "audit.jsonl"))
-			return bytes.Contains(audit, []byte(`"kind":"standby"`)), "no standby event yet"
-		}
-		var lat latencies
-		for range n {
-			l := leaderNode()
-			lat = append(lat, handover(b, c, cl, l, stamps, standbyReady, func() { _ = sups[l].cmd.Process.Signal(how) }))
-			<-sups[l].done
-			sups[l] = startMariposa(b, agentFor(clientNamed(cl, l)), nil, "-log-level", "warn", hcl)
-		}
-		for _, m := range sups {
-			m.stop(b, syscall.SIGTERM, 20*time.Second)
-		}
-		return lat
+		return leaderHandovers(b, cl, hcl, stamps, leaderNode, how, n, via, false)
 	}
 	for i := 0; i < b.N; i++ {
 		var graceful, lockLat latencies
@@ -542,6 +479,118 @@ service "lead" {
 		fmt.Printf("leader stops gracefully, through a timing proxy (%d handovers each; p50 mariposa %.2f ms, consul lock %.2f ms): where the time goes, p50 ms:\n%s",
 			timed, ms(handoversTimed.pct(0.5)), ms(lockTimed.pct(0.5)), phaseTable(mp, lp))
 	}
+}
+
+// leaderBench starts the leader benchmarks' cluster (one server, two
+// clients) and writes their service: a leader-elected stamp child. It
+// returns the cluster, the file, the stamps' file and how to find the node
+// whose instance leads.
+func leaderBench(b *testing.B) (cl *consultest.Cluster, hcl, stamps string, leaderNode func() string) {
+	cl = consultest.NewCluster(b, 1, 2)
+	c := cl.Servers[0].Client(b)
+	dir := b.TempDir()
+	hcl = writeHCL(b, fmt.Sprintf(`
+service "lead" {
+  command = ["/bin/sh", "-c", "exec %s"]
+  env     = { STAMP_FILE = "%s/stamps", STAMP_SLEEP_MS = "-1" }
+  leader {
+    key = "mariposa/leader/bench-failover"
+  }
+  stop {
+    timeout = "1s"
+  }
+}
+`, stampBin, dir))
+	stamps = filepath.Join(dir, "stamps")
+	leaderNode = func() string {
+		var l string
+		waitFor(b, 60*time.Second, "one passing leader", func() (bool, string) {
+			es, _, _ := c.Health().Service("lead", "", true, nil)
+			if len(es) != 1 {
+				return false, fmt.Sprint(len(es))
+			}
+			l = es[0].Node.Node
+			return true, l
+		})
+		return l
+	}
+	return cl, hcl, stamps, leaderNode
+}
+
+// BenchmarkLeaderFailoverSettled: the graceful handover of
+// BenchmarkLeaderFailover between settled nodes, each mariposa idleSettle
+// old or more when its leader stops: a running fleet's takeover, where the
+// code it runs may have been unmapped with the start's pages (see
+// command/memory.go) and is mapped again on the way. BenchmarkLeaderFailover
+// hands over between mariposas a few seconds old; the two p50s compare
+// across runs only as well as a handover's p50 does (its rounds move by
+// 0.2-0.4 of the ratio), so two rounds of 5 handovers each alternate with 5
+// between young nodes, pooled (a settled handover waits 20 s: about 4
+// minutes in all).
+func BenchmarkLeaderFailoverSettled(b *testing.B) {
+	const trials, rounds = 5, 2
+	cl, hcl, stamps, leaderNode := leaderBench(b)
+	for i := 0; i < b.N; i++ {
+		var settled, young latencies
+		for range rounds {
+			settled = append(settled, leaderHandovers(b, cl, hcl, stamps, leaderNode, syscall.SIGTERM, trials, nil, true)...)
+			young = append(young, leaderHandovers(b, cl, hcl, stamps, leaderNode, syscall.SIGTERM, trials, nil, false)...)
+		}
+		settled.report(b, "leader's mariposa SIGTERM -> standby's child running, settled nodes")
+		young.report(b, "the same between mariposas a few seconds old")
+		fmt.Printf("leader stops gracefully: settled nodes p50 %.2f ms beside %.2f ms between young ones (%d rounds together): ratio %.2f\n",
+			ms(settled.pct(0.5)), ms(young.pct(0.5)), rounds, float64(settled.pct(0.5))/float64(young.pct(0.5)))
+		b.ReportMetric(float64(settled.pct(0.5))/float64(young.pct(0.5)), "ratio-settled-young-p50")
+	}
+}
+
+// leaderHandovers starts a mariposa on every client of cl, hands over n
+// times by sending how to the leader's (started again as the next standby),
+// and stops them all. via, when not nil, names the agent each client's
+// mariposa talks to (a timing proxy in front of it). settled: each handover
+// waits until both mariposas have run idleSettle, so that it is a settled
+// node's (its start's pages unmapped, see command/memory.go), as a
+// standby's takeover in a running fleet is; otherwise the next handover
+// follows as soon as the restarted standby contends.
+func leaderHandovers(b *testing.B, cl *consultest.Cluster, hcl, stamps string, leaderNode func() string, how syscall.Signal, n int, via map[string]*consultest.Agent, settled bool) latencies {
+	c := cl.Servers[0].Client(b)
+	agentFor := func(a *consultest.Agent) *consultest.Agent {
+		if via != nil {
+			return via[a.Name]
+		}
+		return a
+	}
+	sups, started := map[string]*mariposa{}, map[string]time.Time{}
+	for _, a := range cl.Clients {
+		sups[a.Name], started[a.Name] = startMariposa(b, agentFor(a), nil, "-log-level", "warn", hcl), time.Now()
+	}
+	// standbyReady: a standby's mariposa contends once its instance
+	// is a standby. Its node's session alone says less: mariposa
+	// makes it at its start, for its node lock, before the service's
+	// instance boots (seen: handovers timed from a stop while the
+	// standby was still starting).
+	// The event is read from its audit file (the default one, beside
+	// its control socket).
+	standbyReady := func(node string) (bool, string) {
+		audit, _ := os.ReadFile(filepath.Join(filepath.Dir(sups[node].sock), "audit.jsonl"))
+		return bytes.Contains(audit, []byte(`"kind":"standby"`)), "no standby event yet"
+	}
+	var lat latencies
+	for range n {
+		if settled {
+			for _, at := range started {
+				time.Sleep(time.Until(at.Add(idleSettle))) // the measuring window opens on settled nodes
+			}
+		}
+		l := leaderNode()
+		lat = append(lat, handover(b, c, cl, l, stamps, standbyReady, func() { _ = sups[l].cmd.Process.Signal(how) }))
+		<-sups[l].done
+		sups[l], started[l] = startMariposa(b, agentFor(clientNamed(cl, l)), nil, "-log-level", "warn", hcl), time.Now()
+	}
+	for _, m := range sups {
+		m.stop(b, syscall.SIGTERM, 20*time.Second)
+	}
+	return lat
 }
 
 // consulLockFailover runs `consul lock PREFIX "exec stampchild"` on every
