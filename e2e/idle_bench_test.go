@@ -280,7 +280,11 @@ func BenchmarkIdleServices(b *testing.B) {
 				if floorPID != 0 {
 					floorLine = "; beside it, same run, an idle Go program (the e2e child): " + floorMem.String()
 				}
-				fmt.Printf("  memory as users compare it: mariposa %s (goal: USS <= 6 MB)%s\n", mem, floorLine)
+				goal := ""
+				if n == 1 {
+					goal = " (goal: USS <= 6 MB)"
+				}
+				fmt.Printf("  memory as users compare it: mariposa %s%s%s\n", mem, goal, floorLine)
 				if cpPID != 0 {
 					fmt.Printf("  beside it, same run: ContainerPilot with %d idle job(s) (not registered in Consul): %s; mariposa's ratio RSS %.2f, PSS %.2f, USS %.2f\n",
 						n, cpMem, mem.rss/cpMem.rss, mem.pss/cpMem.pss, mem.uss/cpMem.uss)
