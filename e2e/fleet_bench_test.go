@@ -59,7 +59,9 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	// last round: max_per_node is 1, and full count must stay reachable.
 	maxCount := max(3, min(10, fleetNodes-rounds*perRound))
 	cl := consultest.NewFleet(b, consultest.FleetOptions{Servers: 3, Clients: fleetNodes, ConsulGossip: consulGossip,
-		NodeMeta: func(i int) map[string]string { return map[string]string{"zone": "z" + strconv.Itoa(i%3)} }})
+		NodeMeta: func(i int) map[string]string { return map[string]string{"zone": "z" + strconv.Itoa(i%3)} },
+		// The FSM's counters per command type, read from the leader.
+		ExtraConfig: map[string]any{"telemetry": map[string]any{"prometheus_retention_time": "1h", "disable_hostname": true}}})
 	c := cl.Servers[0].Client(b)
 	ms := map[string]*mariposa{}
 	for _, a := range cl.Clients {
@@ -122,6 +124,7 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 
 	var times []time.Duration
 	var entries, vacancies, overRuns int
+	byCommand := map[string]float64{} // the leader's FSM entries, summed over the rounds
 	dead := map[string]bool{}
 	var lastKill time.Time
 	for i := 0; i < rounds && len(dead)+perRound <= fleetNodes/2; i++ {
@@ -164,7 +167,7 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 				}
 			}
 		}
-		idx0 := raftIndex(b, cl)
+		idx0, met0 := raftIndex(b, cl), leaderMetrics(b, cl)
 		t0 := time.Now()
 		lastKill = t0
 		for _, victim := range victims {
@@ -188,6 +191,10 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 			b.Fatalf("round %d: only %d of %d services back at full count within 60s", i, len(got), len(affected))
 		}
 		entries += int(raftIndex(b, cl) - idx0)
+		met1 := leaderMetrics(b, cl)
+		for k, v := range fsmCounts(met1) {
+			byCommand[k] += v - fsmCounts(met0)[k]
+		}
 		vacancies += most
 		for _, d := range got {
 			times = append(times, d)
@@ -198,6 +205,7 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	fmt.Printf("fleet of %d real nodes (Consul gossip timing: %v), 10 services (%d slots), %d node(s) lost at once per round, %d rounds: back at full count p50=%.1fs p99=%.1fs max=%.1fs; %.1f Raft entries per vacancy (%d vacancies); over-runs %d\n",
 		fleetNodes, consulGossip, slotsTotal, perRound, len(dead)/perRound, p(0.5).Seconds(), p(0.99).Seconds(), times[len(times)-1].Seconds(),
 		float64(entries)/float64(max(vacancies, 1)), vacancies, overRuns)
+	fmt.Printf("  Raft entries by command (leader's FSM), per vacancy: %s\n", perInstance(byCommand, max(vacancies, 1)))
 	b.ReportMetric(p(0.5).Seconds(), "p50-s")
 	b.ReportMetric(p(0.99).Seconds(), "p99-s")
 	b.ReportMetric(float64(overRuns), "over-runs")
