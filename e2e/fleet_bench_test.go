@@ -191,9 +191,9 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 			b.Fatalf("round %d: only %d of %d services back at full count within 60s", i, len(got), len(affected))
 		}
 		entries += int(raftIndex(b, cl) - idx0)
-		met1 := leaderMetrics(b, cl)
-		for k, v := range fsmCounts(met1) {
-			byCommand[k] += v - fsmCounts(met0)[k]
+		from := fsmCounts(met0)
+		for k, v := range fsmCounts(leaderMetrics(b, cl)) {
+			byCommand[k] += v - from[k]
 		}
 		vacancies += most
 		for _, d := range got {

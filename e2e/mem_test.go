@@ -218,14 +218,10 @@ func TestIdleMariposaUnmapsItsStartPages(t *testing.T) {
 	// The drop is followed at once by the idle loop mapping what it uses
 	// again: the condition is polled often, and reads only smaps.
 	least := before
-	deadline := time.Now().Add(45 * time.Second)
-	for least >= before/2 && time.Now().Before(deadline) {
+	waitFor(t, 45*time.Second, "the binary's read-only pages resident in mariposa under half of those at the registration", func() (bool, string) {
 		least = min(least, readOnly())
-		time.Sleep(5 * time.Millisecond)
-	}
-	if least >= before/2 {
-		t.Fatalf("the binary's read-only pages resident in mariposa: %d KB at the registration, at least %d KB in the 45 s after; want under half", before, least)
-	}
+		return least < before/2, fmt.Sprintf("%d KB at the registration, at least %d KB since", before, least)
+	})
 	t.Logf("the binary's read-only pages resident: %d KB at the registration, %d KB at the least after, %d KB now", before, least, readOnly())
 
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
