@@ -775,7 +775,9 @@ func perInstance(m map[string]float64, n int) string {
 	})
 	parts := []string{fmt.Sprintf("total %.2f", total/float64(n))}
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s %.2f", k, m[k]/float64(n)))
+		if v := m[k] / float64(n); v >= 0.005 { // the commands that ran
+			parts = append(parts, fmt.Sprintf("%s %.2f", k, v))
+		}
 	}
 	return strings.Join(parts, ", ")
 }

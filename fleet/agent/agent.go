@@ -396,9 +396,15 @@ type (
 	// held, unless the key exists (check-not-exists): what a session of
 	// behavior release leaves, so that mariposa status says "lost" and
 	// the key names the holder to wait for (stopafter.go; Config.MarkLost).
+	//
+	// Backup: this node writes it only because the writers before it
+	// (MarkLostWriters) may be gone too; the executor reads the key
+	// first and writes nothing when it exists (a read is no Raft entry,
+	// a refused transaction is one).
 	MarkLost struct {
-		Slot SlotID
-		Node string
+		Slot   SlotID
+		Node   string
+		Backup bool
 	}
 	// Release: unlock the slot key (answer: ReleaseDone). Failed: the
 	// slot failed (reset.go): the same transaction sets its failed mark.
@@ -682,6 +688,14 @@ type Agent struct {
 	// no takeover (stopafter.go), until a view shows them another's or
 	// released.
 	ownLost map[SlotID]bool
+	// lostMarks: the lost slots' keys this node writes back as a backup
+	// writer (stopafter.go), when and naming which holder.
+	lostMarks map[SlotID]lostMark
+	// markAhead: the live nodes before this one by name in view (markLost).
+	markAhead struct {
+		view *NodesView
+		n    int
+	}
 	// dep: the units' deployments (deploy.go); nil until one is heard of.
 	dep *deployState
 	// ops: pause, drain, the storm brake and the takeover budget (ops.go).
@@ -826,7 +840,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{},
 		dirty: map[string]bool{}, waitAt: map[string]time.Time{},
-		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, ownLost: map[SlotID]bool{}}
+		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, ownLost: map[SlotID]bool{}, lostMarks: map[SlotID]lostMark{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -909,7 +923,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		if a.heldIDs(); r.nHeld > 0 {
 			a.holdsGen++ // the holds' loop reads the unit's view
 		}
-		out = a.markLost(in.View.Unit, a.noteInvalidated(r, r.view, in.View), out)
+		out = a.markLost(now, in.View.Unit, a.noteInvalidated(r, r.view, in.View), out)
 		a.noteOwnLost(in.View)
 		a.notePrevious(a.units[in.View.Unit], r.view, in.View)
 		a.slots[in.View.Unit] = in.View
@@ -1261,6 +1275,7 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	}
 
 	out = a.reconcileOps(now, out, at)
+	out = a.reconcileLostMarks(now, out, at)
 
 	// The holds.
 	ids := a.heldIDs()

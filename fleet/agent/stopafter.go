@@ -68,31 +68,88 @@ func cutOffReason(u Unit) string {
 }
 
 // MarkLostWriters is how many nodes write a lost slot's key back: the
-// first live nodes by name other than its holder (check-not-exists: one
-// write is applied). More than one, because a view may not show yet that
-// a node lost in the same failure is gone (a storm takes several nodes).
+// first live nodes by name other than its holder. More than one, because a
+// view may not show yet that a node lost in the same failure is gone (a
+// storm takes several nodes): the first writes at once, the i-th (from 0)
+// i x MarkLostStagger later as a backup, and only while the slot is still
+// free in its view and the key absent (the executor reads it first). The
+// slot key is not in the index the views are made of, so a backup cannot
+// see the first writer's write: three writers that all wrote cost three
+// transactions a vacancy, two of them refused (BenchmarkFleetNodeLoss).
 const MarkLostWriters = 3
+
+// MarkLostStagger is the wait between one writer of a lost slot's key and
+// the next: long beside a write's round trip, short beside the time status
+// would say nothing of the holder.
+const MarkLostStagger = time.Second
+
+// lostMark is a backup write of a lost slot's key: at, naming from.
+type lostMark struct {
+	at   time.Time
+	from string
+}
 
 // markLost: the slots of unit the new view shows freed by an invalidation
 // (lost, with their holders in the unit's invalidated) get their keys
 // back from this node if it is among the MarkLostWriters first live nodes
-// by name other than the holder and the nodes known failing.
-func (a *Agent) markLost(unit string, lost []int, out []any) []any {
+// by name other than the holder and the nodes known failing: at once from
+// the first, later from the others (lostMarks, reconcileLostMarks).
+func (a *Agent) markLost(now time.Time, unit string, lost []int, out []any) []any {
 	if !a.cfg.MarkLost || len(lost) == 0 || a.nodes == nil {
 		return out
 	}
 	r := a.rec(unit)
-	for _, k := range lost {
-		from := r.invalidated[k]
-		ahead := 0 // live nodes before this one by name
+	// The live nodes before this one by name, counted once a nodes view
+	// (every node of a 1,000-node fleet sees a loss's slots freed, unit
+	// by unit).
+	if m := &a.markAhead; m.view != a.nodes {
+		m.view, m.n = a.nodes, 0
 		for _, n := range a.nodes.Nodes {
-			if n != from && n < a.cfg.Node && !slices.Contains(a.nodes.Failing, n) {
-				ahead++
+			if n < a.cfg.Node && !slices.Contains(a.nodes.Failing, n) {
+				m.n++
 			}
 		}
-		if ahead < MarkLostWriters {
-			out = append(out, MarkLost{Slot: SlotID{unit, k}, Node: from})
+	}
+	pos := a.nodes.positions()
+	for _, k := range lost {
+		from := r.invalidated[k]
+		ahead := a.markAhead.n // but the holder
+		if _, in := pos[from]; in && from < a.cfg.Node && !slices.Contains(a.nodes.Failing, from) {
+			ahead--
 		}
+		switch {
+		case ahead == 0:
+			out = append(out, MarkLost{Slot: SlotID{unit, k}, Node: from})
+		case ahead < MarkLostWriters:
+			a.lostMarks[SlotID{unit, k}] = lostMark{at: now.Add(time.Duration(ahead) * MarkLostStagger), from: from}
+		}
+	}
+	return out
+}
+
+// reconcileLostMarks sends the backup writes that are due, for the slots
+// still free since their holder was lost (a claim or a release since:
+// nothing to write), and asks to be woken for the others.
+func (a *Agent) reconcileLostMarks(now time.Time, out []any, at func(time.Time)) []any {
+	if len(a.lostMarks) == 0 {
+		return out
+	}
+	var due []SlotID
+	for id, m := range a.lostMarks {
+		r := a.recs[id.Unit]
+		if r == nil || r.invalidated[id.K] != m.from {
+			delete(a.lostMarks, id)
+			continue
+		}
+		if now.Before(m.at) {
+			at(m.at)
+			continue
+		}
+		due = append(due, id)
+	}
+	for _, id := range sortSlots(due) { // in order: a simulation replays
+		out = append(out, MarkLost{Slot: id, Node: a.lostMarks[id].from, Backup: true})
+		delete(a.lostMarks, id)
 	}
 	return out
 }

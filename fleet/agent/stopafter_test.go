@@ -205,19 +205,24 @@ func TestOrphanClaimBackCountsTowardMaxPerNode(t *testing.T) {
 
 // A slot freed by an invalidation gets its key back (MarkLost, naming its
 // holder) from the first MarkLostWriters live nodes by name other than
-// the holder and the nodes known failing; the others write nothing.
+// the holder and the nodes known failing: the first at once, the i-th
+// (from 0) i x MarkLostStagger later as a backup (the executor reads the
+// key first); the others write nothing.
 func TestMarkLostWriters(t *testing.T) {
+	const never = -1
 	for _, tc := range []struct {
 		name    string
 		holder  string
 		nodes   []string
 		failing []string
-		want    bool
+		after   time.Duration // never: no write
 	}{
-		{name: "among the first", holder: "x", nodes: []string{"a", "b", "me", "x"}, want: true},
-		{name: "the holder is not counted", holder: "a", nodes: []string{"a", "b", "c", "me"}, want: true},
-		{name: "behind three", holder: "x", nodes: []string{"a", "b", "c", "me", "x"}, want: false},
-		{name: "a failing node is not counted", holder: "x", nodes: []string{"a", "b", "c", "me", "x"}, failing: []string{"b"}, want: true},
+		{name: "the first", holder: "x", nodes: []string{"me", "x"}, after: 0},
+		{name: "the second", holder: "x", nodes: []string{"a", "me", "x"}, after: MarkLostStagger},
+		{name: "the third", holder: "x", nodes: []string{"a", "b", "me", "x"}, after: 2 * MarkLostStagger},
+		{name: "the holder is not counted", holder: "a", nodes: []string{"a", "b", "c", "me"}, after: 2 * MarkLostStagger},
+		{name: "behind three", holder: "x", nodes: []string{"a", "b", "c", "me", "x"}, after: never},
+		{name: "a failing node is not counted", holder: "x", nodes: []string{"a", "b", "c", "me", "x"}, failing: []string{"b"}, after: 2 * MarkLostStagger},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			holder := tc.holder
@@ -225,9 +230,47 @@ func TestMarkLostWriters(t *testing.T) {
 			m := newMachineWith(t, Config{MarkLost: true}, tc.nodes, u)
 			m.step(NodesAnswer{View: &NodesView{Index: 2, Nodes: tc.nodes, Failing: tc.failing}})
 			m.step(slots("api", 5, Slot{K: 0, Node: holder, ModifyIndex: 5}))
-			ml, ok := find[MarkLost](m.step(slots("api", 9, Slot{K: 0})))
-			if ok != tc.want || ok && (ml.Node != holder || ml.Slot != (SlotID{"api", 0})) {
-				t.Fatalf("mark lost %+v %v, want %v", ml, ok, tc.want)
+			start := m.now
+			ml, at, ok := runUntil[MarkLost](m, m.step(slots("api", 9, Slot{K: 0})), start.Add(time.Minute))
+			if want := tc.after != never; ok != want {
+				t.Fatalf("mark lost %+v %v, want %v", ml, ok, want)
+			}
+			if !ok {
+				return
+			}
+			if ml.Node != holder || ml.Slot != (SlotID{"api", 0}) || ml.Backup != (tc.after > 0) || at.Sub(start) != tc.after {
+				t.Fatalf("mark lost %+v after %s, want %s naming %s (backup %v)", ml, at.Sub(start), tc.after, holder, tc.after > 0)
+			}
+		})
+	}
+}
+
+// A backup writer of a lost slot's key writes nothing once its view shows
+// the slot claimed or released before its time.
+func TestMarkLostBackupNotAfterClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		then Slot
+	}{
+		{name: "claimed", then: Slot{K: 0, Node: "a", ModifyIndex: 12}},
+		{name: "released", then: Slot{K: 0, Released: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes := []string{"a", "me", "x"}
+			m := newMachineWith(t, Config{MarkLost: true}, nodes, Unit{Name: "api", Count: 1, MaxPerNode: 1})
+			m.step(slots("api", 5, Slot{K: 0, Node: "x", ModifyIndex: 5}))
+			if ml, ok := find[MarkLost](m.step(slots("api", 9, Slot{K: 0}))); ok {
+				t.Fatalf("the second writer wrote at once: %+v", ml)
+			}
+			start := m.now
+			m.now = start.Add(MarkLostStagger / 2)
+			acts := m.step(slots("api", 12, tc.then))
+			// Past its time (a wake set before the view may be the one
+			// the executor holds: no new one need come).
+			m.now = start.Add(2 * MarkLostStagger)
+			acts = append(acts, m.step(Tick{})...)
+			if ml, ok := find[MarkLost](acts); ok {
+				t.Fatalf("backup written after the slot was %s: %+v", tc.name, ml)
 			}
 		})
 	}

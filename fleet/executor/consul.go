@@ -125,11 +125,20 @@ func (e *Executor) renew(ctx context.Context, id string) {
 // markLost performs agent.MarkLost: the slot key, deleted with its
 // holder's session (behavior delete), written back without a session as
 // behavior release would leave it (mariposa status then says "lost" and
-// names the holder), unless a claim made it since. Nothing is fed back:
-// no decision depends on it.
+// names the holder), unless a claim made it since. A backup writer's
+// (MarkLost.Backup) reads the key first. Nothing is fed back: no decision
+// depends on it.
 func (e *Executor) markLost(a agent.MarkLost) {
 	ctx, cancel := e.request()
 	defer cancel()
+	if a.Backup {
+		// Written already (by the first writer, or claimed since): a read
+		// costs no Raft entry, a refused transaction does.
+		p, _, err := e.cfg.Client.KV().Get(a.Slot.Key(), (&api.QueryOptions{}).WithContext(ctx))
+		if err != nil || p != nil {
+			return
+		}
+	}
 	v, _ := json.Marshal(cluster.SlotValue{Node: a.Node, State: cluster.SlotHeld, Since: time.Now().UTC(),
 		Reason: "lost: its node's session was invalidated"})
 	ok, _, _, err := e.cfg.Client.Txn().Txn(api.TxnOps{

@@ -194,6 +194,9 @@ type Result struct {
 	// fenced writes left out), slot key changes and the bytes Consul
 	// served to the fleet's watchers.
 	Txns, RaftWrites, SlotChanges, BytesServed uint64
+	// LostMarks: lost slots' keys written back (agent.MarkLost) and
+	// applied; the refused ones are in Txns.
+	LostMarks uint64
 	// BytesServed split by watch: the units' indexes (IndexBytes) and the
 	// health of the failing instances (HealthBytes); IndexAnswers and
 	// HealthAnswers count the answers.
@@ -639,7 +642,7 @@ func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 		seed = seed*31 + uint64(ch)
 	}
 	n.agent = agent.New(agent.Config{Node: n.name, Step: s.cfg.Step, LockDelay: s.cfg.LockDelay, Seed: seed, Detect: s.cfg.Detect,
-		RankWith: s.rank, Faults: s.cfg.Faults, Warm: warm, Control: s.ops.on})
+		RankWith: s.rank, Faults: s.cfg.Faults, Warm: warm, Control: s.ops.on, MarkLost: true})
 	units := slices.Clone(s.units)
 	s.step(n, agent.UnitsAnswer{Units: units})
 	s.deliverNodes(n)
@@ -846,6 +849,25 @@ func (s *Sim) act(n *node, a any) {
 				s.answerSlots(n, i, s.promptIn(n, i))
 			}
 		}
+	case agent.MarkLost:
+		s.note("%s mark lost %s from %s backup=%v", n.name, a.Slot, a.Node, a.Backup)
+		// As fleet/executor's markLost: a backup writer reads the key
+		// first (no Raft entry), then check-not-exists and set, counted
+		// whether applied or refused.
+		s.rpc(n, func() any {
+			if a.Backup {
+				if e, _, err := s.store.Get(a.Slot.Key(), false); err != nil || e != nil {
+					return nil
+				}
+			}
+			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: a.Slot.Key()},
+				{Verb: api.KVSet, Key: a.Slot.Key(), Value: slotValue(a.Node, a.Slot, "held")}})
+			s.countTxn(r, err)
+			if s.counting && err == nil && r.OK {
+				s.res.LostMarks++
+			}
+			return nil
+		}, func() any { return nil })
 	case agent.Record:
 		s.note("%s record %s %s %s", n.name, a.Slot, a.Action, a.Reason)
 	case agent.WriteBrake:
@@ -1510,15 +1532,19 @@ func (s *Sim) setCount(unit string, count int) {
 			s.units[i].Count = count
 		}
 	}
-	units := slices.Clone(s.units)
 	for _, n := range s.nodes {
 		if !n.reachable() {
 			continue
 		}
 		gen := n.gen
 		s.at(s.latency(), func() {
+			// What the watch's answer holds when it comes: the units as
+			// they are then. Each answer with the units of its change
+			// let a change made 20 ms after another arrive first, and a
+			// node keep the earlier count for good (one slot vacant for
+			// good: its best-placed node did not count it).
 			if n.gen == gen {
-				s.step(n, agent.UnitsAnswer{Units: units})
+				s.step(n, agent.UnitsAnswer{Units: slices.Clone(s.units)})
 			}
 		})
 	}
