@@ -15,6 +15,8 @@ const (
 	PenaltyPrefix = Prefix + "penalty/"
 	AuditPrefix   = Prefix + "audit/"
 	ControlPrefix = Prefix + "control/"
+	// ClaimedPrefix holds claimed/<unit>/<k> (ClaimedKey).
+	ClaimedPrefix = Prefix + "claimed/"
 	// StormKey is control/storm: present while the storm brake is engaged.
 	StormKey = ControlPrefix + "storm"
 	// StormLiftedKey is control/storm-lifted: the last brake mariposa
@@ -31,6 +33,13 @@ func SpecKey(name string, n uint64) string {
 
 // DesiredKey is deploy/<name>/desired: which spec the fleet runs.
 func DesiredKey(name string) string { return DeployPrefix + name + "/desired" }
+
+// ClaimedKey is claimed/<unit>/<k>: set by every claim's transaction to
+// the claimer's node name, never locked, so that it outlives an
+// invalidation, which deletes the slot key with its holder's session. A
+// slot whose key is missing and whose claimed key names a node was lost
+// with that node (ReadState).
+func ClaimedKey(unit string, k int) string { return ClaimedPrefix + unit + "/" + strconv.Itoa(k) }
 
 // SlotKey is slots/<unit>/<k>: the lock of slot k of a unit.
 func SlotKey(unit string, k int) string { return SlotsPrefix + unit + "/" + strconv.Itoa(k) }

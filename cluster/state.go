@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -78,12 +80,19 @@ func ReadState(client *api.Client) (*State, error) {
 			}
 		}
 	}
+	// The claimed keys before the slots: a claim between the two reads
+	// shows as held, never as lost from its new holder.
+	claimed, _, err := client.KV().List(ClaimedPrefix, q)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", ClaimedPrefix, err)
+	}
 	sl, _, err := client.KV().List(SlotsPrefix, q)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", SlotsPrefix, err)
 	}
 	st.Slots = map[string]map[int]SlotState{}
 	slots := parseSlots(sl, report)
+	addLost(slots, claimed)
 	st.deps, st.slots = deps, slots
 	for _, n := range names {
 		st.Deployments = append(st.Deployments, statusOf(deps[n], slots, nil))
@@ -281,4 +290,35 @@ func Canaries(n int) string {
 		return "1 canary"
 	}
 	return fmt.Sprintf("%d canaries", n)
+}
+
+// LostReason is a lost slot's reason in status.
+const LostReason = "lost: its node's session was invalidated"
+
+// addLost adds to slots the slots lost with their holders: the step
+// machine's sessions have behavior delete (its index entries must go with
+// the locks), so an invalidation deletes the slot key; the claimed key,
+// never locked, names the last claimer. Such a slot reads as behavior
+// release would have left its key: held by that node, no session (status
+// says lost and names it).
+func addLost(slots map[string]map[int]slotKV, claimed api.KVPairs) {
+	for _, p := range claimed {
+		rest, ok := strings.CutPrefix(p.Key, ClaimedPrefix)
+		i := strings.LastIndexByte(rest, '/')
+		if !ok || i <= 0 || len(p.Value) == 0 {
+			continue // an older mariposa's claim (no name), or not a claimed key
+		}
+		unit := rest[:i]
+		k, err := strconv.Atoi(rest[i+1:])
+		if err != nil || k < 0 {
+			continue
+		}
+		if _, held := slots[unit][k]; held {
+			continue
+		}
+		if slots[unit] == nil {
+			slots[unit] = map[int]slotKV{}
+		}
+		slots[unit][k] = slotKV{value: SlotValue{Node: string(p.Value), State: SlotHeld, Reason: LostReason}}
+	}
 }

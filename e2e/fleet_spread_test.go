@@ -190,14 +190,10 @@ service "keep" {
 		t.Helper()
 		cl.Agent(node).Kill()
 		var t0 time.Time
-		waitFor(t, 30*time.Second, "keep/0 without a session after the kill of "+node+"'s agent", func() (bool, string) {
+		waitFor(t, 30*time.Second, "keep/0 lost with "+node+" after the kill of its agent", func() (bool, string) {
 			t0 = time.Now()
-			p, _, err := c.KV().Get(cluster.SlotKey("keep", 0), &api.QueryOptions{RequireConsistent: true})
-			if err != nil || p == nil {
-				return false, fmt.Sprint(err)
-			}
-			v, _ := cluster.DecodeSlotValue(p.Value)
-			return p.Session == "" && v.Node == node && v.State == cluster.SlotHeld, fmt.Sprintf("session %q, %+v", p.Session, v)
+			lost, seen := slotLostWith(c, "keep", 0)
+			return lost == node, seen
 		})
 		return t0
 	}

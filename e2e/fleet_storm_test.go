@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os/exec"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/mariposa-sh/mariposa/cluster"
+	"github.com/mariposa-sh/mariposa/command"
 	"github.com/mariposa-sh/mariposa/internal/consultest"
 )
 
@@ -101,20 +103,45 @@ service %q {
 		return n, fmt.Sprint(h)
 	}
 	var lostNow int
-	waitFor(t, 30*time.Second, "no slot held by a dead node, every lost one's key left without a session", func() (bool, string) {
+	waitFor(t, 30*time.Second, "no slot held by a dead node, every one not taken over lost with a victim in status", func() (bool, string) {
 		h := slotHolders(t, c, "api")
-		if len(h) < 5 {
-			// The step machine's sessions delete a lost slot's key, which
-			// the first live nodes write back without a session
-			// (agent.MarkLost): not free before that.
-			return false, fmt.Sprint(h)
-		}
 		for _, node := range h {
 			if slices.Contains(victims, node) {
 				return false, fmt.Sprint(h)
 			}
 		}
-		lostNow, _ = free()
+		// What users see: mariposa status says lost and names the node
+		// (the slot key went with the session; its claimed key names the
+		// holder, cluster.ReadState).
+		out, err := exec.Command(mariposaBin, "status", "-json", "-consul-addr", cl.Servers[0].HTTPAddr()).Output()
+		if err != nil {
+			return false, err.Error()
+		}
+		var st command.StatusOutput
+		if err := json.Unmarshal(out, &st); err != nil {
+			return false, err.Error()
+		}
+		lostNow = 0
+		for _, u := range st.Units {
+			if u.Unit != "api" {
+				continue
+			}
+			if len(u.Slots) != 5 {
+				return false, fmt.Sprintf("%d slots in status", len(u.Slots))
+			}
+			for _, sl := range u.Slots {
+				switch {
+				case sl.State == "held":
+				case sl.State == "lost" && slices.Contains(victims, sl.Node):
+					lostNow++
+				default:
+					return false, fmt.Sprintf("%s %s on %q", sl.Slot, sl.State, sl.Node)
+				}
+			}
+		}
+		if n, s := free(); n != lostNow {
+			return false, fmt.Sprintf("%d free in Consul, %d lost in status: %s", n, lostNow, s)
+		}
 		return true, ""
 	})
 	from := map[string]bool{}

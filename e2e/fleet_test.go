@@ -48,7 +48,36 @@ func slotHolders(t *testing.T, c *api.Client, unit string) map[int]string {
 			out[k] = ""
 		}
 	}
+	// A slot lost with its node has no key (the session's behavior is
+	// delete); its claimed key says it was claimed: free.
+	claimed, _, _ := c.KV().Keys(cluster.ClaimedPrefix+unit+"/", "", &api.QueryOptions{RequireConsistent: true})
+	for _, key := range claimed {
+		if k, err := strconv.Atoi(strings.TrimPrefix(key, cluster.ClaimedPrefix+unit+"/")); err == nil {
+			if _, ok := out[k]; !ok {
+				out[k] = ""
+			}
+		}
+	}
 	return out
+}
+
+// slotLostWith is the node slot k of unit was lost with ("" none): its
+// key is gone with its holder's session (behavior delete), and its claimed
+// key names the last claimer; seen says what was read.
+func slotLostWith(c *api.Client, unit string, k int) (node, seen string) {
+	q := &api.QueryOptions{RequireConsistent: true}
+	p, _, err := c.KV().Get(cluster.SlotKey(unit, k), q)
+	if err != nil || p != nil {
+		if p != nil {
+			return "", fmt.Sprintf("key present, session %q", p.Session)
+		}
+		return "", fmt.Sprint(err)
+	}
+	cp, _, err := c.KV().Get(cluster.ClaimedKey(unit, k), q)
+	if err != nil || cp == nil {
+		return "", fmt.Sprintf("no claimed key: %v", err)
+	}
+	return string(cp.Value), "lost with " + string(cp.Value)
 }
 
 // fleetOf starts `mariposa run -cluster` next to every client agent and

@@ -98,7 +98,7 @@ func (s SlotID) ReleasedKey() string { return IndexPrefix(s.Unit) + strconv.Itoa
 // transaction, never locked (an invalidation deletes the slot key and the
 // index entry with the holder's session, not this). A Fresh claim checks
 // it does not exist: a slot never claimed is no takeover.
-func (s SlotID) ClaimedKey() string { return "mariposa/claimed/" + s.Unit + "/" + strconv.Itoa(s.K) }
+func (s SlotID) ClaimedKey() string { return cluster.ClaimedKey(s.Unit, s.K) }
 
 // IndexView reads an answer of the watch on a unit's index (key names
 // only, as ?keys gives them) into a view. Names it does not know are
@@ -391,21 +391,6 @@ type (
 		// known): the claim's audit record names it.
 		From string
 	}
-	// MarkLost: write the slot key of a slot freed by an invalidation
-	// back, without a session, naming its last holder (Node) with state
-	// held, unless the key exists (check-not-exists): what a session of
-	// behavior release leaves, so that mariposa status says "lost" and
-	// the key names the holder to wait for (stopafter.go; Config.MarkLost).
-	//
-	// Backup: this node writes it only because the writers before it
-	// (MarkLostWriters) may be gone too; the executor reads the key
-	// first and writes nothing when it exists (a read is no Raft entry,
-	// a refused transaction is one).
-	MarkLost struct {
-		Slot   SlotID
-		Node   string
-		Backup bool
-	}
 	// Release: unlock the slot key (answer: ReleaseDone). Failed: the
 	// slot failed (reset.go): the same transaction sets its failed mark.
 	Release struct {
@@ -614,12 +599,6 @@ type Config struct {
 	// unit's stop_after counts from TTL/2 after the last renewal, and a
 	// claimant waits for it (stopafter.go). 0: stop_after is not applied.
 	TTL time.Duration
-	// MarkLost: a slot this node sees freed by an invalidation gets its
-	// key back (MarkLost), from the first live nodes by name other than
-	// its holder (MarkLostWriters): the sessions have behavior delete (the index entries
-	// must go with them), and this leaves the slot key as behavior
-	// release would (stopafter.go).
-	MarkLost bool
 }
 
 // Warm is a placed start: the session and the held slots' fencing tokens.
@@ -688,14 +667,6 @@ type Agent struct {
 	// no takeover (stopafter.go), until a view shows them another's or
 	// released.
 	ownLost map[SlotID]bool
-	// lostMarks: the lost slots' keys this node writes back as a backup
-	// writer (stopafter.go), when and naming which holder.
-	lostMarks map[SlotID]lostMark
-	// markAhead: the live nodes before this one by name in view (markLost).
-	markAhead struct {
-		view *NodesView
-		n    int
-	}
 	// dep: the units' deployments (deploy.go); nil until one is heard of.
 	dep *deployState
 	// ops: pause, drain, the storm brake and the takeover budget (ops.go).
@@ -840,7 +811,7 @@ func New(cfg Config) *Agent {
 	a := &Agent{rule: holdrule.Rule{LockDelay: cfg.LockDelay, Detect: cfg.Detect}, cfg: cfg, rng: rand.New(rand.NewPCG(cfg.Seed, 0x61676e74)), units: map[string]Unit{},
 		slots: map[string]*SlotsView{}, held: map[SlotID]*held{},
 		dirty: map[string]bool{}, waitAt: map[string]time.Time{},
-		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, ownLost: map[SlotID]bool{}, lostMarks: map[SlotID]lostMark{}}
+		recs: map[string]*unitRec{}, strays: map[SlotID]strayTry{}, refused: map[SlotID]uint64{}, ownLost: map[SlotID]bool{}}
 	if w := cfg.Warm; w != nil {
 		a.session = w.Session
 		for id, idx := range w.Held {
@@ -923,7 +894,7 @@ func (a *Agent) Step(now time.Time, in any) []any {
 		if a.heldIDs(); r.nHeld > 0 {
 			a.holdsGen++ // the holds' loop reads the unit's view
 		}
-		out = a.markLost(now, in.View.Unit, a.noteInvalidated(r, r.view, in.View), out)
+		a.noteInvalidated(r, r.view, in.View)
 		a.noteOwnLost(in.View)
 		a.notePrevious(a.units[in.View.Unit], r.view, in.View)
 		a.slots[in.View.Unit] = in.View
@@ -1180,7 +1151,7 @@ func (a *Agent) vacantOf(unit string) map[int]vacancy {
 
 // noteInvalidated keeps, across answers, which free slots were freed
 // without a release.
-func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) (lost []int) {
+func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) {
 	inv := r.invalidated
 	for k := range inv { // (nil, or not empty: see below)
 		if s := v.slot(k); s.Node != "" || s.Released {
@@ -1191,7 +1162,7 @@ func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) (lost []int) {
 		inv, r.invalidated = nil, nil // an empty map costs its range
 	}
 	if old == nil {
-		return nil
+		return
 	}
 	for k, n := range old.nodeOf {
 		if n == "" || v.holder(k) != "" {
@@ -1203,10 +1174,8 @@ func (a *Agent) noteInvalidated(r *unitRec, old, v *SlotsView) (lost []int) {
 				r.invalidated = inv
 			}
 			inv[k] = n
-			lost = append(lost, k)
 		}
 	}
-	return lost
 }
 
 func (a *Agent) loseSession(out []any) []any {
@@ -1275,7 +1244,6 @@ func (a *Agent) reconcile(now time.Time, out []any) []any {
 	}
 
 	out = a.reconcileOps(now, out, at)
-	out = a.reconcileLostMarks(now, out, at)
 
 	// The holds.
 	ids := a.heldIDs()

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -24,13 +23,12 @@ import (
 //     process (reclaimOrphan). It stops when another node holds the slot,
 //     or at its stop_after.
 //
-// And the slot key's record of the loss (Config.MarkLost): the sessions
-// have behavior delete, so that an invalidation removes the index entries
-// with the locks in one Raft write; the slot key goes with them. The first
-// live nodes by name other than the lost holder (MarkLostWriters) write it
-// back, without a session, naming the holder with state held (check-not-exists: a claim
-// made since wins), as a session of behavior release would leave it: mariposa
-// status says "lost" and names the node.
+// And the record of the loss: the sessions have behavior delete, so that
+// an invalidation removes the index entries with the locks in one Raft
+// write; the slot key goes with them. Its claimed key (cluster.ClaimedKey,
+// set by every claim, never locked) still names the holder: status reads
+// the slot as lost with that node (cluster.ReadState). Nothing is written
+// for it.
 
 // lostWait is how long after a vacancy is seen a node other than the lost
 // holder from waits, beyond the rank's delay, to take over a slot of u
@@ -65,93 +63,6 @@ func (a *Agent) stopDue(u Unit, renewed time.Time) (time.Time, bool) {
 // cutOffReason is the record's reason of a stop for stop_after.
 func cutOffReason(u Unit) string {
 	return fmt.Sprintf("cut off from Consul for longer than stop_after (%s)", u.Placement.StopAfter)
-}
-
-// MarkLostWriters is how many nodes write a lost slot's key back: the
-// first live nodes by name other than its holder. More than one, because a
-// view may not show yet that a node lost in the same failure is gone (a
-// storm takes several nodes): the first writes at once, the i-th (from 0)
-// i x MarkLostStagger later as a backup, and only while the slot is still
-// free in its view and the key absent (the executor reads it first). The
-// slot key is not in the index the views are made of, so a backup cannot
-// see the first writer's write: three writers that all wrote cost three
-// transactions a vacancy, two of them refused (BenchmarkFleetNodeLoss).
-const MarkLostWriters = 3
-
-// MarkLostStagger is the wait between one writer of a lost slot's key and
-// the next: long beside a write's round trip, short beside the time status
-// would say nothing of the holder.
-const MarkLostStagger = time.Second
-
-// lostMark is a backup write of a lost slot's key: at, naming from.
-type lostMark struct {
-	at   time.Time
-	from string
-}
-
-// markLost: the slots of unit the new view shows freed by an invalidation
-// (lost, with their holders in the unit's invalidated) get their keys
-// back from this node if it is among the MarkLostWriters first live nodes
-// by name other than the holder and the nodes known failing: at once from
-// the first, later from the others (lostMarks, reconcileLostMarks).
-func (a *Agent) markLost(now time.Time, unit string, lost []int, out []any) []any {
-	if !a.cfg.MarkLost || len(lost) == 0 || a.nodes == nil {
-		return out
-	}
-	r := a.rec(unit)
-	// The live nodes before this one by name, counted once a nodes view
-	// (every node of a 1,000-node fleet sees a loss's slots freed, unit
-	// by unit).
-	if m := &a.markAhead; m.view != a.nodes {
-		m.view, m.n = a.nodes, 0
-		for _, n := range a.nodes.Nodes {
-			if n < a.cfg.Node && !slices.Contains(a.nodes.Failing, n) {
-				m.n++
-			}
-		}
-	}
-	pos := a.nodes.positions()
-	for _, k := range lost {
-		from := r.invalidated[k]
-		ahead := a.markAhead.n // but the holder
-		if _, in := pos[from]; in && from < a.cfg.Node && !slices.Contains(a.nodes.Failing, from) {
-			ahead--
-		}
-		switch {
-		case ahead == 0:
-			out = append(out, MarkLost{Slot: SlotID{unit, k}, Node: from})
-		case ahead < MarkLostWriters:
-			a.lostMarks[SlotID{unit, k}] = lostMark{at: now.Add(time.Duration(ahead) * MarkLostStagger), from: from}
-		}
-	}
-	return out
-}
-
-// reconcileLostMarks sends the backup writes that are due, for the slots
-// still free since their holder was lost (a claim or a release since:
-// nothing to write), and asks to be woken for the others.
-func (a *Agent) reconcileLostMarks(now time.Time, out []any, at func(time.Time)) []any {
-	if len(a.lostMarks) == 0 {
-		return out
-	}
-	var due []SlotID
-	for id, m := range a.lostMarks {
-		r := a.recs[id.Unit]
-		if r == nil || r.invalidated[id.K] != m.from {
-			delete(a.lostMarks, id)
-			continue
-		}
-		if now.Before(m.at) {
-			at(m.at)
-			continue
-		}
-		due = append(due, id)
-	}
-	for _, id := range sortSlots(due) { // in order: a simulation replays
-		out = append(out, MarkLost{Slot: id, Node: a.lostMarks[id].from, Backup: true})
-		delete(a.lostMarks, id)
-	}
-	return out
 }
 
 // lastHolder is who held slot id of r's unit last as this node knows:

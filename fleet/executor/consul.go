@@ -33,7 +33,9 @@ func claimOps(id agent.SlotID, node, session string, at time.Time) api.TxnOps {
 		kv(&api.KVTxnOp{Verb: api.KVLock, Key: id.Key(), Session: session, Value: slotValue(node, cluster.SlotHeld, "", at)}),
 		kv(&api.KVTxnOp{Verb: api.KVLock, Key: id.IndexKey(node), Session: session}),
 		kv(&api.KVTxnOp{Verb: api.KVDelete, Key: id.ReleasedKey()}),
-		kv(&api.KVTxnOp{Verb: api.KVSet, Key: id.ClaimedKey()}),
+		// Named: when an invalidation deletes the slot key, this still
+		// says who held it (cluster.ReadState: status shows it lost).
+		kv(&api.KVTxnOp{Verb: api.KVSet, Key: id.ClaimedKey(), Value: []byte(node)}),
 	}
 }
 
@@ -119,34 +121,6 @@ func (e *Executor) renew(ctx context.Context, id string) {
 			// stop_after counts from the last renewal (agent/stopafter.go).
 			e.inbox.post(sessionAns{session: id, in: agent.SessionRenewed{Sent: sent}})
 		}
-	}
-}
-
-// markLost performs agent.MarkLost: the slot key, deleted with its
-// holder's session (behavior delete), written back without a session as
-// behavior release would leave it (mariposa status then says "lost" and
-// names the holder), unless a claim made it since. A backup writer's
-// (MarkLost.Backup) reads the key first. Nothing is fed back: no decision
-// depends on it.
-func (e *Executor) markLost(a agent.MarkLost) {
-	ctx, cancel := e.request()
-	defer cancel()
-	if a.Backup {
-		// Written already (by the first writer, or claimed since): a read
-		// costs no Raft entry, a refused transaction does.
-		p, _, err := e.cfg.Client.KV().Get(a.Slot.Key(), (&api.QueryOptions{}).WithContext(ctx))
-		if err != nil || p != nil {
-			return
-		}
-	}
-	v, _ := json.Marshal(cluster.SlotValue{Node: a.Node, State: cluster.SlotHeld, Since: time.Now().UTC(),
-		Reason: "lost: its node's session was invalidated"})
-	ok, _, _, err := e.cfg.Client.Txn().Txn(api.TxnOps{
-		kv(&api.KVTxnOp{Verb: api.KVCheckNotExists, Key: a.Slot.Key()}),
-		kv(&api.KVTxnOp{Verb: api.KVSet, Key: a.Slot.Key(), Value: v}),
-	}, (&api.QueryOptions{}).WithContext(ctx))
-	if err != nil || !ok {
-		e.log.Debug("lost slot's key not written back (claimed since, or no answer)", "slot", a.Slot.String(), "error", err)
 	}
 }
 

@@ -25,13 +25,11 @@
 //     blocking query on its info): Consul saying it is gone is
 //     agent.SessionLost; each renewal answered is agent.SessionRenewed
 //     with its send time (stop_after counts from the last).
-//   - MarkLost: the slot key of a slot lost with its holder's session
-//     (deleted with it) written back without a session, naming the
-//     holder with state held, check-not-exists first: the layout a
-//     session's behavior release would leave (mariposa status says
-//     "lost").
 //   - Claim: one transaction, all or nothing: lock the slot key and its
-//     index entry, delete the released mark. Refused for the lock delay
+//     index entry, delete the released mark, name the claimer in the
+//     slot's claimed key (never locked: when an invalidation deletes the
+//     slot key with its holder's session, status reads the slot as lost
+//     with that node, cluster.ReadState). Refused for the lock delay
 //     (LockDelay) or because another session holds the key (Taken); a
 //     transport error, a timeout or a server error is an answer lost
 //     (Lost): the claim may have been applied, and the agent releases the

@@ -278,7 +278,7 @@ func New(cfg Config) *Executor {
 	e.inbox.ready = make(chan struct{}, 1)
 	e.ag = agent.New(agent.Config{Node: cfg.Node, Step: cfg.Step, LockDelay: cfg.LockDelay, Seed: cfg.Seed,
 		Detect: cfg.Detect, Faults: cfg.Faults.Agent, Control: cfg.Control, Adopt: e.agentAdopt(),
-		TTL: cfg.TTL, MarkLost: true})
+		TTL: cfg.TTL})
 	return e
 }
 
@@ -601,8 +601,6 @@ func (e *Executor) act(a any, audit []agent.Record) {
 		go e.checkHeld(a)
 	case agent.AwaitSuccessor:
 		go e.awaitSuccessor(a)
-	case agent.MarkLost:
-		go e.markLost(a)
 	default:
 		if !e.actVolumes(a) && !e.actQueue(a, audit) {
 			e.log.Error("executor: unknown action", "action", a)

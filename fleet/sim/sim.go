@@ -194,9 +194,6 @@ type Result struct {
 	// fenced writes left out), slot key changes and the bytes Consul
 	// served to the fleet's watchers.
 	Txns, RaftWrites, SlotChanges, BytesServed uint64
-	// LostMarks: lost slots' keys written back (agent.MarkLost) and
-	// applied; the refused ones are in Txns.
-	LostMarks uint64
 	// BytesServed split by watch: the units' indexes (IndexBytes) and the
 	// health of the failing instances (HealthBytes); IndexAnswers and
 	// HealthAnswers count the answers.
@@ -518,7 +515,7 @@ func claimOps(id agent.SlotID, node, session, state string) api.KVTxnOps {
 		{Verb: api.KVLock, Key: id.Key(), Session: session, Value: slotValue(node, id, state)},
 		{Verb: api.KVLock, Key: id.IndexKey(node), Session: session},
 		{Verb: api.KVDelete, Key: id.ReleasedKey()},
-		{Verb: api.KVSet, Key: id.ClaimedKey()},
+		{Verb: api.KVSet, Key: id.ClaimedKey(), Value: []byte(node)},
 	}
 }
 
@@ -642,7 +639,7 @@ func (s *Sim) startAgent(n *node, warm *agent.Warm) {
 		seed = seed*31 + uint64(ch)
 	}
 	n.agent = agent.New(agent.Config{Node: n.name, Step: s.cfg.Step, LockDelay: s.cfg.LockDelay, Seed: seed, Detect: s.cfg.Detect,
-		RankWith: s.rank, Faults: s.cfg.Faults, Warm: warm, Control: s.ops.on, MarkLost: true})
+		RankWith: s.rank, Faults: s.cfg.Faults, Warm: warm, Control: s.ops.on})
 	units := slices.Clone(s.units)
 	s.step(n, agent.UnitsAnswer{Units: units})
 	s.deliverNodes(n)
@@ -849,25 +846,6 @@ func (s *Sim) act(n *node, a any) {
 				s.answerSlots(n, i, s.promptIn(n, i))
 			}
 		}
-	case agent.MarkLost:
-		s.note("%s mark lost %s from %s backup=%v", n.name, a.Slot, a.Node, a.Backup)
-		// As fleet/executor's markLost: a backup writer reads the key
-		// first (no Raft entry), then check-not-exists and set, counted
-		// whether applied or refused.
-		s.rpc(n, func() any {
-			if a.Backup {
-				if e, _, err := s.store.Get(a.Slot.Key(), false); err != nil || e != nil {
-					return nil
-				}
-			}
-			r, err := s.store.KVTxn(s.wall(), api.KVTxnOps{{Verb: api.KVCheckNotExists, Key: a.Slot.Key()},
-				{Verb: api.KVSet, Key: a.Slot.Key(), Value: slotValue(a.Node, a.Slot, "held")}})
-			s.countTxn(r, err)
-			if s.counting && err == nil && r.OK {
-				s.res.LostMarks++
-			}
-			return nil
-		}, func() any { return nil })
 	case agent.Record:
 		s.note("%s record %s %s %s", n.name, a.Slot, a.Action, a.Reason)
 	case agent.WriteBrake:
