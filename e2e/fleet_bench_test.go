@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
@@ -27,8 +28,9 @@ import (
 // Printed: per affected service, the time from the kill
 // until it is back at full count on live nodes with every instance passing
 // (p50, p99 over the services and rounds), the Raft log entries per vacancy
-// in that window (every write: claims, session invalidations, health and
-// coordinate updates), and over-runs: more children than count of any
+// from the kill until every new holder has said it is healthy (every write:
+// claims, session invalidations, the catalog's registrations, the holders'
+// statuses, coordinate updates), and over-runs: more children than count of any
 // exclusive service at any sample (must be 0).
 func BenchmarkFleetNodeLoss(b *testing.B) {
 	// Consul's own gossip timing, and the harness's faster one (Serf marks
@@ -122,6 +124,25 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 		return true, ""
 	})
 
+	// The deployment done first: its holders' statuses and its records'
+	// moves are its writes, not a vacancy's.
+	waitFor(b, 120*time.Second, "the deployment successful, every holder healthy", func() (bool, string) {
+		for name, n := range counts {
+			p, _, err := c.KV().Get(cluster.RecordKey(name), &api.QueryOptions{AllowStale: true})
+			if err != nil || p == nil {
+				return false, fmt.Sprintf("%s: no record (%v)", name, err)
+			}
+			if r, err := cluster.DecodeUnitRecord(p.Value); err != nil || r.Status != cluster.DeploySuccessful {
+				return false, fmt.Sprintf("%s: %s", name, p.Value)
+			}
+			for k := 0; k < n; k++ {
+				if ok, why := saidHealthy(c, name, k); !ok {
+					return false, why
+				}
+			}
+		}
+		return true, ""
+	})
 	var times []time.Duration
 	var entries, vacancies, overRuns int
 	byCommand := map[string]float64{} // the leader's FSM entries, summed over the rounds
@@ -190,6 +211,20 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 		if len(got) < len(affected) {
 			b.Fatalf("round %d: only %d of %d services back at full count within 60s", i, len(got), len(affected))
 		}
+		// A vacancy's cost in all: the window ends once every new holder
+		// has said it is healthy (its status, a transaction of its own,
+		// min_healthy_time after its instance passes), so that no round's
+		// count holds the statuses of the round before.
+		waitFor(b, 60*time.Second, "every holder of the affected services said it is healthy", func() (bool, string) {
+			for name := range affected {
+				for k := 0; k < counts[name]; k++ {
+					if ok, why := saidHealthy(c, name, k); !ok {
+						return false, why
+					}
+				}
+			}
+			return true, ""
+		})
 		entries += int(raftIndex(b, cl) - idx0)
 		from := fsmCounts(met0)
 		for k, v := range fsmCounts(leaderMetrics(b, cl)) {
@@ -210,6 +245,25 @@ func fleetNodeLoss(b *testing.B, consulGossip bool) {
 	b.ReportMetric(p(0.99).Seconds(), "p99-s")
 	b.ReportMetric(float64(overRuns), "over-runs")
 	b.ReportMetric(0, "ns/op")
+}
+
+// saidHealthy: slot k of unit is held and its holder's status says it is
+// healthy in this hold (the status's index is the slot key's).
+func saidHealthy(c *api.Client, unit string, k int) (bool, string) {
+	q := &api.QueryOptions{AllowStale: true}
+	sp, _, err := c.KV().Get(cluster.SlotKey(unit, k), q)
+	if err != nil || sp == nil || sp.Session == "" {
+		return false, fmt.Sprintf("%s/%d not held (%v)", unit, k, err)
+	}
+	st, _, err := c.KV().Get(cluster.UnitStatusKey(unit, k), q)
+	if err != nil || st == nil {
+		return false, fmt.Sprintf("%s/%d: no status (%v)", unit, k, err)
+	}
+	var hs cluster.HoldStatus
+	if err := json.Unmarshal(st.Value, &hs); err != nil || hs.HealthyAt == nil || hs.Index != sp.ModifyIndex {
+		return false, fmt.Sprintf("%s/%d: status %s for hold %d", unit, k, st.Value, sp.ModifyIndex)
+	}
+	return true, ""
 }
 
 // slotHoldersOf is slotHolders without a test.

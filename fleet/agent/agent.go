@@ -94,10 +94,12 @@ func (s SlotID) IndexKey(node string) string {
 // it was freed by an invalidation and is under Consul's lock delay.
 func (s SlotID) ReleasedKey() string { return IndexPrefix(s.Unit) + strconv.Itoa(s.K) }
 
-// ClaimedKey says the slot was claimed at least once: set by every claim's
-// transaction, never locked (an invalidation deletes the slot key and the
-// index entry with the holder's session, not this). A Fresh claim checks
-// it does not exist: a slot never claimed is no takeover.
+// ClaimedKey says the slot was claimed at least once, and by which node
+// last: set to the claimer's name by every claim's transaction, never
+// locked (an invalidation deletes the slot key and the index entry with
+// the holder's session, not this: status reads the slot as lost with that
+// node). A Fresh claim checks it does not exist: a slot never claimed is
+// no takeover.
 func (s SlotID) ClaimedKey() string { return cluster.ClaimedKey(s.Unit, s.K) }
 
 // IndexView reads an answer of the watch on a unit's index (key names
