@@ -266,24 +266,14 @@ func saidHealthy(c *api.Client, unit string, k int) (bool, string) {
 	return true, ""
 }
 
-// slotHoldersOf is slotHolders without a test.
+// slotHoldersOf is slotHolders without a test, read stale: empty when
+// the read fails.
 func slotHoldersOf(c *api.Client, unit string) map[int]string {
-	pairs, _, err := c.KV().List(cluster.SlotsPrefix+unit+"/", &api.QueryOptions{AllowStale: true})
-	out := map[int]string{}
+	h, err := holdersOf(c, unit, &api.QueryOptions{AllowStale: true})
 	if err != nil {
-		return out
+		return map[int]string{}
 	}
-	for _, p := range pairs {
-		_, k, ok := cluster.ParseSlotKey(p.Key)
-		if !ok {
-			continue // a slot's status key
-		}
-		v, _ := cluster.DecodeSlotValue(p.Value)
-		if p.Session != "" {
-			out[k] = v.Node
-		}
-	}
-	return out
+	return h
 }
 
 // raftIndex is the Raft leader's last log index.

@@ -31,9 +31,20 @@ func deploy(t testing.TB, agent *consultest.Agent, args ...string) string {
 // slotHolders reads slots/<unit>/: slot -> holding node ("" when free).
 func slotHolders(t *testing.T, c *api.Client, unit string) map[int]string {
 	t.Helper()
-	pairs, _, err := c.KV().List(cluster.SlotsPrefix+unit+"/", &api.QueryOptions{RequireConsistent: true})
+	h, err := holdersOf(c, unit, &api.QueryOptions{RequireConsistent: true})
 	if err != nil {
 		return nil
+	}
+	return h
+}
+
+// holdersOf reads slot -> holding node for unit, "" for a slot free,
+// released or lost: a slot lost with its node has no key (the session's
+// behavior is delete), and its claimed key says it was claimed.
+func holdersOf(c *api.Client, unit string, q *api.QueryOptions) (map[int]string, error) {
+	pairs, _, err := c.KV().List(cluster.SlotsPrefix+unit+"/", q)
+	if err != nil {
+		return nil, err
 	}
 	out := map[int]string{}
 	for _, p := range pairs {
@@ -48,9 +59,10 @@ func slotHolders(t *testing.T, c *api.Client, unit string) map[int]string {
 			out[k] = ""
 		}
 	}
-	// A slot lost with its node has no key (the session's behavior is
-	// delete); its claimed key says it was claimed: free.
-	claimed, _, _ := c.KV().Keys(cluster.ClaimedPrefix+unit+"/", "", &api.QueryOptions{RequireConsistent: true})
+	claimed, _, err := c.KV().Keys(cluster.ClaimedPrefix+unit+"/", "", q)
+	if err != nil {
+		return nil, err
+	}
 	for _, key := range claimed {
 		if k, err := strconv.Atoi(strings.TrimPrefix(key, cluster.ClaimedPrefix+unit+"/")); err == nil {
 			if _, ok := out[k]; !ok {
@@ -58,26 +70,23 @@ func slotHolders(t *testing.T, c *api.Client, unit string) map[int]string {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
-// slotLostWith is the node slot k of unit was lost with ("" none): its
-// key is gone with its holder's session (behavior delete), and its claimed
-// key names the last claimer; seen says what was read.
+// slotLostWith is the node slot k of unit was lost with ("" none), as
+// mariposa status reads it (cluster.ReadState: its key gone with its
+// holder's session, its claimed key naming the last claimer); seen says
+// what was read.
 func slotLostWith(c *api.Client, unit string, k int) (node, seen string) {
-	q := &api.QueryOptions{RequireConsistent: true}
-	p, _, err := c.KV().Get(cluster.SlotKey(unit, k), q)
-	if err != nil || p != nil {
-		if p != nil {
-			return "", fmt.Sprintf("key present, session %q", p.Session)
-		}
-		return "", fmt.Sprint(err)
+	st, err := cluster.ReadState(c)
+	if err != nil {
+		return "", err.Error()
 	}
-	cp, _, err := c.KV().Get(cluster.ClaimedKey(unit, k), q)
-	if err != nil || cp == nil {
-		return "", fmt.Sprintf("no claimed key: %v", err)
+	s, ok := st.Slots[unit][k]
+	if !ok || s.Session != "" || s.Value.State != cluster.SlotHeld {
+		return "", fmt.Sprintf("%+v (in state: %v)", s, ok)
 	}
-	return string(cp.Value), "lost with " + string(cp.Value)
+	return s.Value.Node, "lost with " + s.Value.Node
 }
 
 // fleetOf starts `mariposa run -cluster` next to every client agent and
